@@ -1,0 +1,121 @@
+//! The crate's one error type.
+
+use std::fmt;
+
+/// Everything that can go wrong in bloomsled.
+///
+/// Storage errors come from sled unchanged (`Error::Sled`); the other variants say which
+/// setting or which bytes were wrong and what was expected instead.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An error from the underlying sled store.
+    #[error("sled: {0}")]
+    Sled(#[from] sled::Error),
+
+    /// An I/O error outside sled.
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+
+    /// A configuration value is out of its valid range; `what` names the setting and why.
+    #[error("invalid configuration: {what}")]
+    InvalidConfig {
+        /// The setting and the constraint it broke.
+        what: String,
+    },
+
+    /// Two filters were combined (`union`) but differ in shape or seed.
+    #[error("filters have different shapes: {ours} vs {theirs}")]
+    ShapeMismatch {
+        /// Shape of the filter being modified.
+        ours: FilterShape,
+        /// Shape of the other filter.
+        theirs: FilterShape,
+    },
+
+    /// Serialized bytes do not start with bloomsled's magic: they are not a bloomsled filter.
+    #[error("not a bloomsled filter (bad magic {got:02x?})")]
+    BadMagic {
+        /// The bytes found where the magic should be.
+        got: Vec<u8>,
+    },
+
+    /// The serialized form was written by a format version this build cannot read.
+    #[error("unsupported format version {got} (this build reads version {expected})")]
+    UnsupportedVersion {
+        /// The version this build reads.
+        expected: u32,
+        /// The version found.
+        got: u32,
+    },
+
+    /// The bytes end before the structure they describe.
+    #[error("truncated data: needed {needed} bytes, got {got}")]
+    Truncated {
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes present.
+        got: u64,
+    },
+
+    /// A checksum did not match the bytes it covers.
+    #[error("checksum mismatch in {what}: expected {expected:#010x}, got {got:#010x}")]
+    ChecksumMismatch {
+        /// Which part failed.
+        what: &'static str,
+        /// The stored checksum.
+        expected: u32,
+        /// The checksum computed over the bytes.
+        got: u32,
+    },
+
+    /// Serialized bytes are well-framed but describe an impossible filter.
+    #[error("corrupt filter data: {0}")]
+    Corrupt(String),
+}
+
+impl Error {
+    pub(crate) fn config(what: impl Into<String>) -> Self {
+        Error::InvalidConfig { what: what.into() }
+    }
+}
+
+/// Equality in the manner of `sled::Error`'s, so that sled-style assertions such as
+/// `assert_eq!(tree.get(k), Ok(None))` keep compiling after switching to bloomsled: sled and
+/// I/O errors compare by sled's rule and by kind, the others by variant and message.
+impl PartialEq for Error {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Error::Sled(a), Error::Sled(b)) => a == b,
+            (Error::Io(a), Error::Io(b)) => a.kind() == b.kind(),
+            (a, b) => {
+                std::mem::discriminant(a) == std::mem::discriminant(b)
+                    && a.to_string() == b.to_string()
+            }
+        }
+    }
+}
+
+/// The shape of a filter: what must agree for two filters to be combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilterShape {
+    /// Number of 512-bit blocks.
+    pub num_blocks: u64,
+    /// Number of bits set per key.
+    pub num_hashes: u32,
+    /// Hash seed.
+    pub seed: u64,
+}
+
+impl fmt::Display for FilterShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} blocks, k={}, seed={:#x}",
+            self.num_blocks, self.num_hashes, self.seed
+        )
+    }
+}
+
+/// Result alias used throughout bloomsled.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,546 @@
+//! The in-memory Bloom filter: cache-line blocked, lock-free, no I/O.
+//!
+//! A key is hashed once (xxh3-64 with the filter's seed). The hash picks one 512-bit block
+//! (multiply-shift) and `k` distinct bits inside it, so an insert or a lookup touches one
+//! cache line. Words are `AtomicU64`: inserts are `fetch_or`, lookups plain loads, and any
+//! number of threads may insert and query at once through `&Filter`.
+
+mod bits;
+pub mod math;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, FilterShape, Result};
+use crate::hash::{block_index, block_pattern, hash_key, BLOCK_WORDS, DEFAULT_SEED};
+use crate::stats::Counter;
+use bits::Blocks;
+
+/// Bits in one block: one 64-byte cache line.
+pub const BLOCK_BITS: u64 = 512;
+
+/// The most bits a key may set (`num_hashes`).
+pub const MAX_HASHES: u32 = 32;
+
+/// Largest filter bloomsled will allocate: 2^40 bits (128 GiB).
+const MAX_BITS: u64 = 1 << 40;
+
+/// How many keys a batched probe hashes and prefetches before it tests them: enough misses
+/// in flight to cover DRAM latency, few enough that the blocks are still in L1 when tested.
+const BATCH: usize = 16;
+
+/// How a filter is sized: by target false-positive rate or by bits per key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sizing {
+    /// Size for this false-positive rate at capacity, using the blocked-layout model.
+    FalsePositiveRate(f64),
+    /// Use this many bits per expected item.
+    BitsPerKey(f64),
+}
+
+/// Parameters of a new [`Filter`]: capacity, sizing, and optionally `k` and the seed.
+///
+/// ```
+/// use bloomsled::FilterConfig;
+/// let f = FilterConfig::new(10_000).false_positive_rate(0.001).build()?;
+/// assert!(f.num_bits() >= 10_000 * 14);
+/// # Ok::<(), bloomsled::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct FilterConfig {
+    capacity: u64,
+    sizing: Sizing,
+    num_hashes: Option<u32>,
+    seed: u64,
+}
+
+impl Default for FilterConfig {
+    /// One million items at a 1% false-positive rate.
+    fn default() -> Self {
+        FilterConfig {
+            capacity: 1_000_000,
+            sizing: Sizing::FalsePositiveRate(0.01),
+            num_hashes: None,
+            seed: DEFAULT_SEED,
+        }
+    }
+}
+
+impl FilterConfig {
+    /// A configuration for `expected_items` items at the default 1% false-positive rate.
+    pub fn new(expected_items: u64) -> Self {
+        FilterConfig {
+            capacity: expected_items,
+            ..Self::default()
+        }
+    }
+
+    /// Sets the number of items the filter is sized for.
+    pub fn expected_items(mut self, n: u64) -> Self {
+        self.capacity = n;
+        self
+    }
+
+    /// Sizes the filter for false-positive rate `p` (in (0, 1)) at capacity.
+    pub fn false_positive_rate(mut self, p: f64) -> Self {
+        self.sizing = Sizing::FalsePositiveRate(p);
+        self
+    }
+
+    /// Sizes the filter at `bits` bits per expected item (at least 1) instead of by rate.
+    pub fn bits_per_key(mut self, bits: f64) -> Self {
+        self.sizing = Sizing::BitsPerKey(bits);
+        self
+    }
+
+    /// Overrides the number of bits set per key (1 to 32); by default the value that
+    /// minimizes the blocked model's false-positive rate.
+    pub fn num_hashes(mut self, k: u32) -> Self {
+        self.num_hashes = Some(k);
+        self
+    }
+
+    /// Sets the hash seed (default [`crate::hash::DEFAULT_SEED`]). Filters can only be
+    /// combined with [`Filter::union`] when their seeds agree.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// The configured capacity.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The configured sizing rule.
+    pub fn sizing(&self) -> Sizing {
+        self.sizing
+    }
+
+    /// The configured seed.
+    pub fn hash_seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Checks every setting and computes the shape; the errors `build` would return.
+    pub fn shape(&self) -> Result<FilterShape> {
+        if self.capacity == 0 {
+            return Err(Error::config(
+                "expected_items must be at least 1 (a filter sized for 0 items cannot hold any)",
+            ));
+        }
+        let bits_per_key = match self.sizing {
+            Sizing::FalsePositiveRate(p) => {
+                if !(p > 0.0 && p < 1.0) {
+                    return Err(Error::config(format!(
+                        "false_positive_rate must be strictly between 0 and 1, got {p}"
+                    )));
+                }
+                math::bits_per_key_for(p).ok_or_else(|| {
+                    Error::config(format!(
+                        "false_positive_rate {p} is below what a blocked filter reaches at {} \
+                         bits per key; use a larger rate",
+                        math::MAX_BITS_PER_KEY
+                    ))
+                })?
+            }
+            Sizing::BitsPerKey(b) => {
+                if !(1.0..=math::MAX_BITS_PER_KEY).contains(&b) {
+                    return Err(Error::config(format!(
+                        "bits_per_key must be between 1 and {}, got {b}",
+                        math::MAX_BITS_PER_KEY
+                    )));
+                }
+                b
+            }
+        };
+        let bits = (self.capacity as f64 * bits_per_key).ceil();
+        if bits > MAX_BITS as f64 {
+            return Err(Error::config(format!(
+                "a filter for {} items at {bits_per_key} bits per key needs {bits} bits, over the \
+                 limit of {MAX_BITS}",
+                self.capacity
+            )));
+        }
+        let num_blocks = ((bits as u64).div_ceil(BLOCK_BITS)).max(1);
+        let k = match self.num_hashes {
+            Some(k) if (1..=MAX_HASHES).contains(&k) => k,
+            Some(k) => {
+                return Err(Error::config(format!(
+                    "num_hashes must be between 1 and {MAX_HASHES}, got {k}"
+                )))
+            }
+            None => {
+                math::blocked_optimal_k((num_blocks * BLOCK_BITS) as f64 / self.capacity as f64)
+            }
+        };
+        Ok(FilterShape {
+            num_blocks,
+            num_hashes: k,
+            seed: self.seed,
+        })
+    }
+
+    /// Validates the configuration and allocates the filter.
+    pub fn build(&self) -> Result<Filter> {
+        let shape = self.shape()?;
+        Filter::with_shape(shape, self.capacity)
+    }
+}
+
+/// A cache-line-blocked Bloom filter, usable on its own.
+///
+/// `insert`/`contains` take `&self` and are lock-free, so one filter can be shared across
+/// threads (`Arc<Filter>`). It never returns a false negative: after `insert(k)` returns,
+/// `contains(k)` is true in every thread that observes the insert.
+///
+/// ```
+/// use bloomsled::Filter;
+/// let f = Filter::new(1_000, 0.01)?;
+/// f.add(b"alice");
+/// assert!(f.contains(b"alice"));
+/// assert!(!f.contains(b"bob")); // false positives are possible, but rare at 1%
+/// # Ok::<(), bloomsled::Error>(())
+/// ```
+pub struct Filter {
+    blocks: Blocks,
+    num_hashes: u32,
+    seed: u64,
+    capacity: u64,
+    items: Counter,
+}
+
+impl Filter {
+    /// A filter for `expected_items` items at false-positive rate `fpr`.
+    pub fn new(expected_items: u64, fpr: f64) -> Result<Filter> {
+        FilterConfig::new(expected_items)
+            .false_positive_rate(fpr)
+            .build()
+    }
+
+    /// A filter for `expected_items` items at `bits_per_key` bits each.
+    pub fn with_bits_per_key(expected_items: u64, bits_per_key: f64) -> Result<Filter> {
+        FilterConfig::new(expected_items)
+            .bits_per_key(bits_per_key)
+            .build()
+    }
+
+    /// An empty filter of exactly this shape, sized for `capacity` items.
+    pub fn with_shape(shape: FilterShape, capacity: u64) -> Result<Filter> {
+        check_shape(&shape)?;
+        let blocks = usize::try_from(shape.num_blocks)
+            .ok()
+            .and_then(Blocks::zeroed)
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "cannot allocate a filter of {} blocks ({} bytes)",
+                    shape.num_blocks,
+                    shape.num_blocks.saturating_mul(64)
+                ))
+            })?;
+        Ok(Filter {
+            blocks,
+            num_hashes: shape.num_hashes,
+            seed: shape.seed,
+            capacity: capacity.max(1),
+            items: Counter::default(),
+        })
+    }
+
+    /// Rebuilds a filter from its parts (words in block order, 8 per block).
+    pub(crate) fn from_parts(
+        words: &[u64],
+        num_hashes: u32,
+        seed: u64,
+        capacity: u64,
+        items: u64,
+    ) -> Result<Filter> {
+        let shape = FilterShape {
+            num_blocks: (words.len() / BLOCK_WORDS) as u64,
+            num_hashes,
+            seed,
+        };
+        if words.is_empty() || words.len() % BLOCK_WORDS != 0 {
+            return Err(Error::Corrupt(format!(
+                "{} words is not a whole, non-zero number of 512-bit blocks",
+                words.len()
+            )));
+        }
+        check_shape(&shape).map_err(|e| Error::Corrupt(e.to_string()))?;
+        let blocks = Blocks::from_words(words)
+            .ok_or_else(|| Error::Corrupt("cannot allocate the filter".into()))?;
+        let f = Filter {
+            blocks,
+            num_hashes,
+            seed,
+            capacity: capacity.max(1),
+            items: Counter::default(),
+        };
+        f.items.add(items);
+        Ok(f)
+    }
+
+    /// Inserts `key`. Returns `true` if the key was possibly present already (every one of
+    /// its bits was set), `false` if this insert set a new bit.
+    #[inline]
+    pub fn insert(&self, key: &[u8]) -> bool {
+        self.insert_hash(hash_key(key, self.seed))
+    }
+
+    /// Same as [`Filter::insert`], under the name classic Bloom filter classes use.
+    #[inline]
+    pub fn add(&self, key: &[u8]) -> bool {
+        self.insert(key)
+    }
+
+    /// Inserts a key by its hash, as computed by [`crate::hash::hash_key`] with this
+    /// filter's [`seed`](Filter::seed).
+    #[inline]
+    pub fn insert_hash(&self, h: u64) -> bool {
+        let i = block_index(h, self.blocks.len() as u64);
+        let changed = self.blocks.set(i, &block_pattern(h, self.num_hashes));
+        if changed {
+            self.items.add(1);
+        }
+        !changed
+    }
+
+    /// Inserts every key of `keys`.
+    pub fn insert_many<K: AsRef<[u8]>>(&self, keys: &[K]) {
+        for chunk in keys.chunks(BATCH) {
+            let mut hashes = [0u64; BATCH];
+            let n = chunk.len();
+            for (h, k) in hashes.iter_mut().zip(chunk) {
+                *h = hash_key(k.as_ref(), self.seed);
+                self.blocks
+                    .prefetch(block_index(*h, self.blocks.len() as u64));
+            }
+            for &h in &hashes[..n] {
+                self.insert_hash(h);
+            }
+        }
+    }
+
+    /// True if `key` may have been inserted; false means it certainly was not.
+    #[inline]
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.contains_hash(hash_key(key, self.seed))
+    }
+
+    /// [`Filter::contains`] for a key's hash (see [`Filter::insert_hash`]).
+    #[inline]
+    pub fn contains_hash(&self, h: u64) -> bool {
+        let i = block_index(h, self.blocks.len() as u64);
+        self.blocks.test(i, &block_pattern(h, self.num_hashes))
+    }
+
+    /// Tests many keys at once: hashes a batch, prefetches every block, then tests them, so
+    /// the cache misses overlap instead of following each other. `out[i]` is
+    /// `contains(keys[i])`.
+    pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<bool> {
+        let mut out = vec![false; keys.len()];
+        self.contains_many_into(keys, &mut out);
+        out
+    }
+
+    /// [`Filter::contains_many`] into a caller's buffer.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys`.
+    pub fn contains_many_into<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut [bool]) {
+        assert!(
+            out.len() >= keys.len(),
+            "contains_many_into: output buffer has {} slots for {} keys",
+            out.len(),
+            keys.len()
+        );
+        let n_blocks = self.blocks.len() as u64;
+        for (chunk, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            let mut idx = [(0u64, 0usize); BATCH];
+            for (slot, k) in idx.iter_mut().zip(chunk) {
+                let h = hash_key(k.as_ref(), self.seed);
+                let i = block_index(h, n_blocks);
+                self.blocks.prefetch(i);
+                *slot = (h, i);
+            }
+            for (o, &(h, i)) in out.iter_mut().zip(&idx[..chunk.len()]) {
+                *o = self.blocks.test(i, &block_pattern(h, self.num_hashes));
+            }
+        }
+    }
+
+    /// Merges `other` into `self`, so that `self` contains every key of both. The two must
+    /// have the same shape and seed.
+    pub fn union(&self, other: &Filter) -> Result<()> {
+        if self.shape() != other.shape() {
+            return Err(Error::ShapeMismatch {
+                ours: self.shape(),
+                theirs: other.shape(),
+            });
+        }
+        self.blocks.union(&other.blocks);
+        self.items.add(other.items());
+        Ok(())
+    }
+
+    /// Shape: block count, `k`, seed.
+    pub fn shape(&self) -> FilterShape {
+        FilterShape {
+            num_blocks: self.blocks.len() as u64,
+            num_hashes: self.num_hashes,
+            seed: self.seed,
+        }
+    }
+
+    /// Total bits (a multiple of 512).
+    pub fn num_bits(&self) -> u64 {
+        self.blocks.len() as u64 * BLOCK_BITS
+    }
+
+    /// Number of 512-bit blocks.
+    pub fn num_blocks(&self) -> u64 {
+        self.blocks.len() as u64
+    }
+
+    /// Bits set per key (`k`).
+    pub fn num_hashes(&self) -> u32 {
+        self.num_hashes
+    }
+
+    /// The hash seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The number of items the filter was sized for.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Bits per expected item.
+    pub fn bits_per_key(&self) -> f64 {
+        self.num_bits() as f64 / self.capacity as f64
+    }
+
+    /// Number of inserts that set at least one new bit: the distinct keys inserted, less the
+    /// few that were false positives when inserted.
+    pub fn items(&self) -> u64 {
+        self.items.sum()
+    }
+
+    /// Bytes of filter memory.
+    pub fn memory_bytes(&self) -> usize {
+        self.blocks.len() * 64
+    }
+
+    /// Fraction of bits set (O(size): reads every word).
+    pub fn fill_ratio(&self) -> f64 {
+        let ones: u64 = (0..self.blocks.len())
+            .map(|i| u64::from(self.blocks.count_ones(i)))
+            .sum();
+        ones as f64 / self.num_bits() as f64
+    }
+
+    /// The false-positive rate of the filter as it is now, for a random absent key: the
+    /// mean over blocks of the chance that `k` distinct random bits of the block are all set.
+    /// Exact for the current bits (O(size): reads every word).
+    pub fn estimated_fpr(&self) -> f64 {
+        let k = self.num_hashes;
+        let total: f64 = (0..self.blocks.len())
+            .map(|i| {
+                let ones = f64::from(self.blocks.count_ones(i));
+                (0..k)
+                    .map(|j| ((ones - f64::from(j)) / (BLOCK_BITS as f64 - f64::from(j))).max(0.0))
+                    .product::<f64>()
+            })
+            .sum();
+        total / self.blocks.len() as f64
+    }
+
+    /// The false-positive rate the blocked model predicts once `capacity` items are in.
+    pub fn target_fpr(&self) -> f64 {
+        math::blocked_fpr(self.bits_per_key(), self.num_hashes)
+    }
+
+    /// A copy of every word, block by block (a relaxed snapshot under concurrent inserts).
+    pub(crate) fn words(&self) -> Vec<u64> {
+        self.blocks.words().collect()
+    }
+
+    /// The stable serialized form (see [`crate::codec`]): magic, version, shape, CRC32.
+    ///
+    /// ```
+    /// let f = bloomsled::Filter::new(100, 0.01)?;
+    /// f.insert(b"x");
+    /// let g = bloomsled::Filter::from_bytes(&f.to_bytes())?;
+    /// assert!(g.contains(b"x"));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn to_bytes(&self) -> Vec<u8> {
+        crate::codec::encode(self)
+    }
+
+    /// Parses [`Filter::to_bytes`] output; a foreign, truncated, corrupt or future-version
+    /// input is an error, never a panic.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Filter> {
+        crate::codec::decode(bytes)
+    }
+}
+
+fn check_shape(shape: &FilterShape) -> Result<()> {
+    if shape.num_blocks == 0 || shape.num_blocks.saturating_mul(BLOCK_BITS) > MAX_BITS {
+        return Err(Error::config(format!(
+            "block count must be between 1 and {}, got {}",
+            MAX_BITS / BLOCK_BITS,
+            shape.num_blocks
+        )));
+    }
+    if !(1..=MAX_HASHES).contains(&shape.num_hashes) {
+        return Err(Error::config(format!(
+            "num_hashes must be between 1 and {MAX_HASHES}, got {}",
+            shape.num_hashes
+        )));
+    }
+    Ok(())
+}
+
+impl Clone for Filter {
+    /// A snapshot copy: inserts racing with the clone may or may not be included.
+    fn clone(&self) -> Self {
+        Filter::from_parts(
+            &self.words(),
+            self.num_hashes,
+            self.seed,
+            self.capacity,
+            self.items(),
+        )
+        .expect("a live filter's own parts are valid")
+    }
+}
+
+impl fmt::Debug for Filter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Filter")
+            .field("num_bits", &self.num_bits())
+            .field("num_hashes", &self.num_hashes)
+            .field("seed", &self.seed)
+            .field("capacity", &self.capacity)
+            .field("items", &self.items())
+            .finish()
+    }
+}
+
+impl Serialize for Filter {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        crate::codec::Repr::from_filter(self).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Filter {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        crate::codec::Repr::deserialize(d)?
+            .into_filter()
+            .map_err(serde::de::Error::custom)
+    }
+}

@@ -1,0 +1,268 @@
+//! `Db`: a sled database whose trees each have a filter.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Deref;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use sled::IVec;
+
+use super::tree::TreeShared;
+use super::{Config, Tree};
+use crate::error::{Error, Result};
+use crate::filter::{Filter, FilterConfig};
+use crate::hash::hash_key;
+
+/// Name sled gives the default tree.
+const DEFAULT_TREE: &[u8] = b"__sled__default";
+
+/// Tree names starting with this are bloomsled's own (filter snapshots); users cannot open
+/// or drop them and `tree_names`/`export` do not list them.
+pub const RESERVED_PREFIX: &[u8] = b"__bloomsled";
+
+/// Opens (or creates) a database at `path` with the default settings.
+///
+/// ```no_run
+/// let db = bloomsled::open("my_db")?;
+/// # Ok::<(), bloomsled::Error>(())
+/// ```
+pub fn open<P: AsRef<Path>>(path: P) -> Result<Db> {
+    Db::open(path)
+}
+
+/// A sled database with a Bloom filter in front of every tree.
+///
+/// `Db` derefs to its default [`Tree`], like `sled::Db`. Clones are cheap and share
+/// everything; `Db` is `Send + Sync`.
+///
+/// ```
+/// let db = bloomsled::Config::new().temporary(true).open()?;
+/// db.insert(b"k", b"v")?;               // the default tree
+/// let logs = db.open_tree("logs")?;     // a named tree with its own filter
+/// logs.insert(b"k", b"other")?;
+/// assert_eq!(db.tree_names().len(), 2);
+/// # Ok::<(), bloomsled::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Db {
+    inner: sled::Db,
+    default: Tree,
+    shared: Arc<DbShared>,
+}
+
+struct DbShared {
+    filter: FilterConfig,
+    /// One filter per open tree, shared by every handle to it.
+    trees: Mutex<HashMap<IVec, Arc<TreeShared>>>,
+}
+
+impl fmt::Debug for Db {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Db")
+            .field("default", &self.default)
+            .field("filter_config", &self.shared.filter)
+            .finish()
+    }
+}
+
+impl Deref for Db {
+    type Target = Tree;
+
+    fn deref(&self) -> &Tree {
+        &self.default
+    }
+}
+
+impl Db {
+    /// Opens (or creates) a database at `path`: 1M expected items per tree, 1% false
+    /// positives, sled's defaults otherwise.
+    pub fn open<P: AsRef<Path>>(path: P) -> Result<Db> {
+        Config::new().path(path).open()
+    }
+
+    pub(crate) fn open_with(config: Config) -> Result<Db> {
+        // Validate before sled creates anything on disk.
+        config.filter.shape()?;
+        let inner = config.sled.open()?;
+        let default_shared = Arc::new(TreeShared::new(build_filter(&inner, &config.filter)?));
+        let default = Tree::new(inner.deref().clone(), default_shared.clone());
+        let mut trees = HashMap::new();
+        trees.insert(IVec::from(DEFAULT_TREE), default_shared);
+        Ok(Db {
+            inner,
+            default,
+            shared: Arc::new(DbShared {
+                filter: config.filter,
+                trees: Mutex::new(trees),
+            }),
+        })
+    }
+
+    /// Opens (creating if needed) the tree `name`, with its own filter. Every handle to one
+    /// tree shares one filter. Opening an existing tree builds its filter from its keys.
+    pub fn open_tree<V: AsRef<[u8]>>(&self, name: V) -> Result<Tree> {
+        let name = name.as_ref();
+        check_user_name(name)?;
+        let mut trees = self.lock_trees();
+        if let Some(shared) = trees.get(name) {
+            return Ok(Tree::new(self.inner.open_tree(name)?, shared.clone()));
+        }
+        let inner = self.inner.open_tree(name)?;
+        let shared = Arc::new(TreeShared::new(build_filter(&inner, &self.shared.filter)?));
+        trees.insert(IVec::from(name), shared.clone());
+        Ok(Tree::new(inner, shared))
+    }
+
+    /// Drops the tree `name` and its filter; `Ok(false)` if it did not exist. The default
+    /// tree cannot be dropped (sled's rule).
+    pub fn drop_tree<V: AsRef<[u8]>>(&self, name: V) -> Result<bool> {
+        let name = name.as_ref();
+        check_user_name(name)?;
+        let mut trees = self.lock_trees();
+        let dropped = self.inner.drop_tree(name)?;
+        trees.remove(name);
+        Ok(dropped)
+    }
+
+    /// Names of all trees, the default one included (bloomsled's internal trees excluded).
+    pub fn tree_names(&self) -> Vec<IVec> {
+        self.inner
+            .tree_names()
+            .into_iter()
+            .filter(|n| !n.starts_with(RESERVED_PREFIX))
+            .collect()
+    }
+
+    /// True if the database was opened from existing files (sled's `was_recovered`).
+    pub fn was_recovered(&self) -> bool {
+        self.inner.was_recovered()
+    }
+
+    /// A monotonic id, unique across restarts (sled's `generate_id`).
+    pub fn generate_id(&self) -> Result<u64> {
+        Ok(self.inner.generate_id()?)
+    }
+
+    /// CRC32 of all keys and values of all trees, in sled's definition (O(n)).
+    pub fn checksum(&self) -> Result<u32> {
+        Ok(self.inner.checksum()?)
+    }
+
+    /// Bytes the database occupies on disk.
+    pub fn size_on_disk(&self) -> Result<u64> {
+        Ok(self.inner.size_on_disk()?)
+    }
+
+    /// Space amplification reported by sled.
+    pub fn space_amplification(&self) -> Result<f64> {
+        Ok(self.inner.space_amplification()?)
+    }
+
+    /// Every tree's entries in sled's version-agnostic export format: `(collection type,
+    /// name, iterator of [key, value])`. bloomsled's internal trees are left out.
+    ///
+    /// ```
+    /// let old = bloomsled::Config::new().temporary(true).open()?;
+    /// old.insert("k", "v")?;
+    /// let new = bloomsled::Config::new().temporary(true).open()?;
+    /// new.import(old.export());
+    /// assert_eq!(old.checksum()?, new.checksum()?);
+    /// assert!(new.may_contain("k"));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn export(&self) -> Vec<(Vec<u8>, Vec<u8>, impl Iterator<Item = Vec<Vec<u8>>>)> {
+        self.inner
+            .export()
+            .into_iter()
+            .filter(|(_, name, _)| !name.starts_with(RESERVED_PREFIX))
+            .collect()
+    }
+
+    /// Imports an [`Db::export`] (from this or another sled/bloomsled version), every key
+    /// through the filter.
+    ///
+    /// # Panics
+    /// Like sled's `import`: on a storage error, an unknown collection type, a malformed
+    /// entry, or a key that already exists. [`Db::try_import`] returns those as errors.
+    pub fn import(&self, export: Vec<(Vec<u8>, Vec<u8>, impl Iterator<Item = Vec<Vec<u8>>>)>) {
+        if let Err(e) = self.try_import(export) {
+            panic!("import failed: {e}");
+        }
+    }
+
+    /// [`Db::import`] that reports failures instead of panicking. Entries imported before a
+    /// failure stay imported.
+    pub fn try_import(
+        &self,
+        export: Vec<(Vec<u8>, Vec<u8>, impl Iterator<Item = Vec<Vec<u8>>>)>,
+    ) -> Result<()> {
+        for (kind, name, entries) in export {
+            if kind != b"tree" {
+                return Err(Error::config(format!(
+                    "cannot import collection type {:?}",
+                    String::from_utf8_lossy(&kind)
+                )));
+            }
+            let tree = if name == DEFAULT_TREE {
+                self.default.clone()
+            } else {
+                self.open_tree(&name)?
+            };
+            for mut kv in entries {
+                let (Some(v), Some(k), true) = (kv.pop(), kv.pop(), kv.is_empty()) else {
+                    return Err(Error::config("import entry is not a [key, value] pair"));
+                };
+                // Insert-if-absent: an existing key is reported, never overwritten.
+                if tree.compare_and_swap(&k, None::<&[u8]>, Some(v))?.is_err() {
+                    return Err(Error::config(format!(
+                        "import would overwrite key {:?} of tree {:?}",
+                        String::from_utf8_lossy(&k),
+                        String::from_utf8_lossy(&name)
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn lock_trees(&self) -> std::sync::MutexGuard<'_, HashMap<IVec, Arc<TreeShared>>> {
+        // The map is only ever replaced whole-entry, so a panic elsewhere cannot leave it
+        // half-updated: recover from poisoning instead of propagating it.
+        self.shared
+            .trees
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn check_user_name(name: &[u8]) -> Result<()> {
+    if name.starts_with(RESERVED_PREFIX) {
+        return Err(Error::config(format!(
+            "tree names starting with {:?} are reserved for bloomsled",
+            String::from_utf8_lossy(RESERVED_PREFIX)
+        )));
+    }
+    Ok(())
+}
+
+/// Builds a tree's filter from a scan of its keys, sized for the larger of the configured
+/// capacity and the keys found. This is also the recovery path when no trusted snapshot
+/// exists, so it must see every key: it reads the tree after sled's recovery, before any
+/// handle to it is given out.
+fn build_filter(tree: &sled::Tree, config: &FilterConfig) -> Result<Filter> {
+    let seed = config.hash_seed();
+    let mut hashes = Vec::new();
+    for key in tree.iter().keys() {
+        hashes.push(hash_key(&key?, seed));
+    }
+    let config = config
+        .clone()
+        .expected_items(config.capacity().max(hashes.len() as u64));
+    let filter = config.build()?;
+    for h in hashes {
+        filter.insert_hash(h);
+    }
+    Ok(filter)
+}

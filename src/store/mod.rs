@@ -1,0 +1,12 @@
+//! The sled-shaped store: `Db`, `Tree`, `Config`, `Batch`, transactions.
+
+mod batch;
+mod config;
+mod db;
+pub mod transaction;
+mod tree;
+
+pub use batch::Batch;
+pub use config::Config;
+pub use db::{open, Db, RESERVED_PREFIX};
+pub use tree::{CompareAndSwapError, CompareAndSwapResult, Tree};
