@@ -161,6 +161,28 @@ mod tests {
     }
 
     #[test]
+    fn readme_sizing_table() {
+        // (bits/key, blocked k, blocked FPR, standard FPR at k = round(b ln 2)), as printed.
+        let rows = [
+            (6.0, 4, 0.0573, 0.0561),
+            (8.0, 5, 0.0229, 0.0216),
+            (10.0, 6, 0.00946, 0.00819),
+            (12.0, 8, 0.00401, 0.00314),
+            (16.0, 9, 0.00080, 0.00046),
+            (20.0, 11, 0.000185, 0.000067),
+        ];
+        for (b, k, blocked, standard) in rows {
+            assert_eq!(blocked_optimal_k(b), k, "b={b}");
+            let got = blocked_fpr(b, k);
+            assert!((got - blocked).abs() / blocked < 0.01, "b={b}: {got}");
+            let m = (b * 1000.0) as u64;
+            let std_k = (b * std::f64::consts::LN_2).round() as u32;
+            let got = standard_fpr(m, 1000, std_k);
+            assert!((got - standard).abs() / standard < 0.02, "b={b}: {got}");
+        }
+    }
+
+    #[test]
     fn blocked_sizing_reaches_target() {
         for &p in &[0.5, 0.1, 0.01, 0.001, 1e-4, 1e-5] {
             let bpk = bits_per_key_for(p).unwrap();

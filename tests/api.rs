@@ -1,0 +1,299 @@
+//! The sled-shaped surface, configuration errors and edge-case keys.
+
+use std::time::Duration;
+
+use bloomsled::transaction::{abort, TransactionError, TransactionResult};
+use bloomsled::{Batch, Config, Error, Event, Filter, Transactional};
+
+fn tmp() -> bloomsled::Db {
+    Config::new()
+        .temporary(true)
+        .expected_items(10_000)
+        .open()
+        .unwrap()
+}
+
+#[test]
+fn bad_configuration_is_a_typed_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let bad = [
+        Config::new().path(&path).expected_items(0),
+        Config::new().path(&path).false_positive_rate(0.0),
+        Config::new().path(&path).false_positive_rate(1.0),
+        Config::new().path(&path).false_positive_rate(-0.5),
+        Config::new().path(&path).false_positive_rate(f64::NAN),
+        Config::new().path(&path).false_positive_rate(1e-300),
+        Config::new().path(&path).bits_per_key(0.5),
+        Config::new().path(&path).bits_per_key(f64::INFINITY),
+        Config::new().path(&path).num_hashes(0),
+        Config::new().path(&path).num_hashes(33),
+        Config::new().path(&path).expected_items(u64::MAX),
+    ];
+    for c in bad {
+        match c.open() {
+            Err(Error::InvalidConfig { what }) => assert!(!what.is_empty()),
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+    // Nothing was created on disk by a rejected configuration.
+    assert!(!path.exists());
+    assert!(matches!(
+        Filter::new(0, 0.01),
+        Err(Error::InvalidConfig { .. })
+    ));
+    assert!(matches!(
+        Filter::with_bits_per_key(10, 0.0),
+        Err(Error::InvalidConfig { .. })
+    ));
+}
+
+#[test]
+fn empty_and_one_mebibyte_keys_work() {
+    let db = tmp();
+    let big = vec![0xabu8; 1 << 20];
+    db.insert(b"", b"empty".to_vec()).unwrap();
+    db.insert(&big, b"big".to_vec()).unwrap();
+    assert!(db.may_contain(b""));
+    assert!(db.may_contain(&big));
+    assert_eq!(db.get(b"").unwrap().unwrap(), b"empty");
+    assert_eq!(db.get(&big).unwrap().unwrap(), b"big");
+    let mut other = big.clone();
+    other[12345] = 0;
+    assert_eq!(db.get(&other).unwrap(), None);
+    let f = Filter::new(10, 0.01).unwrap();
+    f.insert(b"");
+    f.insert(&big);
+    assert!(f.contains(b"") && f.contains(&big));
+}
+
+#[test]
+fn reopen_rebuilds_filters_from_the_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys: Vec<String> = (0..3_000).map(|i| format!("key-{i}")).collect();
+    {
+        let db = Config::new()
+            .path(dir.path())
+            .expected_items(1_000)
+            .open()
+            .unwrap();
+        let t = db.open_tree("named").unwrap();
+        for k in &keys {
+            db.insert(k, b"d".to_vec()).unwrap();
+            t.insert(k, b"n".to_vec()).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let db = Config::new()
+        .path(dir.path())
+        .expected_items(1_000)
+        .open()
+        .unwrap();
+    assert!(db.was_recovered());
+    let t = db.open_tree("named").unwrap();
+    for k in &keys {
+        assert!(db.may_contain(k) && t.may_contain(k), "{k}");
+    }
+    // More keys than configured: the rebuilt filter is sized for what it found.
+    assert!(t.stats().capacity >= 3_000);
+    assert!(t.stats().estimated_fpr < 0.02, "{:?}", t.stats());
+}
+
+#[test]
+fn trees_have_their_own_filters_and_share_them_between_handles() {
+    let db = tmp();
+    let a = db.open_tree("a").unwrap();
+    let a2 = db.open_tree(b"a").unwrap();
+    let b = db.open_tree("b").unwrap();
+    a.insert("k", "v").unwrap();
+    assert!(a2.may_contain("k"));
+    assert_eq!(a2.get("k").unwrap().unwrap(), b"v");
+    assert_eq!(b.get("k").unwrap(), None);
+    assert_eq!(b.stats().store_lookups_skipped, 1);
+    assert_eq!(db.tree_names().len(), 3);
+    assert!(db.drop_tree("b").unwrap());
+    assert!(!db.drop_tree("b").unwrap());
+    assert_eq!(db.tree_names().len(), 2);
+    // A re-created tree starts empty with a fresh filter.
+    let b = db.open_tree("b").unwrap();
+    assert!(b.is_empty());
+    assert!(matches!(
+        db.open_tree("__bloomsled_meta"),
+        Err(Error::InvalidConfig { .. })
+    ));
+    assert!(matches!(
+        db.drop_tree("__bloomsled_x"),
+        Err(Error::InvalidConfig { .. })
+    ));
+}
+
+#[test]
+fn sled_style_reads_and_iteration() {
+    let db = tmp();
+    for i in 0u8..10 {
+        db.insert([i], vec![i * 10]).unwrap();
+    }
+    assert_eq!(db.len(), 10);
+    assert!(!db.is_empty());
+    assert_eq!(db.first().unwrap().unwrap().0, [0]);
+    assert_eq!(db.last().unwrap().unwrap().0, [9]);
+    assert_eq!(db.get_lt([5]).unwrap().unwrap().0, [4]);
+    assert_eq!(db.get_gt([5]).unwrap().unwrap().0, [6]);
+    let r: Vec<_> = db
+        .range([2u8]..[5u8])
+        .keys()
+        .map(|k| k.unwrap()[0])
+        .collect();
+    assert_eq!(r, vec![2, 3, 4]);
+    let rev: Vec<_> = db.iter().keys().rev().map(|k| k.unwrap()[0]).collect();
+    assert_eq!(rev.first(), Some(&9));
+    assert_eq!((&*db).into_iter().count(), 10);
+    db.insert(b"pre/1", b"x".to_vec()).unwrap();
+    db.insert(b"pre/2", b"y".to_vec()).unwrap();
+    assert_eq!(db.scan_prefix(b"pre/").count(), 2);
+    assert_eq!(db.pop_min().unwrap().unwrap().0, [0]);
+    assert_eq!(db.pop_max().unwrap().unwrap().0, b"pre/2");
+    assert_eq!(db.name(), b"__sled__default");
+    let c1 = db.checksum().unwrap();
+    db.insert(b"more", b"z".to_vec()).unwrap();
+    assert_ne!(c1, db.checksum().unwrap());
+    assert!(db.flush().unwrap() > 0 || db.size_on_disk().unwrap() > 0);
+    db.clear().unwrap();
+    assert!(db.is_empty());
+    assert!(db.stats().stale_entries >= 10);
+    assert!(db.generate_id().unwrap() < db.generate_id().unwrap());
+}
+
+#[test]
+fn multi_tree_transactions_admit_every_key_and_abort_cleanly() {
+    let db = tmp();
+    let a = db.open_tree("a").unwrap();
+    let b = db.open_tree("b").unwrap();
+    let r: TransactionResult<()> = (&a, &b).transaction(|(ta, tb)| {
+        ta.insert(b"from", b"x".to_vec())?;
+        tb.insert(b"to", b"y".to_vec())?;
+        let mut batch = Batch::default();
+        batch.insert(b"batched".to_vec(), b"z".to_vec());
+        tb.apply_batch(&batch)?;
+        Ok(())
+    });
+    r.unwrap();
+    assert!(a.may_contain(b"from") && b.may_contain(b"to") && b.may_contain(b"batched"));
+    assert_eq!(b.get(b"batched").unwrap().unwrap(), b"z");
+
+    let r: TransactionResult<(), &str> = (&a, &b).transaction(|(ta, _tb)| {
+        ta.insert(b"aborted", b"x".to_vec())?;
+        abort("no")
+    });
+    assert_eq!(r, Err(TransactionError::Abort("no")));
+    assert_eq!(a.get(b"aborted").unwrap(), None);
+
+    let trees = [a.clone(), b.clone()];
+    let r: TransactionResult<()> = trees[..].transaction(|txs| {
+        txs[0].insert(b"slice", b"1".to_vec())?;
+        txs[1].insert(b"slice", b"2".to_vec())?;
+        txs[1].remove(b"to".to_vec())?;
+        Ok(())
+    });
+    r.unwrap();
+    assert_eq!(b.get(b"slice").unwrap().unwrap(), b"2");
+    assert_eq!(b.get(b"to").unwrap(), None);
+}
+
+#[test]
+fn watch_prefix_sees_writes() {
+    let db = tmp();
+    let mut sub = db.watch_prefix(b"user/");
+    db.insert(b"user/1", b"x".to_vec()).unwrap();
+    db.remove(b"user/1").unwrap();
+    match sub.next_timeout(Duration::from_secs(5)).unwrap() {
+        Event::Insert { key, .. } => assert_eq!(key, b"user/1"),
+        e => panic!("unexpected {e:?}"),
+    }
+    match sub.next_timeout(Duration::from_secs(5)).unwrap() {
+        Event::Remove { key } => assert_eq!(key, b"user/1"),
+        e => panic!("unexpected {e:?}"),
+    }
+}
+
+#[test]
+fn export_import_carries_every_key_through_the_filter() {
+    let src = tmp();
+    let t = src.open_tree("t").unwrap();
+    for i in 0..500u32 {
+        src.insert(i.to_be_bytes(), b"d".to_vec()).unwrap();
+        t.insert(i.to_le_bytes(), b"t".to_vec()).unwrap();
+    }
+    let dst = tmp();
+    dst.import(src.export());
+    assert_eq!(src.checksum().unwrap(), dst.checksum().unwrap());
+    let t2 = dst.open_tree("t").unwrap();
+    for i in 0..500u32 {
+        assert!(dst.may_contain(i.to_be_bytes()));
+        assert!(t2.may_contain(i.to_le_bytes()));
+    }
+    // Importing again would overwrite: an error, and the data is untouched.
+    let before = dst.checksum().unwrap();
+    assert!(matches!(
+        dst.try_import(src.export()),
+        Err(Error::InvalidConfig { .. })
+    ));
+    assert_eq!(before, dst.checksum().unwrap());
+}
+
+/// Written exactly as sled's own doc examples are (borrowed arrays included), to show they
+/// compile unchanged against bloomsled.
+#[test]
+#[allow(clippy::needless_borrows_for_generic_args)]
+fn sled_style_equality_assertions_compile() {
+    let db = tmp();
+    assert_eq!(db.insert(&[1, 2, 3], vec![0]), Ok(None));
+    assert_eq!(db.get(&[9]), Ok(None));
+    assert_eq!(db.contains_key(&[1, 2, 3]), Ok(true));
+}
+
+#[test]
+fn stats_count_what_the_filter_saved() {
+    let db = tmp();
+    for i in 0..1_000u32 {
+        db.insert(i.to_le_bytes(), vec![]).unwrap();
+    }
+    for i in 0..1_000u32 {
+        assert!(db.get(i.to_le_bytes()).unwrap().is_some());
+    }
+    for i in 1_000..11_000u32 {
+        assert!(db.get(i.to_le_bytes()).unwrap().is_none());
+    }
+    let s = db.stats();
+    assert_eq!(s.lookups, 11_000);
+    assert_eq!(s.store_lookups_skipped + s.false_positives, 10_000);
+    assert!(s.false_positives < 100, "{s:?}");
+    assert!(s.skip_ratio() > 0.89);
+    assert!(s.items <= 1_000 && s.items > 990);
+}
+
+#[test]
+fn filter_union_and_serialization() {
+    let a = Filter::new(1_000, 0.01).unwrap();
+    let b = Filter::new(1_000, 0.01).unwrap();
+    a.add(b"left");
+    b.add(b"right");
+    a.union(&b).unwrap();
+    assert!(a.contains(b"left") && a.contains(b"right"));
+    let other_seed = bloomsled::FilterConfig::new(1_000).seed(7).build().unwrap();
+    assert!(matches!(
+        a.union(&other_seed),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    let small = Filter::new(10, 0.01).unwrap();
+    assert!(matches!(a.union(&small), Err(Error::ShapeMismatch { .. })));
+
+    let bytes = a.to_bytes();
+    let c = Filter::from_bytes(&bytes).unwrap();
+    assert!(c.contains(b"left") && c.contains(b"right"));
+    assert_eq!(c.shape(), a.shape());
+    assert_eq!(c.items(), a.items());
+    assert_eq!(c.to_bytes(), bytes);
+    let cloned = a.clone();
+    assert_eq!(cloned.to_bytes(), bytes);
+}
