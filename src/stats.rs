@@ -4,16 +4,23 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 const STRIPES: usize = 16;
 
-/// One stripe per 128 bytes (two cache lines: adjacent-line prefetchers pair them).
+/// One stripe of `N` counters per 128 bytes (two cache lines: adjacent-line prefetchers
+/// pair them).
 #[repr(align(128))]
-#[derive(Default)]
-struct Stripe(AtomicU64);
+struct Stripe<const N: usize>([AtomicU64; N]);
 
-/// A sum spread over stripes. Each thread adds to its own stripe, so a hot lookup path
-/// from many threads costs an uncontended atomic add instead of a line ping-pong.
-#[derive(Default)]
-pub(crate) struct Counter {
-    stripes: [Stripe; STRIPES],
+/// `N` sums spread over stripes. Each thread adds to its own stripe, so a hot lookup path
+/// from many threads costs one uncontended atomic add instead of a cache-line ping-pong.
+pub(crate) struct Counters<const N: usize> {
+    stripes: [Stripe<N>; STRIPES],
+}
+
+impl<const N: usize> Default for Counters<N> {
+    fn default() -> Self {
+        Counters {
+            stripes: std::array::from_fn(|_| Stripe(std::array::from_fn(|_| AtomicU64::new(0)))),
+        }
+    }
 }
 
 fn my_stripe() -> usize {
@@ -24,16 +31,18 @@ fn my_stripe() -> usize {
     STRIPE.with(|s| *s)
 }
 
-impl Counter {
+impl<const N: usize> Counters<N> {
+    /// Adds `n` to counter `which`.
     #[inline]
-    pub(crate) fn add(&self, n: u64) {
-        self.stripes[my_stripe()].0.fetch_add(n, Relaxed);
+    pub(crate) fn add(&self, which: usize, n: u64) {
+        self.stripes[my_stripe()].0[which].fetch_add(n, Relaxed);
     }
 
-    pub(crate) fn sum(&self) -> u64 {
+    /// The total of counter `which`.
+    pub(crate) fn sum(&self, which: usize) -> u64 {
         self.stripes
             .iter()
-            .fold(0u64, |a, s| a.wrapping_add(s.0.load(Relaxed)))
+            .fold(0u64, |a, s| a.wrapping_add(s.0[which].load(Relaxed)))
     }
 }
 

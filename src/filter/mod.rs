@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, FilterShape, Result};
 use crate::hash::{block_index, block_pattern, hash_key, BLOCK_WORDS, DEFAULT_SEED};
-use crate::stats::Counter;
+use crate::stats::Counters;
 use bits::Blocks;
 
 /// Bits in one block: one 64-byte cache line.
@@ -208,7 +208,7 @@ pub struct Filter {
     num_hashes: u32,
     seed: u64,
     capacity: u64,
-    items: Counter,
+    items: Counters<1>,
 }
 
 impl Filter {
@@ -244,7 +244,7 @@ impl Filter {
             num_hashes: shape.num_hashes,
             seed: shape.seed,
             capacity: capacity.max(1),
-            items: Counter::default(),
+            items: Counters::default(),
         })
     }
 
@@ -275,9 +275,9 @@ impl Filter {
             num_hashes,
             seed,
             capacity: capacity.max(1),
-            items: Counter::default(),
+            items: Counters::default(),
         };
-        f.items.add(items);
+        f.items.add(0, items);
         Ok(f)
     }
 
@@ -301,7 +301,7 @@ impl Filter {
         let i = block_index(h, self.blocks.len() as u64);
         let changed = self.blocks.set(i, &block_pattern(h, self.num_hashes));
         if changed {
-            self.items.add(1);
+            self.items.add(0, 1);
         }
         !changed
     }
@@ -380,7 +380,7 @@ impl Filter {
             });
         }
         self.blocks.union(&other.blocks);
-        self.items.add(other.items());
+        self.items.add(0, other.items());
         Ok(())
     }
 
@@ -426,7 +426,7 @@ impl Filter {
     /// Number of inserts that set at least one new bit: the distinct keys inserted, less the
     /// few that were false positives when inserted.
     pub fn items(&self) -> u64 {
-        self.items.sum()
+        self.items.sum(0)
     }
 
     /// Bytes of filter memory.

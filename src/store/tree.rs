@@ -10,7 +10,7 @@ use super::transaction::{self, TransactionalTree};
 use super::Batch;
 use crate::error::Result;
 use crate::filter::Filter;
-use crate::stats::{Counter, Stats};
+use crate::stats::{Counters, Stats};
 
 pub use sled::CompareAndSwapError;
 
@@ -21,20 +21,21 @@ pub type CompareAndSwapResult = Result<std::result::Result<(), CompareAndSwapErr
 /// Per-tree state shared by every handle of the tree.
 pub(crate) struct TreeShared {
     pub(crate) filter: Filter,
-    lookups: Counter,
-    skipped: Counter,
-    false_positives: Counter,
-    stale: Counter,
+    counters: Counters<4>,
 }
+
+// Counter slots. A lookup bumps exactly one of SKIPPED / PASSED, so the hot path pays one
+// atomic add; `lookups` is their sum.
+const SKIPPED: usize = 0;
+const PASSED: usize = 1;
+const FALSE_POSITIVES: usize = 2;
+const STALE: usize = 3;
 
 impl TreeShared {
     pub(crate) fn new(filter: Filter) -> Self {
         TreeShared {
             filter,
-            lookups: Counter::default(),
-            skipped: Counter::default(),
-            false_positives: Counter::default(),
-            stale: Counter::default(),
+            counters: Counters::default(),
         }
     }
 
@@ -49,21 +50,18 @@ impl TreeShared {
     /// The filter's verdict for a store lookup, counted.
     #[inline]
     fn probe(&self, key: &[u8]) -> bool {
-        self.lookups.add(1);
         let maybe = self.filter.contains(key);
-        if !maybe {
-            self.skipped.add(1);
-        }
+        self.counters.add(if maybe { PASSED } else { SKIPPED }, 1);
         maybe
     }
 
     #[inline]
     fn note_store_miss(&self) {
-        self.false_positives.add(1);
+        self.counters.add(FALSE_POSITIVES, 1);
     }
 
     pub(crate) fn note_removed(&self) {
-        self.stale.add(1);
+        self.counters.add(STALE, 1);
     }
 }
 
@@ -221,8 +219,9 @@ impl Tree {
 
     fn count_batch(&self, maybe: &[bool]) {
         let negatives = maybe.iter().filter(|m| !**m).count() as u64;
-        self.shared.lookups.add(maybe.len() as u64);
-        self.shared.skipped.add(negatives);
+        let c = &self.shared.counters;
+        c.add(SKIPPED, negatives);
+        c.add(PASSED, maybe.len() as u64 - negatives);
     }
 
     /// Removes a key, returning its last value. In plain mode its filter bits stay set
@@ -462,7 +461,7 @@ impl Tree {
     pub fn clear(&self) -> Result<()> {
         let n = self.inner.len() as u64;
         self.inner.clear()?;
-        self.shared.stale.add(n);
+        self.shared.counters.add(STALE, n);
         Ok(())
     }
 
@@ -494,10 +493,10 @@ impl Tree {
             fill_ratio: f.fill_ratio(),
             estimated_fpr: f.estimated_fpr(),
             target_fpr: f.target_fpr(),
-            lookups: s.lookups.sum(),
-            store_lookups_skipped: s.skipped.sum(),
-            false_positives: s.false_positives.sum(),
-            stale_entries: s.stale.sum(),
+            lookups: s.counters.sum(SKIPPED) + s.counters.sum(PASSED),
+            store_lookups_skipped: s.counters.sum(SKIPPED),
+            false_positives: s.counters.sum(FALSE_POSITIVES),
+            stale_entries: s.counters.sum(STALE),
             memory_bytes: f.memory_bytes(),
         }
     }
