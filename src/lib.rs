@@ -36,6 +36,7 @@
 pub mod codec;
 mod error;
 pub mod filter;
+pub mod format;
 pub mod hash;
 mod stats;
 mod store;
