@@ -69,6 +69,16 @@ pub enum Error {
         got: u32,
     },
 
+    /// A tree's snapshot could not be trusted and the database was opened with
+    /// `Recovery::Strict`, which forbids rebuilding silently.
+    #[error("snapshot of tree {tree:?} rejected: {fault}")]
+    SnapshotRejected {
+        /// Tree name (lossy UTF-8).
+        tree: String,
+        /// What failed.
+        fault: crate::format::SnapshotFault,
+    },
+
     /// Serialized bytes are well-framed but describe an impossible filter.
     #[error("corrupt filter data: {0}")]
     Corrupt(String),

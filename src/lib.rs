@@ -38,12 +38,15 @@ mod error;
 pub mod filter;
 pub mod format;
 pub mod hash;
+pub mod persist;
 mod stats;
 mod store;
 
 pub use error::{Error, FilterShape, Result};
 pub use filter::math::{bits_for, blocked_fpr, optimal_k, standard_fpr};
 pub use filter::{Filter, FilterConfig, Sizing};
+pub use format::SnapshotFault;
+pub use persist::{Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo};
 pub use sled::{Event, IVec, Iter, MergeOperator, Mode, Subscriber};
 pub use stats::Stats;
 pub use store::transaction::{self, Transactional};

@@ -68,9 +68,10 @@ fn empty_and_one_mebibyte_keys_work() {
 }
 
 #[test]
-fn reopen_rebuilds_filters_from_the_keys() {
+fn reopen_loads_snapshots_and_rebuilds_without_them() {
     let dir = tempfile::tempdir().unwrap();
     let keys: Vec<String> = (0..3_000).map(|i| format!("key-{i}")).collect();
+    let snap;
     {
         let db = Config::new()
             .path(dir.path())
@@ -82,19 +83,45 @@ fn reopen_rebuilds_filters_from_the_keys() {
             db.insert(k, b"d".to_vec()).unwrap();
             t.insert(k, b"n".to_vec()).unwrap();
         }
-        db.flush().unwrap();
+        snap = t.snapshot_path().unwrap().to_path_buf();
     }
+    {
+        let db = Config::new()
+            .path(dir.path())
+            .expected_items(1_000)
+            .open()
+            .unwrap();
+        assert!(db.was_recovered());
+        let t = db.open_tree("named").unwrap();
+        for tree in [&*db, &t] {
+            let r = tree.recovery_report();
+            assert!(r.loaded(), "{r:?}");
+            assert_eq!(r.keys_scanned, 0);
+            assert!(r.bytes_verified > 0);
+        }
+        for k in &keys {
+            assert!(db.may_contain(k) && t.may_contain(k), "{k}");
+        }
+    }
+    // Without its snapshot, the tree is rebuilt from its keys, sized for what it found.
+    std::fs::remove_file(&snap).unwrap();
     let db = Config::new()
         .path(dir.path())
         .expected_items(1_000)
         .open()
         .unwrap();
-    assert!(db.was_recovered());
     let t = db.open_tree("named").unwrap();
+    let r = t.recovery_report();
+    assert_eq!(
+        r.outcome,
+        bloomsled::RecoveryOutcome::Rebuilt {
+            reason: bloomsled::SnapshotFault::Missing
+        }
+    );
+    assert_eq!(r.keys_scanned, 3_000);
     for k in &keys {
-        assert!(db.may_contain(k) && t.may_contain(k), "{k}");
+        assert!(t.may_contain(k), "{k}");
     }
-    // More keys than configured: the rebuilt filter is sized for what it found.
     assert!(t.stats().capacity >= 3_000);
     assert!(t.stats().estimated_fpr < 0.02, "{:?}", t.stats());
 }

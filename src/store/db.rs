@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::ops::Deref;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use sled::IVec;
 
@@ -12,7 +14,11 @@ use super::tree::TreeShared;
 use super::{Config, Tree};
 use crate::error::{Error, Result};
 use crate::filter::{Filter, FilterConfig};
+use crate::format::SnapshotFault;
 use crate::hash::hash_key;
+use crate::persist::{
+    self, Persistence, Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo, TreeFiles,
+};
 
 /// Name sled gives the default tree.
 const DEFAULT_TREE: &[u8] = b"__sled__default";
@@ -52,7 +58,7 @@ pub struct Db {
 }
 
 struct DbShared {
-    filter: FilterConfig,
+    config: Config,
     /// One filter per open tree, shared by every handle to it.
     trees: Mutex<HashMap<IVec, Arc<TreeShared>>>,
 }
@@ -61,7 +67,7 @@ impl fmt::Debug for Db {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Db")
             .field("default", &self.default)
-            .field("filter_config", &self.shared.filter)
+            .field("filter_config", &self.shared.config.filter)
             .finish()
     }
 }
@@ -83,20 +89,56 @@ impl Db {
 
     pub(crate) fn open_with(config: Config) -> Result<Db> {
         // Validate before sled creates anything on disk.
-        config.filter.shape()?;
+        config.validate()?;
         let inner = config.sled.open()?;
-        let default_shared = Arc::new(TreeShared::new(build_filter(&inner, &config.filter)?));
+        let existed = inner.was_recovered();
+        let default_shared = open_filter(&inner, &config, DEFAULT_TREE, existed)?;
         let default = Tree::new(inner.deref().clone(), default_shared.clone());
         let mut trees = HashMap::new();
         trees.insert(IVec::from(DEFAULT_TREE), default_shared);
+        let shared = Arc::new(DbShared {
+            config,
+            trees: Mutex::new(trees),
+        });
+        if let Some(every) = shared.config.snapshot_interval {
+            if !shared.config.temporary {
+                spawn_snapshotter(Arc::downgrade(&shared), every);
+            }
+        }
         Ok(Db {
             inner,
             default,
-            shared: Arc::new(DbShared {
-                filter: config.filter,
-                trees: Mutex::new(trees),
-            }),
+            shared,
         })
+    }
+
+    /// Snapshots every open tree written since its last snapshot, so that the next open
+    /// loads all filters without a scan. Returns what was written.
+    pub fn snapshot_all(&self) -> Result<Vec<SnapshotInfo>> {
+        let trees: Vec<Arc<TreeShared>> = self.lock_trees().values().cloned().collect();
+        let mut out = Vec::new();
+        for t in trees {
+            if let Some(info) = t.snapshot_if_dirty()? {
+                out.push(info);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Snapshots every tree written since its last snapshot and flushes sled: what dropping
+    /// the last handle does, with errors reported instead of logged.
+    pub fn close(self) -> Result<()> {
+        self.snapshot_all()?;
+        self.inner.flush()?;
+        Ok(())
+    }
+
+    /// The recovery report of every open tree.
+    pub fn recovery_reports(&self) -> Vec<RecoveryReport> {
+        self.lock_trees()
+            .values()
+            .map(|t| t.report.clone())
+            .collect()
     }
 
     /// Opens (creating if needed) the tree `name`, with its own filter. Every handle to one
@@ -108,8 +150,9 @@ impl Db {
         if let Some(shared) = trees.get(name) {
             return Ok(Tree::new(self.inner.open_tree(name)?, shared.clone()));
         }
+        let existed = self.inner.tree_names().iter().any(|n| n == name);
         let inner = self.inner.open_tree(name)?;
-        let shared = Arc::new(TreeShared::new(build_filter(&inner, &self.shared.filter)?));
+        let shared = open_filter(&inner, &self.shared.config, name, existed)?;
         trees.insert(IVec::from(name), shared.clone());
         Ok(Tree::new(inner, shared))
     }
@@ -121,7 +164,11 @@ impl Db {
         check_user_name(name)?;
         let mut trees = self.lock_trees();
         let dropped = self.inner.drop_tree(name)?;
-        trees.remove(name);
+        if let Some(t) = trees.remove(name) {
+            t.forget_snapshot()?;
+        } else if !self.shared.config.temporary {
+            TreeFiles::new(&self.shared.config.path, name).remove()?;
+        }
         Ok(dropped)
     }
 
@@ -248,10 +295,10 @@ fn check_user_name(name: &[u8]) -> Result<()> {
 }
 
 /// Builds a tree's filter from a scan of its keys, sized for the larger of the configured
-/// capacity and the keys found. This is also the recovery path when no trusted snapshot
-/// exists, so it must see every key: it reads the tree after sled's recovery, before any
-/// handle to it is given out.
-fn build_filter(tree: &sled::Tree, config: &FilterConfig) -> Result<Filter> {
+/// capacity and the keys found. This is the recovery path when no trusted snapshot exists,
+/// so it must see every key: it reads the tree after sled's recovery, before any handle to
+/// it is given out. Returns the filter and the number of keys scanned.
+fn build_filter(tree: &sled::Tree, config: &FilterConfig) -> Result<(Filter, u64)> {
     let seed = config.hash_seed();
     let mut hashes = Vec::new();
     for key in tree.iter().keys() {
@@ -261,8 +308,125 @@ fn build_filter(tree: &sled::Tree, config: &FilterConfig) -> Result<Filter> {
         .clone()
         .expected_items(config.capacity().max(hashes.len() as u64));
     let filter = config.build()?;
-    for h in hashes {
+    for &h in &hashes {
         filter.insert_hash(h);
     }
-    Ok(filter)
+    Ok((filter, hashes.len() as u64))
+}
+
+/// Gives a tree its filter at open: its snapshot if it can be trusted, else a rebuild from
+/// the keys (then a fresh snapshot), or an error in strict mode.
+fn open_filter(
+    tree: &sled::Tree,
+    config: &Config,
+    name: &[u8],
+    existed: bool,
+) -> Result<Arc<TreeShared>> {
+    let start = Instant::now();
+    let tree_name = String::from_utf8_lossy(name).into_owned();
+    let report = |outcome, keys_scanned, bytes_verified, generation| RecoveryReport {
+        tree: tree_name.clone(),
+        outcome,
+        keys_scanned,
+        bytes_verified,
+        generation,
+        duration: start.elapsed(),
+    };
+    let every = config.snapshot_every_writes;
+    if config.temporary {
+        let (filter, scanned) = build_filter(tree, &config.filter)?;
+        let r = report(RecoveryOutcome::InMemory, scanned, 0, 0);
+        return Ok(Arc::new(TreeShared::new(filter, None, r, every)));
+    }
+    let files = TreeFiles::new(&config.path, name);
+    let dirty = persist::read_state(&files);
+    let fault = match persist::load(&files, hash_key(name, 0), dirty.clone()) {
+        Ok(loaded) => {
+            let marked = dirty.ok().flatten();
+            let p = Persistence::open(files, name, config.page_size, loaded.generation, marked)?;
+            let r = report(RecoveryOutcome::Loaded, 0, loaded.bytes, loaded.generation);
+            log::info!(
+                "bloomsled: tree {:?}: filter loaded from snapshot generation {} ({} bytes \
+                 verified) in {:?}",
+                r.tree,
+                r.generation,
+                r.bytes_verified,
+                r.duration
+            );
+            return Ok(Arc::new(TreeShared::new(loaded.filter, Some(p), r, every)));
+        }
+        Err(fault) => fault,
+    };
+    let new_tree = !existed && fault == SnapshotFault::Missing;
+    if config.recovery == Recovery::Strict && !new_tree {
+        return Err(Error::SnapshotRejected {
+            tree: tree_name,
+            fault,
+        });
+    }
+    let (filter, scanned) = build_filter(tree, &config.filter)?;
+    // Any snapshot still on disk is older than the one about to be written, and the marker
+    // keeps it untrusted should that write not complete.
+    let base = persist::peek_generation(&files)
+        .unwrap_or(0)
+        .max(dirty.clone().ok().flatten().unwrap_or(0));
+    let p = Persistence::open(files, name, config.page_size, base, dirty.ok().flatten())?;
+    let info = p.snapshot(&filter)?;
+    let outcome = if new_tree {
+        RecoveryOutcome::Created
+    } else {
+        RecoveryOutcome::Rebuilt { reason: fault }
+    };
+    let r = report(outcome, scanned, 0, info.generation);
+    match &r.outcome {
+        RecoveryOutcome::Rebuilt { reason } => log::info!(
+            "bloomsled: tree {:?}: filter rebuilt from {} keys in {:?} ({reason})",
+            r.tree,
+            r.keys_scanned,
+            r.duration
+        ),
+        _ => log::debug!("bloomsled: tree {:?}: new filter", r.tree),
+    }
+    Ok(Arc::new(TreeShared::new(filter, Some(p), r, every)))
+}
+
+/// Background snapshots every `every`, until the database is dropped.
+fn spawn_snapshotter(db: Weak<DbShared>, every: Duration) {
+    let spawned = thread::Builder::new()
+        .name("bloomsled-snapshot".into())
+        .spawn(move || {
+            let tick = every.min(Duration::from_millis(100));
+            let mut waited = Duration::ZERO;
+            loop {
+                thread::sleep(tick);
+                waited += tick;
+                if db.strong_count() == 0 {
+                    return;
+                }
+                if waited < every {
+                    continue;
+                }
+                waited = Duration::ZERO;
+                let Some(db) = db.upgrade() else { return };
+                let trees: Vec<Arc<TreeShared>> = db
+                    .trees
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .values()
+                    .cloned()
+                    .collect();
+                drop(db);
+                for t in trees {
+                    if let Err(e) = t.snapshot_if_dirty() {
+                        log::warn!(
+                            "bloomsled: periodic snapshot of {:?} failed: {e}",
+                            t.report.tree
+                        );
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("bloomsled: cannot start the snapshot thread: {e}");
+    }
 }

@@ -43,7 +43,7 @@ impl TransactionalTree {
         K: AsRef<[u8]> + Into<IVec>,
         V: Into<IVec>,
     {
-        self.shared.admit(key.as_ref());
+        admit(&self.shared, key.as_ref())?;
         self.inner.insert(key, value)
     }
 
@@ -64,8 +64,9 @@ impl TransactionalTree {
     /// Applies a [`Batch`] inside the transaction.
     pub fn apply_batch(&self, batch: &Batch) -> UnabortableTransactionResult<()> {
         for key in &batch.inserted {
-            self.shared.admit(key);
+            self.shared.filter.insert(key);
         }
+        self.shared.before_write().map_err(storage)?;
         self.inner.apply_batch(&batch.inner)
     }
 
@@ -78,6 +79,19 @@ impl TransactionalTree {
     pub fn generate_id(&self) -> sled::Result<u64> {
         self.inner.generate_id()
     }
+}
+
+/// A bloomsled error inside a transaction, as the storage error sled's types can carry.
+fn storage(e: crate::Error) -> UnabortableTransactionError {
+    UnabortableTransactionError::Storage(match e {
+        crate::Error::Sled(e) => e,
+        crate::Error::Io(e) => sled::Error::Io(e),
+        other => sled::Error::Unsupported(other.to_string()),
+    })
+}
+
+fn admit(shared: &TreeShared, key: &[u8]) -> UnabortableTransactionResult<()> {
+    shared.admit(key).map_err(storage)
 }
 
 /// Types that transactions can run on: a [`Tree`], slices of trees, and tuples of up to 14

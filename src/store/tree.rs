@@ -2,14 +2,16 @@
 
 use std::fmt;
 use std::ops::RangeBounds;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use sled::{IVec, Iter, MergeOperator, Subscriber};
 
 use super::transaction::{self, TransactionalTree};
 use super::Batch;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::filter::Filter;
+use crate::persist::{Persistence, RecoveryReport, SnapshotInfo};
 use crate::stats::{Counters, Stats};
 
 pub use sled::CompareAndSwapError;
@@ -22,6 +24,12 @@ pub type CompareAndSwapResult = Result<std::result::Result<(), CompareAndSwapErr
 pub(crate) struct TreeShared {
     pub(crate) filter: Filter,
     counters: Counters<4>,
+    /// `None` for temporary databases.
+    pub(crate) persist: Option<Persistence>,
+    pub(crate) report: RecoveryReport,
+    /// Automatic snapshot every this many writes (0: off).
+    every_writes: u64,
+    writes: AtomicU64,
 }
 
 // Counter slots. A lookup bumps exactly one of SKIPPED / PASSED, so the hot path pays one
@@ -32,19 +40,87 @@ const FALSE_POSITIVES: usize = 2;
 const STALE: usize = 3;
 
 impl TreeShared {
-    pub(crate) fn new(filter: Filter) -> Self {
+    pub(crate) fn new(
+        filter: Filter,
+        persist: Option<Persistence>,
+        report: RecoveryReport,
+        every_writes: u64,
+    ) -> Self {
         TreeShared {
             filter,
             counters: Counters::default(),
+            persist,
+            report,
+            every_writes,
+            writes: AtomicU64::new(0),
         }
     }
 
     /// Makes `key` visible to the filter. Every path that can create a key calls this
     /// **before** handing the write to sled: a reader that can see the key in sled then
-    /// also sees its bits (sled's own release/acquire publishes the earlier `fetch_or`).
+    /// also sees its bits (sled's own release/acquire publishes the earlier `fetch_or`),
+    /// and the dirty marker is durable before sled has the key (see [`crate::persist`]).
+    /// An error means the write must not be made.
     #[inline]
-    pub(crate) fn admit(&self, key: &[u8]) {
+    pub(crate) fn admit(&self, key: &[u8]) -> Result<()> {
         self.filter.insert(key);
+        self.before_write()
+    }
+
+    /// The persistence half of [`TreeShared::admit`], once for a batch of keys.
+    #[inline]
+    pub(crate) fn before_write(&self) -> Result<()> {
+        if let Some(p) = &self.persist {
+            p.before_write()?;
+        }
+        Ok(())
+    }
+
+    /// Called after a write reached sled: takes the automatic snapshot when one is due.
+    #[inline]
+    pub(crate) fn after_write(&self) {
+        if self.every_writes == 0 {
+            return;
+        }
+        let n = self.writes.fetch_add(1, Ordering::Relaxed) + 1;
+        if n % self.every_writes == 0 {
+            if let Err(e) = self.snapshot() {
+                log::warn!("automatic snapshot of {:?} failed: {e}", self.report.tree);
+            }
+        }
+    }
+
+    /// Writes a snapshot of the filter.
+    pub(crate) fn snapshot(&self) -> Result<SnapshotInfo> {
+        let p = self
+            .persist
+            .as_ref()
+            .ok_or_else(|| Error::config("a temporary database keeps no snapshots"))?;
+        let info = p.snapshot(&self.filter)?;
+        log::debug!(
+            "snapshot of {:?}: generation {}, {} bytes in {:?}",
+            self.report.tree,
+            info.generation,
+            info.bytes,
+            info.duration
+        );
+        Ok(info)
+    }
+
+    /// Deletes the tree's snapshot files and stops persisting it (the tree was dropped).
+    pub(crate) fn forget_snapshot(&self) -> Result<()> {
+        if let Some(p) = &self.persist {
+            p.files().remove()?;
+        }
+        Ok(())
+    }
+
+    /// Snapshots if the tree was written since its last snapshot.
+    pub(crate) fn snapshot_if_dirty(&self) -> Result<Option<SnapshotInfo>> {
+        match &self.persist {
+            Some(p) if p.is_dirty() => self.snapshot().map(Some),
+            _ => Ok(None),
+        }
     }
 
     /// The filter's verdict for a store lookup, counted.
@@ -62,6 +138,18 @@ impl TreeShared {
 
     pub(crate) fn note_removed(&self) {
         self.counters.add(STALE, 1);
+    }
+}
+
+impl Drop for TreeShared {
+    /// The last handle is gone: a clean close, so persist the filter if it changed.
+    fn drop(&mut self) {
+        if let Err(e) = self.snapshot_if_dirty() {
+            log::warn!(
+                "bloomsled: snapshot of {:?} at close failed: {e}",
+                self.report.tree
+            );
+        }
     }
 }
 
@@ -112,8 +200,10 @@ impl Tree {
         K: AsRef<[u8]>,
         V: Into<IVec>,
     {
-        self.shared.admit(key.as_ref());
-        Ok(self.inner.insert(key, value)?)
+        self.shared.admit(key.as_ref())?;
+        let old = self.inner.insert(key, value)?;
+        self.shared.after_write();
+        Ok(old)
     }
 
     /// Retrieves a value; an absent key the filter rejects returns without a store access.
@@ -237,9 +327,12 @@ impl Tree {
     /// Applies a [`Batch`] atomically; every inserted key reaches the filter first.
     pub fn apply_batch(&self, batch: Batch) -> Result<()> {
         for key in &batch.inserted {
-            self.shared.admit(key);
+            self.shared.filter.insert(key);
         }
-        Ok(self.inner.apply_batch(batch.inner)?)
+        self.shared.before_write()?;
+        self.inner.apply_batch(batch.inner)?;
+        self.shared.after_write();
+        Ok(())
     }
 
     /// Compare and swap, as in sled: sets `key` to `new` if its current value is `old`
@@ -266,11 +359,15 @@ impl Tree {
         let key = key.as_ref();
         let removes = new.is_none();
         if !removes {
-            self.shared.admit(key);
+            self.shared.admit(key)?;
         }
         let res = self.inner.compare_and_swap(key, old, new)?;
-        if res.is_ok() && removes {
-            self.shared.note_removed();
+        if res.is_ok() {
+            if removes {
+                self.shared.note_removed();
+            } else {
+                self.shared.after_write();
+            }
         }
         Ok(res)
     }
@@ -330,8 +427,10 @@ impl Tree {
         K: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
-        self.shared.admit(key.as_ref());
-        Ok(self.inner.merge(key, value)?)
+        self.shared.admit(key.as_ref())?;
+        let merged = self.inner.merge(key, value)?;
+        self.shared.after_write();
+        Ok(merged)
     }
 
     /// Sets the merge operator used by [`Tree::merge`].
@@ -478,6 +577,34 @@ impl Tree {
     /// The filter of this tree (read-only use: probing, statistics, serialization).
     pub fn filter(&self) -> &Filter {
         &self.shared.filter
+    }
+
+    /// Writes a snapshot of this tree's filter now, so the next open loads it without a scan
+    /// (until the tree is written again). Writers are not held off.
+    ///
+    /// ```no_run
+    /// let db = bloomsled::open("my_db")?;
+    /// db.insert("k", "v")?;
+    /// let info = db.snapshot()?;
+    /// println!("generation {} written, {} bytes", info.generation, info.bytes);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn snapshot(&self) -> Result<SnapshotInfo> {
+        self.shared.snapshot()
+    }
+
+    /// How this tree's filter was obtained when it was opened: loaded from its snapshot, or
+    /// rebuilt from a key scan and why.
+    pub fn recovery_report(&self) -> RecoveryReport {
+        self.shared.report.clone()
+    }
+
+    /// The file holding this tree's filter snapshot (`None` for a temporary database).
+    pub fn snapshot_path(&self) -> Option<&std::path::Path> {
+        self.shared
+            .persist
+            .as_ref()
+            .map(|p| p.files().snapshot_path())
     }
 
     /// Filter and lookup statistics. Reads every filter word: O(filter size).
