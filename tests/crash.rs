@@ -1,0 +1,202 @@
+//! Crash torture: a child process (this binary, re-executed) writes at random — inserts,
+//! removes, batches, compare-and-swap, transactions over two trees, snapshots — and the
+//! parent kills it with SIGKILL at a random instant: mid-write, mid-batch, mid-snapshot,
+//! mid-open. Then the parent reopens the database and checks that every key sled recovered
+//! is `may_contain` in its tree's filter.
+//!
+//! `cargo test` runs 50 cycles; `cargo test --test crash -- --ignored` runs 1,000
+//! (`BLOOMSLED_CRASH_CYCLES` overrides either).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bloomsled::{Batch, Config, Db, RecoveryOutcome, Transactional};
+
+const CHILD_ENV: &str = "BLOOMSLED_CRASH_CHILD_DIR";
+const SEED_ENV: &str = "BLOOMSLED_CRASH_SEED";
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // splitmix64
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn config(dir: &Path) -> Config {
+    Config::new()
+        .path(dir)
+        // Small and crowded, with small pages: many pages, many collisions.
+        .expected_items(5_000)
+        .bits_per_key(8.0)
+        .snapshot_page_size(1024)
+        .flush_every_ms(Some(5))
+}
+
+fn key(rng: &mut Rng) -> Vec<u8> {
+    let k = rng.below(20_000);
+    format!("https://crawl.example.com/{k:05}/{}", "x".repeat((k % 40) as usize)).into_bytes()
+}
+
+/// The child: random writes until killed.
+fn child(dir: &Path, seed: u64) -> ! {
+    let mut rng = Rng(seed);
+    let db = config(dir).open().expect("child open");
+    let other = db.open_tree("other").expect("child open_tree");
+    loop {
+        match rng.below(100) {
+            0..=39 => {
+                db.insert(key(&mut rng), &b"v"[..]).unwrap();
+            }
+            40..=49 => {
+                other.insert(key(&mut rng), &b"o"[..]).unwrap();
+            }
+            50..=59 => {
+                db.remove(key(&mut rng)).unwrap();
+            }
+            60..=69 => {
+                let mut b = Batch::default();
+                for _ in 0..rng.below(50) {
+                    if rng.below(4) == 0 {
+                        b.remove(key(&mut rng));
+                    } else {
+                        b.insert(key(&mut rng), &b"b"[..]);
+                    }
+                }
+                db.apply_batch(b).unwrap();
+            }
+            70..=79 => {
+                let k = key(&mut rng);
+                let _ = db.compare_and_swap(k, None::<&[u8]>, Some(&b"c"[..])).unwrap();
+            }
+            80..=87 => {
+                let (k1, k2) = (key(&mut rng), key(&mut rng));
+                let r: bloomsled::transaction::TransactionResult<()> =
+                    (&*db, &other).transaction(|(a, b)| {
+                        a.insert(k1.clone(), &b"t"[..])?;
+                        b.insert(k2.clone(), &b"t"[..])?;
+                        Ok(())
+                    });
+                r.unwrap();
+            }
+            88..=93 => {
+                db.snapshot().unwrap();
+                if rng.below(2) == 0 {
+                    other.snapshot().unwrap();
+                }
+            }
+            94..=96 => {
+                db.flush().unwrap();
+            }
+            _ => {
+                let k = key(&mut rng);
+                db.update_and_fetch(k, |old| match old {
+                    Some(_) => None,
+                    None => Some(vec![1]),
+                })
+                .unwrap();
+            }
+        }
+    }
+}
+
+/// Reopens after a kill and checks the invariant; returns (keys checked, loaded trees).
+fn verify(dir: &Path) -> Result<(usize, usize), String> {
+    let db: Db = config(dir).open().map_err(|e| format!("reopen failed: {e}"))?;
+    let other = db.open_tree("other").map_err(|e| format!("open_tree failed: {e}"))?;
+    let mut checked = 0;
+    let mut loaded = 0;
+    for tree in [&*db, &other] {
+        let report = tree.recovery_report();
+        match report.outcome {
+            RecoveryOutcome::Loaded => loaded += 1,
+            RecoveryOutcome::Rebuilt { .. } | RecoveryOutcome::Created => {}
+            ref o => return Err(format!("unexpected outcome {o:?}")),
+        }
+        for kv in tree.iter().keys() {
+            let k = kv.map_err(|e| format!("iter: {e}"))?;
+            if !tree.may_contain(&k) {
+                return Err(format!(
+                    "FALSE NEGATIVE in {:?}: {:?} ({report:?})",
+                    report.tree,
+                    String::from_utf8_lossy(&k)
+                ));
+            }
+            checked += 1;
+        }
+    }
+    Ok((checked, loaded))
+}
+
+fn main() {
+    if let Ok(dir) = std::env::var(CHILD_ENV) {
+        let seed = std::env::var(SEED_ENV).ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+        child(Path::new(&dir), seed);
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // Honour a name filter like the standard harness: run only if it matches.
+    if let Some(filter) = args.iter().find(|a| !a.starts_with('-')) {
+        if !"crash_torture".contains(filter.as_str()) {
+            println!("crash: 0 passed, 0 failed");
+            return;
+        }
+    }
+    let ignored = args.iter().any(|a| a == "--ignored" || a == "--include-ignored");
+    let cycles: u64 = std::env::var("BLOOMSLED_CRASH_CYCLES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if ignored { 1_000 } else { 50 });
+
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut rng = Rng(0xC0FFEE);
+    let started = Instant::now();
+    let (mut passed, mut failed, mut keys, mut loads) = (0u64, 0u64, 0usize, 0usize);
+    for cycle in 0..cycles {
+        let mut child = Command::new(&exe)
+            .env(CHILD_ENV, dir.path())
+            .env(SEED_ENV, rng.next().to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn child");
+        // From right after exec (often mid-open) to well into the write loop.
+        std::thread::sleep(Duration::from_millis(rng.below(250)));
+        if let Ok(Some(status)) = child.try_wait() {
+            eprintln!("cycle {cycle}: child exited by itself: {status}");
+            failed += 1;
+            continue;
+        }
+        child.kill().expect("SIGKILL child");
+        child.wait().unwrap();
+        match verify(dir.path()) {
+            Ok((n, l)) => {
+                passed += 1;
+                keys += n;
+                loads += l;
+            }
+            Err(e) => {
+                eprintln!("cycle {cycle}: {e}");
+                failed += 1;
+            }
+        }
+    }
+    println!(
+        "crash torture: {cycles} kill -9 cycles in {:.1?}, {keys} recovered keys checked, \
+         {loads} trees loaded from snapshot (rest rebuilt)",
+        started.elapsed()
+    );
+    println!("crash: {passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
