@@ -261,6 +261,9 @@ impl Filter {
             num_hashes,
             seed,
         };
+        if capacity == 0 {
+            return Err(Error::Corrupt("capacity 0".into()));
+        }
         if words.is_empty() || words.len() % BLOCK_WORDS != 0 {
             return Err(Error::Corrupt(format!(
                 "{} words is not a whole, non-zero number of 512-bit blocks",
@@ -274,7 +277,7 @@ impl Filter {
             blocks,
             num_hashes,
             seed,
-            capacity: capacity.max(1),
+            capacity,
             items: Counters::default(),
         };
         f.items.add(0, items);
