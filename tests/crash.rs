@@ -44,7 +44,11 @@ fn config(dir: &Path) -> Config {
 
 fn key(rng: &mut Rng) -> Vec<u8> {
     let k = rng.below(20_000);
-    format!("https://crawl.example.com/{k:05}/{}", "x".repeat((k % 40) as usize)).into_bytes()
+    format!(
+        "https://crawl.example.com/{k:05}/{}",
+        "x".repeat((k % 40) as usize)
+    )
+    .into_bytes()
 }
 
 /// The child: random writes until killed.
@@ -76,7 +80,9 @@ fn child(dir: &Path, seed: u64) -> ! {
             }
             70..=79 => {
                 let k = key(&mut rng);
-                let _ = db.compare_and_swap(k, None::<&[u8]>, Some(&b"c"[..])).unwrap();
+                let _ = db
+                    .compare_and_swap(k, None::<&[u8]>, Some(&b"c"[..]))
+                    .unwrap();
             }
             80..=87 => {
                 let (k1, k2) = (key(&mut rng), key(&mut rng));
@@ -111,8 +117,12 @@ fn child(dir: &Path, seed: u64) -> ! {
 
 /// Reopens after a kill and checks the invariant; returns (keys checked, loaded trees).
 fn verify(dir: &Path) -> Result<(usize, usize), String> {
-    let db: Db = config(dir).open().map_err(|e| format!("reopen failed: {e}"))?;
-    let other = db.open_tree("other").map_err(|e| format!("open_tree failed: {e}"))?;
+    let db: Db = config(dir)
+        .open()
+        .map_err(|e| format!("reopen failed: {e}"))?;
+    let other = db
+        .open_tree("other")
+        .map_err(|e| format!("open_tree failed: {e}"))?;
     let mut checked = 0;
     let mut loaded = 0;
     for tree in [&*db, &other] {
@@ -139,7 +149,10 @@ fn verify(dir: &Path) -> Result<(usize, usize), String> {
 
 fn main() {
     if let Ok(dir) = std::env::var(CHILD_ENV) {
-        let seed = std::env::var(SEED_ENV).ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+        let seed = std::env::var(SEED_ENV)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1);
         child(Path::new(&dir), seed);
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -150,7 +163,9 @@ fn main() {
             return;
         }
     }
-    let ignored = args.iter().any(|a| a == "--ignored" || a == "--include-ignored");
+    let ignored = args
+        .iter()
+        .any(|a| a == "--ignored" || a == "--include-ignored");
     let cycles: u64 = std::env::var("BLOOMSLED_CRASH_CYCLES")
         .ok()
         .and_then(|s| s.parse().ok())
