@@ -1,0 +1,199 @@
+//! Snapshot life cycle: clean close and reload, explicit and automatic snapshots, strict mode
+//! on healthy databases, dropped trees, temporary databases.
+
+use std::time::{Duration, Instant};
+
+use bloomsled::{Config, Recovery, RecoveryOutcome, SnapshotFault};
+
+fn key(i: u32) -> String {
+    format!("https://blocklist.example/{i}")
+}
+
+#[test]
+fn clean_close_then_reopen_loads_without_a_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Config::new().path(dir.path()).open().unwrap();
+        assert_eq!(db.recovery_report().outcome, RecoveryOutcome::Created);
+        let t = db.open_tree("urls").unwrap();
+        assert_eq!(t.recovery_report().outcome, RecoveryOutcome::Created);
+        for i in 0..5_000 {
+            t.insert(key(i), "").unwrap();
+        }
+        db.close().unwrap();
+    }
+    // Strict mode is satisfied by a cleanly closed database.
+    let db = Config::new()
+        .path(dir.path())
+        .recovery(Recovery::Strict)
+        .open()
+        .unwrap();
+    let t = db.open_tree("urls").unwrap();
+    let r = t.recovery_report();
+    assert_eq!(r.outcome, RecoveryOutcome::Loaded, "{r:?}");
+    assert_eq!(r.keys_scanned, 0);
+    assert!(r.bytes_verified as usize >= t.stats().memory_bytes);
+    for i in 0..5_000 {
+        assert!(t.may_contain(key(i)));
+        assert!(t.contains_key(key(i)).unwrap());
+    }
+    assert_eq!(t.stats().items, t.filter().items());
+    assert!(t.stats().items > 4_900);
+    assert_eq!(db.recovery_reports().len(), 2);
+}
+
+#[test]
+fn snapshot_generations_advance_and_reads_do_not_dirty() {
+    let dir = tempfile::tempdir().unwrap();
+    let g1;
+    {
+        let db = Config::new().path(dir.path()).open().unwrap();
+        db.insert("a", "1").unwrap();
+        g1 = db.snapshot().unwrap().generation;
+        db.insert("b", "2").unwrap();
+        let g2 = db.snapshot().unwrap();
+        assert_eq!(g2.generation, g1 + 1);
+        assert!(g2.bytes > 0 && g2.pages >= 1);
+        // Nothing written since: closing writes nothing new, snapshot_all finds nothing.
+        assert!(db.snapshot_all().unwrap().is_empty());
+    }
+    {
+        let db = Config::new().path(dir.path()).open().unwrap();
+        assert!(db.recovery_report().loaded());
+        assert_eq!(db.recovery_report().generation, g1 + 1);
+        // Reads only: the snapshot stays valid for the next open.
+        assert_eq!(db.get("zzz").unwrap(), None);
+        assert!(db.get("a").unwrap().is_some());
+    }
+    let db = Config::new().path(dir.path()).open().unwrap();
+    assert!(db.recovery_report().loaded());
+    assert_eq!(db.recovery_report().generation, g1 + 1);
+}
+
+/// Generation of the snapshot file on disk.
+fn generation_on_disk(path: &std::path::Path) -> u64 {
+    let bytes = std::fs::read(path).unwrap();
+    bloomsled::format::parse_header(&bytes)
+        .unwrap()
+        .generation
+        .get()
+}
+
+#[test]
+fn automatic_snapshots_by_write_count_and_by_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Config::new()
+        .path(dir.path())
+        .snapshot_every_writes(100)
+        .open()
+        .unwrap();
+    let g0 = db.recovery_report().generation;
+    let snap = db.snapshot_path().unwrap().to_path_buf();
+    assert_eq!(generation_on_disk(&snap), g0);
+    for i in 0..250 {
+        db.insert(key(i), "").unwrap();
+    }
+    // Automatic snapshots at the 100th and 200th write.
+    assert_eq!(generation_on_disk(&snap), g0 + 2);
+    drop(db);
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = Config::new()
+        .path(dir.path())
+        .snapshot_interval(Some(Duration::from_millis(50)))
+        .open()
+        .unwrap();
+    let g0 = db.recovery_report().generation;
+    let snap = db.snapshot_path().unwrap().to_path_buf();
+    // Not dirty: the background thread leaves the tree alone.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(generation_on_disk(&snap), g0);
+    db.insert("x", "y").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while generation_on_disk(&snap) == g0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        generation_on_disk(&snap),
+        g0 + 1,
+        "no periodic snapshot was taken"
+    );
+    // Clean again: no further snapshots while nothing is written.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(generation_on_disk(&snap), g0 + 1);
+}
+
+#[test]
+fn dropped_trees_lose_their_snapshot_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Config::new().path(dir.path()).open().unwrap();
+    let t = db.open_tree("gone").unwrap();
+    t.insert("k", "v").unwrap();
+    let snap = t.snapshot_path().unwrap().to_path_buf();
+    t.snapshot().unwrap();
+    assert!(snap.exists());
+    assert!(db.drop_tree("gone").unwrap());
+    drop(t);
+    assert!(!snap.exists());
+    assert!(!snap.with_extension("state").exists());
+    // Re-created, the tree starts empty and new.
+    let t = db.open_tree("gone").unwrap();
+    assert!(t.is_empty());
+    assert_eq!(t.recovery_report().outcome, RecoveryOutcome::Created);
+}
+
+#[test]
+fn temporary_databases_keep_no_snapshots() {
+    let db = Config::new().temporary(true).open().unwrap();
+    assert_eq!(db.recovery_report().outcome, RecoveryOutcome::InMemory);
+    assert!(db.snapshot_path().is_none());
+    assert!(matches!(
+        db.snapshot(),
+        Err(bloomsled::Error::InvalidConfig { .. })
+    ));
+    assert!(db.snapshot_all().unwrap().is_empty());
+}
+
+#[test]
+fn writes_after_a_reload_make_the_snapshot_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Config::new().path(dir.path()).open().unwrap();
+        db.insert("old", "").unwrap();
+    }
+    // Simulate a crash after a write: the handle is leaked, so no close snapshot is taken.
+    let db = Config::new().path(dir.path()).open().unwrap();
+    assert!(db.recovery_report().loaded());
+    db.insert("new", "").unwrap();
+    db.flush().unwrap();
+    let gen = db.recovery_report().generation;
+    std::mem::forget(db);
+    // sled still holds its lock in this process, so copy the files elsewhere to reopen.
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(dir.path(), copy.path());
+    let db = Config::new().path(copy.path()).open().unwrap();
+    let r = db.recovery_report();
+    assert_eq!(
+        r.outcome,
+        RecoveryOutcome::Rebuilt {
+            reason: SnapshotFault::Stale {
+                snapshot_generation: gen,
+                dirty_generation: gen
+            }
+        }
+    );
+    assert!(db.may_contain("new") && db.may_contain("old"));
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
