@@ -235,8 +235,8 @@ pub(crate) struct Persistence {
     marked: AtomicU64,
     /// The open marker file; held while marking.
     state_file: Mutex<File>,
-    /// One snapshot at a time.
-    snapshotting: Mutex<()>,
+    /// One snapshot at a time; `true` once the tree was dropped (no more snapshots).
+    snapshotting: Mutex<bool>,
 }
 
 impl Persistence {
@@ -273,7 +273,7 @@ impl Persistence {
             generation: AtomicU64::new(generation.max(marked)),
             marked: AtomicU64::new(marked),
             state_file: Mutex::new(f),
-            snapshotting: Mutex::new(()),
+            snapshotting: Mutex::new(false),
         })
     }
 
@@ -281,8 +281,19 @@ impl Persistence {
         &self.files
     }
 
-    /// True if the tree was written since its last snapshot copy.
+    /// The tree was dropped: delete its files, and never write them again (handles to the
+    /// dropped tree may still be alive).
+    pub(crate) fn forget(&self) -> io::Result<()> {
+        let mut dropped = self.snapshotting.lock().unwrap_or_else(|p| p.into_inner());
+        *dropped = true;
+        self.files.remove()
+    }
+
+    /// True if the tree was written since its last snapshot copy (and not dropped).
     pub(crate) fn is_dirty(&self) -> bool {
+        if *self.snapshotting.lock().unwrap_or_else(|p| p.into_inner()) {
+            return false;
+        }
         self.marked.load(Ordering::Acquire) >= self.generation.load(Ordering::SeqCst)
     }
 
@@ -311,7 +322,13 @@ impl Persistence {
 
     /// Writes a snapshot of `filter` as the next generation.
     pub(crate) fn snapshot(&self, filter: &Filter) -> io::Result<SnapshotInfo> {
-        let _one = self.snapshotting.lock().unwrap_or_else(|p| p.into_inner());
+        let dropped = self.snapshotting.lock().unwrap_or_else(|p| p.into_inner());
+        if *dropped {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "the tree was dropped",
+            ));
+        }
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         fence(Ordering::SeqCst);
         let start = Instant::now();

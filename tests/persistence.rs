@@ -132,6 +132,7 @@ fn dropped_trees_lose_their_snapshot_files() {
     let snap = t.snapshot_path().unwrap().to_path_buf();
     t.snapshot().unwrap();
     assert!(snap.exists());
+    t.insert("k2", "v").unwrap(); // dirty: dropping the handle would snapshot it
     assert!(db.drop_tree("gone").unwrap());
     drop(t);
     assert!(!snap.exists());

@@ -110,7 +110,7 @@ impl TreeShared {
     /// Deletes the tree's snapshot files and stops persisting it (the tree was dropped).
     pub(crate) fn forget_snapshot(&self) -> Result<()> {
         if let Some(p) = &self.persist {
-            p.files().remove()?;
+            p.forget()?;
         }
         Ok(())
     }
