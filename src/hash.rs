@@ -37,6 +37,20 @@ const MAX_DRAWS: u32 = 256;
 /// 2^64 / φ, odd: the multiplier of the probe stream (Knuth's multiplicative hashing).
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
+/// GOLDEN^1 ..= GOLDEN^32 (mod 2^64): the i-th stream value is `h · GOLDEN^i`, so the first
+/// k positions are k independent multiplies instead of a chain of k dependent ones.
+const GOLDEN_POWERS: [u64; 32] = {
+    let mut p = [0u64; 32];
+    let mut acc = GOLDEN;
+    let mut i = 0;
+    while i < 32 {
+        p[i] = acc;
+        acc = acc.wrapping_mul(GOLDEN);
+        i += 1;
+    }
+    p
+};
+
 /// The block a hash selects among `num_blocks`: multiply-shift (Lemire's fast range), which
 /// uses the high bits of `h` and needs no division.
 #[inline(always)]
@@ -58,8 +72,9 @@ pub(crate) fn block_pattern(h: u64, k: u32) -> [u64; BLOCK_WORDS] {
     // Fast path: k draws, no branches. Only when two collide (~3% at k = 6) does the loop
     // below draw on; the result is the same as skipping duplicates one by one.
     let mut set = 0u32;
-    for _ in 0..k {
-        x = x.wrapping_mul(GOLDEN);
+    let first = (k as usize).min(GOLDEN_POWERS.len());
+    for &g in &GOLDEN_POWERS[..first] {
+        x = h.wrapping_mul(g);
         let pos = (x >> 55) as usize;
         let word = &mut masks[pos >> 6];
         set += (!(*word >> (pos & 63)) & 1) as u32; // 1 unless a duplicate
