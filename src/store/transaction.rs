@@ -154,6 +154,25 @@ impl<E> Transactional<E> for Tree {
     }
 }
 
+/// A transaction over any number of trees, viewed as a `Vec`.
+fn transaction_over<'a, E, F, A>(
+    trees: impl Iterator<Item = &'a Tree> + Clone,
+    f: F,
+) -> TransactionResult<A, E>
+where
+    F: Fn(&Vec<TransactionalTree>) -> ConflictableTransactionResult<A, E>,
+{
+    let inner: Vec<sled::Tree> = trees.clone().map(|t| t.inner.clone()).collect();
+    sled::Transactional::transaction(inner.as_slice(), |txs: &Vec<_>| {
+        let view = txs
+            .iter()
+            .zip(trees.clone())
+            .map(|(tx, t)| TransactionalTree::wrap(tx, t))
+            .collect();
+        f(&view)
+    })
+}
+
 impl<E> Transactional<E> for [Tree] {
     type View = Vec<TransactionalTree>;
 
@@ -161,15 +180,7 @@ impl<E> Transactional<E> for [Tree] {
     where
         F: Fn(&Vec<TransactionalTree>) -> ConflictableTransactionResult<A, E>,
     {
-        let inner: Vec<sled::Tree> = self.iter().map(|t| t.inner.clone()).collect();
-        sled::Transactional::transaction(inner.as_slice(), |txs: &Vec<_>| {
-            let view = txs
-                .iter()
-                .zip(self)
-                .map(|(tx, t)| TransactionalTree::wrap(tx, t))
-                .collect();
-            f(&view)
-        })
+        transaction_over(self.iter(), f)
     }
 }
 
@@ -180,15 +191,7 @@ impl<E> Transactional<E> for [&Tree] {
     where
         F: Fn(&Vec<TransactionalTree>) -> ConflictableTransactionResult<A, E>,
     {
-        let inner: Vec<sled::Tree> = self.iter().map(|t| t.inner.clone()).collect();
-        sled::Transactional::transaction(inner.as_slice(), |txs: &Vec<_>| {
-            let view = txs
-                .iter()
-                .zip(self)
-                .map(|(tx, t)| TransactionalTree::wrap(tx, t))
-                .collect();
-            f(&view)
-        })
+        transaction_over(self.iter().copied(), f)
     }
 }
 

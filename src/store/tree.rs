@@ -391,15 +391,8 @@ impl Tree {
         F: FnMut(Option<&[u8]>) -> Option<V>,
         V: Into<IVec>,
     {
-        let key = key.as_ref();
-        let mut current = self.get(key)?;
-        loop {
-            let next: Option<IVec> = f(current.as_deref()).map(Into::into);
-            match self.compare_and_swap(key, current.as_deref(), next.clone())? {
-                Ok(()) => return Ok(next),
-                Err(CompareAndSwapError { current: cur, .. }) => current = cur,
-            }
-        }
+        let (_, new) = self.cas_loop(key.as_ref(), |old| f(old).map(Into::into))?;
+        Ok(new)
     }
 
     /// Like [`Tree::update_and_fetch`], but returns the value before the update.
@@ -409,12 +402,22 @@ impl Tree {
         F: FnMut(Option<&[u8]>) -> Option<V>,
         V: Into<IVec>,
     {
-        let key = key.as_ref();
+        let (old, _) = self.cas_loop(key.as_ref(), |old| f(old).map(Into::into))?;
+        Ok(old)
+    }
+
+    /// Applies `f` to the current value with compare-and-swap until no other writer
+    /// intervenes; returns (value before, value after).
+    fn cas_loop(
+        &self,
+        key: &[u8],
+        mut f: impl FnMut(Option<&[u8]>) -> Option<IVec>,
+    ) -> Result<(Option<IVec>, Option<IVec>)> {
         let mut current = self.get(key)?;
         loop {
-            let next: Option<IVec> = f(current.as_deref()).map(Into::into);
-            match self.compare_and_swap(key, current.as_deref(), next)? {
-                Ok(()) => return Ok(current),
+            let next = f(current.as_deref());
+            match self.compare_and_swap(key, current.as_deref(), next.clone())? {
+                Ok(()) => return Ok((current, next)),
                 Err(CompareAndSwapError { current: cur, .. }) => current = cur,
             }
         }
