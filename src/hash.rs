@@ -58,6 +58,17 @@ pub(crate) fn block_index(h: u64, num_blocks: u64) -> usize {
     ((u128::from(h) * u128::from(num_blocks)) >> 64) as usize
 }
 
+/// The first `min(k, 32)` values of the probe stream, as bit positions within the block.
+/// Each belongs to the key's set of [`block_pattern`] bits (duplicates are simply repeated),
+/// so one of them unset proves the key absent.
+#[inline(always)]
+pub(crate) fn first_positions(h: u64, k: u32) -> impl Iterator<Item = usize> {
+    let first = (k as usize).min(GOLDEN_POWERS.len());
+    GOLDEN_POWERS[..first]
+        .iter()
+        .map(move |&g| (h.wrapping_mul(g) >> 55) as usize)
+}
+
 /// The bits a hash sets inside its block, as eight 64-bit masks with `k` distinct bits in all.
 ///
 /// Positions are the top 9 bits of the stream `h·G, h·G², …` (mod 2^64), the remix that

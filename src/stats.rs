@@ -10,7 +10,7 @@ const STRIPES: usize = 16;
 struct Stripe<const N: usize>([AtomicU64; N]);
 
 /// `N` sums spread over stripes. Each thread adds to its own stripe, so a hot lookup path
-/// from many threads costs one uncontended atomic add instead of a cache-line ping-pong.
+/// from many threads never bounces a shared cache line between cores.
 pub(crate) struct Counters<const N: usize> {
     stripes: [Stripe<N>; STRIPES],
 }
@@ -33,9 +33,15 @@ fn my_stripe() -> usize {
 
 impl<const N: usize> Counters<N> {
     /// Adds `n` to counter `which`.
+    ///
+    /// A plain load and store, not a locked read-modify-write: a stripe belongs to one
+    /// thread unless more than [`STRIPES`] threads count at once, and then an increment that
+    /// races another on the same stripe may be lost. Statistics tolerate that; a locked add
+    /// on every lookup would cost more than the filter probe itself.
     #[inline]
     pub(crate) fn add(&self, which: usize, n: u64) {
-        self.stripes[my_stripe()].0[which].fetch_add(n, Relaxed);
+        let c = &self.stripes[my_stripe()].0[which];
+        c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
     }
 
     /// The total of counter `which`.

@@ -324,3 +324,29 @@ fn filter_union_and_serialization() {
     let cloned = a.clone();
     assert_eq!(cloned.to_bytes(), bytes);
 }
+
+#[test]
+fn batched_probes_agree_with_single_probes() {
+    let f = Filter::with_bits_per_key(5_000, 6.0).unwrap();
+    let keys: Vec<Vec<u8>> = (0..20_000u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    f.insert_many(&keys[..5_000]);
+    let hashes: Vec<u64> = keys
+        .iter()
+        .map(|k| bloomsled::hash::hash_key(k, f.seed()))
+        .collect();
+    let mut by_hash = vec![false; keys.len()];
+    f.contains_hash_many(&hashes, &mut by_hash);
+    let by_key = f.contains_many(&keys);
+    for (i, k) in keys.iter().enumerate() {
+        let one = f.contains(k);
+        assert_eq!(by_key[i], one, "key {i}");
+        assert_eq!(by_hash[i], one, "key {i}");
+        assert_eq!(f.contains_hash(hashes[i]), one, "key {i}");
+        if i < 5_000 {
+            assert!(one, "false negative for key {i}");
+        }
+    }
+    // A crowded filter (6 bits/key): some absent keys pass, many do not.
+    let passed = by_key[5_000..].iter().filter(|b| **b).count();
+    assert!(passed > 0 && passed < 15_000 / 10, "{passed}");
+}

@@ -75,6 +75,12 @@ impl Blocks {
         missing == 0
     }
 
+    /// True if bit `pos` (0..512) of block `i` is set.
+    #[inline(always)]
+    pub(crate) fn bit(&self, i: usize, pos: usize) -> bool {
+        self.blocks[i].0[pos >> 6].load(Relaxed) & (1u64 << (pos & 63)) != 0
+    }
+
     /// Hints the CPU to start loading block `i` (no-op off x86-64).
     #[inline(always)]
     pub(crate) fn prefetch(&self, i: usize) {

@@ -13,7 +13,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, FilterShape, Result};
-use crate::hash::{block_index, block_pattern, hash_key, BLOCK_WORDS, DEFAULT_SEED};
+use crate::hash::{
+    block_index, block_pattern, first_positions, hash_key, BLOCK_WORDS, DEFAULT_SEED,
+};
 use crate::stats::Counters;
 use bits::Blocks;
 
@@ -334,7 +336,19 @@ impl Filter {
     /// [`Filter::contains`] for a key's hash (see [`Filter::insert_hash`]).
     #[inline]
     pub fn contains_hash(&self, h: u64) -> bool {
-        let i = block_index(h, self.blocks.len() as u64);
+        self.probe(h, block_index(h, self.blocks.len() as u64))
+    }
+
+    /// Tests hash `h` against block `i`. Absent keys are rejected by the first unset bit of
+    /// the probe stream, usually the first or second, with no pattern built; only a key whose
+    /// first `k` draws are all set gets the exact test of its `k` distinct bits.
+    #[inline(always)]
+    fn probe(&self, h: u64, i: usize) -> bool {
+        for pos in first_positions(h, self.num_hashes) {
+            if !self.blocks.bit(i, pos) {
+                return false;
+            }
+        }
         self.blocks.test(i, &block_pattern(h, self.num_hashes))
     }
 
@@ -358,18 +372,43 @@ impl Filter {
             out.len(),
             keys.len()
         );
-        let n_blocks = self.blocks.len() as u64;
+        let mut hashes = [0u64; BATCH];
         for (chunk, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
-            let mut idx = [(0u64, 0usize); BATCH];
-            for (slot, k) in idx.iter_mut().zip(chunk) {
-                let h = hash_key(k.as_ref(), self.seed);
-                let i = block_index(h, n_blocks);
-                self.blocks.prefetch(i);
-                *slot = (h, i);
+            for (h, k) in hashes.iter_mut().zip(chunk) {
+                *h = hash_key(k.as_ref(), self.seed);
             }
-            for (o, &(h, i)) in out.iter_mut().zip(&idx[..chunk.len()]) {
-                *o = self.blocks.test(i, &block_pattern(h, self.num_hashes));
-            }
+            self.probe_batch(&hashes[..chunk.len()], out);
+        }
+    }
+
+    /// [`Filter::contains_many_into`] for precomputed hashes (see [`Filter::insert_hash`]).
+    ///
+    /// # Panics
+    /// If `out` is shorter than `hashes`.
+    pub fn contains_hash_many(&self, hashes: &[u64], out: &mut [bool]) {
+        assert!(
+            out.len() >= hashes.len(),
+            "contains_hash_many: output buffer has {} slots for {} hashes",
+            out.len(),
+            hashes.len()
+        );
+        for (chunk, out) in hashes.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            self.probe_batch(chunk, out);
+        }
+    }
+
+    /// Prefetches the blocks of up to [`BATCH`] hashes, then probes them: the misses are all
+    /// in flight before the first probe waits on one.
+    #[inline(always)]
+    fn probe_batch(&self, hashes: &[u64], out: &mut [bool]) {
+        let n_blocks = self.blocks.len() as u64;
+        let mut idx = [0usize; BATCH];
+        for (i, &h) in idx.iter_mut().zip(hashes) {
+            *i = block_index(h, n_blocks);
+            self.blocks.prefetch(*i);
+        }
+        for ((o, &h), &i) in out.iter_mut().zip(hashes).zip(&idx) {
+            *o = self.probe(h, i);
         }
     }
 
