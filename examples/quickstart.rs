@@ -48,10 +48,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let absent: Vec<String> = (0..probes).map(|i| url(i, "out")).collect();
     let present: Vec<String> = (0..probes).map(|i| url(i * 7 % n.max(1), "in")).collect();
+    // Each lookup set runs twice: the first pass finds sled's pages cold (as lookups of
+    // keys that were never asked for do in a large store), the second finds them cached.
     let time = |f: &dyn Fn(&str) -> bool, keys: &[String]| {
-        let t = Instant::now();
-        let hits = keys.iter().filter(|k| f(k)).count();
-        (t.elapsed().as_nanos() as f64 / keys.len() as f64, hits)
+        let mut passes = [0.0; 2];
+        let mut hits = 0;
+        for pass in &mut passes {
+            let t = Instant::now();
+            hits = keys.iter().filter(|k| f(k)).count();
+            *pass = t.elapsed().as_nanos() as f64 / keys.len() as f64;
+        }
+        (passes, hits)
     };
     let (bs_abs, fp) = time(&|k| db.get(k).unwrap().is_some(), &absent);
     let (sl_abs, _) = time(&|k| black_box(plain.get(k).unwrap()).is_some(), &absent);
@@ -60,27 +67,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(fp, 0, "an absent key was found");
     assert_eq!(hits, present.len(), "a present key was missed");
 
+    println!();
+    println!(
+        "{:<30}{:>12}{:>12}{:>10}",
+        "lookup (ns per get)", "bloomsled", "sled", "speed-up"
+    );
+    for (pass, name) in ["cold", "warm"].iter().enumerate() {
+        let row = |what: &str, b: [f64; 2], s: [f64; 2]| {
+            println!(
+                "{:<30}{:>9.0} ns{:>9.0} ns{:>9.1}x",
+                format!("{what}, {name} store"),
+                b[pass],
+                s[pass],
+                s[pass] / b[pass]
+            )
+        };
+        row("absent key", bs_abs, sl_abs);
+        row("present key", bs_pre, sl_pre);
+    }
+    println!(
+        "(an absent get that is a false positive costs a full sled lookup: at a 1% rate that \
+         share bounds the speed-up near 100x)"
+    );
+    println!();
     let s = db.stats();
-    println!();
-    println!(
-        "{:<22}{:>12}{:>12}{:>10}",
-        "lookup", "bloomsled", "sled", "speed-up"
-    );
-    println!(
-        "{:<22}{:>9.0} ns{:>9.0} ns{:>9.1}x",
-        "absent key (get)",
-        bs_abs,
-        sl_abs,
-        sl_abs / bs_abs
-    );
-    println!(
-        "{:<22}{:>9.0} ns{:>9.0} ns{:>9.2}x",
-        "present key (get)",
-        bs_pre,
-        sl_pre,
-        sl_pre / bs_pre
-    );
-    println!();
     println!(
         "store lookups skipped: {} of {} ({:.2}%)",
         s.store_lookups_skipped,
@@ -90,7 +100,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "false positives: {} of {} absent lookups = {:.3}% (target {:.3}%, estimate {:.3}%)",
         s.false_positives,
-        probes,
+        2 * probes,
         100.0 * s.observed_fpr(),
         100.0 * s.target_fpr,
         100.0 * s.estimated_fpr

@@ -14,6 +14,16 @@ fn tmp() -> bloomsled::Db {
 }
 
 #[test]
+fn handles_are_clone_send_sync() {
+    fn assert_handle<T: Clone + Send + Sync + 'static>() {}
+    assert_handle::<bloomsled::Db>();
+    assert_handle::<bloomsled::Tree>();
+    fn assert_shared<T: Send + Sync + 'static>() {}
+    assert_shared::<Filter>();
+    assert_shared::<Error>();
+}
+
+#[test]
 fn bad_configuration_is_a_typed_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
