@@ -29,7 +29,14 @@
 //! - [`hash`]: stable xxh3-64 with a seed; one hash → block and bit positions.
 //! - [`filter`]: the cache-line-blocked, lock-free [`Filter`] and its sizing math (no I/O).
 //! - [`codec`]: the filter's stable serialized form.
+//! - [`format`](mod@format): the on-disk snapshot (zerocopy header, CRC-checked pages); bytes only.
+//! - [`persist`]: snapshot files, the dirty marker, trust-or-rebuild at open
+//!   ([`RecoveryReport`], [`Recovery::Strict`]).
 //! - the store: [`Db`], [`Tree`], [`Config`], [`Batch`], [`transaction`].
+//!
+//! A clean restart loads each tree's filter from its snapshot without reading a key; after a
+//! crash, or with a damaged snapshot, the filter is rebuilt from the keys (see
+//! [`persist`] for the protocol and why it never loses a key).
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
