@@ -39,6 +39,11 @@ fn bad_configuration_is_a_typed_error_not_a_panic() {
         Config::new().path(&path).num_hashes(0),
         Config::new().path(&path).num_hashes(33),
         Config::new().path(&path).expected_items(u64::MAX),
+        Config::new().path(&path).snapshot_page_size(100),
+        Config::new().path(&path).snapshot_page_size(0),
+        Config::new()
+            .path(&path)
+            .snapshot_interval(std::time::Duration::ZERO),
     ];
     for c in bad {
         match c.open() {

@@ -100,7 +100,7 @@ fn automatic_snapshots_by_write_count_and_by_interval() {
     let dir = tempfile::tempdir().unwrap();
     let db = Config::new()
         .path(dir.path())
-        .snapshot_interval(Some(Duration::from_millis(50)))
+        .snapshot_interval(Duration::from_millis(50))
         .open()
         .unwrap();
     let g0 = db.recovery_report().generation;

@@ -89,10 +89,10 @@ impl Config {
     }
 
     /// Snapshot every tree written since its last snapshot every `interval`, from a
-    /// background thread (`None`, the default: off). See
-    /// [`Config::snapshot_every_writes`] for when this pays off.
-    pub fn snapshot_interval(mut self, interval: Option<Duration>) -> Config {
-        self.snapshot_interval = interval;
+    /// background thread (off unless set). See [`Config::snapshot_every_writes`] for when
+    /// this pays off.
+    pub fn snapshot_interval(mut self, interval: Duration) -> Config {
+        self.snapshot_interval = Some(interval);
         self
     }
 
