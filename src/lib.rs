@@ -53,7 +53,7 @@ pub use error::{Error, FilterShape, Result};
 pub use filter::math::{bits_for, blocked_fpr, optimal_k, standard_fpr};
 pub use filter::{Filter, FilterConfig, Sizing};
 pub use format::SnapshotFault;
-pub use persist::{Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo};
+pub use persist::{Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo, VerifyReport};
 pub use sled::{Event, IVec, Iter, MergeOperator, Mode, Subscriber};
 pub use stats::Stats;
 pub use store::transaction::{self, Transactional};

@@ -99,6 +99,45 @@ pub struct SnapshotInfo {
     pub duration: Duration,
 }
 
+/// What [`crate::Tree::verify`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Keys read from the store and checked against the filter.
+    pub keys_checked: u64,
+    /// Stored keys the filter denied (always 0 unless an invariant broke).
+    pub false_negatives: u64,
+    /// The snapshot file on disk: `Ok(generation)` if every CRC passed, the fault otherwise;
+    /// `None` for a temporary database.
+    pub snapshot: Option<Result<u64, SnapshotFault>>,
+}
+
+impl VerifyReport {
+    /// True if no key was denied and the snapshot (if any) verified.
+    pub fn is_ok(&self) -> bool {
+        self.false_negatives == 0 && !matches!(self.snapshot, Some(Err(_)))
+    }
+}
+
+/// Reads a snapshot file and verifies every CRC and that it belongs to this tree; returns
+/// the header, the words and the file's size.
+fn read_verified(
+    files: &TreeFiles,
+    name_hash: u64,
+) -> Result<(format::Header, Vec<u64>, u64), SnapshotFault> {
+    let bytes = match fs::read(&files.snapshot) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(SnapshotFault::Missing),
+        Err(e) => return Err(SnapshotFault::Io(e.to_string())),
+    };
+    let (header, words) = format::decode(&bytes)?;
+    if header.name_hash.get() != name_hash {
+        return Err(SnapshotFault::Inconsistent(
+            "snapshot belongs to another tree".into(),
+        ));
+    }
+    Ok((header, words, bytes.len() as u64))
+}
+
 /// The files of one tree.
 #[derive(Debug, Clone)]
 pub(crate) struct TreeFiles {
@@ -183,17 +222,7 @@ pub(crate) fn load(
     name_hash: u64,
     dirty: Result<Option<u64>, SnapshotFault>,
 ) -> Result<Loaded, SnapshotFault> {
-    let bytes = match fs::read(&files.snapshot) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(SnapshotFault::Missing),
-        Err(e) => return Err(SnapshotFault::Io(e.to_string())),
-    };
-    let (header, words) = format::decode(&bytes)?;
-    if header.name_hash.get() != name_hash {
-        return Err(SnapshotFault::Inconsistent(
-            "snapshot belongs to another tree".into(),
-        ));
-    }
+    let (header, words, bytes) = read_verified(files, name_hash)?;
     let generation = header.generation.get();
     match dirty? {
         None => {
@@ -220,7 +249,7 @@ pub(crate) fn load(
     Ok(Loaded {
         filter,
         generation,
-        bytes: bytes.len() as u64,
+        bytes,
     })
 }
 
@@ -279,6 +308,11 @@ impl Persistence {
 
     pub(crate) fn files(&self) -> &TreeFiles {
         &self.files
+    }
+
+    /// Fully verifies the snapshot file on disk; returns its generation.
+    pub(crate) fn verify_file(&self) -> Result<u64, SnapshotFault> {
+        read_verified(&self.files, self.name_hash).map(|(h, _, _)| h.generation.get())
     }
 
     /// The tree was dropped: delete its files, and never write them again (handles to the

@@ -332,6 +332,31 @@ fn missing_or_corrupt_marker_forces_a_rebuild() {
 }
 
 #[test]
+fn verify_reports_a_damaged_snapshot_and_checks_every_key() {
+    let f = Fixture::new();
+    let db = config(f.dir.path()).open().unwrap();
+    let t = db.open_tree("t").unwrap();
+    let healthy = t.verify().unwrap();
+    assert!(healthy.is_ok(), "{healthy:?}");
+    assert_eq!(healthy.keys_checked, u64::from(KEYS));
+    assert_eq!(healthy.false_negatives, 0);
+    // Damage the file under a running database: verify notices, the live filter is intact.
+    let mut b = f.snap_bytes.clone();
+    b[HEADER_LEN + PAGE_HEADER_LEN + 3] ^= 1;
+    fs::write(&f.snap, &b).unwrap();
+    let damaged = t.verify().unwrap();
+    assert!(!damaged.is_ok());
+    assert!(matches!(
+        damaged.snapshot,
+        Some(Err(SnapshotFault::PageChecksum { page: 0, .. }))
+    ));
+    assert_eq!(damaged.false_negatives, 0);
+    // A snapshot repairs it.
+    t.snapshot().unwrap();
+    assert!(t.verify().unwrap().is_ok());
+}
+
+#[test]
 fn missing_snapshot_of_an_existing_tree() {
     let f = Fixture::new();
     fs::remove_file(&f.snap).unwrap();

@@ -11,7 +11,7 @@ use super::transaction::{self, TransactionalTree};
 use super::Batch;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
-use crate::persist::{Persistence, RecoveryReport, SnapshotInfo};
+use crate::persist::{Persistence, RecoveryReport, SnapshotInfo, VerifyReport};
 use crate::stats::{Counters, Stats};
 
 pub use sled::CompareAndSwapError;
@@ -600,6 +600,40 @@ impl Tree {
     /// rebuilt from a key scan and why.
     pub fn recovery_report(&self) -> RecoveryReport {
         self.shared.report.clone()
+    }
+
+    /// Checks the tree end to end: every CRC of its snapshot file, and every stored key
+    /// against the filter (O(keys): it scans the tree).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// db.insert("k", "v")?;
+    /// let report = db.verify()?;
+    /// assert!(report.is_ok());
+    /// assert_eq!(report.keys_checked, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let mut keys_checked = 0;
+        let mut false_negatives = 0;
+        for key in self.inner.iter().keys() {
+            let key = key?;
+            keys_checked += 1;
+            if !self.shared.filter.contains(&key) {
+                false_negatives += 1;
+                log::error!(
+                    "bloomsled: tree {:?}: stored key {:?} denied by the filter",
+                    self.shared.report.tree,
+                    String::from_utf8_lossy(&key)
+                );
+            }
+        }
+        Ok(VerifyReport {
+            keys_checked,
+            false_negatives,
+            snapshot: self.shared.persist.as_ref().map(|p| p.verify_file()),
+        })
     }
 
     /// The file holding this tree's filter snapshot (`None` for a temporary database).
