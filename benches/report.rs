@@ -1,0 +1,218 @@
+//! The headline comparisons in one process, written as the markdown table in README.md
+//! (between the `bench-report` markers) and printed.
+//!
+//! `cargo bench --bench report` (BLOOMSLED_REPORT_KEYS sets the key count, default 1,000,000;
+//! BLOOMSLED_REPORT_NO_WRITE=1 prints without touching README.md; BLOOMSLED_REPORT_DEBUG=1
+//! also splits absent gets into false positives and filter negatives).
+//!
+//! Each figure is the median of 5 timed rounds over the same keys; ratios compare numbers
+//! from the same run. The criterion benches (`lookup`, `persist`) measure the same things
+//! with confidence intervals.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use bloomsled::hash::hash_key;
+use bloomsled::{Batch, Config, Filter};
+
+const ROUNDS: usize = 5;
+const BITS_PER_KEY: f64 = 10.0;
+
+fn url(i: u64, tag: &str) -> Vec<u8> {
+    format!(
+        "https://h{}.example.com/{tag}/{:016x}/index.html",
+        i % 100,
+        i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    )
+    .into_bytes()
+}
+
+/// Median ns per item of a round that times itself (setup outside the returned duration).
+fn median_timed(n: usize, mut round: impl FnMut() -> std::time::Duration) -> f64 {
+    let mut v: Vec<f64> = (0..ROUNDS)
+        .map(|_| round().as_nanos() as f64 / n as f64)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[ROUNDS / 2]
+}
+
+/// Median ns per item of `f` run over `n` items, `ROUNDS` times.
+fn median_ns(n: usize, mut f: impl FnMut() -> u64) -> f64 {
+    let mut v: Vec<f64> = (0..ROUNDS)
+        .map(|_| {
+            let t = Instant::now();
+            black_box(f());
+            t.elapsed().as_nanos() as f64 / n as f64
+        })
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[ROUNDS / 2]
+}
+
+fn fmt_ns(ns: f64) -> String {
+    if ns >= 1000.0 {
+        format!("{:.2} µs", ns / 1000.0)
+    } else {
+        format!("{ns:.1} ns")
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else to parse.
+    let n: u64 = std::env::var("BLOOMSLED_REPORT_KEYS")
+        .ok()
+        .and_then(|s| s.replace('_', "").parse().ok())
+        .unwrap_or(1_000_000);
+    let q = 16_384usize; // query keys: a cache-resident pool, as a just-received key is
+
+    // --- store: bloomsled vs plain sled holding the same keys --------------------------
+    let bs = Config::new()
+        .temporary(true)
+        .expected_items(n)
+        .bits_per_key(BITS_PER_KEY)
+        .open()
+        .unwrap();
+    let raw = sled::Config::new().temporary(true).open().unwrap();
+    for start in (0..n).step_by(10_000) {
+        let (mut b, mut r) = (Batch::default(), sled::Batch::default());
+        for i in start..(start + 10_000).min(n) {
+            b.insert(url(i, "in"), &b"v"[..]);
+            r.insert(url(i, "in"), &b"v"[..]);
+        }
+        bs.apply_batch(b).unwrap();
+        raw.apply_batch(r).unwrap();
+    }
+    // sled reads slowly until every leaf was read once: warm both.
+    black_box(raw.iter().count() + bs.iter().count());
+    let absent: Vec<Vec<u8>> = (0..q as u64).map(|i| url(i, "out")).collect();
+    let present: Vec<Vec<u8>> = (0..q as u64).map(|i| url(i * 61 % n, "in")).collect();
+    let count =
+        |f: &dyn Fn(&[u8]) -> bool, keys: &[Vec<u8>]| keys.iter().filter(|k| f(k)).count() as u64;
+    let abs_sled = median_ns(q, || count(&|k| raw.get(k).unwrap().is_some(), &absent));
+    let abs_bs = median_ns(q, || count(&|k| bs.get(k).unwrap().is_some(), &absent));
+    let pre_sled = median_ns(q, || count(&|k| raw.get(k).unwrap().is_some(), &present));
+    let pre_bs = median_ns(q, || count(&|k| bs.get(k).unwrap().is_some(), &present));
+    // Fresh keys for every round, formatted before the clock starts; both stores get the
+    // same sequence.
+    let fresh = |round: u64| -> Vec<Vec<u8>> {
+        (0..q as u64)
+            .map(|i| url(round * q as u64 + i, "new"))
+            .collect()
+    };
+    let mut round = 0;
+    let ins_sled = median_timed(q, || {
+        round += 1;
+        let keys = fresh(round);
+        let t = Instant::now();
+        for k in &keys {
+            raw.insert(k, &b"v"[..]).unwrap();
+        }
+        t.elapsed()
+    });
+    let mut round = 0;
+    let ins_bs = median_timed(q, || {
+        round += 1;
+        let keys = fresh(round);
+        let t = Instant::now();
+        for k in &keys {
+            bs.insert(k, &b"v"[..]).unwrap();
+        }
+        t.elapsed()
+    });
+    let store_fpr = bs.stats().observed_fpr();
+    if std::env::var_os("BLOOMSLED_REPORT_DEBUG").is_some() {
+        let fps: Vec<Vec<u8>> = absent
+            .iter()
+            .filter(|k| bs.may_contain(k))
+            .cloned()
+            .collect();
+        let negs: Vec<Vec<u8>> = absent
+            .iter()
+            .filter(|k| !bs.may_contain(k))
+            .cloned()
+            .collect();
+        let fp_raw = median_ns(fps.len(), || {
+            count(&|k| raw.get(k).unwrap().is_some(), &fps)
+        });
+        let fp_bs = median_ns(fps.len(), || count(&|k| bs.get(k).unwrap().is_some(), &fps));
+        let neg_bs = median_ns(negs.len(), || {
+            count(&|k| bs.get(k).unwrap().is_some(), &negs)
+        });
+        eprintln!("{} fp keys: raw sled {fp_raw:.0} ns, bloomsled {fp_bs:.0} ns; negatives via bloomsled {neg_bs:.1} ns", fps.len());
+    }
+
+    // --- filter alone: bloomsled vs fastbloom fed the same xxh3 hash -------------------
+    let f = Filter::with_bits_per_key(n, BITS_PER_KEY).unwrap();
+    let bits = f.num_bits() as usize;
+    let mut fb = fastbloom::BloomFilter::with_num_bits(bits).hashes(f.num_hashes());
+    for i in 0..n {
+        let h = hash_key(&url(i, "in"), f.seed());
+        f.insert_hash(h);
+        fb.insert_hash(h);
+    }
+    let probe: Vec<u64> = (0..1u64 << 20)
+        .map(|i| hash_key(&url(i, "probe"), f.seed()))
+        .collect();
+    let c_bs = median_ns(probe.len(), || {
+        probe.iter().filter(|&&h| f.contains_hash(h)).count() as u64
+    });
+    let c_fb = median_ns(probe.len(), || {
+        probe.iter().filter(|&&h| fb.contains_hash(h)).count() as u64
+    });
+    let mut out = vec![false; probe.len()];
+    let c_many = median_ns(probe.len(), || {
+        f.contains_hash_many(&probe, &mut out);
+        out.iter().filter(|b| **b).count() as u64
+    });
+    let fpr_bs = probe.iter().filter(|&&h| f.contains_hash(h)).count() as f64 / probe.len() as f64;
+    let fpr_fb = probe.iter().filter(|&&h| fb.contains_hash(h)).count() as f64 / probe.len() as f64;
+
+    let table = format!(
+        "Measured by `cargo bench --bench report` ({n} URL-like keys, {BITS_PER_KEY} bits/key; \
+         median of {ROUNDS} rounds, one process):\n\n\
+         | operation | bloomsled | baseline | ratio |\n\
+         |---|---:|---:|---:|\n\
+         | absent-key `get` | {} | sled {} | {:.1}× faster |\n\
+         | present-key `get` | {} | sled {} | {:+.1}% |\n\
+         | `insert` of a new key | {} | sled {} | {:+.1}% |\n\
+         | `contains` by hash | {} | fastbloom (same xxh3 hash, bits, k) {} | {:.2}× |\n\
+         | `contains_hash_many` per key | {} | single `contains` {} | {:.2}× |\n\
+         | false-positive rate | {:.3}% (filter), {:.3}% (store gets) | fastbloom {:.3}% | |\n\
+         | memory | {:.2} bits/key, k = {} | | |\n",
+        fmt_ns(abs_bs),
+        fmt_ns(abs_sled),
+        abs_sled / abs_bs,
+        fmt_ns(pre_bs),
+        fmt_ns(pre_sled),
+        100.0 * (pre_bs / pre_sled - 1.0),
+        fmt_ns(ins_bs),
+        fmt_ns(ins_sled),
+        100.0 * (ins_bs / ins_sled - 1.0),
+        fmt_ns(c_bs),
+        fmt_ns(c_fb),
+        c_bs / c_fb,
+        fmt_ns(c_many),
+        fmt_ns(c_bs),
+        c_many / c_bs,
+        100.0 * fpr_bs,
+        100.0 * store_fpr,
+        100.0 * fpr_fb,
+        f.bits_per_key(),
+        f.num_hashes(),
+    );
+    println!("{table}");
+    if std::env::var_os("BLOOMSLED_REPORT_NO_WRITE").is_some() {
+        return;
+    }
+    let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+    let text = std::fs::read_to_string(readme).unwrap();
+    let (start, end) = ("<!-- bench-report:start -->\n", "<!-- bench-report:end -->");
+    match (text.find(start), text.find(end)) {
+        (Some(a), Some(b)) if a < b => {
+            let new = format!("{}{start}{table}{}", &text[..a], &text[b..]);
+            std::fs::write(readme, new).unwrap();
+            eprintln!("README.md updated");
+        }
+        _ => eprintln!("README.md has no bench-report markers; table printed only"),
+    }
+}
