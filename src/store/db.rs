@@ -405,9 +405,10 @@ fn open_filter(
     }
     let files = TreeFiles::new(&config.path, name);
     let dirty = persist::read_state(&files);
-    let fault = match persist::load(&files, hash_key(name, 0), dirty.clone()) {
+    // The marker's value, if it exists and is readable.
+    let marked = dirty.clone().ok().flatten();
+    let fault = match persist::load(&files, hash_key(name, 0), dirty) {
         Ok(loaded) => {
-            let marked = dirty.ok().flatten();
             let p = Persistence::open(files, name, config.page_size, loaded.generation, marked)?;
             let r = report(RecoveryOutcome::Loaded, 0, loaded.bytes, loaded.generation);
             log::info!(
@@ -434,8 +435,8 @@ fn open_filter(
     // keeps it untrusted should that write not complete.
     let base = persist::peek_generation(&files)
         .unwrap_or(0)
-        .max(dirty.clone().ok().flatten().unwrap_or(0));
-    let p = Persistence::open(files, name, config.page_size, base, dirty.ok().flatten())?;
+        .max(marked.unwrap_or(0));
+    let p = Persistence::open(files, name, config.page_size, base, marked)?;
     let info = p.snapshot(&filter)?;
     let outcome = if new_tree {
         RecoveryOutcome::Created
