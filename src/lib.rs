@@ -51,7 +51,7 @@ mod store;
 
 pub use error::{Error, FilterShape, Result};
 pub use filter::math::{bits_for, blocked_fpr, optimal_k, standard_fpr};
-pub use filter::{Filter, FilterConfig, Sizing};
+pub use filter::{CountingFilter, Filter, FilterConfig, Sizing, COUNTER_MAX};
 pub use format::SnapshotFault;
 pub use persist::{Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo, VerifyReport};
 pub use sled::{Event, IVec, Iter, MergeOperator, Mode, Subscriber};

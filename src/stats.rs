@@ -44,6 +44,15 @@ impl<const N: usize> Counters<N> {
         c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
     }
 
+    /// Sets every counter to zero.
+    pub(crate) fn reset(&self) {
+        for s in &self.stripes {
+            for c in &s.0 {
+                c.store(0, Relaxed);
+            }
+        }
+    }
+
     /// The total of counter `which`.
     pub(crate) fn sum(&self, which: usize) -> u64 {
         self.stripes

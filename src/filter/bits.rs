@@ -64,6 +64,31 @@ impl Blocks {
         changed
     }
 
+    /// Clears the bits of `masks` in block `i` (counting mode: their counters reached zero).
+    #[inline]
+    pub(crate) fn clear(&self, i: usize, masks: &[u64; BLOCK_WORDS]) {
+        for (w, &m) in self.blocks[i].0.iter().zip(masks) {
+            if m != 0 && w.load(Relaxed) & m != 0 {
+                w.fetch_and(!m, Relaxed);
+            }
+        }
+    }
+
+    /// Sets every word of every block to zero (a recycled filter before its rebuild).
+    pub(crate) fn zero(&self) {
+        for b in self.blocks.iter() {
+            for w in &b.0 {
+                w.store(0, Relaxed);
+            }
+        }
+    }
+
+    /// Stores `v` into word `j` (0..8) of block `i`.
+    #[inline]
+    pub(crate) fn store_word(&self, i: usize, j: usize, v: u64) {
+        self.blocks[i].0[j].store(v, Relaxed);
+    }
+
     /// True if every bit of `masks` is set in block `i`.
     #[inline(always)]
     pub(crate) fn test(&self, i: usize, masks: &[u64; BLOCK_WORDS]) -> bool {

@@ -6,7 +6,10 @@
 //! number of threads may insert and query at once through `&Filter`.
 
 mod bits;
+mod counting;
 pub mod math;
+
+pub use counting::{CountingFilter, COUNTER_MAX};
 
 use std::fmt;
 
@@ -503,6 +506,12 @@ impl Filter {
     /// The false-positive rate the blocked model predicts once `capacity` items are in.
     pub fn target_fpr(&self) -> f64 {
         math::blocked_fpr(self.bits_per_key(), self.num_hashes)
+    }
+
+    /// Zeroes every bit and the item count (a recycled filter, before it is rebuilt).
+    pub(crate) fn zero(&self) {
+        self.blocks.zero();
+        self.items.reset();
     }
 
     /// A copy of every word, block by block (a relaxed snapshot under concurrent inserts).
