@@ -79,6 +79,11 @@ pub enum Error {
         fault: crate::format::SnapshotFault,
     },
 
+    /// The tree or database was closed or dropped while the operation (a rebuild) ran; the
+    /// filter in use is unchanged.
+    #[error("closed during the operation: {0}")]
+    Closed(String),
+
     /// Serialized bytes are well-framed but describe an impossible filter.
     #[error("corrupt filter data: {0}")]
     Corrupt(String),

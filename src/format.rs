@@ -9,7 +9,9 @@
 //!      0    8 magic        b"BLMSLED\0"
 //!      8    4 version      format version (1)
 //!     12    4 header_len   size of this header (104)
-//!     16    4 filter_kind  1 = blocked Bloom, 512-bit blocks
+//!     16    4 filter_kind  1 = blocked Bloom, 512-bit blocks (payload: the bits)
+//!                          2 = counting, 512 4-bit counters per block (payload: the counters;
+//!                              the bits are derived: bit set ⇔ counter non-zero)
 //!     20    4 hash_kind    1 = xxh3-64 with seed, golden-ratio probe stream
 //!     24    8 seed
 //!     32    8 name_hash    xxh3-64 of the tree name: a snapshot copied onto another tree is refused
@@ -19,7 +21,7 @@
 //!     56    8 capacity     items the filter is sized for
 //!     64    8 items        items inserted
 //!     72    8 generation   ties the snapshot to the dirty marker (see `persist`)
-//!     80    8 payload_len  bitset bytes = num_blocks · 64
+//!     80    8 payload_len  num_blocks · 64 (kind 1) or num_blocks · 256 (kind 2)
 //!     88    4 page_count   ⌈payload_len / page_size⌉
 //!     92    4 payload_crc  CRC32 of the whole bitset (combined from the page CRCs)
 //!     96    4 reserved     zero
@@ -47,6 +49,8 @@ pub const MAGIC: [u8; 8] = *b"BLMSLED\0";
 pub const VERSION: u32 = 1;
 /// Filter kind: blocked Bloom filter with 512-bit blocks.
 pub const FILTER_KIND_BLOCKED: u32 = 1;
+/// Filter kind: counting filter, 512 4-bit counters per block.
+pub const FILTER_KIND_COUNTING: u32 = 2;
 /// Hash kind: xxh3-64 with the stored seed, positions from the golden-ratio remix stream.
 pub const HASH_KIND_XXH3_GOLDEN: u32 = 1;
 /// Default payload bytes per page: 1 MiB.
@@ -71,7 +75,7 @@ pub struct Header {
     pub version: U32,
     /// `size_of::<Header>()`.
     pub header_len: U32,
-    /// [`FILTER_KIND_BLOCKED`].
+    /// [`FILTER_KIND_BLOCKED`] or [`FILTER_KIND_COUNTING`].
     pub filter_kind: U32,
     /// [`HASH_KIND_XXH3_GOLDEN`].
     pub hash_kind: U32,
@@ -200,6 +204,14 @@ pub enum SnapshotFault {
         /// Highest generation marked dirty.
         dirty_generation: u64,
     },
+    /// The snapshot holds a filter of another mode than the database is opened with
+    /// (`Config::counting`): the filter is rebuilt in the configured mode.
+    ModeChanged {
+        /// Mode of the snapshot ("plain" or "counting").
+        snapshot: &'static str,
+        /// Mode asked for.
+        configured: &'static str,
+    },
     /// The dirty-marker record is missing or unreadable, so staleness cannot be ruled out.
     StateUnreadable(String),
     /// Reading the snapshot failed.
@@ -251,15 +263,33 @@ impl fmt::Display for SnapshotFault {
                 "stale snapshot: generation {snapshot_generation}, tree written after generation \
                  {dirty_generation}"
             ),
+            SnapshotFault::ModeChanged {
+                snapshot,
+                configured,
+            } => write!(
+                f,
+                "snapshot holds a {snapshot} filter, the database is opened in {configured} mode"
+            ),
             SnapshotFault::StateUnreadable(why) => write!(f, "dirty marker unreadable: {why}"),
             SnapshotFault::Io(why) => write!(f, "snapshot unreadable: {why}"),
         }
     }
 }
 
+/// Payload bytes per 512-bit block for a filter kind (`None`: unknown kind).
+pub fn block_bytes(filter_kind: u32) -> Option<u64> {
+    match filter_kind {
+        FILTER_KIND_BLOCKED => Some(BLOCK_BYTES),
+        FILTER_KIND_COUNTING => Some(4 * BLOCK_BYTES),
+        _ => None,
+    }
+}
+
 /// What a snapshot holds besides the bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotMeta {
+    /// [`FILTER_KIND_BLOCKED`] or [`FILTER_KIND_COUNTING`]: what the words are.
+    pub filter_kind: u32,
     /// Hash seed.
     pub seed: u64,
     /// xxh3-64 of the tree name.
@@ -282,15 +312,18 @@ fn crc(parts: &[&[u8]]) -> u32 {
     h.finalize()
 }
 
-/// Encodes a snapshot of `words` (8 per 512-bit block) in pages of `page_size` bytes.
+/// Encodes a snapshot of `words` (8 per 512-bit block for the blocked kind, 32 for the
+/// counting kind) in pages of `page_size` bytes.
 ///
 /// # Panics
-/// If `page_size` is not a positive multiple of 8 (a programming error, not a data error).
+/// If `page_size` is not a positive multiple of 8 or the kind is unknown (programming
+/// errors, not data errors).
 pub fn encode(meta: &SnapshotMeta, words: &[u64], page_size: u32) -> Vec<u8> {
     assert!(
         page_size >= 8 && page_size % 8 == 0,
         "page size must be a positive multiple of 8"
     );
+    let block_bytes = block_bytes(meta.filter_kind).expect("a known filter kind");
     let payload_len = words.len() as u64 * 8;
     let words_per_page = (page_size / 8) as usize;
     let page_count = words.len().div_ceil(words_per_page);
@@ -319,11 +352,11 @@ pub fn encode(meta: &SnapshotMeta, words: &[u64], page_size: u32) -> Vec<u8> {
         magic: MAGIC,
         version: U32::new(VERSION),
         header_len: U32::new(HEADER_LEN as u32),
-        filter_kind: U32::new(FILTER_KIND_BLOCKED),
+        filter_kind: U32::new(meta.filter_kind),
         hash_kind: U32::new(HASH_KIND_XXH3_GOLDEN),
         seed: U64::new(meta.seed),
         name_hash: U64::new(meta.name_hash),
-        num_blocks: U64::new(words.len() as u64 / 8),
+        num_blocks: U64::new(payload_len / block_bytes),
         num_hashes: U32::new(meta.num_hashes),
         page_size: U32::new(page_size),
         capacity: U64::new(meta.capacity),
@@ -370,21 +403,21 @@ pub fn parse_header(bytes: &[u8]) -> Result<Header, SnapshotFault> {
     if header.header_len.get() as usize != HEADER_LEN {
         return bad(format!("header length {}", header.header_len.get()));
     }
-    if header.filter_kind.get() != FILTER_KIND_BLOCKED
-        || header.hash_kind.get() != HASH_KIND_XXH3_GOLDEN
-    {
+    let block_bytes = block_bytes(header.filter_kind.get());
+    let Some(block_bytes) = block_bytes.filter(|_| header.hash_kind.get() == HASH_KIND_XXH3_GOLDEN)
+    else {
         return bad(format!(
             "unknown filter kind {} / hash kind {}",
             header.filter_kind.get(),
             header.hash_kind.get()
         ));
-    }
+    };
     let page_size = header.page_size.get();
     if page_size < 8 || page_size % 8 != 0 {
         return bad(format!("page size {page_size}"));
     }
     let num_blocks = header.num_blocks.get();
-    if num_blocks == 0 || num_blocks.checked_mul(BLOCK_BYTES) != Some(header.payload_len.get()) {
+    if num_blocks == 0 || num_blocks.checked_mul(block_bytes) != Some(header.payload_len.get()) {
         return bad(format!(
             "{num_blocks} blocks but {} payload bytes",
             header.payload_len.get()
@@ -535,6 +568,7 @@ mod tests {
 
     fn sample(words: usize, page_size: u32) -> (SnapshotMeta, Vec<u64>, Vec<u8>) {
         let meta = SnapshotMeta {
+            filter_kind: FILTER_KIND_BLOCKED,
             seed: 7,
             name_hash: 99,
             num_hashes: 6,
@@ -573,6 +607,32 @@ mod tests {
         assert_eq!(h.generation.get(), meta.generation);
         assert_eq!(h.page_count.get(), 4);
         assert_eq!(h.items.get(), 123);
+    }
+
+    #[test]
+    fn counting_kind_has_four_times_the_payload_per_block() {
+        let (mut meta, w, _) = sample(32 * 3, 256);
+        meta.filter_kind = FILTER_KIND_COUNTING;
+        let b = encode(&meta, &w, 256);
+        let (h, got) = decode(&b).unwrap();
+        assert_eq!(h.num_blocks.get(), 3);
+        assert_eq!(h.filter_kind.get(), FILTER_KIND_COUNTING);
+        assert_eq!(got, w);
+        // The same words read as the blocked kind would be 12 blocks: a relabelled kind
+        // with the old block count is refused.
+        let mut bad = b.clone();
+        bad[16..20].copy_from_slice(&FILTER_KIND_BLOCKED.to_le_bytes());
+        let c = crc(&[&bad[..HEADER_CRC_OFFSET]]);
+        bad[HEADER_CRC_OFFSET..HEADER_LEN].copy_from_slice(&c.to_le_bytes());
+        assert!(matches!(decode(&bad), Err(SnapshotFault::Inconsistent(_))));
+        let mut unknown = b;
+        unknown[16..20].copy_from_slice(&3u32.to_le_bytes());
+        let c = crc(&[&unknown[..HEADER_CRC_OFFSET]]);
+        unknown[HEADER_CRC_OFFSET..HEADER_LEN].copy_from_slice(&c.to_le_bytes());
+        assert!(matches!(
+            decode(&unknown),
+            Err(SnapshotFault::Inconsistent(_))
+        ));
     }
 
     #[test]

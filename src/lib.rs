@@ -51,12 +51,13 @@ mod store;
 
 pub use error::{Error, FilterShape, Result};
 pub use filter::math::{bits_for, blocked_fpr, optimal_k, standard_fpr};
-pub use filter::{CountingFilter, Filter, FilterConfig, Sizing, COUNTER_MAX};
+pub use filter::{CountingFilter, Filter, FilterConfig, FilterMode, Sizing, COUNTER_MAX};
 pub use format::SnapshotFault;
 pub use persist::{Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo, VerifyReport};
 pub use sled::{Event, IVec, Iter, MergeOperator, Mode, Subscriber};
 pub use stats::Stats;
 pub use store::transaction::{self, Transactional};
 pub use store::{
-    open, Batch, CompareAndSwapError, CompareAndSwapResult, Config, Db, Tree, RESERVED_PREFIX,
+    open, Batch, CompareAndSwapError, CompareAndSwapResult, Config, Db, RebuildReport, Tree,
+    RESERVED_PREFIX,
 };

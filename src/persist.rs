@@ -26,7 +26,7 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::filter::Filter;
+use crate::filter::any::{AnyFilter, FilterMode};
 use crate::format::{self, SnapshotFault, SnapshotMeta};
 use crate::hash::hash_key;
 
@@ -194,7 +194,7 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 
 /// The snapshot bytes, parsed and checked against the marker.
 pub(crate) struct Loaded {
-    pub(crate) filter: Filter,
+    pub(crate) filter: AnyFilter,
     pub(crate) generation: u64,
     pub(crate) bytes: u64,
 }
@@ -216,14 +216,24 @@ pub(crate) fn peek_generation(files: &TreeFiles) -> Option<u64> {
     format::parse_header(&buf).ok().map(|h| h.generation.get())
 }
 
-/// Loads and verifies a tree's snapshot; any reason not to trust it is a fault.
+/// Loads and verifies a tree's snapshot; any reason not to trust it is a fault, including
+/// a filter of another mode than the configured one.
 pub(crate) fn load(
     files: &TreeFiles,
     name_hash: u64,
+    mode: FilterMode,
     dirty: Result<Option<u64>, SnapshotFault>,
 ) -> Result<Loaded, SnapshotFault> {
     let (header, words, bytes) = read_verified(files, name_hash)?;
     let generation = header.generation.get();
+    let found = FilterMode::of_kind(header.filter_kind.get())
+        .ok_or_else(|| SnapshotFault::Inconsistent("unknown filter kind".into()))?;
+    if found != mode {
+        return Err(SnapshotFault::ModeChanged {
+            snapshot: found.name(),
+            configured: mode.name(),
+        });
+    }
     match dirty? {
         None => {
             return Err(SnapshotFault::StateUnreadable(
@@ -238,7 +248,8 @@ pub(crate) fn load(
         }
         Some(_) => {}
     }
-    let filter = Filter::from_parts(
+    let filter = AnyFilter::from_words(
+        mode,
         &words,
         header.num_hashes.get(),
         header.seed.get(),
@@ -354,8 +365,12 @@ impl Persistence {
         Ok(())
     }
 
-    /// Writes a snapshot of `filter` as the next generation.
-    pub(crate) fn snapshot(&self, filter: &Filter) -> io::Result<SnapshotInfo> {
+    /// Writes a snapshot as the next generation. `copy` is called after the generation moved
+    /// on and returns the filter's metadata (generation and name filled in here) and words.
+    pub(crate) fn snapshot(
+        &self,
+        copy: impl FnOnce() -> io::Result<(SnapshotMeta, Vec<u64>)>,
+    ) -> io::Result<SnapshotInfo> {
         let dropped = self.snapshotting.lock().unwrap_or_else(|p| p.into_inner());
         if *dropped {
             return Err(io::Error::new(
@@ -366,15 +381,9 @@ impl Persistence {
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         fence(Ordering::SeqCst);
         let start = Instant::now();
-        let words = filter.words();
-        let meta = SnapshotMeta {
-            seed: filter.seed(),
-            name_hash: self.name_hash,
-            num_hashes: filter.num_hashes(),
-            capacity: filter.capacity(),
-            items: filter.items(),
-            generation,
-        };
+        let (mut meta, words) = copy()?;
+        meta.name_hash = self.name_hash;
+        meta.generation = generation;
         let bytes = format::encode(&meta, &words, self.page_size);
         let pages = (words.len() as u64 * 8).div_ceil(u64::from(self.page_size)) as u32;
         drop(words);

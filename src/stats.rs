@@ -97,10 +97,26 @@ pub struct Stats {
     pub store_lookups_skipped: u64,
     /// Lookups where the filter said "maybe" and the store said no.
     pub false_positives: u64,
-    /// Keys removed from the store whose bits stay in the filter (plain mode).
+    /// Keys removed from the store whose bits stay in the filter (plain mode; counted since
+    /// the filter was last rebuilt; removes inside a plain-mode batch are counted whether or
+    /// not the key existed).
     pub stale_entries: u64,
-    /// Filter memory in bytes.
+    /// Plain or counting.
+    pub mode: crate::FilterMode,
+    /// Counters stuck at their maximum (counting mode; they can never be cleared again).
+    pub stuck_counters: u64,
+    /// Rebuilds of the filter from the keys since the tree was opened (on demand or
+    /// automatic; resizes included).
+    pub rebuilds: u64,
+    /// Rebuilds that changed the capacity.
+    pub resizes: u64,
+    /// True while a rebuild is running or about to.
+    pub rebuild_in_progress: bool,
+    /// Memory of the current filter in bytes (counting mode: bits and counters).
     pub memory_bytes: usize,
+    /// Memory of every filter the tree holds, in bytes: the current one, the one being
+    /// built, and retired ones kept for reuse by later rebuilds (see `Tree::rebuild`).
+    pub allocated_bytes: usize,
 }
 
 impl Stats {

@@ -11,6 +11,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = format::decode_state(data);
     if let Ok((h, words)) = format::decode(data) {
         let meta = SnapshotMeta {
+            filter_kind: h.filter_kind.get(),
             seed: h.seed.get(),
             name_hash: h.name_hash.get(),
             num_hashes: h.num_hashes.get(),

@@ -73,12 +73,13 @@ impl CountingFilter {
     /// An empty counting filter of exactly this shape, sized for `capacity` items.
     pub fn with_shape(shape: FilterShape, capacity: u64) -> Result<CountingFilter> {
         let bits = Filter::with_shape(shape, capacity)?;
-        let counters = zeroed_words(bits.num_blocks() as usize * COUNTER_WORDS).ok_or_else(|| {
-            Error::config(format!(
-                "cannot allocate the counters of a counting filter of {} blocks",
-                bits.num_blocks()
-            ))
-        })?;
+        let counters =
+            zeroed_words(bits.num_blocks() as usize * COUNTER_WORDS).ok_or_else(|| {
+                Error::config(format!(
+                    "cannot allocate the counters of a counting filter of {} blocks",
+                    bits.num_blocks()
+                ))
+            })?;
         Ok(CountingFilter {
             bits,
             counters,

@@ -5,10 +5,12 @@
 //! cache line. Words are `AtomicU64`: inserts are `fetch_or`, lookups plain loads, and any
 //! number of threads may insert and query at once through `&Filter`.
 
+pub(crate) mod any;
 mod bits;
 mod counting;
 pub mod math;
 
+pub use any::FilterMode;
 pub use counting::{CountingFilter, COUNTER_MAX};
 
 use std::fmt;

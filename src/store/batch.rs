@@ -1,11 +1,12 @@
-//! `Batch`: sled's atomic multi-write, remembering which keys it inserts.
+//! `Batch`: sled's atomic multi-write, remembering its operations.
 
 use sled::IVec;
 
 /// A set of inserts and removes applied atomically by [`crate::Tree::apply_batch`].
 ///
-/// Same methods as `sled::Batch`. It also keeps the inserted keys, because a `sled::Batch`
-/// cannot be read back and the filter must learn every key before sled stores it.
+/// Same methods as `sled::Batch`. It keeps its operations readable, because a `sled::Batch`
+/// cannot be read back and the filter must learn every inserted key before sled stores it
+/// (and, in counting mode, every removed one after).
 ///
 /// ```
 /// # let db = bloomsled::Config::new().temporary(true).open()?;
@@ -21,8 +22,8 @@ use sled::IVec;
 /// ```
 #[derive(Debug, Default, Clone)]
 pub struct Batch {
-    pub(crate) inner: sled::Batch,
-    pub(crate) inserted: Vec<IVec>,
+    /// `(key, Some(value))` to insert, `(key, None)` to remove, in order.
+    pub(crate) ops: Vec<(IVec, Option<IVec>)>,
 }
 
 impl Batch {
@@ -32,9 +33,7 @@ impl Batch {
         K: Into<IVec>,
         V: Into<IVec>,
     {
-        let key = key.into();
-        self.inserted.push(key.clone());
-        self.inner.insert(key, value);
+        self.ops.push((key.into(), Some(value.into())));
     }
 
     /// Removes a key.
@@ -42,13 +41,25 @@ impl Batch {
     where
         K: Into<IVec>,
     {
-        self.inner.remove(key);
+        self.ops.push((key.into(), None));
+    }
+
+    /// The same operations as a `sled::Batch`.
+    pub(crate) fn into_sled(self) -> sled::Batch {
+        let mut b = sled::Batch::default();
+        for (k, v) in self.ops {
+            match v {
+                Some(v) => b.insert(k, v),
+                None => b.remove(k),
+            }
+        }
+        b
     }
 }
 
 impl From<Batch> for sled::Batch {
     /// The plain sled batch (for use with a raw `sled::Tree`).
     fn from(b: Batch) -> sled::Batch {
-        b.inner
+        b.into_sled()
     }
 }

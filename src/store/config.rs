@@ -7,7 +7,7 @@ use sled::Mode;
 
 use super::Db;
 use crate::error::{Error, Result};
-use crate::filter::FilterConfig;
+use crate::filter::{FilterConfig, FilterMode};
 use crate::format;
 use crate::persist::Recovery;
 
@@ -37,6 +37,9 @@ pub struct Config {
     pub(crate) snapshot_every_writes: u64,
     pub(crate) snapshot_interval: Option<Duration>,
     pub(crate) page_size: u32,
+    pub(crate) mode: FilterMode,
+    pub(crate) auto_rebuild: bool,
+    pub(crate) rebuild_fpr: Option<f64>,
 }
 
 impl Default for Config {
@@ -51,6 +54,9 @@ impl Default for Config {
             snapshot_every_writes: 0,
             snapshot_interval: None,
             page_size: format::DEFAULT_PAGE_SIZE,
+            mode: FilterMode::Plain,
+            auto_rebuild: true,
+            rebuild_fpr: None,
         }
     }
 }
@@ -100,6 +106,48 @@ impl Config {
     /// (default 1 MiB). Smaller pages locate damage more precisely.
     pub fn snapshot_page_size(mut self, bytes: u32) -> Config {
         self.page_size = bytes;
+        self
+    }
+
+    /// Counting mode (off by default): each filter bit gets a 4-bit saturating counter, so
+    /// removing a key clears its bits and the filter stays as accurate as the day it was
+    /// built, however much is deleted. Lookups cost the same as in plain mode; filter memory
+    /// is 5× (bits plus counters), and batches are applied as sled transactions so that
+    /// every key is counted exactly once.
+    ///
+    /// A tree's snapshot records its mode. Opening it in the other mode rebuilds its filter
+    /// from the keys (or, with [`Recovery::Strict`], is an error).
+    ///
+    /// ```
+    /// let db = bloomsled::Config::new().temporary(true).counting(true).open()?;
+    /// db.insert("k", "v")?;
+    /// db.remove("k")?;
+    /// assert!(!db.may_contain("k")); // removed from the filter too
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn counting(mut self, on: bool) -> Config {
+        self.mode = if on {
+            FilterMode::Counting
+        } else {
+            FilterMode::Plain
+        };
+        self
+    }
+
+    /// Rebuild and resize filters automatically, in a background thread, while reads and
+    /// writes go on (default: on). A tree's filter is rebuilt from its keys when its live
+    /// keys pass its capacity (the new filter is sized up, doubling), or when removed keys
+    /// and growth push the modelled false-positive rate above
+    /// [`Config::rebuild_false_positive_rate`]. `Tree::rebuild` does the same on demand.
+    pub fn auto_rebuild(mut self, on: bool) -> Config {
+        self.auto_rebuild = on;
+        self
+    }
+
+    /// The modelled false-positive rate, in (0, 1), above which a filter is rebuilt
+    /// automatically (default: twice the target rate).
+    pub fn rebuild_false_positive_rate(mut self, p: f64) -> Config {
+        self.rebuild_fpr = Some(p);
         self
     }
 
@@ -192,6 +240,13 @@ impl Config {
                 64 << 20,
                 self.page_size
             )));
+        }
+        if let Some(p) = self.rebuild_fpr {
+            if !(p > 0.0 && p < 1.0) {
+                return Err(Error::config(format!(
+                    "rebuild_false_positive_rate must be strictly between 0 and 1, got {p}"
+                )));
+            }
         }
         if self.snapshot_interval == Some(Duration::ZERO) {
             return Err(Error::config("snapshot_interval must be longer than zero"));

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use sled::IVec;
 
+use super::rebuild::RebuildPolicy;
 use super::tree::TreeShared;
 use super::{Config, Tree};
 use crate::error::{Error, Result};
-use crate::filter::{Filter, FilterConfig};
+use crate::filter::any::AnyFilter;
 use crate::format::SnapshotFault;
 use crate::hash::hash_key;
 use crate::persist::{
@@ -294,12 +295,37 @@ fn check_user_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Builds a tree's filter from a scan of its keys, sized for the larger of the configured
-/// capacity and the keys found. This is the recovery path when no trusted snapshot exists,
-/// so it must see every key: it reads the tree after sled's recovery, before any handle to
-/// it is given out. Returns the filter and the number of keys scanned.
-fn build_filter(tree: &sled::Tree, config: &FilterConfig) -> Result<(Filter, u64)> {
-    let seed = config.hash_seed();
+impl Drop for DbShared {
+    /// The database is closing: background rebuilds stop (the filters in use stay valid),
+    /// and this waits for them, so that nothing writes bloomsled's files once the last
+    /// `Db` handle is gone.
+    fn drop(&mut self) {
+        let trees = self.trees.get_mut().unwrap_or_else(|p| p.into_inner());
+        for t in trees.values() {
+            t.closing.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        for t in trees.values() {
+            t.wait_for_rebuild();
+        }
+    }
+}
+
+/// The rebuild policy of a configuration.
+fn policy(config: &Config) -> RebuildPolicy {
+    RebuildPolicy {
+        auto: config.auto_rebuild,
+        bound: config.rebuild_fpr,
+        base: config.filter.clone(),
+    }
+}
+
+/// Builds a tree's filter from a scan of its keys, sized for the configured capacity, or
+/// doubled until the keys found fill at most three quarters of it. This is the recovery
+/// path when no trusted snapshot exists, so it must see every key: it reads the tree after
+/// sled's recovery, before any handle to it is given out. Returns the filter and the number
+/// of keys scanned.
+fn build_filter(tree: &sled::Tree, config: &Config) -> Result<(AnyFilter, u64)> {
+    let seed = config.filter.hash_seed();
     let threads = thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(8);
@@ -328,12 +354,20 @@ fn build_filter(tree: &sled::Tree, config: &FilterConfig) -> Result<(Filter, u64
     for part in parts {
         hashes.append(&mut part?);
     }
-    let config = config
-        .clone()
-        .expected_items(config.capacity().max(hashes.len() as u64));
-    let filter = config.build()?;
-    for &h in &hashes {
-        filter.insert_hash(h);
+    let capacity = policy(config).capacity_for(hashes.len() as u64);
+    let shape = config.filter.clone().expected_items(capacity).shape()?;
+    let filter = AnyFilter::new(config.mode, shape, capacity)?;
+    match &filter {
+        AnyFilter::Plain(f) => {
+            for &h in &hashes {
+                f.insert_hash(h);
+            }
+        }
+        AnyFilter::Counting(c) => {
+            for &h in &hashes {
+                c.insert_hash(h);
+            }
+        }
     }
     Ok((filter, hashes.len() as u64))
 }
@@ -398,16 +432,19 @@ fn open_filter(
         duration: start.elapsed(),
     };
     let every = config.snapshot_every_writes;
+    let new_shared = |filter, persist, report| {
+        TreeShared::new(filter, tree.clone(), persist, report, every, policy(config))
+    };
     if config.temporary {
-        let (filter, scanned) = build_filter(tree, &config.filter)?;
+        let (filter, scanned) = build_filter(tree, config)?;
         let r = report(RecoveryOutcome::InMemory, scanned, 0, 0);
-        return Ok(Arc::new(TreeShared::new(filter, None, r, every)));
+        return Ok(new_shared(filter, None, r));
     }
     let files = TreeFiles::new(&config.path, name);
     let dirty = persist::read_state(&files);
     // The marker's value, if it exists and is readable.
     let marked = dirty.clone().ok().flatten();
-    let fault = match persist::load(&files, hash_key(name, 0), dirty) {
+    let fault = match persist::load(&files, hash_key(name, 0), config.mode, dirty) {
         Ok(loaded) => {
             let p = Persistence::open(files, name, config.page_size, loaded.generation, marked)?;
             let r = report(RecoveryOutcome::Loaded, 0, loaded.bytes, loaded.generation);
@@ -419,7 +456,7 @@ fn open_filter(
                 r.bytes_verified,
                 r.duration
             );
-            return Ok(Arc::new(TreeShared::new(loaded.filter, Some(p), r, every)));
+            return Ok(new_shared(loaded.filter, Some(p), r));
         }
         Err(fault) => fault,
     };
@@ -430,14 +467,16 @@ fn open_filter(
             fault,
         });
     }
-    let (filter, scanned) = build_filter(tree, &config.filter)?;
+    let (filter, scanned) = build_filter(tree, config)?;
     // Any snapshot still on disk is older than the one about to be written, and the marker
     // keeps it untrusted should that write not complete.
     let base = persist::peek_generation(&files)
         .unwrap_or(0)
         .max(marked.unwrap_or(0));
     let p = Persistence::open(files, name, config.page_size, base, marked)?;
-    let info = p.snapshot(&filter)?;
+    // No handle exists yet, so nothing writes: the copy is exact, and the keys it holds
+    // are sled's recovered (durable) state.
+    let info = p.snapshot(|| Ok((TreeShared::snapshot_meta(&filter), filter.snapshot_words())))?;
     let outcome = if new_tree {
         RecoveryOutcome::Created
     } else {
@@ -453,7 +492,7 @@ fn open_filter(
         ),
         _ => log::debug!("bloomsled: tree {:?}: new filter", r.tree),
     }
-    Ok(Arc::new(TreeShared::new(filter, Some(p), r, every)))
+    Ok(new_shared(filter, Some(p), r))
 }
 
 /// Background snapshots every `every`, until the database is dropped.

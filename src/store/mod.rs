@@ -3,10 +3,13 @@
 mod batch;
 mod config;
 mod db;
+mod filters;
+mod rebuild;
 pub mod transaction;
 mod tree;
 
 pub use batch::Batch;
 pub use config::Config;
 pub use db::{open, Db, RESERVED_PREFIX};
+pub use rebuild::RebuildReport;
 pub use tree::{CompareAndSwapError, CompareAndSwapResult, Tree};

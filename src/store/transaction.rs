@@ -2,11 +2,20 @@
 //!
 //! The error and result types are sled's own (re-exported), so code that matches on
 //! `TransactionError::Abort` keeps compiling. [`TransactionalTree`] and [`Transactional`]
-//! are thin wrappers: each transactional insert sets the key's filter bits before it is
-//! staged, so a commit can never publish a key the filter denies. A closure that sled re-runs
-//! after a conflict sets the bits again, which costs at most false positives.
+//! are thin wrappers: each transactional insert counts the key into the filter before it is
+//! staged, so a commit can never publish a key the filter denies.
+//!
+//! A transaction holds the gate of each of its trees (in a fixed order, so two transactions
+//! never wait on each other) for its whole run, and keeps a journal per tree: the keys it
+//! counted in (at most once each, across sled's retries) and, for the last attempt, whether
+//! each key existed before and after. Once sled has committed or the closure aborted, the
+//! journal settles: in counting mode every key ends up counted exactly once if it is in the
+//! store and zero times if not; in plain mode committed removes are counted stale. After a
+//! storage error the outcome is unknown, so nothing counted in is taken back (at worst a
+//! false positive).
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use sled::IVec;
 
@@ -18,22 +27,43 @@ pub use sled::transaction::{
 /// Result of a transactional read or write: only storage errors, no abort.
 pub type UnabortableTransactionResult<T> = Result<T, UnabortableTransactionError>;
 
-use super::tree::TreeShared;
+use super::tree::{TreeShared, Writing};
 use super::{Batch, Tree};
+
+/// What one tree's part of a transaction did to the filter.
+#[derive(Default)]
+struct Journal {
+    /// Keys counted in so far, over all attempts.
+    counted: HashSet<IVec>,
+    /// Per key touched by the current attempt: (existed before, exists after).
+    attempt: HashMap<IVec, (bool, bool)>,
+}
+
+/// One tree of a running transaction.
+struct TxTree {
+    shared: Arc<TreeShared>,
+    journal: Mutex<Journal>,
+}
+
+impl TxTree {
+    fn journal(&self) -> std::sync::MutexGuard<'_, Journal> {
+        self.journal.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// The view of a [`Tree`] inside a transaction; the methods of
 /// `sled::transaction::TransactionalTree`.
 #[derive(Clone)]
 pub struct TransactionalTree {
     inner: sled::transaction::TransactionalTree,
-    shared: Arc<TreeShared>,
+    ctx: Arc<TxTree>,
 }
 
 impl TransactionalTree {
-    fn wrap(inner: &sled::transaction::TransactionalTree, tree: &Tree) -> Self {
+    fn wrap(inner: &sled::transaction::TransactionalTree, ctx: &Arc<TxTree>) -> Self {
         TransactionalTree {
             inner: inner.clone(),
-            shared: tree.shared.clone(),
+            ctx: ctx.clone(),
         }
     }
 
@@ -43,8 +73,20 @@ impl TransactionalTree {
         K: AsRef<[u8]> + Into<IVec>,
         V: Into<IVec>,
     {
-        admit(&self.shared, key.as_ref())?;
-        self.inner.insert(key, value)
+        let k = IVec::from(key.as_ref());
+        if !self.ctx.journal().counted.contains(&k) {
+            // Nested in the transaction's own hold of the gate: no lock is taken here.
+            self.ctx.shared.begin_write().admit(&k).map_err(storage)?;
+            self.ctx.journal().counted.insert(k.clone());
+        }
+        let old = self.inner.insert(key, value)?;
+        self.ctx
+            .journal()
+            .attempt
+            .entry(k)
+            .or_insert((old.is_some(), true))
+            .1 = true;
+        Ok(old)
     }
 
     /// Removes a key, returning the old value.
@@ -52,7 +94,20 @@ impl TransactionalTree {
     where
         K: AsRef<[u8]> + Into<IVec>,
     {
-        self.inner.remove(key)
+        let k = IVec::from(key.as_ref());
+        self.ctx
+            .shared
+            .begin_write()
+            .before_remove()
+            .map_err(storage)?;
+        let old = self.inner.remove(key)?;
+        self.ctx
+            .journal()
+            .attempt
+            .entry(k)
+            .or_insert((old.is_some(), false))
+            .1 = false;
+        Ok(old)
     }
 
     /// Reads a key, seeing this transaction's own writes. Reads go to sled: a transaction
@@ -61,13 +116,19 @@ impl TransactionalTree {
         self.inner.get(key)
     }
 
-    /// Applies a [`Batch`] inside the transaction.
+    /// Applies a [`Batch`] inside the transaction, operation by operation (as sled does).
     pub fn apply_batch(&self, batch: &Batch) -> UnabortableTransactionResult<()> {
-        for key in &batch.inserted {
-            self.shared.filter.insert(key);
+        for (k, v) in &batch.ops {
+            match v {
+                Some(v) => {
+                    self.insert(k.clone(), v.clone())?;
+                }
+                None => {
+                    self.remove(k.clone())?;
+                }
+            }
         }
-        self.shared.before_write().map_err(storage)?;
-        self.inner.apply_batch(&batch.inner)
+        Ok(())
     }
 
     /// Flushes the database after the transaction commits.
@@ -90,8 +151,98 @@ fn storage(e: crate::Error) -> UnabortableTransactionError {
     })
 }
 
-fn admit(shared: &TreeShared, key: &[u8]) -> UnabortableTransactionResult<()> {
-    shared.admit(key).map_err(storage)
+/// How a transaction ended.
+#[derive(Clone, Copy, PartialEq)]
+enum Outcome {
+    Committed,
+    Aborted,
+    Unknown,
+}
+
+/// The trees of one transaction: their gates held, their journals.
+struct Run<'t> {
+    /// One per distinct tree, in gate order.
+    holds: Vec<Writing<'t>>,
+    distinct: Vec<Arc<TxTree>>,
+    /// One per tree as the caller listed them (a tree may appear twice).
+    views: Vec<Arc<TxTree>>,
+}
+
+impl<'t> Run<'t> {
+    fn new(trees: &[&'t Tree]) -> Self {
+        let id = |t: &Tree| Arc::as_ptr(&t.shared) as usize;
+        let mut order: Vec<&'t Tree> = trees.to_vec();
+        order.sort_by_key(|t| id(t));
+        order.dedup_by_key(|t| id(t));
+        let holds = order.iter().map(|t| t.shared.begin_write()).collect();
+        let distinct: Vec<Arc<TxTree>> = order
+            .iter()
+            .map(|t| {
+                Arc::new(TxTree {
+                    shared: t.shared.clone(),
+                    journal: Mutex::default(),
+                })
+            })
+            .collect();
+        let views = trees
+            .iter()
+            .map(|t| {
+                let i = order.iter().position(|o| id(o) == id(t)).unwrap_or(0);
+                distinct[i].clone()
+            })
+            .collect();
+        Run {
+            holds,
+            distinct,
+            views,
+        }
+    }
+
+    /// sled is (re)running the closure: forget what the previous attempt did.
+    fn new_attempt(&self) {
+        for t in &self.distinct {
+            t.journal().attempt.clear();
+        }
+    }
+
+    fn view(&self, i: usize, tx: &sled::transaction::TransactionalTree) -> TransactionalTree {
+        TransactionalTree::wrap(tx, &self.views[i])
+    }
+
+    /// Settles every journal (see the module docs) and ends the writes.
+    fn finish<A, E>(self, result: &TransactionResult<A, E>) {
+        let outcome = match result {
+            Ok(_) => Outcome::Committed,
+            Err(TransactionError::Abort(_)) => Outcome::Aborted,
+            Err(TransactionError::Storage(_)) => Outcome::Unknown,
+        };
+        for (t, hold) in self.distinct.iter().zip(self.holds) {
+            let j = std::mem::take(&mut *t.journal());
+            let mut written = 0;
+            if outcome != Outcome::Unknown {
+                let mut keys: HashSet<&IVec> = j.counted.iter().collect();
+                if outcome == Outcome::Committed {
+                    keys.extend(j.attempt.keys());
+                    written = j.attempt.len() as u64;
+                }
+                for k in keys {
+                    let counted = i32::from(j.counted.contains(k));
+                    let (before, after) = match (outcome, j.attempt.get(k)) {
+                        (Outcome::Committed, Some(&(b, a))) => (b, a),
+                        _ => (false, false),
+                    };
+                    // Counted in `counted` times; the store gained `after - before`.
+                    for _ in 0..(counted - (i32::from(after) - i32::from(before))) {
+                        hold.uncount(k);
+                    }
+                    if before && !after {
+                        hold.count_stale(1);
+                    }
+                }
+            }
+            hold.finish(written);
+        }
+    }
 }
 
 /// Types that transactions can run on: a [`Tree`], slices of trees, and tuples of up to 14
@@ -128,7 +279,13 @@ impl<E> Transactional<E> for &Tree {
     where
         F: Fn(&TransactionalTree) -> ConflictableTransactionResult<A, E>,
     {
-        sled::Transactional::transaction(&self.inner, |tx| f(&TransactionalTree::wrap(tx, self)))
+        let run = Run::new(&[*self]);
+        let r = sled::Transactional::transaction(&self.inner, |tx| {
+            run.new_attempt();
+            f(&run.view(0, tx))
+        });
+        run.finish(&r);
+        r
     }
 }
 
@@ -156,21 +313,26 @@ impl<E> Transactional<E> for Tree {
 
 /// A transaction over any number of trees, viewed as a `Vec`.
 fn transaction_over<'a, E, F, A>(
-    trees: impl Iterator<Item = &'a Tree> + Clone,
+    trees: impl Iterator<Item = &'a Tree>,
     f: F,
 ) -> TransactionResult<A, E>
 where
     F: Fn(&Vec<TransactionalTree>) -> ConflictableTransactionResult<A, E>,
 {
-    let inner: Vec<sled::Tree> = trees.clone().map(|t| t.inner.clone()).collect();
-    sled::Transactional::transaction(inner.as_slice(), |txs: &Vec<_>| {
+    let trees: Vec<&Tree> = trees.collect();
+    let inner: Vec<sled::Tree> = trees.iter().map(|t| t.inner.clone()).collect();
+    let run = Run::new(&trees);
+    let r = sled::Transactional::transaction(inner.as_slice(), |txs: &Vec<_>| {
+        run.new_attempt();
         let view = txs
             .iter()
-            .zip(trees.clone())
-            .map(|(tx, t)| TransactionalTree::wrap(tx, t))
+            .enumerate()
+            .map(|(i, tx)| run.view(i, tx))
             .collect();
         f(&view)
-    })
+    });
+    run.finish(&r);
+    r
 }
 
 impl<E> Transactional<E> for [Tree] {
@@ -205,10 +367,14 @@ macro_rules! impl_transactional_tuple {
                 F: Fn(&Self::View) -> ConflictableTransactionResult<A, E>,
             {
                 let inner = ($(&self.$idx.inner,)+);
-                sled::Transactional::transaction(&inner, |txs| {
-                    let view = ($(TransactionalTree::wrap(&txs.$idx, self.$idx),)+);
+                let run = Run::new(&[$(self.$idx,)+]);
+                let r = sled::Transactional::transaction(&inner, |txs| {
+                    run.new_attempt();
+                    let view = ($(run.view($idx, &txs.$idx),)+);
                     f(&view)
-                })
+                });
+                run.finish(&r);
+                r
             }
         }
     };

@@ -1,16 +1,21 @@
 //! `Tree`: a sled tree with its filter in front.
 
+use std::cell::Cell;
 use std::fmt;
 use std::ops::RangeBounds;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use sled::{IVec, Iter, MergeOperator, Subscriber};
 
+use super::filters::{Entered, Filters};
+use super::rebuild::{RebuildPolicy, RebuildReport, RebuildState};
 use super::transaction::{self, TransactionalTree};
 use super::Batch;
 use crate::error::{Error, Result};
+use crate::filter::any::{AnyFilter, FilterMode};
 use crate::filter::Filter;
+use crate::format::SnapshotMeta;
 use crate::persist::{Persistence, RecoveryReport, SnapshotInfo, VerifyReport};
 use crate::stats::{Counters, Stats};
 
@@ -20,9 +25,19 @@ pub use sled::CompareAndSwapError;
 /// inner one a lost race (the current value is returned).
 pub type CompareAndSwapResult = Result<std::result::Result<(), CompareAndSwapError>>;
 
+thread_local! {
+    /// Whether the key existed before the last merge this thread made: set by the wrapper
+    /// around the user's merge operator, which sled calls in the merging thread, last for
+    /// the attempt it commits.
+    static MERGED_OVER: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
 /// Per-tree state shared by every handle of the tree.
 pub(crate) struct TreeShared {
-    pub(crate) filter: Filter,
+    pub(crate) filters: Filters,
+    pub(crate) mode: FilterMode,
+    /// The sled tree (snapshots flush it in counting mode; rebuilds scan it).
+    pub(crate) sled: sled::Tree,
     counters: Counters<4>,
     /// `None` for temporary databases.
     pub(crate) persist: Option<Persistence>,
@@ -30,73 +45,182 @@ pub(crate) struct TreeShared {
     /// Automatic snapshot every this many writes (0: off).
     every_writes: u64,
     writes: AtomicU64,
+    pub(crate) rebuild: RebuildState,
+    /// Set when the database or the tree is closed or dropped: background work stops.
+    pub(crate) closing: AtomicBool,
+    pub(crate) me: Weak<TreeShared>,
 }
 
 // Counter slots. A lookup bumps exactly one of SKIPPED / PASSED, so the hot path pays one
-// atomic add; `lookups` is their sum.
+// add; `lookups` is their sum.
 const SKIPPED: usize = 0;
 const PASSED: usize = 1;
 const FALSE_POSITIVES: usize = 2;
 const STALE: usize = 3;
 
+/// A write in progress: holds the tree's gate (see [`super::filters`]) from the filter
+/// update before the sled write to the corrections after it.
+pub(crate) struct Writing<'a> {
+    shared: &'a TreeShared,
+    gate: Entered<'a>,
+}
+
+impl Writing<'_> {
+    /// Counts `key` in, **before** its sled write: a reader that can see the key in sled
+    /// then also sees its bits (sled's own release/acquire publishes the earlier bit
+    /// stores), and the dirty marker is durable before sled has the key (see
+    /// [`crate::persist`]). An error means the write must not be made.
+    #[inline]
+    pub(crate) fn admit(&self, key: &[u8]) -> Result<()> {
+        self.gate.admit(key);
+        self.shared.mark_dirty()
+    }
+
+    /// The filter half of [`Writing::admit`], for a batch of keys; call
+    /// [`Writing::admit_done`] once after them.
+    #[inline]
+    pub(crate) fn gate_admit(&self, key: &[u8]) {
+        self.gate.admit(key);
+    }
+
+    /// The persistence half of [`Writing::admit`], once for a batch.
+    pub(crate) fn admit_done(&self) -> Result<()> {
+        self.shared.mark_dirty()
+    }
+
+    /// In counting mode, marks the tree dirty before a write that may remove a key (the
+    /// filter will change after it). Plain mode removes leave the filter alone.
+    #[inline]
+    pub(crate) fn before_remove(&self) -> Result<()> {
+        if self.shared.mode == FilterMode::Counting {
+            self.shared.mark_dirty()?;
+        }
+        Ok(())
+    }
+
+    /// Takes back an [`admit`](Writing::admit) that did not add a key to the store (it was
+    /// there already, or the write lost a race). Counting mode only; plain bits stay.
+    #[inline]
+    pub(crate) fn uncount(&self, key: &[u8]) {
+        if self.shared.mode == FilterMode::Counting {
+            self.gate.release(key);
+        }
+    }
+
+    /// `key` left the store (after sled removed it): counted out, or counted stale.
+    #[inline]
+    pub(crate) fn removed(&self, key: &[u8]) {
+        match self.shared.mode {
+            FilterMode::Counting => self.gate.release(key),
+            FilterMode::Plain => self.shared.counters.add(STALE, 1),
+        }
+    }
+
+    /// `n` removes counted stale in plain mode (counting mode counts keys out instead).
+    pub(crate) fn count_stale(&self, n: u64) {
+        if self.shared.mode == FilterMode::Plain {
+            self.shared.counters.add(STALE, n);
+        }
+    }
+
+    /// The write is done: `keys` keys were written. In counting mode, a snapshot that copied
+    /// the filter while this write was between its two halves is marked untrusted, so that
+    /// a crash can never reload a count this write was still correcting.
+    pub(crate) fn finish(self, keys: u64) {
+        let shared = self.shared;
+        if shared.mode == FilterMode::Counting {
+            if let Err(e) = shared.mark_dirty() {
+                log::warn!(
+                    "bloomsled: tree {:?}: dirty marker: {e}",
+                    shared.report.tree
+                );
+            }
+        }
+        drop(self.gate);
+        shared.after_write(keys);
+    }
+}
+
 impl TreeShared {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        filter: Filter,
+        filter: AnyFilter,
+        sled: sled::Tree,
         persist: Option<Persistence>,
         report: RecoveryReport,
         every_writes: u64,
-    ) -> Self {
-        TreeShared {
-            filter,
+        policy: RebuildPolicy,
+    ) -> Arc<Self> {
+        let mode = filter.mode();
+        let limit = policy.items_limit(&filter);
+        Arc::new_cyclic(|me| TreeShared {
+            filters: Filters::new(filter),
+            mode,
+            sled,
             counters: Counters::default(),
             persist,
             report,
             every_writes,
             writes: AtomicU64::new(0),
+            rebuild: RebuildState::new(policy, limit),
+            closing: AtomicBool::new(false),
+            me: me.clone(),
+        })
+    }
+
+    /// Starts a write (see [`Writing`]).
+    #[inline]
+    pub(crate) fn begin_write(&self) -> Writing<'_> {
+        Writing {
+            shared: self,
+            gate: self.filters.enter(),
         }
     }
 
-    /// Makes `key` visible to the filter. Every path that can create a key calls this
-    /// **before** handing the write to sled: a reader that can see the key in sled then
-    /// also sees its bits (sled's own release/acquire publishes the earlier `fetch_or`),
-    /// and the dirty marker is durable before sled has the key (see [`crate::persist`]).
-    /// An error means the write must not be made.
+    /// Makes sure the dirty marker covers the current generation (see [`crate::persist`]).
     #[inline]
-    pub(crate) fn admit(&self, key: &[u8]) -> Result<()> {
-        self.filter.insert(key);
-        self.before_write()
-    }
-
-    /// The persistence half of [`TreeShared::admit`], once for a batch of keys.
-    #[inline]
-    pub(crate) fn before_write(&self) -> Result<()> {
+    fn mark_dirty(&self) -> Result<()> {
         if let Some(p) = &self.persist {
             p.before_write()?;
         }
         Ok(())
     }
 
-    /// Called after a write reached sled: takes the automatic snapshot when one is due.
+    /// Called after a write reached sled: takes the automatic snapshot when one is due and
+    /// checks, every 256 keys, whether the filter needs a rebuild.
     #[inline]
-    pub(crate) fn after_write(&self) {
-        if self.every_writes == 0 {
-            return;
-        }
-        let n = self.writes.fetch_add(1, Ordering::Relaxed) + 1;
-        if n % self.every_writes == 0 {
+    pub(crate) fn after_write(&self, keys: u64) {
+        let before = self.writes.fetch_add(keys, Ordering::Relaxed);
+        let after = before + keys;
+        if self.every_writes != 0 && before / self.every_writes != after / self.every_writes {
             if let Err(e) = self.snapshot() {
                 log::warn!("automatic snapshot of {:?} failed: {e}", self.report.tree);
             }
         }
+        if before >> 8 != after >> 8 {
+            self.check_rebuild();
+        }
     }
 
-    /// Writes a snapshot of the filter.
+    /// Writes a snapshot of the filter. The copy is taken under the gate (a rebuild cannot
+    /// swap filters during it); in counting mode sled is flushed after the copy, so every
+    /// remove whose decrement the copy holds is durable before the snapshot is.
     pub(crate) fn snapshot(&self) -> Result<SnapshotInfo> {
         let p = self
             .persist
             .as_ref()
             .ok_or_else(|| Error::config("a temporary database keeps no snapshots"))?;
-        let info = p.snapshot(&self.filter)?;
+        let info = p.snapshot(|| {
+            let (meta, words) = {
+                let gate = self.filters.enter();
+                let f = gate.current();
+                (Self::snapshot_meta(f), f.snapshot_words())
+            };
+            if self.mode == FilterMode::Counting {
+                self.sled.flush().map_err(std::io::Error::other)?;
+            }
+            Ok((meta, words))
+        })?;
         log::debug!(
             "snapshot of {:?}: generation {}, {} bytes in {:?}",
             self.report.tree,
@@ -107,8 +231,24 @@ impl TreeShared {
         Ok(info)
     }
 
+    /// What a snapshot of `f` records besides its words (persistence fills in the tree's
+    /// name hash and the generation).
+    pub(crate) fn snapshot_meta(f: &AnyFilter) -> SnapshotMeta {
+        let bits = f.bits();
+        SnapshotMeta {
+            filter_kind: f.mode().kind(),
+            seed: bits.seed(),
+            name_hash: 0,
+            num_hashes: bits.num_hashes(),
+            capacity: f.capacity(),
+            items: f.items(),
+            generation: 0,
+        }
+    }
+
     /// Deletes the tree's snapshot files and stops persisting it (the tree was dropped).
     pub(crate) fn forget_snapshot(&self) -> Result<()> {
+        self.closing.store(true, Ordering::Relaxed);
         if let Some(p) = &self.persist {
             p.forget()?;
         }
@@ -126,7 +266,7 @@ impl TreeShared {
     /// The filter's verdict for a store lookup, counted.
     #[inline]
     fn probe(&self, key: &[u8]) -> bool {
-        let maybe = self.filter.contains(key);
+        let maybe = self.filters.contains(key);
         self.counters.add(if maybe { PASSED } else { SKIPPED }, 1);
         maybe
     }
@@ -136,8 +276,16 @@ impl TreeShared {
         self.counters.add(FALSE_POSITIVES, 1);
     }
 
-    pub(crate) fn note_removed(&self) {
-        self.counters.add(STALE, 1);
+    /// Removes counted stale since the filter was last rebuilt.
+    pub(crate) fn stale(&self) -> u64 {
+        self.counters
+            .sum(STALE)
+            .saturating_sub(self.rebuild.stale_base.load(Ordering::Relaxed))
+    }
+
+    /// The running total of stale removes (the base of [`TreeShared::stale`]).
+    pub(crate) fn stale_total(&self) -> u64 {
+        self.counters.sum(STALE)
     }
 }
 
@@ -177,7 +325,7 @@ impl fmt::Debug for Tree {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tree")
             .field("name", &String::from_utf8_lossy(&self.inner.name()))
-            .field("filter", &self.shared.filter)
+            .field("mode", &self.shared.mode)
             .finish()
     }
 }
@@ -200,9 +348,14 @@ impl Tree {
         K: AsRef<[u8]>,
         V: Into<IVec>,
     {
-        self.shared.admit(key.as_ref())?;
+        let key = key.as_ref();
+        let w = self.shared.begin_write();
+        w.admit(key)?;
         let old = self.inner.insert(key, value)?;
-        self.shared.after_write();
+        if old.is_some() {
+            w.uncount(key);
+        }
+        w.finish(1);
         Ok(old)
     }
 
@@ -253,7 +406,7 @@ impl Tree {
     /// ```
     #[inline]
     pub fn may_contain<K: AsRef<[u8]>>(&self, key: K) -> bool {
-        self.shared.filter.contains(key.as_ref())
+        self.shared.filters.contains(key.as_ref())
     }
 
     /// `contains_key` for many keys: one batched, prefetched filter probe, then the store
@@ -266,7 +419,7 @@ impl Tree {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        let mut out = self.shared.filter.contains_many(keys);
+        let mut out = self.shared.filters.contains_many(keys);
         self.count_batch(&out);
         for (key, maybe) in keys.iter().zip(out.iter_mut()) {
             if *maybe {
@@ -290,7 +443,7 @@ impl Tree {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<IVec>>> {
-        let maybe = self.shared.filter.contains_many(keys);
+        let maybe = self.shared.filters.contains_many(keys);
         self.count_batch(&maybe);
         keys.iter()
             .zip(maybe)
@@ -314,24 +467,53 @@ impl Tree {
         c.add(PASSED, maybe.len() as u64 - negatives);
     }
 
-    /// Removes a key, returning its last value. In plain mode its filter bits stay set
-    /// (other keys may share them); the stale entry is counted in [`Stats`].
+    /// Removes a key, returning its last value. In counting mode the key is counted out of
+    /// the filter (only if sled actually removed it). In plain mode its bits stay set (other
+    /// keys may share them) and the stale entry is counted in [`Stats`]; enough of them
+    /// trigger a rebuild.
     pub fn remove<K: AsRef<[u8]>>(&self, key: K) -> Result<Option<IVec>> {
+        let key = key.as_ref();
+        let w = self.shared.begin_write();
+        w.before_remove()?;
         let old = self.inner.remove(key)?;
         if old.is_some() {
-            self.shared.note_removed();
+            w.removed(key);
         }
+        w.finish(1);
         Ok(old)
     }
 
     /// Applies a [`Batch`] atomically; every inserted key reaches the filter first.
+    ///
+    /// In counting mode the batch runs as a sled transaction, which tells which keys
+    /// existed before, so that each key is counted exactly once.
     pub fn apply_batch(&self, batch: Batch) -> Result<()> {
-        for key in &batch.inserted {
-            self.shared.filter.insert(key);
+        if self.shared.mode == FilterMode::Counting {
+            let r: transaction::TransactionResult<()> = self.transaction(|tx| {
+                tx.apply_batch(&batch)?;
+                Ok(())
+            });
+            return r.map_err(|e| match e {
+                transaction::TransactionError::Storage(e) => Error::Sled(e),
+                transaction::TransactionError::Abort(()) => {
+                    Error::Corrupt("batch transaction aborted".into())
+                }
+            });
         }
-        self.shared.before_write()?;
-        self.inner.apply_batch(batch.inner)?;
-        self.shared.after_write();
+        let w = self.shared.begin_write();
+        let mut removes = 0;
+        for (key, value) in &batch.ops {
+            if value.is_some() {
+                w.gate_admit(key);
+            } else {
+                removes += 1;
+            }
+        }
+        w.admit_done()?;
+        let n = batch.ops.len() as u64;
+        self.inner.apply_batch(batch.into_sled())?;
+        w.count_stale(removes);
+        w.finish(n);
         Ok(())
     }
 
@@ -357,18 +539,23 @@ impl Tree {
         NV: Into<IVec>,
     {
         let key = key.as_ref();
-        let removes = new.is_none();
-        if !removes {
-            self.shared.admit(key)?;
+        let inserts = new.is_some();
+        let existed = old.is_some();
+        let w = self.shared.begin_write();
+        if inserts {
+            w.admit(key)?;
+        } else {
+            w.before_remove()?;
         }
         let res = self.inner.compare_and_swap(key, old, new)?;
-        if res.is_ok() {
-            if removes {
-                self.shared.note_removed();
-            } else {
-                self.shared.after_write();
-            }
+        match (&res, inserts) {
+            // Replaced a value, or lost the race: the key's count did not change.
+            (Ok(()), true) if existed => w.uncount(key),
+            (Err(_), true) => w.uncount(key),
+            (Ok(()), false) if existed => w.removed(key),
+            _ => {}
         }
+        w.finish(u64::from(res.is_ok()));
         Ok(res)
     }
 
@@ -424,15 +611,31 @@ impl Tree {
     }
 
     /// Merges `value` into `key` with the tree's merge operator (see
-    /// [`Tree::set_merge_operator`]). The key reaches the filter first.
+    /// [`Tree::set_merge_operator`]) and returns the new value (`None`: the operator
+    /// removed the key). The key reaches the filter first; in counting mode the filter then
+    /// learns from the operator's call whether the key existed, and corrects its count.
     pub fn merge<K, V>(&self, key: K, value: V) -> Result<Option<IVec>>
     where
         K: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
-        self.shared.admit(key.as_ref())?;
+        let key = key.as_ref();
+        let w = self.shared.begin_write();
+        w.admit(key)?;
+        MERGED_OVER.with(|c| c.set(None));
         let merged = self.inner.merge(key, value)?;
-        self.shared.after_write();
+        // `None` if sled never called the operator (it refuses without one: an error above).
+        let existed = MERGED_OVER.with(|c| c.take()).unwrap_or(true);
+        match (existed, merged.is_some()) {
+            (true, true) => w.uncount(key),
+            (false, false) => w.uncount(key),
+            (true, false) => {
+                w.uncount(key);
+                w.removed(key);
+            }
+            (false, true) => {}
+        }
+        w.finish(1);
         Ok(merged)
     }
 
@@ -452,7 +655,13 @@ impl Tree {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn set_merge_operator(&self, merge_operator: impl MergeOperator + 'static) {
-        self.inner.set_merge_operator(merge_operator)
+        self.inner
+            .set_merge_operator(move |k: &[u8], old: Option<&[u8]>, new: &[u8]| {
+                let merged = merge_operator(k, old, new);
+                // After the call: a merge the operator itself makes has finished by now.
+                MERGED_OVER.with(|c| c.set(Some(old.is_some())));
+                merged
+            });
     }
 
     /// Runs `f` as a serializable transaction on this tree (sled may run it more than once).
@@ -513,19 +722,25 @@ impl Tree {
 
     /// Removes and returns the entry with the greatest key.
     pub fn pop_max(&self) -> Result<Option<(IVec, IVec)>> {
-        let kv = self.inner.pop_max()?;
-        if kv.is_some() {
-            self.shared.note_removed();
-        }
-        Ok(kv)
+        self.pop(sled::Tree::pop_max)
     }
 
     /// Removes and returns the entry with the smallest key.
     pub fn pop_min(&self) -> Result<Option<(IVec, IVec)>> {
-        let kv = self.inner.pop_min()?;
-        if kv.is_some() {
-            self.shared.note_removed();
+        self.pop(sled::Tree::pop_min)
+    }
+
+    fn pop(
+        &self,
+        pop: impl FnOnce(&sled::Tree) -> sled::Result<Option<(IVec, IVec)>>,
+    ) -> Result<Option<(IVec, IVec)>> {
+        let w = self.shared.begin_write();
+        w.before_remove()?;
+        let kv = pop(&self.inner)?;
+        if let Some((k, _)) = &kv {
+            w.removed(k);
         }
+        w.finish(1);
         Ok(kv)
     }
 
@@ -558,12 +773,13 @@ impl Tree {
         self.inner.is_empty()
     }
 
-    /// Removes every entry. Filter bits stay set (false positives only, never a false
-    /// negative for a racing insert); they are counted as stale.
+    /// Removes every entry, one key at a time as sled does. Counting mode counts each key
+    /// out; in plain mode the bits stay set (false positives only) and count as stale, which
+    /// triggers a rebuild once they weigh on the false-positive rate.
     pub fn clear(&self) -> Result<()> {
-        let n = self.inner.len() as u64;
-        self.inner.clear()?;
-        self.shared.counters.add(STALE, n);
+        for key in self.inner.iter().keys() {
+            self.remove(key?)?;
+        }
         Ok(())
     }
 
@@ -577,9 +793,42 @@ impl Tree {
         Ok(self.inner.checksum()?)
     }
 
-    /// The filter of this tree (read-only use: probing, statistics, serialization).
-    pub fn filter(&self) -> &Filter {
-        &self.shared.filter
+    /// A copy of this tree's filter bits as they are now (probing offline, statistics,
+    /// serialization with [`Filter::to_bytes`]). O(filter size). In counting mode these
+    /// are the bits lookups read (a counter is non-zero exactly where its bit is set).
+    pub fn filter_snapshot(&self) -> Filter {
+        self.shared.filters.enter().current().bits().clone()
+    }
+
+    /// Rebuilds the filter from the keys now, while reads and writes go on, and returns
+    /// what it did. The new filter is sized for the keys (doubling the capacity as often as
+    /// needed, never below the configured one); writes during the scan reach both filters
+    /// and the new one replaces the old atomically, then is snapshotted. If an automatic
+    /// rebuild is running, this waits for it, then rebuilds again.
+    ///
+    /// Memory: while it runs, the old and the new filter both exist. The old one is kept
+    /// afterwards and reused by a later rebuild of the same size, so a tree holds at most
+    /// one filter per size it has had (sizes double, so all of them together take less
+    /// than twice the largest) plus one spare.
+    ///
+    /// ```
+    /// let db = bloomsled::Config::new().temporary(true).expected_items(100).open()?;
+    /// for i in 0..1000u32 {
+    ///     db.insert(i.to_be_bytes(), "")?;
+    /// }
+    /// db.remove(7u32.to_be_bytes())?;
+    /// let r = db.rebuild()?;
+    /// assert_eq!(r.keys_scanned, 999);
+    /// assert!(r.capacity >= 999);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn rebuild(&self) -> Result<RebuildReport> {
+        self.shared.rebuild_now(false)
+    }
+
+    /// Blocks until no rebuild of this tree is running or pending.
+    pub fn wait_for_rebuild(&self) {
+        self.shared.wait_for_rebuild()
     }
 
     /// Writes a snapshot of this tree's filter now, so the next open loads it without a scan
@@ -620,7 +869,7 @@ impl Tree {
         for key in self.inner.iter().keys() {
             let key = key?;
             keys_checked += 1;
-            if !self.shared.filter.contains(&key) {
+            if !self.shared.filters.contains(&key) {
                 false_negatives += 1;
                 log::error!(
                     "bloomsled: tree {:?}: stored key {:?} denied by the filter",
@@ -647,9 +896,11 @@ impl Tree {
     /// Filter and lookup statistics. Reads every filter word: O(filter size).
     pub fn stats(&self) -> Stats {
         let s = &self.shared;
-        let f = &s.filter;
+        let gate = s.filters.enter();
+        let current = gate.current();
+        let f = current.bits();
         Stats {
-            items: f.items(),
+            items: current.items(),
             capacity: f.capacity(),
             num_bits: f.num_bits(),
             num_hashes: f.num_hashes(),
@@ -660,8 +911,14 @@ impl Tree {
             lookups: s.counters.sum(SKIPPED) + s.counters.sum(PASSED),
             store_lookups_skipped: s.counters.sum(SKIPPED),
             false_positives: s.counters.sum(FALSE_POSITIVES),
-            stale_entries: s.counters.sum(STALE),
-            memory_bytes: f.memory_bytes(),
+            stale_entries: s.stale(),
+            mode: s.mode,
+            stuck_counters: current.stuck_counters(),
+            rebuilds: s.rebuild.rebuilds.load(Ordering::Relaxed),
+            resizes: s.rebuild.resizes.load(Ordering::Relaxed),
+            rebuild_in_progress: s.rebuild.in_progress(),
+            memory_bytes: current.memory_bytes(),
+            allocated_bytes: s.filters.allocated_bytes(),
         }
     }
 }

@@ -1,0 +1,162 @@
+//! A tree's filter: plain or counting, behind one interface.
+
+use super::{CountingFilter, Filter};
+use crate::error::{FilterShape, Result};
+use crate::format::{FILTER_KIND_BLOCKED, FILTER_KIND_COUNTING};
+
+/// Whether a filter can forget keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FilterMode {
+    /// Bits only: removed keys leave their bits set (counted as stale) until a rebuild.
+    #[default]
+    Plain,
+    /// 4-bit saturating counters behind the bits: removes clear what they can.
+    Counting,
+}
+
+impl FilterMode {
+    /// The snapshot header's filter kind for this mode.
+    pub(crate) fn kind(self) -> u32 {
+        match self {
+            FilterMode::Plain => FILTER_KIND_BLOCKED,
+            FilterMode::Counting => FILTER_KIND_COUNTING,
+        }
+    }
+
+    /// The mode a snapshot's filter kind stands for.
+    pub(crate) fn of_kind(kind: u32) -> Option<FilterMode> {
+        match kind {
+            FILTER_KIND_BLOCKED => Some(FilterMode::Plain),
+            FILTER_KIND_COUNTING => Some(FilterMode::Counting),
+            _ => None,
+        }
+    }
+
+    /// "plain" or "counting".
+    pub fn name(self) -> &'static str {
+        match self {
+            FilterMode::Plain => "plain",
+            FilterMode::Counting => "counting",
+        }
+    }
+}
+
+/// The filter of a tree in either mode.
+pub(crate) enum AnyFilter {
+    Plain(Filter),
+    Counting(CountingFilter),
+}
+
+impl AnyFilter {
+    pub(crate) fn new(mode: FilterMode, shape: FilterShape, capacity: u64) -> Result<AnyFilter> {
+        Ok(match mode {
+            FilterMode::Plain => AnyFilter::Plain(Filter::with_shape(shape, capacity)?),
+            FilterMode::Counting => {
+                AnyFilter::Counting(CountingFilter::with_shape(shape, capacity)?)
+            }
+        })
+    }
+
+    /// Rebuilds a filter from the words of a snapshot of the given kind.
+    pub(crate) fn from_words(
+        mode: FilterMode,
+        words: &[u64],
+        num_hashes: u32,
+        seed: u64,
+        capacity: u64,
+        items: u64,
+    ) -> Result<AnyFilter> {
+        Ok(match mode {
+            FilterMode::Plain => AnyFilter::Plain(Filter::from_parts(
+                words, num_hashes, seed, capacity, items,
+            )?),
+            FilterMode::Counting => AnyFilter::Counting(CountingFilter::from_counter_words(
+                words, num_hashes, seed, capacity, items,
+            )?),
+        })
+    }
+
+    pub(crate) fn mode(&self) -> FilterMode {
+        match self {
+            AnyFilter::Plain(_) => FilterMode::Plain,
+            AnyFilter::Counting(_) => FilterMode::Counting,
+        }
+    }
+
+    /// The bits lookups read.
+    #[inline(always)]
+    pub(crate) fn bits(&self) -> &Filter {
+        match self {
+            AnyFilter::Plain(f) => f,
+            AnyFilter::Counting(c) => c.bits(),
+        }
+    }
+
+    /// Counts a key in: sets its bits (plain) or raises its counters (counting).
+    #[inline]
+    pub(crate) fn admit_hash(&self, h: u64) {
+        match self {
+            AnyFilter::Plain(f) => {
+                f.insert_hash(h);
+            }
+            AnyFilter::Counting(c) => c.insert_hash(h),
+        }
+    }
+
+    /// Counts a key out (counting mode); a plain filter cannot forget and ignores it.
+    #[inline]
+    pub(crate) fn release_hash(&self, h: u64) {
+        if let AnyFilter::Counting(c) = self {
+            c.remove_hash(h);
+        }
+    }
+
+    /// Keys counted in: bit-setting inserts (plain, removed keys included) or inserts less
+    /// removes (counting).
+    pub(crate) fn items(&self) -> u64 {
+        match self {
+            AnyFilter::Plain(f) => f.items(),
+            AnyFilter::Counting(c) => c.items(),
+        }
+    }
+
+    pub(crate) fn capacity(&self) -> u64 {
+        self.bits().capacity()
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        match self {
+            AnyFilter::Plain(f) => f.memory_bytes(),
+            AnyFilter::Counting(c) => c.memory_bytes(),
+        }
+    }
+
+    /// The words a snapshot stores: the bits (plain) or the counters (counting).
+    pub(crate) fn snapshot_words(&self) -> Vec<u64> {
+        match self {
+            AnyFilter::Plain(f) => f.words(),
+            AnyFilter::Counting(c) => c.counter_words(),
+        }
+    }
+
+    /// Counters stuck at their maximum (0 in plain mode). O(size).
+    pub(crate) fn stuck_counters(&self) -> u64 {
+        match self {
+            AnyFilter::Plain(_) => 0,
+            AnyFilter::Counting(c) => c.stuck_counters(),
+        }
+    }
+
+    /// Empties the filter for reuse.
+    pub(crate) fn zero(&self) {
+        match self {
+            AnyFilter::Plain(f) => f.zero(),
+            AnyFilter::Counting(c) => c.zero(),
+        }
+    }
+
+    /// True if a filter of this mode, shape and capacity would be identical to this one.
+    pub(crate) fn same_kind(&self, mode: FilterMode, shape: &FilterShape, capacity: u64) -> bool {
+        self.mode() == mode && self.bits().shape() == *shape && self.capacity() == capacity
+    }
+}

@@ -1,0 +1,293 @@
+//! The filters of one tree: the current one that lookups read and, while a rebuild runs,
+//! the one being built.
+//!
+//! ## Lookups: lock-free, and never misled by a swap
+//! Filters live in a fixed array of write-once slots that lives as long as the tree, so a
+//! reference to a slot is always valid memory. `state` packs a version and the index of the
+//! current slot. A lookup reads `state`, probes that slot, and, only if the answer is
+//! "absent", checks that `state` has not moved (a seqlock read): a retired filter is only
+//! ever zeroed and refilled (reused by a later rebuild of the same shape) *after* `state`
+//! moved past it, so a lookup that raced a reuse sees the change and probes again. "Maybe"
+//! answers need no check: a false positive is harmless. This costs one load of a read-mostly
+//! cache line, not the locked instructions an `Arc` swap would put on every lookup (measured
+//! 4 ns vs 20 ns per probe of a hot filter).
+//!
+//! ## Writers and the rebuild scan: the gate
+//! Writers hold the `gate` (a read lock) for their whole operation: the filter update before
+//! the sled write, the sled write, and any counting-mode correction after it. A rebuild
+//! publishes its new filter and reads each chunk of keys under the write side, so no write
+//! is in flight while it does. With `cursor` the last key scanned, a writer applies its
+//! change to the new filter too exactly when its key is `<= cursor`; a key beyond it is read
+//! by the scan later, after the write. Every key therefore reaches the new filter exactly
+//! once, which keeps counting mode exact, and the scan never depends on how sled's iterators
+//! behave under concurrent writes.
+
+use std::cell::RefCell;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use sled::IVec;
+
+use crate::error::{Error, Result};
+use crate::filter::any::AnyFilter;
+use crate::hash::hash_key;
+
+/// Most filters a tree may allocate over its life. Rebuilds reuse a retired filter of the
+/// same shape and capacities grow by doubling, so a tree needs about one slot per size it
+/// ever had, plus one.
+pub(crate) const MAX_SLOTS: usize = 64;
+
+const INDEX_BITS: u32 = 8;
+const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
+
+/// `state` on a cache line of its own: every lookup reads it, only a swap writes it.
+#[repr(align(128))]
+struct State(AtomicU64);
+
+/// What the rebuild has published; changed only under the gate's write side.
+#[derive(Debug, Default)]
+pub(crate) struct Gate {
+    /// The slot being built, if a rebuild is running.
+    pub(crate) building: Option<usize>,
+    /// The last key the rebuild has scanned (`None`: none yet).
+    pub(crate) cursor: Option<IVec>,
+}
+
+/// A writer's view of the gate, fixed while it holds the gate.
+#[derive(Clone, Debug)]
+struct View {
+    current: usize,
+    building: Option<usize>,
+    cursor: Option<IVec>,
+}
+
+thread_local! {
+    /// The gates this thread holds, with their views: an operation nested in another on the
+    /// same tree (a write inside a transaction closure) reuses the outer hold instead of
+    /// queueing behind a rebuild that waits for the outer one.
+    static HELD: RefCell<Vec<(usize, View)>> = const { RefCell::new(Vec::new()) };
+}
+
+pub(crate) struct Filters {
+    slots: Box<[OnceLock<Box<AnyFilter>>]>,
+    state: State,
+    gate: RwLock<Gate>,
+}
+
+impl Filters {
+    pub(crate) fn new(first: AnyFilter) -> Filters {
+        let slots: Box<[OnceLock<Box<AnyFilter>>]> =
+            (0..MAX_SLOTS).map(|_| OnceLock::new()).collect();
+        let _ = slots[0].set(Box::new(first));
+        Filters {
+            slots,
+            state: State(AtomicU64::new(0)),
+            gate: RwLock::new(Gate::default()),
+        }
+    }
+
+    #[inline(always)]
+    fn slot(&self, i: usize) -> Option<&AnyFilter> {
+        self.slots.get(i)?.get().map(|b| &**b)
+    }
+
+    /// The current filter and the state it was read under. Lookups must validate a negative
+    /// answer with [`Filters::unchanged`]; writers and snapshots use [`Filters::enter`].
+    #[inline(always)]
+    fn current_racy(&self) -> (u64, Option<&AnyFilter>) {
+        let s = self.state.0.load(Ordering::Acquire);
+        (s, self.slot((s & INDEX_MASK) as usize))
+    }
+
+    /// True if `state` is still `s`: every filter word read before this call came from a
+    /// filter that was current (not being recycled) when read.
+    #[inline(always)]
+    fn unchanged(&self, s: u64) -> bool {
+        fence(Ordering::Acquire);
+        self.state.0.load(Ordering::Relaxed) == s
+    }
+
+    /// The filter's answer for `key`: `false` only if the key is certainly absent.
+    #[inline]
+    pub(crate) fn contains(&self, key: &[u8]) -> bool {
+        loop {
+            let (s, f) = self.current_racy();
+            let Some(f) = f else { return true };
+            if f.bits().contains(key) {
+                return true;
+            }
+            if self.unchanged(s) {
+                return false;
+            }
+        }
+    }
+
+    /// Batched, prefetched probe of many keys (see `Filter::contains_many`).
+    pub(crate) fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<bool> {
+        let mut out = vec![true; keys.len()];
+        loop {
+            let (s, f) = self.current_racy();
+            let Some(f) = f else { return out };
+            f.bits().contains_many_into(keys, &mut out);
+            if out.iter().all(|&m| m) || self.unchanged(s) {
+                return out;
+            }
+        }
+    }
+
+    /// Holds the gate (read side) for a write or a copy; see the module docs.
+    pub(crate) fn enter(&self) -> Entered<'_> {
+        let key = self as *const Filters as usize;
+        let nested = HELD.with(|h| {
+            h.borrow()
+                .iter()
+                .rev()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.clone())
+        });
+        if let Some(view) = nested {
+            return Entered {
+                filters: self,
+                _guard: None,
+                view,
+                key: None,
+            };
+        }
+        let guard = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        let view = View {
+            current: (self.state.0.load(Ordering::Acquire) & INDEX_MASK) as usize,
+            building: guard.building,
+            cursor: if guard.building.is_some() {
+                guard.cursor.clone()
+            } else {
+                None
+            },
+        };
+        HELD.with(|h| h.borrow_mut().push((key, view.clone())));
+        Entered {
+            filters: self,
+            _guard: Some(guard),
+            view,
+            key: Some(key),
+        }
+    }
+
+    /// The gate's write side: no writer is in flight while it is held.
+    pub(crate) fn close_gate(&self) -> RwLockWriteGuard<'_, Gate> {
+        self.gate.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for a new filter that `accept` takes (by mode, shape and capacity): a retired
+    /// one, emptied, if one fits; otherwise a new one made by `make`. Only the rebuild calls
+    /// this, one at a time.
+    pub(crate) fn prepare(
+        &self,
+        accept: impl Fn(&AnyFilter) -> bool,
+        make: impl FnOnce() -> Result<AnyFilter>,
+    ) -> Result<usize> {
+        let current = (self.state.0.load(Ordering::Acquire) & INDEX_MASK) as usize;
+        for (i, s) in self.slots.iter().enumerate() {
+            match s.get() {
+                Some(f) if i != current && accept(f) => {
+                    // Every lookup that could still be reading this filter started before
+                    // `state` moved away from it; the fence orders that move before the
+                    // zeroing, so such a lookup's validation fails and it probes again.
+                    fence(Ordering::Release);
+                    f.zero();
+                    return Ok(i);
+                }
+                Some(_) => {}
+                None => {
+                    let _ = s.set(Box::new(make()?));
+                    return Ok(i);
+                }
+            }
+        }
+        Err(Error::config(format!(
+            "the tree has allocated {MAX_SLOTS} filters of different shapes; no room for \
+             another size (reopen the database to start afresh)"
+        )))
+    }
+
+    /// The filter in slot `i` (for the rebuild, which owns the slot it is building).
+    pub(crate) fn get(&self, i: usize) -> Option<&AnyFilter> {
+        self.slot(i)
+    }
+
+    /// Makes slot `i` current. Must be called with the gate closed (`_gate`).
+    pub(crate) fn swap(&self, _gate: &mut RwLockWriteGuard<'_, Gate>, i: usize) {
+        let s = self.state.0.load(Ordering::Relaxed);
+        let next = ((s >> INDEX_BITS) + 1) << INDEX_BITS | i as u64;
+        self.state.0.store(next, Ordering::SeqCst);
+    }
+
+    /// Bytes of every filter allocated, the current one included.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        self.slots
+            .iter()
+            .filter_map(|s| s.get())
+            .map(|f| f.memory_bytes())
+            .sum()
+    }
+}
+
+/// A hold on the gate: the filters a writer must update, stable until dropped.
+pub(crate) struct Entered<'a> {
+    filters: &'a Filters,
+    _guard: Option<RwLockReadGuard<'a, Gate>>,
+    view: View,
+    /// Set if this hold registered itself in `HELD` (the outermost one).
+    key: Option<usize>,
+}
+
+impl Entered<'_> {
+    /// The current filter (stable while the gate is held).
+    pub(crate) fn current(&self) -> &AnyFilter {
+        self.filters
+            .slot(self.view.current)
+            .expect("the current slot is always filled")
+    }
+
+    /// The filter under construction, if the rebuild has already scanned past `key`.
+    #[inline]
+    fn building_for(&self, key: &[u8]) -> Option<&AnyFilter> {
+        let b = self.view.building?;
+        match &self.view.cursor {
+            Some(c) if key <= &c[..] => self.filters.slot(b),
+            _ => None,
+        }
+    }
+
+    /// Counts `key` in (before its sled write).
+    #[inline]
+    pub(crate) fn admit(&self, key: &[u8]) {
+        let h = hash_key(key, self.current().bits().seed());
+        self.current().admit_hash(h);
+        if let Some(b) = self.building_for(key) {
+            b.admit_hash(h);
+        }
+    }
+
+    /// Counts `key` out (after sled removed it); only counting filters act on it.
+    #[inline]
+    pub(crate) fn release(&self, key: &[u8]) {
+        let h = hash_key(key, self.current().bits().seed());
+        self.current().release_hash(h);
+        if let Some(b) = self.building_for(key) {
+            b.release_hash(h);
+        }
+    }
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key {
+            HELD.with(|h| {
+                let mut h = h.borrow_mut();
+                if let Some(pos) = h.iter().rposition(|(k, _)| *k == key) {
+                    h.remove(pos);
+                }
+            });
+        }
+    }
+}
