@@ -1,7 +1,10 @@
-//! Property test: random operation sequences against a `HashMap` model.
+//! Property test: random operation sequences against a `HashMap` model, in plain and in
+//! counting mode.
 //!
 //! After every operation, every key the model holds must be `may_contain` (no false
-//! negatives), and every read must agree with the model.
+//! negatives), and every read must agree with the model. In counting mode the filter's
+//! count must equal the model's size after every operation, and once every key is removed
+//! no counter may remain set except those stuck at their maximum.
 
 use std::collections::HashMap;
 
@@ -19,8 +22,11 @@ enum Op {
     Update(u8),
     Merge(u8, u8),
     Transaction(Vec<(u8, Option<u8>)>),
+    AbortedTransaction(Vec<(u8, Option<u8>)>),
     GetMany(Vec<u8>),
     PopMin,
+    Clear,
+    Rebuild,
 }
 
 fn key(k: u8) -> Vec<u8> {
@@ -45,12 +51,20 @@ fn op() -> impl Strategy<Value = Op> {
         1 => k.clone().prop_map(Op::Update),
         1 => (k.clone(), any::<u8>()).prop_map(|(k, v)| Op::Merge(k, v)),
         1 => prop::collection::vec((k.clone(), prop::option::of(any::<u8>())), 0..6).prop_map(Op::Transaction),
+        1 => prop::collection::vec((k.clone(), prop::option::of(any::<u8>())), 0..6).prop_map(Op::AbortedTransaction),
         1 => prop::collection::vec(k.clone(), 0..10).prop_map(Op::GetMany),
         1 => Just(Op::PopMin),
+        1 => Just(Op::Rebuild),
+        // Rare: it empties the tree.
+        1 => (0u8..8).prop_filter_map("rare", |x| (x == 0).then_some(Op::Clear)),
     ]
 }
 
+/// Adds bytes; merging a 0 deletes the key (a merge operator may remove).
 fn add_merge(_k: &[u8], old: Option<&[u8]>, new: &[u8]) -> Option<Vec<u8>> {
+    if new[0] == 0 {
+        return None;
+    }
     let sum = old.map_or(0u8, |o| o[0]).wrapping_add(new[0]);
     Some(vec![sum])
 }
@@ -128,9 +142,13 @@ fn apply(tree: &Tree, model: &mut HashMap<Vec<u8>, Vec<u8>>, op: &Op) {
             };
         }
         Op::Merge(k, v) => {
-            tree.merge(key(*k), [*v]).unwrap();
-            let sum = model.get(&key(*k)).map_or(0, |o| o[0]).wrapping_add(*v);
-            model.insert(key(*k), vec![sum]);
+            let merged = tree.merge(key(*k), [*v]).unwrap();
+            let want = add_merge(&[], model.get(&key(*k)).map(|o| &o[..]), &[*v]);
+            assert_eq!(merged.map(|m| m.to_vec()), want);
+            match want {
+                Some(w) => model.insert(key(*k), w),
+                None => model.remove(&key(*k)),
+            };
         }
         Op::Transaction(writes) => {
             tree.transaction(|tx| {
@@ -149,6 +167,29 @@ fn apply(tree: &Tree, model: &mut HashMap<Vec<u8>, Vec<u8>>, op: &Op) {
                     None => model.remove(&key(*k)),
                 };
             }
+        }
+        Op::AbortedTransaction(writes) => {
+            let r = tree.transaction(|tx| {
+                for (k, v) in writes {
+                    match v {
+                        Some(v) => tx.insert(key(*k), vec![*v])?,
+                        None => tx.remove(key(*k))?,
+                    };
+                }
+                bloomsled::transaction::abort::<(), ()>(())
+            });
+            assert!(matches!(
+                r,
+                Err(bloomsled::transaction::TransactionError::Abort(()))
+            ));
+        }
+        Op::Clear => {
+            tree.clear().unwrap();
+            model.clear();
+        }
+        Op::Rebuild => {
+            let r = tree.rebuild().unwrap();
+            assert_eq!(r.keys_scanned, model.len() as u64);
         }
         Op::GetMany(ks) => {
             let keys: Vec<Vec<u8>> = ks.iter().map(|k| key(*k)).collect();
@@ -170,28 +211,76 @@ fn apply(tree: &Tree, model: &mut HashMap<Vec<u8>, Vec<u8>>, op: &Op) {
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
-
-    #[test]
-    fn matches_hashmap_and_never_denies_a_stored_key(ops in prop::collection::vec(op(), 1..120)) {
-        // A tiny filter (64 items, 4 bits/key) so that bits collide and false positives
-        // happen: the invariant must hold in the crowded regime too.
-        let db = Config::new().temporary(true).expected_items(64).bits_per_key(4.0).open().unwrap();
-        let tree = db.open_tree("t").unwrap();
-        tree.set_merge_operator(add_merge);
-        let mut model = HashMap::new();
-        for op in &ops {
-            apply(&tree, &mut model, op);
-            for k in model.keys() {
-                prop_assert!(tree.may_contain(k), "false negative for {:?} after {:?}", k, op);
+fn run(counting: bool, ops: &[Op]) -> Result<(), TestCaseError> {
+    // A tiny filter (32 items, 4 bits/key) so that bits collide and false positives
+    // happen, and automatic rebuilds run in the background: the invariant must hold in the
+    // crowded regime and across swaps too.
+    let db = Config::new()
+        .temporary(true)
+        .expected_items(32)
+        .bits_per_key(4.0)
+        .counting(counting)
+        .open()
+        .unwrap();
+    let tree = db.open_tree("t").unwrap();
+    tree.set_merge_operator(add_merge);
+    let mut model = HashMap::new();
+    for op in ops {
+        apply(&tree, &mut model, op);
+        for k in model.keys() {
+            prop_assert!(tree.may_contain(k), "false negative for {:?} after {:?}", k, op);
+        }
+        if counting {
+            prop_assert_eq!(tree.stats().items, model.len() as u64, "count after {:?}", op);
+        }
+    }
+    let stored: HashMap<Vec<u8>, Vec<u8>> = tree
+        .iter()
+        .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    prop_assert_eq!(&stored, &model);
+    if counting {
+        // Remove everything through different paths; every counter must be back at zero
+        // unless it got stuck at 15.
+        for (i, k) in stored.keys().enumerate() {
+            match i % 4 {
+                0 => assert!(tree.remove(k).unwrap().is_some()),
+                1 => tree
+                    .compare_and_swap(k, Some(&stored[k]), None::<Vec<u8>>)
+                    .unwrap()
+                    .unwrap(),
+                2 => {
+                    tree.update_and_fetch(k, |_| None::<Vec<u8>>).unwrap();
+                }
+                _ => {
+                    let mut b = Batch::default();
+                    b.remove(k.clone());
+                    tree.apply_batch(b).unwrap();
+                }
             }
         }
-        let stored: HashMap<Vec<u8>, Vec<u8>> = tree
-            .iter()
-            .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())))
-            .collect::<Result<_, _>>()
-            .unwrap();
-        prop_assert_eq!(stored, model);
+        tree.wait_for_rebuild();
+        let s = tree.stats();
+        prop_assert_eq!(s.items, 0);
+        let set_bits = (s.fill_ratio * s.num_bits as f64).round() as u64;
+        prop_assert_eq!(set_bits, s.stuck_counters, "{:?}", s);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn plain_mode_matches_hashmap_and_never_denies_a_stored_key(
+        ops in prop::collection::vec(op(), 1..120)
+    ) {
+        run(false, &ops)?;
+    }
+
+    #[test]
+    fn counting_mode_stays_exact(ops in prop::collection::vec(op(), 1..120)) {
+        run(true, &ops)?;
     }
 }
