@@ -228,10 +228,20 @@ fn run(counting: bool, ops: &[Op]) -> Result<(), TestCaseError> {
     for op in ops {
         apply(&tree, &mut model, op);
         for k in model.keys() {
-            prop_assert!(tree.may_contain(k), "false negative for {:?} after {:?}", k, op);
+            prop_assert!(
+                tree.may_contain(k),
+                "false negative for {:?} after {:?}",
+                k,
+                op
+            );
         }
         if counting {
-            prop_assert_eq!(tree.stats().items, model.len() as u64, "count after {:?}", op);
+            prop_assert_eq!(
+                tree.stats().items,
+                model.len() as u64,
+                "count after {:?}",
+                op
+            );
         }
     }
     let stored: HashMap<Vec<u8>, Vec<u8>> = tree
