@@ -31,13 +31,18 @@ struct Fixture {
     state: PathBuf,
     snap_bytes: Vec<u8>,
     state_bytes: Vec<u8>,
+    counting: bool,
 }
 
 impl Fixture {
     fn new() -> Self {
+        Self::with_mode(false)
+    }
+
+    fn with_mode(counting: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let snap = {
-            let db = config(dir.path()).open().unwrap();
+            let db = config(dir.path()).counting(counting).open().unwrap();
             let t = db.open_tree("t").unwrap();
             for i in 0..KEYS {
                 t.insert(key(i), &b"1"[..]).unwrap();
@@ -51,6 +56,7 @@ impl Fixture {
             dir,
             snap,
             state,
+            counting,
         };
         assert_eq!(
             f.open_report(),
@@ -66,13 +72,21 @@ impl Fixture {
         fs::write(&self.state, &self.state_bytes).unwrap();
     }
 
-    /// Opens in default mode; checks every key; returns the outcome; restores the files.
+    fn cfg(&self) -> Config {
+        config(self.dir.path()).counting(self.counting)
+    }
+
+    /// Opens in default mode; checks every key (and, in counting mode, the exact count);
+    /// returns the outcome; restores the files.
     fn open_report(&self) -> RecoveryOutcome {
         let outcome = {
-            let db = config(self.dir.path()).open().unwrap();
+            let db = self.cfg().open().unwrap();
             let t = db.open_tree("t").unwrap();
             for i in 0..KEYS {
                 assert!(t.may_contain(key(i)), "false negative for key {i}");
+            }
+            if self.counting {
+                assert_eq!(t.stats().items, u64::from(KEYS));
             }
             let r = t.recovery_report();
             if let RecoveryOutcome::Rebuilt { .. } = r.outcome {
@@ -86,7 +100,7 @@ impl Fixture {
 
     /// Opens in strict mode; returns the fault it reports; restores the files.
     fn strict_fault(&self) -> SnapshotFault {
-        let r = config(self.dir.path()).recovery(Recovery::Strict).open();
+        let r = self.cfg().recovery(Recovery::Strict).open();
         let fault = match r.and_then(|db| db.open_tree("t")) {
             Err(Error::SnapshotRejected { tree, fault }) => {
                 assert_eq!(tree, "t");
@@ -363,4 +377,29 @@ fn missing_snapshot_of_an_existing_tree() {
     assert_eq!(rebuilt_reason(f.open_report()), SnapshotFault::Missing);
     fs::remove_file(&f.snap).unwrap();
     assert_eq!(f.strict_fault(), SnapshotFault::Missing);
+}
+
+#[test]
+fn counting_snapshots_are_checked_like_plain_ones() {
+    let f = Fixture::with_mode(true);
+    let len = f.snap_bytes.len();
+    // Counters take four times the bits' room: the payload is most of the file.
+    assert!(len > HEADER_LEN + 4 * 64 * (KEYS as usize * 10 / 512));
+    for byte in (0..len).step_by(len / 97) {
+        let mut b = f.snap_bytes.clone();
+        b[byte] ^= 0x10;
+        let fault = rebuilt_reason(f.with_snapshot(&b).open_report());
+        assert!(
+            !matches!(fault, SnapshotFault::Missing),
+            "byte {byte}: {fault}"
+        );
+    }
+    for cut in [0, 8, HEADER_LEN - 1, HEADER_LEN + 17, len / 2, len - 1] {
+        rebuilt_reason(f.with_snapshot(&f.snap_bytes[..cut]).open_report());
+    }
+    assert!(matches!(
+        f.with_snapshot(&f.snap_bytes[..len / 2]).strict_fault(),
+        SnapshotFault::Truncated { .. }
+    ));
+    assert_eq!(f.open_report(), RecoveryOutcome::Loaded);
 }

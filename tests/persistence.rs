@@ -198,3 +198,101 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+#[test]
+fn counting_snapshots_reload_with_exact_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || {
+        Config::new()
+            .path(dir.path())
+            .expected_items(10_000)
+            .counting(true)
+    };
+    {
+        let db = config().open().unwrap();
+        for i in 0..3_000 {
+            db.insert(key(i), "").unwrap();
+        }
+        for i in 0..1_000 {
+            db.remove(key(i)).unwrap();
+        }
+        // Writes over existing keys must not inflate the count.
+        for i in 2_000..3_000 {
+            db.insert(key(i), "again").unwrap();
+        }
+    }
+    let db = config().open().unwrap();
+    let r = db.recovery_report();
+    assert_eq!(r.outcome, RecoveryOutcome::Loaded, "{r:?}");
+    let s = db.stats();
+    assert_eq!(s.mode, bloomsled::FilterMode::Counting);
+    assert_eq!(s.items, 2_000);
+    // The snapshot holds counters: 4 bits per filter bit, plus framing.
+    assert!(r.bytes_verified >= s.num_bits / 2, "{r:?} {s:?}");
+    for i in 1_000..3_000 {
+        assert!(db.may_contain(key(i)));
+        db.remove(key(i)).unwrap();
+    }
+    let s = db.stats();
+    assert_eq!(s.items, 0);
+    assert_eq!(
+        (s.fill_ratio * s.num_bits as f64).round() as u64,
+        s.stuck_counters
+    );
+}
+
+#[test]
+fn changing_the_mode_rebuilds_the_filter_or_is_refused_in_strict_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Config::new()
+            .path(dir.path())
+            .counting(true)
+            .open()
+            .unwrap();
+        for i in 0..500 {
+            db.insert(key(i), "").unwrap();
+        }
+    }
+    let strict = Config::new()
+        .path(dir.path())
+        .recovery(Recovery::Strict)
+        .open()
+        .unwrap_err();
+    assert!(
+        matches!(
+            strict,
+            bloomsled::Error::SnapshotRejected {
+                fault: SnapshotFault::ModeChanged { .. },
+                ..
+            }
+        ),
+        "{strict}"
+    );
+    {
+        let db = Config::new().path(dir.path()).open().unwrap();
+        let r = db.recovery_report();
+        assert!(
+            matches!(
+                r.outcome,
+                RecoveryOutcome::Rebuilt {
+                    reason: SnapshotFault::ModeChanged {
+                        snapshot: "counting",
+                        configured: "plain"
+                    }
+                }
+            ),
+            "{r:?}"
+        );
+        assert_eq!(db.stats().mode, bloomsled::FilterMode::Plain);
+        assert_eq!(r.keys_scanned, 500);
+    }
+    // And back: the plain snapshot is now the one on disk.
+    let db = Config::new()
+        .path(dir.path())
+        .counting(true)
+        .open()
+        .unwrap();
+    assert!(!db.recovery_report().loaded());
+    assert_eq!(db.stats().items, 500);
+}
