@@ -23,8 +23,8 @@
 //! behave under concurrent writes.
 
 use std::cell::RefCell;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use sled::IVec;
 
@@ -72,6 +72,8 @@ pub(crate) struct Filters {
     slots: Box<[OnceLock<Box<AnyFilter>>]>,
     state: State,
     gate: RwLock<Gate>,
+    /// Writers blocked on the gate: the rebuild lets them in between chunks.
+    waiting: AtomicUsize,
 }
 
 impl Filters {
@@ -83,6 +85,7 @@ impl Filters {
             slots,
             state: State(AtomicU64::new(0)),
             gate: RwLock::new(Gate::default()),
+            waiting: AtomicUsize::new(0),
         }
     }
 
@@ -153,7 +156,16 @@ impl Filters {
                 key: None,
             };
         }
-        let guard = self.gate.read().unwrap_or_else(|p| p.into_inner());
+        let guard = match self.gate.try_read() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                self.waiting.fetch_add(1, Ordering::SeqCst);
+                let g = self.gate.read().unwrap_or_else(|p| p.into_inner());
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                g
+            }
+        };
         let view = View {
             current: (self.state.0.load(Ordering::Acquire) & INDEX_MASK) as usize,
             building: guard.building,
@@ -170,6 +182,12 @@ impl Filters {
             view,
             key: Some(key),
         }
+    }
+
+    /// True if writers are blocked on the gate (the rebuild yields to them between chunks,
+    /// or it could take the gate back before the woken writers run).
+    pub(crate) fn writers_waiting(&self) -> bool {
+        self.waiting.load(Ordering::SeqCst) > 0
     }
 
     /// The gate's write side: no writer is in flight while it is held.

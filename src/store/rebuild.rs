@@ -28,9 +28,12 @@ use crate::filter::{math, FilterConfig};
 use crate::hash::hash_key;
 use crate::persist::SnapshotInfo;
 
-/// Keys read per hold of the gate: long enough to amortize re-positioning sled's iterator,
-/// short enough that writers wait at most about a millisecond.
-const CHUNK: usize = 1024;
+/// Keys read per hold of the gate: long enough to amortize re-positioning sled's iterator
+/// (a few microseconds), short enough that a writer waits at most about 0.1 ms.
+const CHUNK: usize = 256;
+
+/// Longest the rebuild yields between chunks to writers that were blocked on the gate.
+const MAX_YIELD: Duration = Duration::from_millis(2);
 
 /// Below this share of the capacity, the live keys leave room to grow after a rebuild.
 const FILL_AFTER_REBUILD: f64 = 0.75;
@@ -374,6 +377,13 @@ impl TreeShared {
                     .stale_base
                     .store(stale_before, Ordering::Relaxed);
                 return Ok(scanned);
+            }
+            drop(gate);
+            // Writers woken by the release must get the gate before the next chunk takes
+            // it back; once one holds it, the next `close_gate` queues behind it.
+            let yielded = Instant::now();
+            while self.filters.writers_waiting() && yielded.elapsed() < MAX_YIELD {
+                thread::yield_now();
             }
         }
     }
