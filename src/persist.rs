@@ -208,6 +208,30 @@ pub(crate) fn read_state(files: &TreeFiles) -> Result<Option<u64>, SnapshotFault
     }
 }
 
+/// The filter mode recorded in the snapshot of tree `tree_name` of the database at
+/// `db_dir`, if that snapshot's header is intact (only the header is read and checked).
+///
+/// Tools that open databases they did not create (the `bloomsled` CLI) use it to open a
+/// counting-mode database in counting mode: opening it in the other mode would rebuild
+/// its filters as plain ones.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// let db = bloomsled::Config::new().path(dir.path()).counting(true).open()?;
+/// drop(db);
+/// let mode = bloomsled::persist::stored_mode(dir.path(), b"__sled__default");
+/// assert_eq!(mode, Some(bloomsled::FilterMode::Counting));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn stored_mode(db_dir: &Path, tree_name: &[u8]) -> Option<FilterMode> {
+    let files = TreeFiles::new(db_dir, tree_name);
+    let mut buf = vec![0u8; format::HEADER_LEN];
+    let mut f = File::open(&files.snapshot).ok()?;
+    std::io::Read::read_exact(&mut f, &mut buf).ok()?;
+    let header = format::parse_header(&buf).ok()?;
+    FilterMode::of_kind(header.filter_kind.get())
+}
+
 /// The generation in the snapshot's header, if the header itself is intact.
 pub(crate) fn peek_generation(files: &TreeFiles) -> Option<u64> {
     let mut buf = vec![0u8; format::HEADER_LEN];

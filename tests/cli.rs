@@ -195,3 +195,35 @@ fn demo_runs_and_reuses_its_directory() {
     assert!(!o.status.success());
     assert!(precious.exists());
 }
+
+#[test]
+fn a_counting_database_stays_counting_under_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_dir = dir.path().join("counting");
+    {
+        let db = bloomsled::Config::new()
+            .path(&db_dir)
+            .counting(true)
+            .open()
+            .unwrap();
+        for i in 0..100 {
+            db.insert(format!("k{i}"), "v").unwrap();
+        }
+        db.remove("k0").unwrap();
+    }
+    let o = run(&["stats", db_dir.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["mode"], "counting", "{v}");
+    assert_eq!(v[0]["items"], 99, "{v}");
+    assert_eq!(v[0]["recovery"]["outcome"], "loaded from snapshot", "{v}");
+    let o = run(&["verify", db_dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    // Still counting for the library afterwards: the CLI did not convert it.
+    let db = bloomsled::Config::new()
+        .path(&db_dir)
+        .counting(true)
+        .open()
+        .unwrap();
+    assert!(db.recovery_report().loaded());
+}

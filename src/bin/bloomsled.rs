@@ -111,9 +111,14 @@ fn open_existing(path: &Path, recovery: Recovery) -> CliResult<Db> {
 }
 
 fn open_db(path: &Path, recovery: Recovery) -> CliResult<Db> {
+    // Open a counting-mode database in counting mode (its default tree's snapshot says so):
+    // the other mode would rebuild its filters as plain ones.
+    let counting = bloomsled::persist::stored_mode(path, b"__sled__default")
+        == Some(bloomsled::FilterMode::Counting);
     Config::new()
         .path(path)
         .recovery(recovery)
+        .counting(counting)
         .open()
         .map_err(|e| match e {
             // sled reports a held lock as an I/O error "could not acquire lock on ...".
@@ -281,7 +286,9 @@ fn stats(path: &Path, json_mode: bool) -> CliResult<ExitCode> {
         let r = t.recovery_report();
         rows.push(json!({
             "tree": r.tree,
+            "mode": s.mode.name(),
             "items": s.items,
+            "stale": s.stale_entries,
             "capacity": s.capacity,
             "bits": s.num_bits,
             "k": s.num_hashes,
@@ -297,9 +304,10 @@ fn stats(path: &Path, json_mode: bool) -> CliResult<ExitCode> {
         rows.iter()
             .map(|r| {
                 format!(
-                    "tree {}: {} items (capacity {}), {} bits, k={}, {:.2} bits/key, fill {:.1}%, \
-                     FPR now {:.4}% (target {:.4}%), {} KiB; {}",
+                    "tree {} ({}): {} items (capacity {}), {} bits, k={}, {:.2} bits/key, \
+                     fill {:.1}%, FPR now {:.4}% (target {:.4}%), {} KiB; {}",
                     r["tree"],
+                    r["mode"].as_str().unwrap_or(""),
                     r["items"],
                     r["capacity"],
                     r["bits"],
