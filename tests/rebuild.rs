@@ -179,7 +179,7 @@ fn growth_from_10k_to_1m_keeps_the_rate_near_target() {
     let fpr = measured_fpr(&tree, 200_000);
     eprintln!("growth 10k -> 1M: {s:?}\nFPR at checkpoints {fprs:?}, final {fpr}");
     assert!(s.capacity >= 1_000_000, "{s:?}");
-    assert!(s.resizes >= 3, "{s:?}");
+    assert!(s.resizes >= 1, "{s:?}");
     assert!(!s.rebuild_in_progress);
     // At or below the target once resized (the filter then has room to spare).
     assert!(fpr <= 0.01, "FPR {fpr} after resizes ({s:?})");

@@ -57,4 +57,3 @@ pub fn key(id: u64) -> Vec<u8> {
     write_key(&mut buf, id);
     buf
 }
-

@@ -38,6 +38,18 @@ const MAX_YIELD: Duration = Duration::from_millis(2);
 /// Below this share of the capacity, the live keys leave room to grow after a rebuild.
 const FILL_AFTER_REBUILD: f64 = 0.75;
 
+/// Scans one rebuild may start before it settles for the size it has.
+const MAX_ATTEMPTS: u32 = 8;
+
+/// How a scan ended.
+enum Scan {
+    /// The new filter is current; this many keys were read.
+    Swapped(u64),
+    /// The new filter filled past its capacity before the scan ended (writers outpaced the
+    /// estimate); it was abandoned holding this many items.
+    Outgrown(u64),
+}
+
 /// What a rebuild did.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -234,13 +246,27 @@ impl TreeShared {
         let start = Instant::now();
         let old_capacity = self.filters.enter().current().capacity();
         // The filter's own count is only an estimate (an overfull plain filter undercounts
-        // badly); if the scan finds more keys than the new size suits, build once more at
-        // the size the scan measured.
+        // badly, and writers may add keys faster than the scan reads them). A scan whose new
+        // filter overflows its capacity is abandoned and restarted at twice what it found;
+        // one that ends with more keys than its size suits is followed by one more at the
+        // size it measured.
         let mut known = None;
+        let mut attempts = 0;
         let (scanned, capacity, slot) = loop {
-            let (capacity, slot, scanned) = self.rebuild_once(known)?;
+            attempts += 1;
+            let (capacity, slot, end) = self.rebuild_once(known, attempts >= MAX_ATTEMPTS)?;
+            let scanned = match end {
+                Scan::Outgrown(items) => {
+                    known = Some(items.saturating_mul(2));
+                    continue;
+                }
+                Scan::Swapped(n) => n,
+            };
             let fits = scanned as f64 <= FILL_AFTER_REBUILD * capacity as f64;
-            if fits || known.is_some() || self.rebuild.policy.capacity_for(scanned) == capacity {
+            if fits
+                || attempts >= MAX_ATTEMPTS
+                || self.rebuild.policy.capacity_for(scanned) <= capacity
+            {
                 break (scanned, capacity, slot);
             }
             known = Some(scanned);
@@ -288,8 +314,8 @@ impl TreeShared {
     }
 
     /// One scan into a new filter sized for `live` keys (default: the current filter's
-    /// estimate), swapped in at the end. Returns its capacity, slot and the keys scanned.
-    fn rebuild_once(&self, live: Option<u64>) -> Result<(u64, usize, u64)> {
+    /// estimate), swapped in at the end. Returns its capacity, slot and how it ended.
+    fn rebuild_once(&self, live: Option<u64>, last: bool) -> Result<(u64, usize, Scan)> {
         self.check_open()?;
         let policy = &self.rebuild.policy;
         let (seed, estimate) = {
@@ -315,15 +341,13 @@ impl TreeShared {
             gate.building = Some(slot);
             gate.cursor = None;
         }
-        match self.scan_and_swap(slot, stale_before) {
-            Ok(scanned) => Ok((capacity, slot, scanned)),
-            Err(e) => {
-                let mut gate = self.filters.close_gate();
-                gate.building = None;
-                gate.cursor = None;
-                Err(e)
-            }
+        let end = self.scan_and_swap(slot, stale_before, last);
+        if !matches!(end, Ok(Scan::Swapped(_))) {
+            let mut gate = self.filters.close_gate();
+            gate.building = None;
+            gate.cursor = None;
         }
+        Ok((capacity, slot, end?))
     }
 
     fn check_open(&self) -> Result<()> {
@@ -337,8 +361,9 @@ impl TreeShared {
     }
 
     /// Reads every key into the filter of `slot`, a chunk per hold of the gate, and makes
-    /// it current once the scan reaches the end. Returns the keys read.
-    fn scan_and_swap(&self, slot: usize, stale_before: u64) -> Result<u64> {
+    /// it current once the scan reaches the end; gives up if the filter outgrows its
+    /// capacity first, unless this is the last try.
+    fn scan_and_swap(&self, slot: usize, stale_before: u64, last_try: bool) -> Result<Scan> {
         let new = self
             .filters
             .get(slot)
@@ -376,9 +401,12 @@ impl TreeShared {
                 self.rebuild
                     .stale_base
                     .store(stale_before, Ordering::Relaxed);
-                return Ok(scanned);
+                return Ok(Scan::Swapped(scanned));
             }
             drop(gate);
+            if !last_try && new.items() > new.capacity() {
+                return Ok(Scan::Outgrown(new.items()));
+            }
             // Writers woken by the release must get the gate before the next chunk takes
             // it back; once one holds it, the next `close_gate` queues behind it.
             let yielded = Instant::now();
