@@ -101,6 +101,40 @@ impl Queries {
     }
 }
 
+/// `db.get` cycling through `keys`.
+fn bench_get(g: &mut BenchmarkGroup<'_, WallTime>, name: String, db: &Db, keys: &[Vec<u8>]) {
+    let mut i = 0usize;
+    g.bench_function(name, |b| {
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            black_box(db.get(&keys[i & HMASK]).unwrap())
+        })
+    });
+}
+
+/// `db.insert` of fresh keys (made outside the timed region), then `after` on each.
+fn bench_insert(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: String,
+    db: &Db,
+    fresh: &mut u64,
+    after: impl Fn(&Db, &[u8]),
+) {
+    g.bench_function(name, |b| {
+        b.iter_batched(
+            || {
+                *fresh += 1;
+                key(*fresh)
+            },
+            |k| {
+                db.insert(&k, &b"payload!"[..]).unwrap();
+                after(db, &k)
+            },
+            criterion::BatchSize::SmallInput,
+        )
+    });
+}
+
 /// Runs `f` while another thread rebuilds `db`'s filter back to back; returns `f`'s value
 /// and the rebuilds completed meanwhile.
 fn during_rebuilds<R>(db: &Db, f: impl FnOnce() -> R) -> (R, u64) {
@@ -137,29 +171,9 @@ fn rebuild_group(c: &mut Criterion, n: u64, db: &Db, q: &Queries) {
     for during in [false, true] {
         let label = if during { "during_rebuild" } else { "idle" };
         let mut run = |g: &mut BenchmarkGroup<'_, WallTime>| {
-            let mut i = 0usize;
-            g.bench_function(format!("get_absent/{label}"), |b| {
-                b.iter(|| {
-                    i = i.wrapping_add(1);
-                    black_box(db.get(&q.absent[i & HMASK]).unwrap())
-                })
-            });
-            g.bench_function(format!("get_present/{label}"), |b| {
-                b.iter(|| {
-                    i = i.wrapping_add(1);
-                    black_box(db.get(&q.present[i & HMASK]).unwrap())
-                })
-            });
-            g.bench_function(format!("insert/{label}"), |b| {
-                b.iter_batched(
-                    || {
-                        fresh += 1;
-                        key(fresh)
-                    },
-                    |k| db.insert(k, &b"payload!"[..]).unwrap(),
-                    criterion::BatchSize::SmallInput,
-                )
-            });
+            bench_get(g, format!("get_absent/{label}"), db, &q.absent);
+            bench_get(g, format!("get_present/{label}"), db, &q.present);
+            bench_insert(g, format!("insert/{label}"), db, &mut fresh, |_, _| {});
         };
         if during {
             let ((), rebuilds) = during_rebuilds(db, || run(&mut g));
@@ -178,48 +192,24 @@ fn mode_group(c: &mut Criterion, n: u64, plain: &Db, counting: &Db, q: &Queries)
     configure(&mut g);
     let mut fresh = FRESH_BASE + (1 << 32);
     // Lookups first, while both hold exactly the same keys.
-    for (label, db) in [("plain", plain), ("counting", counting)] {
-        let mut i = 0usize;
-        g.bench_function(format!("get_absent/{label}"), |b| {
-            b.iter(|| {
-                i = i.wrapping_add(1);
-                black_box(db.get(&q.absent[i & HMASK]).unwrap())
-            })
-        });
+    let modes = [("plain", plain), ("counting", counting)];
+    for (label, db) in modes {
+        bench_get(&mut g, format!("get_absent/{label}"), db, &q.absent);
     }
-    for (label, db) in [("plain", plain), ("counting", counting)] {
-        let mut i = 0usize;
-        g.bench_function(format!("get_present/{label}"), |b| {
-            b.iter(|| {
-                i = i.wrapping_add(1);
-                black_box(db.get(&q.present[i & HMASK]).unwrap())
-            })
-        });
+    for (label, db) in modes {
+        bench_get(&mut g, format!("get_present/{label}"), db, &q.present);
     }
-    for (label, db) in [("plain", plain), ("counting", counting)] {
-        g.bench_function(format!("insert/{label}"), |b| {
-            b.iter_batched(
-                || {
-                    fresh += 1;
-                    key(fresh)
-                },
-                |k| db.insert(k, &b"payload!"[..]).unwrap(),
-                criterion::BatchSize::SmallInput,
-            )
-        });
-        g.bench_function(format!("insert_remove/{label}"), |b| {
-            b.iter_batched(
-                || {
-                    fresh += 1;
-                    key(fresh)
-                },
-                |k| {
-                    db.insert(&k, &b"payload!"[..]).unwrap();
-                    db.remove(&k).unwrap()
-                },
-                criterion::BatchSize::SmallInput,
-            )
-        });
+    for (label, db) in modes {
+        bench_insert(&mut g, format!("insert/{label}"), db, &mut fresh, |_, _| {});
+        bench_insert(
+            &mut g,
+            format!("insert_remove/{label}"),
+            db,
+            &mut fresh,
+            |db, k| {
+                db.remove(k).unwrap();
+            },
+        );
     }
     g.finish();
 }

@@ -276,24 +276,27 @@ impl Entered<'_> {
         }
     }
 
+    /// Applies `f` with `key`'s hash to the current filter, and to the one being built if
+    /// the scan has passed `key`.
+    #[inline]
+    fn each(&self, key: &[u8], f: impl Fn(&AnyFilter, u64)) {
+        let h = hash_key(key, self.current().bits().seed());
+        f(self.current(), h);
+        if let Some(b) = self.building_for(key) {
+            f(b, h);
+        }
+    }
+
     /// Counts `key` in (before its sled write).
     #[inline]
     pub(crate) fn admit(&self, key: &[u8]) {
-        let h = hash_key(key, self.current().bits().seed());
-        self.current().admit_hash(h);
-        if let Some(b) = self.building_for(key) {
-            b.admit_hash(h);
-        }
+        self.each(key, AnyFilter::admit_hash);
     }
 
     /// Counts `key` out (after sled removed it); only counting filters act on it.
     #[inline]
     pub(crate) fn release(&self, key: &[u8]) {
-        let h = hash_key(key, self.current().bits().seed());
-        self.current().release_hash(h);
-        if let Some(b) = self.building_for(key) {
-            b.release_hash(h);
-        }
+        self.each(key, AnyFilter::release_hash);
     }
 }
 
