@@ -9,7 +9,8 @@
 //!   alone; the batched `contains_many` (keys) and `contains_hash_many` (hashes); and
 //!   `dram_miss/independent`, independent random
 //!   loads over a `u64` array the size of the filter, the floor for a batched probe that
-//!   touches one cache line per key.
+//!   touches one cache line per key (`independent_huge`: the same array on transparent huge
+//!   pages, as bloomsled allocates filters of 8 MiB and more).
 //! * `store_<N>/...` (run last): a raw `sled::Db` and a `bloomsled::Db` holding the same N
 //!   keys (`BLOOMSLED_BENCH_KEYS`, default 2,000,000), both temporary (in `/dev/shm`) with a
 //!   page cache far larger than the data: `absent_get`, `negative_get` (the absent keys the
@@ -307,6 +308,29 @@ fn filter_group(c: &mut Criterion, n: u64, from_keys: bool, keys: &Keys) {
     // probed at pre-drawn random word indices.
     let words = bs.memory_bytes() / 8;
     let array: Vec<u64> = (0..words as u64).map(splitmix64).collect();
+    // The same array on transparent huge pages, as bloomsled allocates large filters.
+    let array_huge: Vec<u64> = {
+        let mut v: Vec<u64> = Vec::with_capacity(words);
+        #[cfg(target_os = "linux")]
+        {
+            const HUGE: usize = 2 << 20;
+            let (a, len) = (v.as_ptr() as usize, words * 8);
+            let (start, end) = (a.next_multiple_of(HUGE), (a + len) / HUGE * HUGE);
+            if end > start {
+                // SAFETY: advice on reserved, untouched memory of `v`; see src/filter/bits.rs.
+                unsafe {
+                    libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE)
+                };
+            }
+        }
+        v.extend((0..words as u64).map(splitmix64));
+        v
+    };
+    if let Ok(s) = std::fs::read_to_string("/proc/self/smaps_rollup") {
+        if let Some(l) = s.lines().find(|l| l.starts_with("AnonHugePages")) {
+            eprintln!("process {l}");
+        }
+    }
     let idx: Vec<u32> = (0..QUERIES as u64)
         .map(|j| (splitmix64(j ^ 0xD1CE) % words as u64) as u32)
         .collect();
@@ -373,6 +397,17 @@ fn filter_group(c: &mut Criterion, n: u64, from_keys: bool, keys: &Keys) {
             let mut sum = 0u64;
             for &j in &idx[off..off + BATCH] {
                 sum = sum.wrapping_add(array[j as usize]);
+            }
+            off = (off + BATCH) & QMASK;
+            black_box(sum)
+        })
+    });
+    let mut off = 0usize;
+    g.bench_function("dram_miss/independent_huge", |b| {
+        b.iter(|| {
+            let mut sum = 0u64;
+            for &j in &idx[off..off + BATCH] {
+                sum = sum.wrapping_add(array_huge[j as usize]);
             }
             off = (off + BATCH) & QMASK;
             black_box(sum)

@@ -69,6 +69,13 @@ pub(crate) fn first_positions(h: u64, k: u32) -> impl Iterator<Item = usize> {
         .map(move |&g| (h.wrapping_mul(g) >> 55) as usize)
 }
 
+/// The first `N` values of [`first_positions`] as an array (`N` ≤ 32, and at most `k`):
+/// a fixed count the batched probe tests without a branch.
+#[inline(always)]
+pub(crate) fn first_n_positions<const N: usize>(h: u64) -> [usize; N] {
+    std::array::from_fn(|i| (h.wrapping_mul(GOLDEN_POWERS[i]) >> 55) as usize)
+}
+
 /// The bits a hash sets inside its block, as eight 64-bit masks with `k` distinct bits in all.
 ///
 /// Positions are the top 9 bits of the stream `h·G, h·G², …` (mod 2^64), the remix that

@@ -342,6 +342,21 @@ fn filter_union_and_serialization() {
 
 #[test]
 fn batched_probes_agree_with_single_probes() {
+    // Every k, below and above the batched probe's branch-free screen of 4 positions.
+    for k in 1..=9 {
+        let f = bloomsled::FilterConfig::new(3_000)
+            .bits_per_key(5.0)
+            .num_hashes(k)
+            .build()
+            .unwrap();
+        let keys: Vec<Vec<u8>> = (0..10_000u32).map(|i| i.to_be_bytes().to_vec()).collect();
+        f.insert_many(&keys[..3_000]);
+        let many = f.contains_many(&keys);
+        for (i, key) in keys.iter().enumerate() {
+            assert_eq!(many[i], f.contains(key), "k = {k}, key {i}");
+        }
+        assert!(many[..3_000].iter().all(|&m| m), "k = {k}: false negative");
+    }
     let f = Filter::with_bits_per_key(5_000, 6.0).unwrap();
     let keys: Vec<Vec<u8>> = (0..20_000u32).map(|i| i.to_le_bytes().to_vec()).collect();
     f.insert_many(&keys[..5_000]);

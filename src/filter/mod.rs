@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, FilterShape, Result};
 use crate::hash::{
-    block_index, block_pattern, first_positions, hash_key, BLOCK_WORDS, DEFAULT_SEED,
+    block_index, block_pattern, first_n_positions, first_positions, hash_key, BLOCK_WORDS,
+    DEFAULT_SEED,
 };
 use crate::stats::Counters;
 use bits::Blocks;
@@ -34,8 +35,12 @@ pub const MAX_HASHES: u32 = 32;
 const MAX_BITS: u64 = 1 << 40;
 
 /// How many keys a batched probe hashes and prefetches before it tests them: enough misses
-/// in flight to cover DRAM latency, few enough that the blocks are still in L1 when tested.
-const BATCH: usize = 16;
+/// in flight to cover DRAM latency, few enough that the blocks are still in L1 when tested
+/// (32 blocks are 2 KiB).
+const BATCH: usize = 32;
+
+/// Positions a batched probe tests branch-free before the full probe (see `probe_batch`).
+const SCREEN: usize = 4;
 
 /// How a filter is sized: by target false-positive rate or by bits per key.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -404,6 +409,15 @@ impl Filter {
 
     /// Prefetches the blocks of up to [`BATCH`] hashes, then probes them: the misses are all
     /// in flight before the first probe waits on one.
+    ///
+    /// The probe runs in two passes. The first tests the first [`SCREEN`] positions of every
+    /// key without a branch, so no instruction waits on a guess about what a load returned
+    /// and the loads of all the keys overlap; it rejects all but ~4% of absent keys (each
+    /// bit is set with probability about one half). The second runs the full probe on the
+    /// survivors. One early-exit probe per key measured ~20 ns per key on an L2-resident
+    /// filter, mostly a mispredicted exit branch per key that also discarded the work on the
+    /// keys after it; the two passes measured 9–10 ns (2M keys) and 18–26 ns against 30–34
+    /// at 50M keys, with 32 keys per batch (16 and 8 were slower there).
     #[inline(always)]
     fn probe_batch(&self, hashes: &[u64], out: &mut [bool]) {
         let n_blocks = self.blocks.len() as u64;
@@ -412,8 +426,25 @@ impl Filter {
             *i = block_index(h, n_blocks);
             self.blocks.prefetch(*i);
         }
+        if self.num_hashes as usize >= SCREEN {
+            for ((o, &h), &i) in out.iter_mut().zip(hashes).zip(&idx) {
+                let all = first_n_positions::<SCREEN>(h)
+                    .iter()
+                    .fold(1, |all, &p| all & (self.blocks.word(i, p >> 6) >> (p & 63)));
+                *o = all & 1 != 0;
+            }
+        } else {
+            // k below the screen: all k draws, still without an early exit.
+            for ((o, &h), &i) in out.iter_mut().zip(hashes).zip(&idx) {
+                *o = first_positions(h, self.num_hashes).fold(true, |all, p| {
+                    all & (self.blocks.word(i, p >> 6) >> (p & 63) & 1 != 0)
+                });
+            }
+        }
         for ((o, &h), &i) in out.iter_mut().zip(hashes).zip(&idx) {
-            *o = self.probe(h, i);
+            if *o {
+                *o = self.probe(h, i);
+            }
         }
     }
 

@@ -247,7 +247,8 @@ impl TreeShared {
         let old_capacity = self.filters.enter().current().capacity();
         // The filter's own count is only an estimate (an overfull plain filter undercounts
         // badly, and writers may add keys faster than the scan reads them). A scan whose new
-        // filter overflows its capacity is abandoned and restarted at twice what it found;
+        // filter overflows its capacity is abandoned and restarted sized for what it found
+        // (at least the next doubling);
         // one that ends with more keys than its size suits is followed by one more at the
         // size it measured.
         let mut known = None;
@@ -257,7 +258,7 @@ impl TreeShared {
             let (capacity, slot, end) = self.rebuild_once(known, attempts >= MAX_ATTEMPTS)?;
             let scanned = match end {
                 Scan::Outgrown(items) => {
-                    known = Some(items.saturating_mul(2));
+                    known = Some(items);
                     continue;
                 }
                 Scan::Swapped(n) => n,
