@@ -1,5 +1,6 @@
 //! Counters that many threads bump without sharing a cache line, and the `Stats` report.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 const STRIPES: usize = 16;
@@ -23,12 +24,22 @@ impl<const N: usize> Default for Counters<N> {
     }
 }
 
+#[inline]
 fn my_stripe() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        static STRIPE: usize = NEXT.fetch_add(1, Relaxed) % STRIPES;
+        // Const-initialized (no lazy-init check on each access); assigned on first use.
+        static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
     }
-    STRIPE.with(|s| *s)
+    STRIPE.with(|s| {
+        let v = s.get();
+        if v != usize::MAX {
+            return v;
+        }
+        let v = NEXT.fetch_add(1, Relaxed) % STRIPES;
+        s.set(v);
+        v
+    })
 }
 
 impl<const N: usize> Counters<N> {
