@@ -114,8 +114,13 @@ fn main() {
         raw.apply_batch(r).unwrap();
         raw2.apply_batch(r2).unwrap();
     }
-    // sled reads slowly until every leaf was read once: warm all three.
+    // sled reads slowly until every leaf was read once: warm all three. Then flush them, so
+    // that their background flushers are not still writing out the load (on two cores, a
+    // busy flusher takes turns with the measuring thread).
     black_box(raw.iter().count() + raw2.iter().count() + bs.iter().count());
+    raw.flush().unwrap();
+    raw2.flush().unwrap();
+    bs.flush().unwrap();
     let absent: Vec<Vec<u8>> = (0..q as u64).map(|i| url(i, "out")).collect();
     let present: Vec<Vec<u8>> = (0..q as u64).map(|i| url(i * 61 % n, "in")).collect();
     let count =
