@@ -391,28 +391,22 @@ fn filter_group(c: &mut Criterion, n: u64, from_keys: bool, keys: &Keys) {
             black_box(&out);
         })
     });
-    let mut off = 0usize;
-    g.bench_function("dram_miss/independent", |b| {
-        b.iter(|| {
-            let mut sum = 0u64;
-            for &j in &idx[off..off + BATCH] {
-                sum = sum.wrapping_add(array[j as usize]);
-            }
-            off = (off + BATCH) & QMASK;
-            black_box(sum)
-        })
-    });
-    let mut off = 0usize;
-    g.bench_function("dram_miss/independent_huge", |b| {
-        b.iter(|| {
-            let mut sum = 0u64;
-            for &j in &idx[off..off + BATCH] {
-                sum = sum.wrapping_add(array_huge[j as usize]);
-            }
-            off = (off + BATCH) & QMASK;
-            black_box(sum)
-        })
-    });
+    for (name, array) in [
+        ("dram_miss/independent", &array),
+        ("dram_miss/independent_huge", &array_huge),
+    ] {
+        let mut off = 0usize;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let mut sum = 0u64;
+                for &j in &idx[off..off + BATCH] {
+                    sum = sum.wrapping_add(array[j as usize]);
+                }
+                off = (off + BATCH) & QMASK;
+                black_box(sum)
+            })
+        });
+    }
     g.finish();
 }
 
