@@ -224,20 +224,21 @@ pub(crate) fn read_state(files: &TreeFiles) -> Result<Option<u64>, SnapshotFault
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn stored_mode(db_dir: &Path, tree_name: &[u8]) -> Option<FilterMode> {
-    let files = TreeFiles::new(db_dir, tree_name);
+    let header = read_header(&TreeFiles::new(db_dir, tree_name))?;
+    FilterMode::of_kind(header.filter_kind.get())
+}
+
+/// The snapshot's header alone, if it is intact (the pages are not read).
+fn read_header(files: &TreeFiles) -> Option<format::Header> {
     let mut buf = vec![0u8; format::HEADER_LEN];
     let mut f = File::open(&files.snapshot).ok()?;
     std::io::Read::read_exact(&mut f, &mut buf).ok()?;
-    let header = format::parse_header(&buf).ok()?;
-    FilterMode::of_kind(header.filter_kind.get())
+    format::parse_header(&buf).ok()
 }
 
 /// The generation in the snapshot's header, if the header itself is intact.
 pub(crate) fn peek_generation(files: &TreeFiles) -> Option<u64> {
-    let mut buf = vec![0u8; format::HEADER_LEN];
-    let mut f = File::open(&files.snapshot).ok()?;
-    std::io::Read::read_exact(&mut f, &mut buf).ok()?;
-    format::parse_header(&buf).ok().map(|h| h.generation.get())
+    read_header(files).map(|h| h.generation.get())
 }
 
 /// Loads and verifies a tree's snapshot; any reason not to trust it is a fault, including

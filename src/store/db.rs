@@ -357,17 +357,8 @@ fn build_filter(tree: &sled::Tree, config: &Config) -> Result<(AnyFilter, u64)> 
     let capacity = policy(config).capacity_for(hashes.len() as u64);
     let shape = config.filter.clone().expected_items(capacity).shape()?;
     let filter = AnyFilter::new(config.mode, shape, capacity)?;
-    match &filter {
-        AnyFilter::Plain(f) => {
-            for &h in &hashes {
-                f.insert_hash(h);
-            }
-        }
-        AnyFilter::Counting(c) => {
-            for &h in &hashes {
-                c.insert_hash(h);
-            }
-        }
+    for &h in &hashes {
+        filter.admit_hash(h);
     }
     Ok((filter, hashes.len() as u64))
 }

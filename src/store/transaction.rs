@@ -49,6 +49,16 @@ impl TxTree {
     fn journal(&self) -> std::sync::MutexGuard<'_, Journal> {
         self.journal.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Notes that this attempt wrote `k`: whether it existed before (kept from the first
+    /// write of `k` in the attempt) and whether it exists now.
+    fn record(&self, k: IVec, existed: bool, exists: bool) {
+        self.journal()
+            .attempt
+            .entry(k)
+            .or_insert((existed, exists))
+            .1 = exists;
+    }
 }
 
 /// The view of a [`Tree`] inside a transaction; the methods of
@@ -80,12 +90,7 @@ impl TransactionalTree {
             self.ctx.journal().counted.insert(k.clone());
         }
         let old = self.inner.insert(key, value)?;
-        self.ctx
-            .journal()
-            .attempt
-            .entry(k)
-            .or_insert((old.is_some(), true))
-            .1 = true;
+        self.ctx.record(k, old.is_some(), true);
         Ok(old)
     }
 
@@ -101,12 +106,7 @@ impl TransactionalTree {
             .before_remove()
             .map_err(storage)?;
         let old = self.inner.remove(key)?;
-        self.ctx
-            .journal()
-            .attempt
-            .entry(k)
-            .or_insert((old.is_some(), false))
-            .1 = false;
+        self.ctx.record(k, old.is_some(), false);
         Ok(old)
     }
 

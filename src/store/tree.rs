@@ -72,8 +72,8 @@ impl Writing<'_> {
     /// [`crate::persist`]). An error means the write must not be made.
     #[inline]
     pub(crate) fn admit(&self, key: &[u8]) -> Result<()> {
-        self.gate.admit(key);
-        self.shared.mark_dirty()
+        self.gate_admit(key);
+        self.admit_done()
     }
 
     /// The filter half of [`Writing::admit`], for a batch of keys; call
@@ -278,8 +278,7 @@ impl TreeShared {
 
     /// Removes counted stale since the filter was last rebuilt.
     pub(crate) fn stale(&self) -> u64 {
-        self.counters
-            .sum(STALE)
+        self.stale_total()
             .saturating_sub(self.rebuild.stale_base.load(Ordering::Relaxed))
     }
 
