@@ -19,6 +19,8 @@
 //!   distinct keys; key generation is outside the timed region). Gets cycle through 16K
 //!   cache-resident query keys.
 //!
+//! `BLOOMSLED_BENCH_STORE=0` skips the store group (and its minutes of loading).
+//!
 //! ```text
 //! cargo bench --bench lookup
 //! BLOOMSLED_BENCH_KEYS=200000 BLOOMSLED_BENCH_BIG_KEYS=0 cargo bench --bench lookup
@@ -456,7 +458,9 @@ fn benches(c: &mut Criterion) {
     for big in big {
         filter_group(c, big, false, &keys);
     }
-    store_group(c, n, &keys);
+    if env_count("BLOOMSLED_BENCH_STORE", 1) != 0 {
+        store_group(c, n, &keys);
+    }
 }
 
 criterion_group! {

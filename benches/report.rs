@@ -5,8 +5,8 @@
 //! BLOOMSLED_REPORT_NO_WRITE=1 prints without touching README.md; BLOOMSLED_REPORT_DEBUG=1
 //! also splits absent gets into false positives and filter negatives).
 //!
-//! Each figure is the median of 7 timed rounds over the same keys; ratios compare numbers
-//! from the same run. The criterion benches (`lookup`, `persist`) measure the same things
+//! Each figure is the median of 7 timed rounds over the same keys (21 interleaved rounds for
+//! the comparisons of a few percent); ratios compare numbers from the same run. The criterion benches (`lookup`, `persist`) measure the same things
 //! with confidence intervals.
 
 use std::hint::black_box;
@@ -16,6 +16,8 @@ use bloomsled::hash::hash_key;
 use bloomsled::{Batch, Config, Filter};
 
 const ROUNDS: usize = 7;
+/// Rounds of the interleaved comparisons, whose differences are a few percent.
+const PAIRED_ROUNDS: usize = 21;
 const BITS_PER_KEY: f64 = 10.0;
 
 fn url(i: u64, tag: &str) -> Vec<u8> {
@@ -25,6 +27,11 @@ fn url(i: u64, tag: &str) -> Vec<u8> {
         i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
     )
     .into_bytes()
+}
+
+/// How many of `keys` `f` holds true for.
+fn count_true<K: AsRef<[u8]>>(f: &dyn Fn(&[u8]) -> bool, keys: &[K]) -> u64 {
+    keys.iter().filter(|k| f(k.as_ref())).count() as u64
 }
 
 /// Median ns per item of `f` run over `n` items, `ROUNDS` times.
@@ -40,27 +47,49 @@ fn median_ns(n: usize, mut f: impl FnMut() -> u64) -> f64 {
     v[ROUNDS / 2]
 }
 
-/// Median ns per item of `a` and of `b`, each returning the duration of a round over `n`
-/// items, measured in interleaved rounds (alternating which goes first), so that drift in
-/// the machine's state (caches, sled's background threads, other tenants) hits both alike.
+/// `a` against `b`, each returning the duration of a round over `n` items, measured in
+/// `PAIRED_ROUNDS` interleaved rounds (alternating which goes first), so that drift in the
+/// machine's state (caches, sled's background threads, other tenants) hits both alike.
+/// Returns the median ns per item of each and the median of the per-round ratios `b / a`,
+/// which drift moves less than the ratio of the two medians.
 fn paired(
     n: usize,
     mut a: impl FnMut() -> std::time::Duration,
     mut b: impl FnMut() -> std::time::Duration,
-) -> (f64, f64) {
-    let (mut va, mut vb) = (Vec::new(), Vec::new());
-    for r in 0..ROUNDS {
-        if r % 2 == 0 {
-            va.push(a().as_nanos() as f64 / n as f64);
-            vb.push(b().as_nanos() as f64 / n as f64);
+) -> Paired {
+    let per_item = |d: std::time::Duration| d.as_nanos() as f64 / n as f64;
+    let (mut va, mut vb, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..PAIRED_ROUNDS {
+        let (x, y) = if r % 2 == 0 {
+            let x = per_item(a());
+            (x, per_item(b()))
         } else {
-            vb.push(b().as_nanos() as f64 / n as f64);
-            va.push(a().as_nanos() as f64 / n as f64);
-        }
+            let y = per_item(b());
+            (per_item(a()), y)
+        };
+        va.push(x);
+        vb.push(y);
+        ratios.push(y / x);
     }
-    va.sort_by(f64::total_cmp);
-    vb.sort_by(f64::total_cmp);
-    (va[ROUNDS / 2], vb[ROUNDS / 2])
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Paired {
+        a: median(va),
+        b: median(vb),
+        ratio: median(ratios),
+    }
+}
+
+/// What [`paired`] measured.
+struct Paired {
+    /// Median ns per item of the first contender (the baseline).
+    a: f64,
+    /// Median ns per item of the second.
+    b: f64,
+    /// Median of the per-round ratios, second over first.
+    ratio: f64,
 }
 
 /// The duration of `f`.
@@ -85,6 +114,18 @@ fn main() {
         .and_then(|s| s.replace('_', "").parse().ok())
         .unwrap_or(1_000_000);
     let q = 16_384usize; // query keys: a cache-resident pool, as a just-received key is
+
+    // Query keys, made before the stores so that they sit together in a few pages, as a
+    // service's just-received keys do. (Made after loading sled, they were strewn over a
+    // heap of gigabytes, one page each: every get then paid a TLB miss, and the hashing
+    // alone measured 38 ns per key instead of 4.)
+    //
+    // Absent keys look like the stored ones (same hosts, same path shape), so they fall
+    // between stored keys all over the tree, as a crawler's next URL does. (Keys under a
+    // path of their own would all sort into the same few leaves, which sled then serves
+    // from a hot path: 0.9 µs per absent get here instead of 4-5 µs.)
+    let absent: Vec<Vec<u8>> = (0..q as u64).map(|i| url(n + i, "in")).collect();
+    let present: Vec<Vec<u8>> = (0..q as u64).map(|i| url(i * 61 % n, "in")).collect();
 
     // --- store: bloomsled vs plain sled holding the same keys --------------------------
     let bs = Config::new()
@@ -121,14 +162,7 @@ fn main() {
     raw.flush().unwrap();
     raw2.flush().unwrap();
     bs.flush().unwrap();
-    // Absent keys look like the stored ones (same hosts, same path shape), so they fall
-    // between stored keys all over the tree, as a crawler's next URL does. (Keys under a
-    // path of their own would all sort into the same few leaves, which sled then serves
-    // from a hot path: 0.9 µs per absent get here instead of 4-5 µs.)
-    let absent: Vec<Vec<u8>> = (0..q as u64).map(|i| url(n + i, "in")).collect();
-    let present: Vec<Vec<u8>> = (0..q as u64).map(|i| url(i * 61 % n, "in")).collect();
-    let count =
-        |f: &dyn Fn(&[u8]) -> bool, keys: &[Vec<u8>]| keys.iter().filter(|k| f(k)).count() as u64;
+    let count = count_true::<Vec<u8>>;
     let get_round = |db: &dyn Fn(&[u8]) -> bool, keys: &[Vec<u8>]| timed(|| count(db, keys));
     let sled_get = |k: &[u8]| raw.get(k).unwrap().is_some();
     let bs_get = |k: &[u8]| bs.get(k).unwrap().is_some();
@@ -137,22 +171,33 @@ fn main() {
     // below show that cost).
     let abs_sled = median_ns(q, || count(&sled_get, &absent));
     let abs_bs = median_ns(q, || count(&bs_get, &absent));
-    let negatives: Vec<Vec<u8>> = absent
-        .iter()
-        .filter(|k| !bs.may_contain(k))
-        .cloned()
-        .collect();
-    let neg_bs = median_ns(negatives.len(), || count(&bs_get, &negatives));
-    let (pre_sled, pre_bs) = paired(
+    let negatives: Vec<&Vec<u8>> = absent.iter().filter(|k| !bs.may_contain(k)).collect();
+    let neg_bs = median_ns(negatives.len(), || count_true(&bs_get, &negatives));
+    let pre = paired(
         q,
         || get_round(&sled_get, &present),
         || get_round(&bs_get, &present),
     );
     let sled2_get = |k: &[u8]| raw2.get(k).unwrap().is_some();
-    let (pre_a, pre_b) = paired(
+    let aa = paired(
         q,
         || get_round(&sled_get, &present),
         || get_round(&sled2_get, &present),
+    );
+    // The floor for any filter in front of sled: one read of a random cache line in an
+    // array the size of the filter, then sled's get. sled's walk evicts the filter from the
+    // caches, so a present key's probe is a cache miss; this row prices that miss alone.
+    let floor_words = bs.stats().num_bits.div_ceil(64) as usize;
+    let floor_array: Vec<u64> = vec![1; floor_words.max(8)];
+    let floor_get = |k: &[u8]| {
+        // Multiply-shift, as the filter picks its block.
+        let i = ((hash_key(k, 7) as u128 * floor_array.len() as u128) >> 64) as usize;
+        black_box(floor_array[i]) != 0 && raw.get(k).unwrap().is_some()
+    };
+    let floor = paired(
+        q,
+        || get_round(&sled_get, &present),
+        || get_round(&floor_get, &present),
     );
     drop(raw2);
     // Fresh keys for every round, formatted before the clock starts; both stores get the
@@ -172,7 +217,7 @@ fn main() {
         t.elapsed()
     };
     let (mut r_sled, mut r_bs) = (0, 0);
-    let (ins_sled, ins_bs) = paired(
+    let ins = paired(
         q,
         || {
             insert_round(&mut r_sled, &|k| {
@@ -188,23 +233,11 @@ fn main() {
     let rebuild = bs.rebuild().unwrap();
     let store_fpr = bs.stats().observed_fpr();
     if std::env::var_os("BLOOMSLED_REPORT_DEBUG").is_some() {
-        let fps: Vec<Vec<u8>> = absent
-            .iter()
-            .filter(|k| bs.may_contain(k))
-            .cloned()
-            .collect();
-        let negs: Vec<Vec<u8>> = absent
-            .iter()
-            .filter(|k| !bs.may_contain(k))
-            .cloned()
-            .collect();
-        let fp_raw = median_ns(fps.len(), || {
-            count(&|k| raw.get(k).unwrap().is_some(), &fps)
-        });
-        let fp_bs = median_ns(fps.len(), || count(&|k| bs.get(k).unwrap().is_some(), &fps));
-        let neg_bs = median_ns(negs.len(), || {
-            count(&|k| bs.get(k).unwrap().is_some(), &negs)
-        });
+        let fps: Vec<&Vec<u8>> = absent.iter().filter(|k| bs.may_contain(k)).collect();
+        let negs: Vec<&Vec<u8>> = absent.iter().filter(|k| !bs.may_contain(k)).collect();
+        let fp_raw = median_ns(fps.len(), || count_true(&sled_get, &fps));
+        let fp_bs = median_ns(fps.len(), || count_true(&bs_get, &fps));
+        let neg_bs = median_ns(negs.len(), || count_true(&bs_get, &negs));
         eprintln!("{} fp keys: raw sled {fp_raw:.0} ns, bloomsled {fp_bs:.0} ns; negatives via bloomsled {neg_bs:.1} ns", fps.len());
     }
 
@@ -220,7 +253,7 @@ fn main() {
     let probe: Vec<u64> = (0..1u64 << 20)
         .map(|i| hash_key(&url(i, "probe"), f.seed()))
         .collect();
-    let (c_bs, c_fb) = paired(
+    let con = paired(
         probe.len(),
         || timed(|| probe.iter().filter(|&&h| f.contains_hash(h)).count() as u64),
         || timed(|| probe.iter().filter(|&&h| fb.contains_hash(h)).count() as u64),
@@ -235,14 +268,16 @@ fn main() {
 
     let table = format!(
         "Measured by `cargo bench --bench report` ({n} URL-like keys, {BITS_PER_KEY} bits/key; \
-         median of {ROUNDS} rounds, one process; present-key gets and inserts in rounds \
-         alternating with the baseline's):\n\n\
+         median of {ROUNDS} rounds, one process; present-key gets, inserts and `contains` \
+         in {PAIRED_ROUNDS} rounds alternating with the baseline's, their ratio the median \
+         of the per-round ratios):\n\n\
          | operation | bloomsled | baseline | ratio |\n\
          |---|---:|---:|---:|\n\
          | absent-key `get` (false positives included) | {} | sled {} | {:.1}× faster |\n\
          | absent-key `get` the filter rejects | {} | sled {} | {:.1}× faster |\n\
          | present-key `get` | {} | sled {} | {:+.1}% |\n\
          | present-key `get`, two identical sled instances (A/A) | | sled {} vs {} | {:+.1}% |\n\
+         | present-key `get` floor: one uncached read of a filter-sized array, then sled's `get` | | {} vs sled {} | {:+.1}% |\n\
          | `insert` of a new key | {} | sled {} | {:+.1}% |\n\
          | `contains` by hash | {} | fastbloom (same xxh3 hash, bits, k) {} | {:.2}× |\n\
          | `contains_hash_many` per key | {} | single `contains` {} | {:.2}× |\n\
@@ -255,21 +290,24 @@ fn main() {
         fmt_ns(neg_bs),
         fmt_ns(abs_sled),
         abs_sled / neg_bs,
-        fmt_ns(pre_bs),
-        fmt_ns(pre_sled),
-        100.0 * (pre_bs / pre_sled - 1.0),
-        fmt_ns(pre_b),
-        fmt_ns(pre_a),
-        100.0 * (pre_b / pre_a - 1.0),
-        fmt_ns(ins_bs),
-        fmt_ns(ins_sled),
-        100.0 * (ins_bs / ins_sled - 1.0),
-        fmt_ns(c_bs),
-        fmt_ns(c_fb),
-        c_bs / c_fb,
+        fmt_ns(pre.b),
+        fmt_ns(pre.a),
+        100.0 * (pre.ratio - 1.0),
+        fmt_ns(aa.b),
+        fmt_ns(aa.a),
+        100.0 * (aa.ratio - 1.0),
+        fmt_ns(floor.b),
+        fmt_ns(floor.a),
+        100.0 * (floor.ratio - 1.0),
+        fmt_ns(ins.b),
+        fmt_ns(ins.a),
+        100.0 * (ins.ratio - 1.0),
+        fmt_ns(con.a),
+        fmt_ns(con.b),
+        1.0 / con.ratio,
         fmt_ns(c_many),
-        fmt_ns(c_bs),
-        c_many / c_bs,
+        fmt_ns(con.a),
+        c_many / con.a,
         100.0 * fpr_bs,
         100.0 * store_fpr,
         100.0 * fpr_fb,
