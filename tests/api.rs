@@ -341,6 +341,43 @@ fn filter_union_and_serialization() {
 }
 
 #[test]
+fn batched_probes_agree_at_every_length_around_the_batch_size() {
+    // The batched probe works in batches of 32 and prefetches one batch ahead: an empty
+    // input, a partial batch, exact multiples and one past them all take different paths.
+    let f = Filter::with_bits_per_key(200, 4.0).unwrap();
+    let keys: Vec<Vec<u8>> = (0..100u32)
+        .map(|i| format!("key-{i}").into_bytes())
+        .collect();
+    f.insert_many(&keys[..50]);
+    for len in 0..=keys.len() {
+        for start in [0, keys.len() - len] {
+            let slice = &keys[start..start + len];
+            let hashes: Vec<u64> = slice
+                .iter()
+                .map(|k| bloomsled::hash::hash_key(k, f.seed()))
+                .collect();
+            let single: Vec<bool> = slice.iter().map(|k| f.contains(k)).collect();
+            assert_eq!(f.contains_many(slice), single, "keys {start}..+{len}");
+            // A longer output buffer: only the first `len` slots are written.
+            let mut out = vec![true; len + 3];
+            f.contains_hash_many(&hashes, &mut out);
+            assert_eq!(&out[..len], &single[..], "hashes {start}..+{len}");
+            assert!(
+                out[len..].iter().all(|&b| b),
+                "wrote past the input: {start}..+{len}"
+            );
+            let mut out = vec![true; len + 40];
+            f.contains_many_into(slice, &mut out);
+            assert_eq!(&out[..len], &single[..], "keys into {start}..+{len}");
+            assert!(
+                out[len..].iter().all(|&b| b),
+                "wrote past the keys: {start}..+{len}"
+            );
+        }
+    }
+}
+
+#[test]
 fn batched_probes_agree_with_single_probes() {
     // Every k, below and above the batched probe's branch-free screen of 4 positions.
     for k in 1..=9 {

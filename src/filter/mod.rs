@@ -14,6 +14,7 @@ pub use any::FilterMode;
 pub use counting::{CountingFilter, COUNTER_MAX};
 
 use std::fmt;
+use std::sync::atomic::Ordering::Relaxed;
 
 use serde::{Deserialize, Serialize};
 
@@ -382,12 +383,44 @@ impl Filter {
             out.len(),
             keys.len()
         );
-        let mut hashes = [0u64; BATCH];
-        for (chunk, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
-            for (h, k) in hashes.iter_mut().zip(chunk) {
-                *h = hash_key(k.as_ref(), self.seed);
-            }
-            self.probe_batch(&hashes[..chunk.len()], out);
+        // Double-buffered: batch c + 1 is hashed before batch c is tested, and the test of
+        // batch c prefetches its blocks (see `probe_batch`).
+        let mut bufs = [[0u64; BATCH]; 2];
+        let mut chunks = keys.chunks(BATCH).zip(out.chunks_mut(BATCH));
+        let mut cur = 0;
+        let mut next = chunks.next();
+        if let Some((keys, _)) = &next {
+            let n = self.hash_into(keys, &mut bufs[cur]);
+            self.prefetch_hashes(&bufs[cur][..n]);
+        }
+        while let Some((keys, out)) = next {
+            next = chunks.next();
+            let ahead = match &next {
+                Some((keys, _)) => self.hash_into(keys, &mut bufs[cur ^ 1]),
+                None => 0,
+            };
+            let [a, b] = &bufs;
+            let (now, then) = if cur == 0 { (a, b) } else { (b, a) };
+            self.probe_batch(&now[..keys.len()], &then[..ahead], out);
+            cur ^= 1;
+        }
+    }
+
+    /// Hashes `keys` (at most [`BATCH`]) into `hashes`; returns how many.
+    #[inline(always)]
+    fn hash_into<K: AsRef<[u8]>>(&self, keys: &[K], hashes: &mut [u64; BATCH]) -> usize {
+        for (h, k) in hashes.iter_mut().zip(keys) {
+            *h = hash_key(k.as_ref(), self.seed);
+        }
+        keys.len().min(BATCH)
+    }
+
+    /// Prefetches the blocks of `hashes`.
+    #[inline(always)]
+    fn prefetch_hashes(&self, hashes: &[u64]) {
+        let n_blocks = self.blocks.len() as u64;
+        for &h in hashes {
+            self.blocks.prefetch(block_index(h, n_blocks));
         }
     }
 
@@ -402,13 +435,23 @@ impl Filter {
             out.len(),
             hashes.len()
         );
-        for (chunk, out) in hashes.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
-            self.probe_batch(chunk, out);
+        // Batch c + 1's blocks are prefetched before batch c is tested (see
+        // `contains_many_into`).
+        self.prefetch_hashes(&hashes[..hashes.len().min(BATCH)]);
+        for (c, (chunk, out)) in hashes.chunks(BATCH).zip(out.chunks_mut(BATCH)).enumerate() {
+            let ahead = hashes.get((c + 1) * BATCH..).unwrap_or(&[]);
+            self.probe_batch(chunk, &ahead[..ahead.len().min(BATCH)], out);
         }
     }
 
-    /// Prefetches the blocks of up to [`BATCH`] hashes, then probes them: the misses are all
-    /// in flight before the first probe waits on one.
+    /// Probes up to [`BATCH`] hashes whose blocks were prefetched earlier, and prefetches
+    /// the blocks of `ahead`, the next batch, one per key tested.
+    ///
+    /// Pipelining: the misses of batch c + 1 are in flight while batch c is tested, and
+    /// issuing them one per key, between the tests, keeps the line-fill buffers from
+    /// filling up and stalling on a burst of 32 prefetches. Against prefetching a batch and
+    /// then testing it, this measured 10.3–11.4 ns per key against 13.8–14.4 at 50M keys,
+    /// and 7.3–7.5 against 8.0–8.4 at 2M (`contains_hash_many`, 1M absent hashes).
     ///
     /// The probe runs in two passes. The first tests the first [`SCREEN`] positions of every
     /// key without a branch, so no instruction waits on a guess about what a load returned
@@ -419,22 +462,26 @@ impl Filter {
     /// keys after it; the two passes measured 9–10 ns (2M keys) and 18–26 ns against 30–34
     /// at 50M keys, with 32 keys per batch (16 and 8 were slower there).
     #[inline(always)]
-    fn probe_batch(&self, hashes: &[u64], out: &mut [bool]) {
+    fn probe_batch(&self, hashes: &[u64], ahead: &[u64], out: &mut [bool]) {
         let n_blocks = self.blocks.len() as u64;
         let mut idx = [0usize; BATCH];
         for (i, &h) in idx.iter_mut().zip(hashes) {
             *i = block_index(h, n_blocks);
-            self.blocks.prefetch(*i);
         }
         if self.num_hashes as usize >= SCREEN {
-            for ((o, &h), &i) in out.iter_mut().zip(hashes).zip(&idx) {
+            for (j, ((o, &h), &i)) in out.iter_mut().zip(hashes).zip(&idx).enumerate() {
+                if let Some(&a) = ahead.get(j) {
+                    self.blocks.prefetch(block_index(a, n_blocks));
+                }
+                let block = self.blocks.block(i);
                 let all = first_n_positions::<SCREEN>(h)
                     .iter()
-                    .fold(1, |all, &p| all & (self.blocks.word(i, p >> 6) >> (p & 63)));
+                    .fold(1, |all, &p| all & (block[p >> 6].load(Relaxed) >> (p & 63)));
                 *o = all & 1 != 0;
             }
         } else {
             // k below the screen: all k draws, still without an early exit.
+            self.prefetch_hashes(ahead);
             for ((o, &h), &i) in out.iter_mut().zip(hashes).zip(&idx) {
                 *o = first_positions(h, self.num_hashes).fold(true, |all, p| {
                     all & (self.blocks.word(i, p >> 6) >> (p & 63) & 1 != 0)
