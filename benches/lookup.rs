@@ -208,14 +208,19 @@ fn store_group(c: &mut Criterion, n: u64, keys: &Keys) {
         })
     });
 
-    let mut i = 0usize;
-    g.bench_function("present_get/sled", |b| {
-        b.iter(|| {
-            let k = &keys.present[i];
-            i = (i + 1) & HMASK;
-            black_box(raw.get(k).unwrap())
-        })
-    });
+    // sled before and after bloomsled: the spread between the two sled runs is the drift
+    // of this machine over the three benchmarks, the noise floor for the overhead.
+    let sled_present = |g: &mut BenchmarkGroup<'_, WallTime>, name: &str| {
+        let mut i = 0usize;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let k = &keys.present[i];
+                i = (i + 1) & HMASK;
+                black_box(raw.get(k).unwrap())
+            })
+        });
+    };
+    sled_present(&mut g, "present_get/sled");
     let mut i = 0usize;
     g.bench_function("present_get/bloomsled", |b| {
         b.iter(|| {
@@ -224,16 +229,7 @@ fn store_group(c: &mut Criterion, n: u64, keys: &Keys) {
             black_box(bs.get(k).unwrap())
         })
     });
-    // sled again, after bloomsled: the spread between the two sled runs is the drift of
-    // this machine over the three benchmarks, the noise floor for the overhead above.
-    let mut i = 0usize;
-    g.bench_function("present_get/sled_again", |b| {
-        b.iter(|| {
-            let k = &keys.present[i];
-            i = (i + 1) & HMASK;
-            black_box(raw.get(k).unwrap())
-        })
-    });
+    sled_present(&mut g, "present_get/sled_again");
 
     // Inserts of never-seen keys. Each sample formats its `iters` keys up front (untimed),
     // then times only the inserts. Both stores get the same key sequence.

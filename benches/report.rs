@@ -162,15 +162,14 @@ fn main() {
     raw.flush().unwrap();
     raw2.flush().unwrap();
     bs.flush().unwrap();
-    let count = count_true::<Vec<u8>>;
-    let get_round = |db: &dyn Fn(&[u8]) -> bool, keys: &[Vec<u8>]| timed(|| count(db, keys));
+    let get_round = |db: &dyn Fn(&[u8]) -> bool, keys: &[Vec<u8>]| timed(|| count_true(db, keys));
     let sled_get = |k: &[u8]| raw.get(k).unwrap().is_some();
     let bs_get = |k: &[u8]| bs.get(k).unwrap().is_some();
     // Absent keys: each store's rounds back to back (a bloomsled round right after a sled
     // round would find the filter evicted by sled's page walks: the present-key rows
     // below show that cost).
-    let abs_sled = median_ns(q, || count(&sled_get, &absent));
-    let abs_bs = median_ns(q, || count(&bs_get, &absent));
+    let abs_sled = median_ns(q, || count_true(&sled_get, &absent));
+    let abs_bs = median_ns(q, || count_true(&bs_get, &absent));
     let negatives: Vec<&Vec<u8>> = absent.iter().filter(|k| !bs.may_contain(k)).collect();
     let neg_bs = median_ns(negatives.len(), || count_true(&bs_get, &negatives));
     let pre = paired(

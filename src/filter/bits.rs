@@ -102,12 +102,6 @@ impl Blocks {
         missing == 0
     }
 
-    /// The words of block `i` (one bounds check for all eight).
-    #[inline(always)]
-    pub(crate) fn block(&self, i: usize) -> &[AtomicU64; BLOCK_WORDS] {
-        &self.blocks[i].0
-    }
-
     /// Word `j` (0..8) of block `i`.
     #[inline(always)]
     pub(crate) fn word(&self, i: usize, j: usize) -> u64 {

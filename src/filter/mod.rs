@@ -14,7 +14,6 @@ pub use any::FilterMode;
 pub use counting::{CountingFilter, COUNTER_MAX};
 
 use std::fmt;
-use std::sync::atomic::Ordering::Relaxed;
 
 use serde::{Deserialize, Serialize};
 
@@ -383,26 +382,20 @@ impl Filter {
             out.len(),
             keys.len()
         );
-        // Double-buffered: batch c + 1 is hashed before batch c is tested, and the test of
-        // batch c prefetches its blocks (see `probe_batch`).
-        let mut bufs = [[0u64; BATCH]; 2];
-        let mut chunks = keys.chunks(BATCH).zip(out.chunks_mut(BATCH));
-        let mut cur = 0;
-        let mut next = chunks.next();
-        if let Some((keys, _)) = &next {
-            let n = self.hash_into(keys, &mut bufs[cur]);
-            self.prefetch_hashes(&bufs[cur][..n]);
+        // Batch c + 1 is hashed before batch c is tested, and the test of batch c
+        // prefetches its blocks (see `probe_batch`).
+        let (mut now, mut then) = ([0u64; BATCH], [0u64; BATCH]);
+        let mut chunks = keys.chunks(BATCH).zip(out.chunks_mut(BATCH)).peekable();
+        if let Some((keys, _)) = chunks.peek() {
+            let n = self.hash_into(keys, &mut now);
+            self.prefetch_hashes(&now[..n]);
         }
-        while let Some((keys, out)) = next {
-            next = chunks.next();
-            let ahead = match &next {
-                Some((keys, _)) => self.hash_into(keys, &mut bufs[cur ^ 1]),
-                None => 0,
-            };
-            let [a, b] = &bufs;
-            let (now, then) = if cur == 0 { (a, b) } else { (b, a) };
+        while let Some((keys, out)) = chunks.next() {
+            let ahead = chunks
+                .peek()
+                .map_or(0, |(k, _)| self.hash_into(k, &mut then));
             self.probe_batch(&now[..keys.len()], &then[..ahead], out);
-            cur ^= 1;
+            std::mem::swap(&mut now, &mut then);
         }
     }
 
@@ -473,10 +466,9 @@ impl Filter {
                 if let Some(&a) = ahead.get(j) {
                     self.blocks.prefetch(block_index(a, n_blocks));
                 }
-                let block = self.blocks.block(i);
                 let all = first_n_positions::<SCREEN>(h)
                     .iter()
-                    .fold(1, |all, &p| all & (block[p >> 6].load(Relaxed) >> (p & 63)));
+                    .fold(1, |all, &p| all & (self.blocks.word(i, p >> 6) >> (p & 63)));
                 *o = all & 1 != 0;
             }
         } else {
