@@ -57,29 +57,27 @@ fn paired(
     mut a: impl FnMut() -> std::time::Duration,
     mut b: impl FnMut() -> std::time::Duration,
 ) -> Paired {
-    let per_item = |d: std::time::Duration| d.as_nanos() as f64 / n as f64;
-    let (mut va, mut vb, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut v = interleaved(n, &mut [&mut a, &mut b]);
+    let vb = v.pop().unwrap();
+    Paired::of(v.pop().unwrap(), vb)
+}
+
+/// Runs every contender once per round for `PAIRED_ROUNDS` rounds, starting each round one
+/// contender further along, so each is measured as often in every position. Returns each
+/// contender's ns per item, round by round.
+fn interleaved(
+    n: usize,
+    contenders: &mut [&mut dyn FnMut() -> std::time::Duration],
+) -> Vec<Vec<f64>> {
+    let k = contenders.len();
+    let mut per = vec![vec![0.0; PAIRED_ROUNDS]; k];
     for r in 0..PAIRED_ROUNDS {
-        let (x, y) = if r % 2 == 0 {
-            let x = per_item(a());
-            (x, per_item(b()))
-        } else {
-            let y = per_item(b());
-            (per_item(a()), y)
-        };
-        va.push(x);
-        vb.push(y);
-        ratios.push(y / x);
+        for j in 0..k {
+            let c = (r + j) % k;
+            per[c][r] = contenders[c]().as_nanos() as f64 / n as f64;
+        }
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    Paired {
-        a: median(va),
-        b: median(vb),
-        ratio: median(ratios),
-    }
+    per
 }
 
 /// What [`paired`] measured.
@@ -90,6 +88,22 @@ struct Paired {
     b: f64,
     /// Median of the per-round ratios, second over first.
     ratio: f64,
+}
+
+impl Paired {
+    /// Medians of two contenders' per-round figures (same rounds), and of their ratios.
+    fn of(va: Vec<f64>, vb: Vec<f64>) -> Paired {
+        let ratios = va.iter().zip(&vb).map(|(a, b)| b / a).collect();
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        Paired {
+            a: median(va),
+            b: median(vb),
+            ratio: median(ratios),
+        }
+    }
 }
 
 /// The duration of `f`.
@@ -198,7 +212,6 @@ fn main() {
         || get_round(&sled_get, &present),
         || get_round(&floor_get, &present),
     );
-    drop(raw2);
     // Fresh keys for every round, formatted before the clock starts; both stores get the
     // same sequence.
     let fresh = |round: u64| -> Vec<Vec<u8>> {
@@ -215,20 +228,32 @@ fn main() {
         }
         t.elapsed()
     };
-    let (mut r_sled, mut r_bs) = (0, 0);
-    let ins = paired(
+    // The second sled instance takes the same inserts in the same rounds: the A/A row shows
+    // how far inserts into two identical stores differ with no filter at all.
+    let (mut r_sled, mut r_bs, mut r_sled2) = (0, 0, 0);
+    let mut ins_rounds = interleaved(
         q,
-        || {
-            insert_round(&mut r_sled, &|k| {
-                raw.insert(k, &b"v"[..]).unwrap();
-            })
-        },
-        || {
-            insert_round(&mut r_bs, &|k| {
-                bs.insert(k, &b"v"[..]).unwrap();
-            })
-        },
+        &mut [
+            &mut || {
+                insert_round(&mut r_sled, &|k| {
+                    raw.insert(k, &b"v"[..]).unwrap();
+                })
+            },
+            &mut || {
+                insert_round(&mut r_bs, &|k| {
+                    bs.insert(k, &b"v"[..]).unwrap();
+                })
+            },
+            &mut || {
+                insert_round(&mut r_sled2, &|k| {
+                    raw2.insert(k, &b"v"[..]).unwrap();
+                })
+            },
+        ],
     );
+    drop(raw2);
+    let ins_aa = Paired::of(ins_rounds[0].clone(), ins_rounds.pop().unwrap());
+    let ins = Paired::of(ins_rounds[0].clone(), ins_rounds.pop().unwrap());
     let rebuild = bs.rebuild().unwrap();
     let store_fpr = bs.stats().observed_fpr();
     if std::env::var_os("BLOOMSLED_REPORT_DEBUG").is_some() {
@@ -278,6 +303,7 @@ fn main() {
          | present-key `get`, two identical sled instances (A/A) | | sled {} vs {} | {:+.1}% |\n\
          | present-key `get` floor: one uncached read of a filter-sized array, then sled's `get` | | {} vs sled {} | {:+.1}% |\n\
          | `insert` of a new key | {} | sled {} | {:+.1}% |\n\
+         | `insert`, two identical sled instances (A/A) | | sled {} vs {} | {:+.1}% |\n\
          | `contains` by hash | {} | fastbloom (same xxh3 hash, bits, k) {} | {:.2}× |\n\
          | `contains_hash_many` per key | {} | single `contains` {} | {:.2}× |\n\
          | false-positive rate | {:.3}% (filter), {:.3}% (store gets) | fastbloom {:.3}% | |\n\
@@ -301,6 +327,9 @@ fn main() {
         fmt_ns(ins.b),
         fmt_ns(ins.a),
         100.0 * (ins.ratio - 1.0),
+        fmt_ns(ins_aa.b),
+        fmt_ns(ins_aa.a),
+        100.0 * (ins_aa.ratio - 1.0),
         fmt_ns(con.a),
         fmt_ns(con.b),
         1.0 / con.ratio,
