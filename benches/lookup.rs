@@ -10,12 +10,15 @@
 //!   `dram_miss/independent`, independent random
 //!   loads over a `u64` array the size of the filter, the floor for a batched probe that
 //!   touches one cache line per key (`independent_huge`: the same array on transparent huge
-//!   pages, as bloomsled allocates filters of 8 MiB and more).
+//!   pages, as bloomsled allocates filters of 8 MiB and more; `hash_then_load`: the query
+//!   keys hashed, then the same loads at the words their hashes pick, the floor for
+//!   `contains_many`).
 //! * `store_<N>/...` (run last): a raw `sled::Db` and a `bloomsled::Db` holding the same N
 //!   keys (`BLOOMSLED_BENCH_KEYS`, default 2,000,000), both temporary (in `/dev/shm`) with a
 //!   page cache far larger than the data: `absent_get`, `negative_get` (the absent keys the
 //!   filter rejects, i.e. all but its false positives), `present_get` (sled measured before
-//!   and after bloomsled, to show the drift), `insert` (fresh,
+//!   and after bloomsled, to show the drift, and a second sled instance loaded after
+//!   bloomsled's, to show how far two instances of the same data differ), `insert` (fresh,
 //!   distinct keys; key generation is outside the timed region). Gets cycle through 16K
 //!   cache-resident query keys.
 //!
@@ -84,13 +87,8 @@ fn configure(g: &mut BenchmarkGroup<'_, WallTime>) {
 // Store: sled vs bloomsled
 // ---------------------------------------------------------------------------------------
 
-fn load_stores(n: u64) -> (sled::Db, bloomsled::Db) {
-    const CACHE: u64 = 4 << 30;
-    let raw = sled::Config::new()
-        .temporary(true)
-        .cache_capacity(CACHE)
-        .open()
-        .expect("open sled");
+fn load_stores(n: u64) -> (sled::Db, bloomsled::Db, sled::Db) {
+    let raw = load_sled(n);
     let bs = bloomsled::Config::new()
         .temporary(true)
         .cache_capacity(CACHE)
@@ -101,23 +99,7 @@ fn load_stores(n: u64) -> (sled::Db, bloomsled::Db) {
         .auto_rebuild(false)
         .open()
         .expect("open bloomsled");
-
     let mut buf = Vec::with_capacity(80);
-    let t = Instant::now();
-    let mut id = 0;
-    while id < n {
-        let end = (id + LOAD_CHUNK as u64).min(n);
-        let mut batch = sled::Batch::default();
-        for i in id..end {
-            write_key(&mut buf, i);
-            batch.insert(&buf[..], &VALUE[..]);
-        }
-        raw.apply_batch(batch).expect("sled apply_batch");
-        id = end;
-    }
-    raw.flush().expect("sled flush");
-    eprintln!("loaded {n} keys into sled in {:.1?}", t.elapsed());
-
     let t = Instant::now();
     let mut id = 0;
     while id < n {
@@ -139,7 +121,38 @@ fn load_stores(n: u64) -> (sled::Db, bloomsled::Db) {
         s.num_hashes,
         s.estimated_fpr * 100.0
     );
-    (raw, bs)
+    // A second plain sled, loaded after bloomsled's: two instances of the same data differ
+    // by a few percent (heap layout, load order), which a sled-vs-bloomsled ratio includes.
+    let raw2 = load_sled(n);
+    (raw, bs, raw2)
+}
+
+/// sled's cache, large enough for every store here to stay in memory.
+const CACHE: u64 = 4 << 30;
+
+/// A temporary plain sled holding the keys `0..n`.
+fn load_sled(n: u64) -> sled::Db {
+    let raw = sled::Config::new()
+        .temporary(true)
+        .cache_capacity(CACHE)
+        .open()
+        .expect("open sled");
+    let mut buf = Vec::with_capacity(80);
+    let t = Instant::now();
+    let mut id = 0;
+    while id < n {
+        let end = (id + LOAD_CHUNK as u64).min(n);
+        let mut batch = sled::Batch::default();
+        for i in id..end {
+            write_key(&mut buf, i);
+            batch.insert(&buf[..], &VALUE[..]);
+        }
+        raw.apply_batch(batch).expect("sled apply_batch");
+        id = end;
+    }
+    raw.flush().expect("sled flush");
+    eprintln!("loaded {n} keys into sled in {:.1?}", t.elapsed());
+    raw
 }
 
 /// Reads every entry of both stores once, in key order, before anything is timed.
@@ -150,20 +163,21 @@ fn load_stores(n: u64) -> (sled::Db, bloomsled::Db) {
 /// its profile was malloc/free, `Vec::clone`, `Node::apply` and dropping node data. Pinning
 /// sled's epoch collector in a loop did not help; one full scan does. Without it, whichever
 /// benchmark runs first pays for the whole catch-up.
-fn warm_stores(raw: &sled::Db, bs: &bloomsled::Db, n: u64) {
+fn warm_stores(raw: &sled::Db, bs: &bloomsled::Db, raw2: &sled::Db, n: u64) {
     let t = Instant::now();
     let a = raw.iter().count();
     let b = bs.iter().count();
+    let c = raw2.iter().count();
     assert!(
-        a as u64 == n && b as u64 == n,
-        "sled holds {a}, bloomsled {b}, want {n}"
+        a as u64 == n && b as u64 == n && c as u64 == n,
+        "sled holds {a} and {c}, bloomsled {b}, want {n}"
     );
     eprintln!("scanned both stores in {:.1?}", t.elapsed());
 }
 
 fn store_group(c: &mut Criterion, n: u64, keys: &Keys) {
-    let (raw, bs) = load_stores(n);
-    warm_stores(&raw, &bs, n);
+    let (raw, bs, raw2) = load_stores(n);
+    warm_stores(&raw, &bs, &raw2, n);
     for k in keys.present.iter().step_by(4099) {
         assert!(raw.get(k).unwrap().is_some() && bs.get(k).unwrap().is_some());
     }
@@ -210,7 +224,7 @@ fn store_group(c: &mut Criterion, n: u64, keys: &Keys) {
 
     // sled before and after bloomsled: the spread between the two sled runs is the drift
     // of this machine over the three benchmarks, the noise floor for the overhead.
-    let sled_present = |g: &mut BenchmarkGroup<'_, WallTime>, name: &str| {
+    let sled_present = |g: &mut BenchmarkGroup<'_, WallTime>, name: &str, raw: &sled::Db| {
         let mut i = 0usize;
         g.bench_function(name, |b| {
             b.iter(|| {
@@ -220,7 +234,7 @@ fn store_group(c: &mut Criterion, n: u64, keys: &Keys) {
             })
         });
     };
-    sled_present(&mut g, "present_get/sled");
+    sled_present(&mut g, "present_get/sled", &raw);
     let mut i = 0usize;
     g.bench_function("present_get/bloomsled", |b| {
         b.iter(|| {
@@ -229,22 +243,27 @@ fn store_group(c: &mut Criterion, n: u64, keys: &Keys) {
             black_box(bs.get(k).unwrap())
         })
     });
-    sled_present(&mut g, "present_get/sled_again");
+    // The second sled instance (A/A), then the first again.
+    sled_present(&mut g, "present_get/sled_second_instance", &raw2);
+    sled_present(&mut g, "present_get/sled_again", &raw);
 
     // Inserts of never-seen keys. Each sample formats its `iters` keys up front (untimed),
     // then times only the inserts. Both stores get the same key sequence.
-    let mut next = FRESH_BASE;
-    g.bench_function("insert/sled", |b| {
-        b.iter_custom(|iters| {
-            let fresh: Vec<Vec<u8>> = (next..next + iters).map(key).collect();
-            next += iters;
-            let t = Instant::now();
-            for k in &fresh {
-                black_box(raw.insert(k, &VALUE[..]).unwrap());
-            }
-            t.elapsed()
-        })
-    });
+    let sled_insert = |g: &mut BenchmarkGroup<'_, WallTime>, name: &str, raw: &sled::Db| {
+        let mut next = FRESH_BASE;
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let fresh: Vec<Vec<u8>> = (next..next + iters).map(key).collect();
+                next += iters;
+                let t = Instant::now();
+                for k in &fresh {
+                    black_box(raw.insert(k, &VALUE[..]).unwrap());
+                }
+                t.elapsed()
+            })
+        });
+    };
+    sled_insert(&mut g, "insert/sled", &raw);
     let mut next = FRESH_BASE;
     g.bench_function("insert/bloomsled", |b| {
         b.iter_custom(|iters| {
@@ -257,7 +276,12 @@ fn store_group(c: &mut Criterion, n: u64, keys: &Keys) {
             t.elapsed()
         })
     });
+    sled_insert(&mut g, "insert/sled_second_instance", &raw2);
     g.finish();
+    // Dropped only now: a dropped sled leaves its pages to the epoch collector, which runs
+    // them down on the threads of later operations (an early drop made the inserts above
+    // read 12 µs for sled and 35 µs for bloomsled).
+    drop(raw2);
 
     let s = bs.stats();
     eprintln!(
@@ -421,6 +445,27 @@ fn filter_group(c: &mut Criterion, n: u64, from_keys: bool, keys: &Keys) {
             })
         });
     }
+    // The floor for `contains_many` on keys: hash every key as the filter does, then one
+    // independent load per key at the word its hash picks (on the huge-page array, as large
+    // filters are). Two passes, so that the loads overlap as in `independent`: hashing and
+    // loading key by key in one loop measured 50 ns per key at 50M keys, since the hashing
+    // fills the out-of-order window and few loads are in flight at once.
+    let mut off = 0usize;
+    let mut hashes_buf = vec![0u64; BATCH];
+    g.bench_function("dram_miss/hash_then_load", |b| {
+        b.iter(|| {
+            for (h, k) in hashes_buf.iter_mut().zip(&absent[off..off + BATCH]) {
+                *h = hash_key(k, seed);
+            }
+            let mut sum = 0u64;
+            for &h in &hashes_buf {
+                let j = ((u128::from(h) * array_huge.len() as u128) >> 64) as usize;
+                sum = sum.wrapping_add(array_huge[j]);
+            }
+            off = (off + BATCH) & QMASK;
+            black_box(sum)
+        })
+    });
     g.finish();
 }
 
