@@ -70,11 +70,12 @@ fn interleaved(
     contenders: &mut [&mut dyn FnMut() -> std::time::Duration],
 ) -> Vec<Vec<f64>> {
     let k = contenders.len();
-    let mut per = vec![vec![0.0; PAIRED_ROUNDS]; k];
+    let mut per = vec![Vec::with_capacity(PAIRED_ROUNDS); k];
     for r in 0..PAIRED_ROUNDS {
         for j in 0..k {
             let c = (r + j) % k;
-            per[c][r] = contenders[c]().as_nanos() as f64 / n as f64;
+            let ns = contenders[c]().as_nanos() as f64 / n as f64;
+            per[c].push(ns);
         }
     }
     per
