@@ -99,19 +99,15 @@ fn load_stores(n: u64) -> (sled::Db, bloomsled::Db, sled::Db) {
         .auto_rebuild(false)
         .open()
         .expect("open bloomsled");
-    let mut buf = Vec::with_capacity(80);
     let t = Instant::now();
-    let mut id = 0;
-    while id < n {
-        let end = (id + LOAD_CHUNK as u64).min(n);
+    load_chunks(n, |ids, buf| {
         let mut batch = bloomsled::Batch::default();
-        for i in id..end {
-            write_key(&mut buf, i);
+        for i in ids {
+            write_key(buf, i);
             batch.insert(&buf[..], &VALUE[..]);
         }
         bs.apply_batch(batch).expect("bloomsled apply_batch");
-        id = end;
-    }
+    });
     bs.flush().expect("bloomsled flush");
     let s = bs.stats();
     eprintln!(
@@ -137,22 +133,27 @@ fn load_sled(n: u64) -> sled::Db {
         .cache_capacity(CACHE)
         .open()
         .expect("open sled");
-    let mut buf = Vec::with_capacity(80);
     let t = Instant::now();
-    let mut id = 0;
-    while id < n {
-        let end = (id + LOAD_CHUNK as u64).min(n);
+    load_chunks(n, |ids, buf| {
         let mut batch = sled::Batch::default();
-        for i in id..end {
-            write_key(&mut buf, i);
+        for i in ids {
+            write_key(buf, i);
             batch.insert(&buf[..], &VALUE[..]);
         }
         raw.apply_batch(batch).expect("sled apply_batch");
-        id = end;
-    }
+    });
     raw.flush().expect("sled flush");
     eprintln!("loaded {n} keys into sled in {:.1?}", t.elapsed());
     raw
+}
+
+/// Hands the key ids `0..n` to `apply` in chunks of `LOAD_CHUNK`, with a scratch buffer
+/// for [`write_key`]: one batch per chunk.
+fn load_chunks(n: u64, mut apply: impl FnMut(std::ops::Range<u64>, &mut Vec<u8>)) {
+    let mut buf = Vec::with_capacity(80);
+    for start in (0..n).step_by(LOAD_CHUNK) {
+        apply(start..(start + LOAD_CHUNK as u64).min(n), &mut buf);
+    }
 }
 
 /// Reads every entry of both stores once, in key order, before anything is timed.
@@ -186,22 +187,11 @@ fn store_group(c: &mut Criterion, n: u64, keys: &Keys) {
     configure(&mut g);
     g.throughput(Throughput::Elements(1));
 
-    let mut i = 0usize;
-    g.bench_function("absent_get/sled", |b| {
-        b.iter(|| {
-            let k = &keys.absent[i];
-            i = (i + 1) & HMASK;
-            black_box(raw.get(k).unwrap())
-        })
-    });
-    let mut i = 0usize;
-    g.bench_function("absent_get/bloomsled", |b| {
-        b.iter(|| {
-            let k = &keys.absent[i];
-            i = (i + 1) & HMASK;
-            black_box(bs.get(k).unwrap())
-        })
-    });
+    let sled_get = |k: &[u8]| raw.get(k).unwrap();
+    let sled2_get = |k: &[u8]| raw2.get(k).unwrap();
+    let bs_get = |k: &[u8]| bs.get(k).unwrap();
+    bench_gets(&mut g, "absent_get/sled", &keys.absent, sled_get);
+    bench_gets(&mut g, "absent_get/bloomsled", &keys.absent, bs_get);
     // The gets the filter answers: absent keys it rejects (picked before timing). The
     // difference from `absent_get/bloomsled` is the false positives' trips to sled.
     // The index wraps with a compare, not `%`: a division on the loop-carried index would
@@ -224,59 +214,27 @@ fn store_group(c: &mut Criterion, n: u64, keys: &Keys) {
 
     // sled before and after bloomsled: the spread between the two sled runs is the drift
     // of this machine over the three benchmarks, the noise floor for the overhead.
-    let sled_present = |g: &mut BenchmarkGroup<'_, WallTime>, name: &str, raw: &sled::Db| {
-        let mut i = 0usize;
-        g.bench_function(name, |b| {
-            b.iter(|| {
-                let k = &keys.present[i];
-                i = (i + 1) & HMASK;
-                black_box(raw.get(k).unwrap())
-            })
-        });
-    };
-    sled_present(&mut g, "present_get/sled", &raw);
-    let mut i = 0usize;
-    g.bench_function("present_get/bloomsled", |b| {
-        b.iter(|| {
-            let k = &keys.present[i];
-            i = (i + 1) & HMASK;
-            black_box(bs.get(k).unwrap())
-        })
-    });
+    bench_gets(&mut g, "present_get/sled", &keys.present, sled_get);
+    bench_gets(&mut g, "present_get/bloomsled", &keys.present, bs_get);
     // The second sled instance (A/A), then the first again.
-    sled_present(&mut g, "present_get/sled_second_instance", &raw2);
-    sled_present(&mut g, "present_get/sled_again", &raw);
+    bench_gets(
+        &mut g,
+        "present_get/sled_second_instance",
+        &keys.present,
+        sled2_get,
+    );
+    bench_gets(&mut g, "present_get/sled_again", &keys.present, sled_get);
 
-    // Inserts of never-seen keys. Each sample formats its `iters` keys up front (untimed),
-    // then times only the inserts. Both stores get the same key sequence.
-    let sled_insert = |g: &mut BenchmarkGroup<'_, WallTime>, name: &str, raw: &sled::Db| {
-        let mut next = FRESH_BASE;
-        g.bench_function(name, |b| {
-            b.iter_custom(|iters| {
-                let fresh: Vec<Vec<u8>> = (next..next + iters).map(key).collect();
-                next += iters;
-                let t = Instant::now();
-                for k in &fresh {
-                    black_box(raw.insert(k, &VALUE[..]).unwrap());
-                }
-                t.elapsed()
-            })
-        });
-    };
-    sled_insert(&mut g, "insert/sled", &raw);
-    let mut next = FRESH_BASE;
-    g.bench_function("insert/bloomsled", |b| {
-        b.iter_custom(|iters| {
-            let fresh: Vec<Vec<u8>> = (next..next + iters).map(key).collect();
-            next += iters;
-            let t = Instant::now();
-            for k in &fresh {
-                black_box(bs.insert(k, &VALUE[..]).unwrap());
-            }
-            t.elapsed()
-        })
+    // Inserts of never-seen keys; every store gets the same key sequence.
+    bench_inserts(&mut g, "insert/sled", |k| {
+        raw.insert(k, &VALUE[..]).unwrap()
     });
-    sled_insert(&mut g, "insert/sled_second_instance", &raw2);
+    bench_inserts(&mut g, "insert/bloomsled", |k| {
+        bs.insert(k, &VALUE[..]).unwrap()
+    });
+    bench_inserts(&mut g, "insert/sled_second_instance", |k| {
+        raw2.insert(k, &VALUE[..]).unwrap()
+    });
     g.finish();
     // Dropped only now: a dropped sled leaves its pages to the epoch collector, which runs
     // them down on the threads of later operations (an early drop made the inserts above
@@ -289,6 +247,40 @@ fn store_group(c: &mut Criterion, n: u64, keys: &Keys) {
          positives; {} items in a filter sized for {}",
         s.lookups, s.store_lookups_skipped, s.false_positives, s.items, s.capacity
     );
+}
+
+/// `get` of the first [`HOT`] of `queries`, cycled, one per iteration.
+fn bench_gets<T>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    queries: &[Vec<u8>],
+    get: impl Fn(&[u8]) -> T,
+) {
+    let mut i = 0usize;
+    g.bench_function(name, |b| {
+        b.iter(|| {
+            let k = &queries[i];
+            i = (i + 1) & HMASK;
+            black_box(get(k))
+        })
+    });
+}
+
+/// Inserts of never-seen keys, the same sequence for every store. Each sample formats its
+/// `iters` keys up front (untimed), then times only the inserts.
+fn bench_inserts<T>(g: &mut BenchmarkGroup<'_, WallTime>, name: &str, insert: impl Fn(&[u8]) -> T) {
+    let mut next = FRESH_BASE;
+    g.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let fresh: Vec<Vec<u8>> = (next..next + iters).map(key).collect();
+            next += iters;
+            let t = Instant::now();
+            for k in &fresh {
+                black_box(insert(k));
+            }
+            t.elapsed()
+        })
+    });
 }
 
 // ---------------------------------------------------------------------------------------

@@ -57,23 +57,21 @@ fn paired(
     mut a: impl FnMut() -> std::time::Duration,
     mut b: impl FnMut() -> std::time::Duration,
 ) -> Paired {
-    let mut v = interleaved(n, &mut [&mut a, &mut b]);
-    let vb = v.pop().unwrap();
-    Paired::of(v.pop().unwrap(), vb)
+    let [va, vb] = interleaved(n, &mut [&mut a, &mut b]);
+    Paired::of(va, vb)
 }
 
 /// Runs every contender once per round for `PAIRED_ROUNDS` rounds, starting each round one
 /// contender further along, so each is measured as often in every position. Returns each
 /// contender's ns per item, round by round.
-fn interleaved(
+fn interleaved<const K: usize>(
     n: usize,
-    contenders: &mut [&mut dyn FnMut() -> std::time::Duration],
-) -> Vec<Vec<f64>> {
-    let k = contenders.len();
-    let mut per = vec![Vec::with_capacity(PAIRED_ROUNDS); k];
+    contenders: &mut [&mut dyn FnMut() -> std::time::Duration; K],
+) -> [Vec<f64>; K] {
+    let mut per: [Vec<f64>; K] = std::array::from_fn(|_| Vec::with_capacity(PAIRED_ROUNDS));
     for r in 0..PAIRED_ROUNDS {
-        for j in 0..k {
-            let c = (r + j) % k;
+        for j in 0..K {
+            let c = (r + j) % K;
             let ns = contenders[c]().as_nanos() as f64 / n as f64;
             per[c].push(ns);
         }
@@ -232,7 +230,7 @@ fn main() {
     // The second sled instance takes the same inserts in the same rounds: the A/A row shows
     // how far inserts into two identical stores differ with no filter at all.
     let (mut r_sled, mut r_bs, mut r_sled2) = (0, 0, 0);
-    let mut ins_rounds = interleaved(
+    let [sled1, bloom, sled2] = interleaved(
         q,
         &mut [
             &mut || {
@@ -253,8 +251,8 @@ fn main() {
         ],
     );
     drop(raw2);
-    let ins_aa = Paired::of(ins_rounds[0].clone(), ins_rounds.pop().unwrap());
-    let ins = Paired::of(ins_rounds[0].clone(), ins_rounds.pop().unwrap());
+    let ins = Paired::of(sled1.clone(), bloom);
+    let ins_aa = Paired::of(sled1, sled2);
     let rebuild = bs.rebuild().unwrap();
     let store_fpr = bs.stats().observed_fpr();
     if std::env::var_os("BLOOMSLED_REPORT_DEBUG").is_some() {
