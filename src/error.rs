@@ -1,4 +1,6 @@
-//! The crate's one error type.
+//! The crate's one error type, and the two reasons a snapshot is not used: its bytes do not
+//! decode ([`DecodeError`]), or they decode but do not provably belong to this tree's current
+//! data ([`Distrust`]). This module imports nothing else of the crate.
 
 use std::fmt;
 
@@ -75,8 +77,27 @@ pub enum Error {
     SnapshotRejected {
         /// Tree name (lossy UTF-8).
         tree: String,
-        /// What failed.
-        fault: crate::format::SnapshotFault,
+        /// Why it was not trusted.
+        fault: Distrust,
+    },
+
+    /// The name is bloomsled's own (its meta tree), or a tree of that name exists whose
+    /// contents are not bloomsled's; nothing was changed.
+    #[error("tree name {name:?} is reserved for bloomsled: {why}")]
+    ReservedName {
+        /// The reserved name (lossy UTF-8).
+        name: String,
+        /// What was found or attempted.
+        why: String,
+    },
+
+    /// Memory for a filter or a snapshot copy could not be reserved: nothing was changed.
+    #[error("cannot reserve {bytes} bytes for {what}")]
+    OutOfMemory {
+        /// What needed the memory.
+        what: &'static str,
+        /// Bytes asked for.
+        bytes: u64,
     },
 
     /// The tree or database was closed or dropped while the operation (a rebuild) ran; the
@@ -134,3 +155,124 @@ impl fmt::Display for FilterShape {
 
 /// Result alias used throughout bloomsled.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why snapshot bytes (or a trust record) do not decode: byte-level faults, found by
+/// [`crate::format`] in the documented order (magic, version, lengths, checksums, fields).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The bytes do not start with the expected magic: not a bloomsled snapshot or record.
+    #[error("not a bloomsled snapshot (magic {got:02x?})")]
+    BadMagic {
+        /// The bytes found.
+        got: Vec<u8>,
+    },
+    /// Written by a format version this build does not read.
+    #[error("format version {got}, this build reads {expected}")]
+    UnsupportedVersion {
+        /// The version this build reads.
+        expected: u32,
+        /// The version found.
+        got: u32,
+    },
+    /// The bytes end before what the header describes.
+    #[error("truncated: {got} bytes of {needed}")]
+    Truncated {
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes present.
+        got: u64,
+    },
+    /// The header's CRC32 does not match its bytes.
+    #[error("header checksum mismatch (stored {expected:#010x}, computed {got:#010x})")]
+    HeaderChecksum {
+        /// Stored.
+        expected: u32,
+        /// Computed.
+        got: u32,
+    },
+    /// A page's CRC32 does not match its bytes.
+    #[error("page {page} checksum mismatch (stored {expected:#010x}, computed {got:#010x})")]
+    PageChecksum {
+        /// Page number.
+        page: u32,
+        /// Stored.
+        expected: u32,
+        /// Computed.
+        got: u32,
+    },
+    /// The header's whole-payload CRC32 does not match the pages.
+    #[error("payload checksum mismatch (stored {expected:#010x}, computed {got:#010x})")]
+    PayloadChecksum {
+        /// Stored.
+        expected: u32,
+        /// Computed.
+        got: u32,
+    },
+    /// Well-framed, but a field is impossible or inconsistent (named in the message).
+    #[error("inconsistent: {0}")]
+    Inconsistent(String),
+}
+
+/// Why a tree's snapshot was not used at open: the filter was rebuilt from the keys instead
+/// (or, under [`crate::Recovery::Strict`], the open failed with this reason).
+///
+/// The rule that produces these lives in one function, `persist::trust::judge`; see
+/// [`crate::persist`] for the argument that a snapshot passing it holds every stored key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Distrust {
+    /// The tree's record names a snapshot, but there is no snapshot file.
+    #[error("no snapshot")]
+    Missing,
+    /// The snapshot file does not decode.
+    #[error("snapshot unreadable: {0}")]
+    Decode(#[from] DecodeError),
+    /// The snapshot was written by another database (its database id differs).
+    #[error("snapshot belongs to another database")]
+    ForeignDatabase,
+    /// The snapshot was written for another tree (its tree id differs from the tree's record).
+    #[error("snapshot belongs to another tree")]
+    OtherTree,
+    /// The snapshot is not the one the tree's record names: an older or newer copy (a
+    /// restored backup, a rolled-back file) or one whose completion never became durable.
+    #[error(
+        "snapshot is not the current one (file generation {snapshot_generation}, \
+         record names generation {recorded_generation})"
+    )]
+    NotCurrent {
+        /// Generation in the file.
+        snapshot_generation: u64,
+        /// Generation the tree's record names.
+        recorded_generation: u64,
+    },
+    /// The tree was written after the snapshot was taken (or a crash left it marked so).
+    #[error(
+        "stale snapshot: generation {snapshot_generation}, tree written after generation \
+         {dirty_generation}"
+    )]
+    Stale {
+        /// Generation of the snapshot.
+        snapshot_generation: u64,
+        /// Highest generation marked dirty.
+        dirty_generation: u64,
+    },
+    /// The snapshot holds a filter of another mode than the tree is opened with.
+    #[error("snapshot holds a {snapshot} filter, the tree is opened in {configured} mode")]
+    ModeChanged {
+        /// Mode of the snapshot ("plain" or "counting").
+        snapshot: &'static str,
+        /// Mode asked for.
+        configured: &'static str,
+    },
+    /// The tree holds keys but has no trust record (a database written by plain sled or by
+    /// an older bloomsled, or a lost record): nothing proves a snapshot current.
+    #[error("no trust record for a tree that holds keys")]
+    NoRecord,
+    /// The tree's trust record does not decode.
+    #[error("trust record unreadable: {0}")]
+    RecordUnreadable(DecodeError),
+    /// Reading the snapshot failed.
+    #[error("snapshot unreadable: {0}")]
+    Io(String),
+}

@@ -49,17 +49,16 @@ pub mod persist;
 mod stats;
 mod store;
 
-pub use error::{Error, FilterShape, Result};
+pub use error::{DecodeError, Distrust, Error, FilterShape, Result};
 pub use filter::math::{bits_for, blocked_fpr, optimal_k, standard_fpr};
 pub use filter::{CountingFilter, Filter, FilterConfig, FilterMode, Sizing, COUNTER_MAX};
-pub use format::SnapshotFault;
 pub use persist::{Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo, VerifyReport};
 pub use sled::{Event, IVec, Iter, MergeOperator, Mode, Subscriber};
 pub use stats::Stats;
 pub use store::transaction::{self, Transactional};
 pub use store::{
     open, Batch, CompareAndSwapError, CompareAndSwapResult, Config, Db, RebuildReport, Tree,
-    RESERVED_PREFIX,
+    TreeConfig,
 };
 
 /// The README's examples, compiled and run as doc tests.

@@ -130,7 +130,7 @@ fn reopen_loads_snapshots_and_rebuilds_without_them() {
     assert_eq!(
         r.outcome,
         bloomsled::RecoveryOutcome::Rebuilt {
-            reason: bloomsled::SnapshotFault::Missing
+            reason: bloomsled::Distrust::Missing
         }
     );
     assert_eq!(r.keys_scanned, 3_000);
@@ -159,14 +159,22 @@ fn trees_have_their_own_filters_and_share_them_between_handles() {
     // A re-created tree starts empty with a fresh filter.
     let b = db.open_tree("b").unwrap();
     assert!(b.is_empty());
+    // Only bloomsled's own meta tree is reserved; other names with its prefix are users'.
     assert!(matches!(
         db.open_tree("__bloomsled_meta"),
-        Err(Error::InvalidConfig { .. })
+        Err(Error::ReservedName { .. })
     ));
     assert!(matches!(
-        db.drop_tree("__bloomsled_x"),
-        Err(Error::InvalidConfig { .. })
+        db.drop_tree("__bloomsled_meta"),
+        Err(Error::ReservedName { .. })
     ));
+    assert!(!db.drop_tree("__bloomsled_x").unwrap());
+    let x = db.open_tree("__bloomsled_x").unwrap();
+    x.insert("k", "v").unwrap();
+    assert!(db
+        .tree_names()
+        .iter()
+        .any(|n| n == b"__bloomsled_x".as_slice()));
 }
 
 #[test]

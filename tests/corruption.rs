@@ -7,7 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use bloomsled::format::{HEADER_LEN, PAGE_HEADER_LEN};
-use bloomsled::{Config, Error, Recovery, RecoveryOutcome, SnapshotFault};
+use bloomsled::{Config, DecodeError, Distrust, Error, Recovery, RecoveryOutcome};
 
 const KEYS: u32 = 2_000;
 const PAGE: u32 = 512;
@@ -23,15 +23,28 @@ fn key(i: u32) -> Vec<u8> {
     format!("spam-sender-{i}@example.net").into_bytes()
 }
 
-/// A database with KEYS keys in tree "t", closed cleanly. Returns the snapshot path and the
-/// pristine snapshot and marker bytes.
+/// A database with KEYS keys in tree "t", closed cleanly, and a pristine copy of its whole
+/// directory (sled's files and bloomsled's) that `restore` puts back after each case: the
+/// trust record lives in sled, so a snapshot file alone is never the whole state.
 struct Fixture {
     dir: tempfile::TempDir,
+    pristine: tempfile::TempDir,
     snap: PathBuf,
-    state: PathBuf,
     snap_bytes: Vec<u8>,
-    state_bytes: Vec<u8>,
     counting: bool,
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            fs::copy(e.path(), target).unwrap();
+        }
+    }
 }
 
 impl Fixture {
@@ -49,13 +62,13 @@ impl Fixture {
             }
             t.snapshot_path().unwrap().to_path_buf()
         };
-        let state = snap.with_extension("state");
+        let pristine = tempfile::tempdir().unwrap();
+        copy_dir(dir.path(), pristine.path());
         let f = Fixture {
             snap_bytes: fs::read(&snap).unwrap(),
-            state_bytes: fs::read(&state).unwrap(),
             dir,
+            pristine,
             snap,
-            state,
             counting,
         };
         assert_eq!(
@@ -63,13 +76,12 @@ impl Fixture {
             RecoveryOutcome::Loaded,
             "pristine fixture must load"
         );
-        f.restore();
         f
     }
 
     fn restore(&self) {
-        fs::write(&self.snap, &self.snap_bytes).unwrap();
-        fs::write(&self.state, &self.state_bytes).unwrap();
+        fs::remove_dir_all(self.dir.path()).unwrap();
+        copy_dir(self.pristine.path(), self.dir.path());
     }
 
     fn cfg(&self) -> Config {
@@ -99,7 +111,7 @@ impl Fixture {
     }
 
     /// Opens in strict mode; returns the fault it reports; restores the files.
-    fn strict_fault(&self) -> SnapshotFault {
+    fn strict_fault(&self) -> Distrust {
         let r = self.cfg().recovery(Recovery::Strict).open();
         let fault = match r.and_then(|db| db.open_tree("t")) {
             Err(Error::SnapshotRejected { tree, fault }) => {
@@ -119,7 +131,7 @@ impl Fixture {
     }
 }
 
-fn rebuilt_reason(o: RecoveryOutcome) -> SnapshotFault {
+fn rebuilt_reason(o: RecoveryOutcome) -> Distrust {
     match o {
         RecoveryOutcome::Rebuilt { reason } => reason,
         other => panic!("expected a rebuild, got {other:?}"),
@@ -134,9 +146,12 @@ fn every_header_byte_flipped_is_detected_and_repaired() {
         b[byte] ^= 1 << (byte % 8);
         let reason = rebuilt_reason(f.with_snapshot(&b).open_report());
         let expected_kind = match byte {
-            0..=7 => matches!(reason, SnapshotFault::BadMagic { .. }),
-            8..=11 => matches!(reason, SnapshotFault::UnsupportedVersion { .. }),
-            _ => matches!(reason, SnapshotFault::HeaderChecksum { .. }),
+            0..=7 => matches!(reason, Distrust::Decode(DecodeError::BadMagic { .. })),
+            8..=11 => matches!(
+                reason,
+                Distrust::Decode(DecodeError::UnsupportedVersion { .. })
+            ),
+            _ => matches!(reason, Distrust::Decode(DecodeError::HeaderChecksum { .. })),
         };
         assert!(expected_kind, "byte {byte}: {reason:?}");
         // Strict mode names the same fault (checked on a sample: each open costs ~10 ms).
@@ -163,7 +178,7 @@ fn page_damage_names_the_page() {
         b[off] ^= 1 << ((rng >> 8) % 8);
         let reason = rebuilt_reason(f.with_snapshot(&b).open_report());
         assert!(
-            matches!(reason, SnapshotFault::PageChecksum { page: p, .. } if p as usize == page),
+            matches!(reason, Distrust::Decode(DecodeError::PageChecksum { page: p, .. }) if p as usize == page),
             "flip in page {page}: {reason:?}"
         );
     }
@@ -171,7 +186,7 @@ fn page_damage_names_the_page() {
     b[HEADER_LEN + 2 * (PAGE_HEADER_LEN + PAGE as usize) + 40] ^= 0xff;
     assert!(matches!(
         f.with_snapshot(&b).strict_fault(),
-        SnapshotFault::PageChecksum { page: 2, .. }
+        Distrust::Decode(DecodeError::PageChecksum { page: 2, .. })
     ));
 }
 
@@ -200,23 +215,28 @@ fn truncation_and_missing_pages_are_repaired() {
     for cut in lengths {
         let reason = rebuilt_reason(f.with_snapshot(&f.snap_bytes[..cut]).open_report());
         let ok = if cut < 8 {
-            matches!(reason, SnapshotFault::BadMagic { .. })
+            matches!(reason, Distrust::Decode(DecodeError::BadMagic { .. }))
         } else {
-            matches!(reason, SnapshotFault::Truncated { .. })
+            matches!(reason, Distrust::Decode(DecodeError::Truncated { .. }))
         };
         assert!(ok, "cut at {cut}: {reason:?}");
     }
     assert!(matches!(
         f.with_snapshot(&f.snap_bytes[..len / 2]).strict_fault(),
-        SnapshotFault::Truncated { .. }
+        Distrust::Decode(DecodeError::Truncated { .. })
     ));
-    // A page cut out of the middle: shorter than the header says.
+    // A page cut out of the middle: the next page stands where it should be, with the
+    // wrong index (or, at the end, the file is short).
     let mut b = f.snap_bytes[..HEADER_LEN + span].to_vec();
     b.extend_from_slice(&f.snap_bytes[HEADER_LEN + 2 * span..]);
-    assert!(matches!(
-        rebuilt_reason(f.with_snapshot(&b).open_report()),
-        SnapshotFault::Truncated { .. }
-    ));
+    let reason = rebuilt_reason(f.with_snapshot(&b).open_report());
+    assert!(
+        matches!(
+            reason,
+            Distrust::Decode(DecodeError::Truncated { .. } | DecodeError::Inconsistent(_))
+        ),
+        "{reason:?}"
+    );
     // Two pages swapped: same length, wrong order.
     let mut b = f.snap_bytes.clone();
     let (p1, p2) = (HEADER_LEN + span, HEADER_LEN + 2 * span);
@@ -224,7 +244,8 @@ fn truncation_and_missing_pages_are_repaired() {
     b[p2..p2 + span].copy_from_slice(&f.snap_bytes[p1..p1 + span]);
     assert!(matches!(
         rebuilt_reason(f.with_snapshot(&b).open_report()),
-        SnapshotFault::Inconsistent(_) | SnapshotFault::PageChecksum { .. }
+        Distrust::Decode(DecodeError::Inconsistent(_))
+            | Distrust::Decode(DecodeError::PageChecksum { .. })
     ));
 }
 
@@ -233,13 +254,13 @@ fn future_version_garbage_and_foreign_snapshots_are_refused() {
     let f = Fixture::new();
     // A well-formed header from a future version (checksum fixed up).
     let mut b = f.snap_bytes.clone();
-    b[8..12].copy_from_slice(&2u32.to_le_bytes());
+    b[8..12].copy_from_slice(&3u32.to_le_bytes());
     let crc = crc32fast::hash(&b[..HEADER_LEN - 4]);
     b[HEADER_LEN - 4..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
-    let want = SnapshotFault::UnsupportedVersion {
-        expected: 1,
-        got: 2,
-    };
+    let want = Distrust::Decode(DecodeError::UnsupportedVersion {
+        expected: 2,
+        got: 3,
+    });
     assert_eq!(rebuilt_reason(f.with_snapshot(&b).open_report()), want);
     assert_eq!(f.with_snapshot(&b).strict_fault(), want);
 
@@ -248,11 +269,11 @@ fn future_version_garbage_and_foreign_snapshots_are_refused() {
         .collect();
     assert!(matches!(
         rebuilt_reason(f.with_snapshot(&garbage).open_report()),
-        SnapshotFault::BadMagic { .. }
+        Distrust::Decode(DecodeError::BadMagic { .. })
     ));
     assert!(matches!(
         rebuilt_reason(f.with_snapshot(&[]).open_report()),
-        SnapshotFault::BadMagic { .. }
+        Distrust::Decode(DecodeError::BadMagic { .. })
     ));
 
     // Another tree's snapshot copied over this one's.
@@ -263,16 +284,17 @@ fn future_version_garbage_and_foreign_snapshots_are_refused() {
         o.snapshot_path().unwrap().to_path_buf()
     };
     let foreign = fs::read(other_snap).unwrap();
-    assert!(matches!(
+    assert_eq!(
         rebuilt_reason(f.with_snapshot(&foreign).open_report()),
-        SnapshotFault::Inconsistent(_)
-    ));
+        Distrust::OtherTree
+    );
 }
 
 #[test]
-fn stale_snapshot_and_damaged_marker_are_not_trusted() {
+fn a_rolled_back_snapshot_is_not_trusted() {
     let f = Fixture::new();
-    // Move on: new keys, clean close (a newer snapshot). Then put the old snapshot back.
+    // Move on: new keys, clean close (a newer snapshot). Then put the old snapshot back, as
+    // a restore of the filter files alone from a backup would.
     {
         let db = config(f.dir.path()).open().unwrap();
         let t = db.open_tree("t").unwrap();
@@ -280,8 +302,9 @@ fn stale_snapshot_and_damaged_marker_are_not_trusted() {
             t.insert(key(i), &b"2"[..]).unwrap();
         }
     }
-    let newer_state = fs::read(&f.state).unwrap();
     fs::write(&f.snap, &f.snap_bytes).unwrap();
+    let moved_on = tempfile::tempdir().unwrap();
+    copy_dir(f.dir.path(), moved_on.path());
     {
         let db = config(f.dir.path()).open().unwrap();
         let t = db.open_tree("t").unwrap();
@@ -290,18 +313,19 @@ fn stale_snapshot_and_damaged_marker_are_not_trusted() {
             matches!(
                 r.outcome,
                 RecoveryOutcome::Rebuilt {
-                    reason: SnapshotFault::Stale { .. }
+                    reason: Distrust::NotCurrent { .. }
                 }
             ),
             "{r:?}"
         );
         for i in 0..KEYS + 500 {
             assert!(t.may_contain(key(i)), "false negative for key {i}");
+            assert!(t.get(key(i)).unwrap().is_some(), "get missed key {i}");
         }
     }
     // The same situation in strict mode.
-    fs::write(&f.snap, &f.snap_bytes).unwrap();
-    fs::write(&f.state, &newer_state).unwrap();
+    fs::remove_dir_all(f.dir.path()).unwrap();
+    copy_dir(moved_on.path(), f.dir.path());
     match config(f.dir.path())
         .recovery(Recovery::Strict)
         .open()
@@ -309,34 +333,56 @@ fn stale_snapshot_and_damaged_marker_are_not_trusted() {
     {
         Err(Error::SnapshotRejected {
             fault:
-                SnapshotFault::Stale {
+                Distrust::NotCurrent {
                     snapshot_generation,
-                    dirty_generation,
+                    recorded_generation,
                 },
             ..
-        }) => {
-            assert!(dirty_generation >= snapshot_generation)
-        }
+        }) => assert!(recorded_generation > snapshot_generation),
         other => panic!("{other:?}"),
     }
 }
 
+/// Opens the database with plain sled and applies `edit` to its bloomsled meta tree.
+fn edit_meta(dir: &Path, edit: impl FnOnce(&sled::Tree)) {
+    let db = sled::open(dir).unwrap();
+    let meta = db.open_tree(bloomsled::persist::META_TREE).unwrap();
+    edit(&meta);
+    db.flush().unwrap();
+}
+
 #[test]
-fn missing_or_corrupt_marker_forces_a_rebuild() {
+fn a_missing_or_damaged_record_forces_a_rebuild() {
     let f = Fixture::new();
-    fs::remove_file(&f.state).unwrap();
+    edit_meta(f.dir.path(), |m| {
+        m.remove(b"t/t").unwrap();
+    });
+    assert_eq!(rebuilt_reason(f.open_report()), Distrust::NoRecord);
+    edit_meta(f.dir.path(), |m| {
+        let mut r = m.get(b"t/t").unwrap().unwrap().to_vec();
+        r[40] ^= 0x20;
+        m.insert(b"t/t", r).unwrap();
+    });
     assert!(matches!(
         rebuilt_reason(f.open_report()),
-        SnapshotFault::StateUnreadable(_)
+        Distrust::RecordUnreadable(DecodeError::HeaderChecksum { .. })
     ));
-    let mut s = f.state_bytes.clone();
-    s[9] ^= 0x20;
-    fs::write(&f.state, &s).unwrap();
+    // A record marked dirty (as a crash after a write leaves it) is stale.
+    edit_meta(f.dir.path(), |m| {
+        let mut r = m.get(b"t/t").unwrap().unwrap().to_vec();
+        r[56..64].copy_from_slice(&u64::MAX.to_le_bytes());
+        let crc = crc32fast::hash(&r[..100]);
+        r[100..].copy_from_slice(&crc.to_le_bytes());
+        m.insert(b"t/t", r).unwrap();
+    });
     assert!(matches!(
         rebuilt_reason(f.open_report()),
-        SnapshotFault::StateUnreadable(_)
+        Distrust::Stale { .. }
     ));
-    // And after the repair the next clean open loads again.
+    // And after a repair the next clean open loads again.
+    edit_meta(f.dir.path(), |m| {
+        m.remove(b"t/t").unwrap();
+    });
     {
         let db = config(f.dir.path()).open().unwrap();
         db.open_tree("t").unwrap();
@@ -362,7 +408,10 @@ fn verify_reports_a_damaged_snapshot_and_checks_every_key() {
     assert!(!damaged.is_ok());
     assert!(matches!(
         damaged.snapshot,
-        Some(Err(SnapshotFault::PageChecksum { page: 0, .. }))
+        Some(Err(Distrust::Decode(DecodeError::PageChecksum {
+            page: 0,
+            ..
+        })))
     ));
     assert_eq!(damaged.false_negatives, 0);
     // A snapshot repairs it.
@@ -374,9 +423,9 @@ fn verify_reports_a_damaged_snapshot_and_checks_every_key() {
 fn missing_snapshot_of_an_existing_tree() {
     let f = Fixture::new();
     fs::remove_file(&f.snap).unwrap();
-    assert_eq!(rebuilt_reason(f.open_report()), SnapshotFault::Missing);
+    assert_eq!(rebuilt_reason(f.open_report()), Distrust::Missing);
     fs::remove_file(&f.snap).unwrap();
-    assert_eq!(f.strict_fault(), SnapshotFault::Missing);
+    assert_eq!(f.strict_fault(), Distrust::Missing);
 }
 
 #[test]
@@ -389,17 +438,14 @@ fn counting_snapshots_are_checked_like_plain_ones() {
         let mut b = f.snap_bytes.clone();
         b[byte] ^= 0x10;
         let fault = rebuilt_reason(f.with_snapshot(&b).open_report());
-        assert!(
-            !matches!(fault, SnapshotFault::Missing),
-            "byte {byte}: {fault}"
-        );
+        assert!(!matches!(fault, Distrust::Missing), "byte {byte}: {fault}");
     }
     for cut in [0, 8, HEADER_LEN - 1, HEADER_LEN + 17, len / 2, len - 1] {
         rebuilt_reason(f.with_snapshot(&f.snap_bytes[..cut]).open_report());
     }
     assert!(matches!(
         f.with_snapshot(&f.snap_bytes[..len / 2]).strict_fault(),
-        SnapshotFault::Truncated { .. }
+        Distrust::Decode(DecodeError::Truncated { .. })
     ));
     assert_eq!(f.open_report(), RecoveryOutcome::Loaded);
 }

@@ -111,14 +111,10 @@ fn open_existing(path: &Path, recovery: Recovery) -> CliResult<Db> {
 }
 
 fn open_db(path: &Path, recovery: Recovery) -> CliResult<Db> {
-    // Open a counting-mode database in counting mode (its default tree's snapshot says so):
-    // the other mode would rebuild its filters as plain ones.
-    let counting = bloomsled::persist::stored_mode(path, b"__sled__default")
-        == Some(bloomsled::FilterMode::Counting);
+    // The mode is left unset: each tree keeps the mode its record stores.
     Config::new()
         .path(path)
         .recovery(recovery)
-        .counting(counting)
         .open()
         .map_err(|e| match e {
             // sled reports a held lock as an I/O error "could not acquire lock on ...".
@@ -379,23 +375,13 @@ fn verify(path: &Path, json_mode: bool) -> CliResult<ExitCode> {
 }
 
 fn rebuild(path: &Path, json_mode: bool) -> CliResult<ExitCode> {
-    // Without its snapshots the next open rebuilds every filter from the keys and writes
-    // fresh snapshots; the data itself is never touched.
-    let snaps = path.join(bloomsled::persist::DIR_NAME);
-    if !path.join("conf").exists() && !path.join("db").exists() {
-        return Err(format!("{}: not a database directory", path.display()));
+    // Every tree's filter is rebuilt from its keys by the library (keeping the tree's mode
+    // and sizing) and snapshotted; the data itself is never touched.
+    let db = open_existing(path, Recovery::Repair)?;
+    for t in all_trees(&db)? {
+        t.rebuild()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    // Check the lock before deleting anything.
-    drop(open_db(path, Recovery::Repair)?);
-    if snaps.exists() {
-        for entry in fs::read_dir(&snaps).map_err(|e| e.to_string())? {
-            let p = entry.map_err(|e| e.to_string())?.path();
-            if p.extension().is_some_and(|e| e == "snap") {
-                fs::remove_file(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-            }
-        }
-    }
-    let db = open_db(path, Recovery::Repair)?;
     let reports: Vec<RecoveryReport> = all_trees(&db)?
         .iter()
         .map(|t| t.recovery_report())

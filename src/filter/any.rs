@@ -1,7 +1,7 @@
 //! A tree's filter: plain or counting, behind one interface.
 
 use super::{CountingFilter, Filter};
-use crate::error::{FilterShape, Result};
+use crate::error::{Error, FilterShape, Result};
 use crate::format::{FILTER_KIND_BLOCKED, FILTER_KIND_COUNTING};
 
 /// Whether a filter can forget keys.
@@ -132,11 +132,15 @@ impl AnyFilter {
     }
 
     /// The words a snapshot stores: the bits (plain) or the counters (counting).
-    pub(crate) fn snapshot_words(&self) -> Vec<u64> {
-        match self {
-            AnyFilter::Plain(f) => f.words(),
-            AnyFilter::Counting(c) => c.counter_words(),
-        }
+    pub(crate) fn snapshot_words(&self) -> Result<Vec<u64>> {
+        let words = match self {
+            AnyFilter::Plain(f) => f.try_words(),
+            AnyFilter::Counting(c) => c.try_counter_words(),
+        };
+        words.ok_or(Error::OutOfMemory {
+            what: "a snapshot copy of the filter",
+            bytes: self.memory_bytes() as u64,
+        })
     }
 
     /// Counters stuck at their maximum (0 in plain mode). O(size).

@@ -249,11 +249,20 @@ impl CountingFilter {
     }
 
     /// A copy of every counter word (a relaxed snapshot under concurrent writers).
+    #[cfg(test)]
     pub(crate) fn counter_words(&self) -> Vec<u64> {
         self.counters
             .iter()
             .map(|w| w.load(Ordering::Acquire))
             .collect()
+    }
+
+    /// [`CountingFilter::counter_words`], or `None` if the memory cannot be reserved.
+    pub(crate) fn try_counter_words(&self) -> Option<Vec<u64>> {
+        let mut out = Vec::new();
+        out.try_reserve_exact(self.counters.len()).ok()?;
+        out.extend(self.counters.iter().map(|w| w.load(Ordering::Acquire)));
+        Some(out)
     }
 
     /// Zeroes counters and bits (a recycled filter, before it is rebuilt).

@@ -143,6 +143,11 @@ impl FilterConfig {
         self.seed
     }
 
+    /// The configured number of bits per key, if it overrides the sizing's optimum.
+    pub fn hashes(&self) -> Option<u32> {
+        self.num_hashes
+    }
+
     /// Checks every setting and computes the shape; the errors `build` would return.
     pub fn shape(&self) -> Result<FilterShape> {
         if self.capacity == 0 {
@@ -599,6 +604,15 @@ impl Filter {
     /// A copy of every word, block by block (a relaxed snapshot under concurrent inserts).
     pub(crate) fn words(&self) -> Vec<u64> {
         self.blocks.words().collect()
+    }
+
+    /// [`Filter::words`], or `None` if the copy's memory cannot be reserved.
+    pub(crate) fn try_words(&self) -> Option<Vec<u64>> {
+        let mut out = Vec::new();
+        out.try_reserve_exact(self.blocks.len() * BLOCK_WORDS)
+            .ok()?;
+        out.extend(self.blocks.words());
+        Some(out)
     }
 
     /// The stable serialized form (see [`crate::codec`]): magic, version, shape, CRC32.

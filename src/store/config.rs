@@ -37,7 +37,8 @@ pub struct Config {
     pub(crate) snapshot_every_writes: u64,
     pub(crate) snapshot_interval: Option<Duration>,
     pub(crate) page_size: u32,
-    pub(crate) mode: FilterMode,
+    /// `None`: each tree keeps the mode it was created in (plain for new trees).
+    pub(crate) mode: Option<FilterMode>,
     pub(crate) auto_rebuild: bool,
     pub(crate) rebuild_fpr: Option<f64>,
 }
@@ -54,7 +55,7 @@ impl Default for Config {
             snapshot_every_writes: 0,
             snapshot_interval: None,
             page_size: format::DEFAULT_PAGE_SIZE,
-            mode: FilterMode::Plain,
+            mode: None,
             auto_rebuild: true,
             rebuild_fpr: None,
         }
@@ -115,8 +116,9 @@ impl Config {
     /// is 5× (bits plus counters), and batches are applied as sled transactions so that
     /// every key is counted exactly once.
     ///
-    /// A tree's snapshot records its mode. Opening it in the other mode rebuilds its filter
-    /// from the keys (or, with [`Recovery::Strict`], is an error).
+    /// A tree's record stores its mode, and an open that does not call `counting` keeps it.
+    /// Opening a tree with the other mode set explicitly rebuilds its filter from the keys
+    /// (or, with [`Recovery::Strict`], is an error).
     ///
     /// ```
     /// let db = bloomsled::Config::new().temporary(true).counting(true).open()?;
@@ -126,11 +128,11 @@ impl Config {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn counting(mut self, on: bool) -> Config {
-        self.mode = if on {
+        self.mode = Some(if on {
             FilterMode::Counting
         } else {
             FilterMode::Plain
-        };
+        });
         self
     }
 
@@ -257,5 +259,75 @@ impl Config {
     /// Checks the settings, opens sled, and loads (or rebuilds) each tree's filter.
     pub fn open(&self) -> Result<Db> {
         Db::open_with(self.clone())
+    }
+}
+
+/// One tree's own filter settings, for [`Db::open_tree_with`]: expected items, rate or bits
+/// per key, number of hashes, seed and mode. Unset, they are the defaults of a new
+/// [`Config`] (one million items at 1%, plain mode).
+///
+/// ```
+/// use bloomsled::TreeConfig;
+/// let db = bloomsled::Config::new().temporary(true).open()?;
+/// let tags = db.open_tree_with("tags", TreeConfig::new().expected_items(500).counting(true))?;
+/// tags.insert("rust", "")?;
+/// tags.remove("rust")?;
+/// assert!(!tags.may_contain("rust"));
+/// # Ok::<(), bloomsled::Error>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct TreeConfig {
+    pub(crate) filter: FilterConfig,
+    pub(crate) mode: Option<FilterMode>,
+}
+
+impl TreeConfig {
+    /// Defaults: one million items at 1% false positives; the tree's mode is kept.
+    pub fn new() -> TreeConfig {
+        TreeConfig::default()
+    }
+
+    /// The number of items the tree's filter is sized for (at least 1).
+    pub fn expected_items(mut self, n: u64) -> TreeConfig {
+        self.filter = self.filter.expected_items(n);
+        self
+    }
+
+    /// The target false-positive rate, in (0, 1).
+    pub fn false_positive_rate(mut self, p: f64) -> TreeConfig {
+        self.filter = self.filter.false_positive_rate(p);
+        self
+    }
+
+    /// Bits per expected item (at least 1), instead of a rate.
+    pub fn bits_per_key(mut self, bits: f64) -> TreeConfig {
+        self.filter = self.filter.bits_per_key(bits);
+        self
+    }
+
+    /// Bits set per key (1 to 32), instead of the optimum.
+    pub fn num_hashes(mut self, k: u32) -> TreeConfig {
+        self.filter = self.filter.num_hashes(k);
+        self
+    }
+
+    /// The hash seed.
+    pub fn hash_seed(mut self, seed: u64) -> TreeConfig {
+        self.filter = self.filter.seed(seed);
+        self
+    }
+
+    /// Counting mode (`remove` takes keys out of the filter) or plain mode.
+    pub fn counting(mut self, on: bool) -> TreeConfig {
+        self.mode = Some(if on {
+            FilterMode::Counting
+        } else {
+            FilterMode::Plain
+        });
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        self.filter.shape().map(|_| ())
     }
 }

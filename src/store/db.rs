@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::ops::{Bound, Deref};
+use std::ops::Deref;
 use std::path::Path;
 use std::sync::{Arc, Mutex, Weak};
 use std::thread;
@@ -10,23 +10,18 @@ use std::time::{Duration, Instant};
 
 use sled::IVec;
 
+use super::config::TreeConfig;
 use super::rebuild::RebuildPolicy;
+use super::scan::build_filter;
 use super::tree::TreeShared;
 use super::{Config, Tree};
 use crate::error::{Error, Result};
-use crate::filter::any::AnyFilter;
-use crate::format::SnapshotFault;
-use crate::hash::hash_key;
 use crate::persist::{
-    self, Persistence, Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo, TreeFiles,
+    self, Meta, Opening, RecoveryOutcome, RecoveryReport, SnapshotInfo, META_TREE,
 };
 
 /// Name sled gives the default tree.
 const DEFAULT_TREE: &[u8] = b"__sled__default";
-
-/// Tree names starting with this are bloomsled's own (filter snapshots); users cannot open
-/// or drop them and `tree_names`/`export` do not list them.
-pub const RESERVED_PREFIX: &[u8] = b"__bloomsled";
 
 /// Opens (or creates) a database at `path` with the default settings.
 ///
@@ -60,6 +55,8 @@ pub struct Db {
 
 struct DbShared {
     config: Config,
+    /// bloomsled's records in sled; `None` for a temporary database.
+    meta: Option<Arc<Meta>>,
     /// One filter per open tree, shared by every handle to it.
     trees: Mutex<HashMap<IVec, Arc<TreeShared>>>,
 }
@@ -92,13 +89,18 @@ impl Db {
         // Validate before sled creates anything on disk.
         config.validate()?;
         let inner = config.sled.open()?;
-        let existed = inner.was_recovered();
-        let default_shared = open_filter(&inner, &config, DEFAULT_TREE, existed)?;
+        let meta = if config.temporary {
+            None
+        } else {
+            Some(Meta::open(&inner)?)
+        };
+        let default_shared = open_filter(&inner, &config, meta.as_ref(), DEFAULT_TREE, None)?;
         let default = Tree::new(inner.deref().clone(), default_shared.clone());
         let mut trees = HashMap::new();
         trees.insert(IVec::from(DEFAULT_TREE), default_shared);
         let shared = Arc::new(DbShared {
             config,
+            meta,
             trees: Mutex::new(trees),
         });
         if let Some(every) = shared.config.snapshot_interval {
@@ -143,17 +145,51 @@ impl Db {
     }
 
     /// Opens (creating if needed) the tree `name`, with its own filter. Every handle to one
-    /// tree shares one filter. Opening an existing tree builds its filter from its keys.
+    /// tree shares one filter. An existing tree keeps the sizing and mode it was created
+    /// with (see [`Db::open_tree_with`]); a new one gets the database's.
     pub fn open_tree<V: AsRef<[u8]>>(&self, name: V) -> Result<Tree> {
-        let name = name.as_ref();
+        self.open_tree_inner(name.as_ref(), None)
+    }
+
+    /// [`Db::open_tree`] with the tree's own filter settings: its expected items, rate or
+    /// bits per key, and mode. They replace whatever the tree was created with, for the
+    /// filters built from now on (a loaded filter keeps its shape until it is rebuilt or
+    /// resized; a mode change rebuilds at once). A tree already open in this process keeps
+    /// its filter and gets the settings for its next rebuild.
+    ///
+    /// ```
+    /// use bloomsled::TreeConfig;
+    /// let db = bloomsled::Config::new().temporary(true).open()?;
+    /// // A thousand small trees need no megabyte filter each.
+    /// let small = db.open_tree_with("tenant-17", TreeConfig::new().expected_items(1_000))?;
+    /// small.insert(b"k", b"v".to_vec())?;
+    /// assert!(small.stats().memory_bytes < 4_096);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn open_tree_with<V: AsRef<[u8]>>(&self, name: V, config: TreeConfig) -> Result<Tree> {
+        self.open_tree_inner(name.as_ref(), Some(config))
+    }
+
+    fn open_tree_inner(&self, name: &[u8], config: Option<TreeConfig>) -> Result<Tree> {
         check_user_name(name)?;
+        if let Some(c) = &config {
+            c.validate()?;
+        }
         let mut trees = self.lock_trees();
         if let Some(shared) = trees.get(name) {
+            if let Some(c) = &config {
+                shared.set_settings(c.mode, &c.filter)?;
+            }
             return Ok(Tree::new(self.inner.open_tree(name)?, shared.clone()));
         }
-        let existed = self.inner.tree_names().iter().any(|n| n == name);
         let inner = self.inner.open_tree(name)?;
-        let shared = open_filter(&inner, &self.shared.config, name, existed)?;
+        let shared = open_filter(
+            &inner,
+            &self.shared.config,
+            self.shared.meta.as_ref(),
+            name,
+            config.as_ref(),
+        )?;
         trees.insert(IVec::from(name), shared.clone());
         Ok(Tree::new(inner, shared))
     }
@@ -167,18 +203,18 @@ impl Db {
         let dropped = self.inner.drop_tree(name)?;
         if let Some(t) = trees.remove(name) {
             t.forget_snapshot()?;
-        } else if !self.shared.config.temporary {
-            TreeFiles::new(&self.shared.config.path, name).remove()?;
+        } else if let Some(meta) = &self.shared.meta {
+            persist::forget_closed(meta, &self.shared.config.path, name)?;
         }
         Ok(dropped)
     }
 
-    /// Names of all trees, the default one included (bloomsled's internal trees excluded).
+    /// Names of all trees, the default one included (bloomsled's own meta tree excluded).
     pub fn tree_names(&self) -> Vec<IVec> {
         self.inner
             .tree_names()
             .into_iter()
-            .filter(|n| !n.starts_with(RESERVED_PREFIX))
+            .filter(|n| n != META_TREE)
             .collect()
     }
 
@@ -208,7 +244,8 @@ impl Db {
     }
 
     /// Every tree's entries in sled's version-agnostic export format: `(collection type,
-    /// name, iterator of [key, value])`. bloomsled's internal trees are left out.
+    /// name, iterator of [key, value])`. bloomsled's meta tree is left out (its records
+    /// belong to this database only).
     ///
     /// ```
     /// let old = bloomsled::Config::new().temporary(true).open()?;
@@ -224,7 +261,7 @@ impl Db {
         self.inner
             .export()
             .into_iter()
-            .filter(|(_, name, _)| !name.starts_with(RESERVED_PREFIX))
+            .filter(|(_, name, _)| name != META_TREE)
             .collect()
     }
 
@@ -286,11 +323,11 @@ impl Db {
 }
 
 fn check_user_name(name: &[u8]) -> Result<()> {
-    if name.starts_with(RESERVED_PREFIX) {
-        return Err(Error::config(format!(
-            "tree names starting with {:?} are reserved for bloomsled",
-            String::from_utf8_lossy(RESERVED_PREFIX)
-        )));
+    if name == META_TREE {
+        return Err(Error::ReservedName {
+            name: String::from_utf8_lossy(META_TREE).into_owned(),
+            why: "it is bloomsled's meta tree; users cannot open or drop it".into(),
+        });
     }
     Ok(())
 }
@@ -310,180 +347,75 @@ impl Drop for DbShared {
     }
 }
 
-/// The rebuild policy of a configuration.
-fn policy(config: &Config) -> RebuildPolicy {
+/// The rebuild policy of a configuration, for a tree of sizing `base`.
+fn policy(config: &Config, base: crate::filter::FilterConfig) -> RebuildPolicy {
     RebuildPolicy {
         auto: config.auto_rebuild,
         bound: config.rebuild_fpr,
-        base: config.filter.clone(),
+        base,
     }
-}
-
-/// Builds a tree's filter from a scan of its keys, sized for the configured capacity, or
-/// doubled until the keys found fill at most three quarters of it. This is the recovery
-/// path when no trusted snapshot exists, so it must see every key: it reads the tree after
-/// sled's recovery, before any handle to it is given out. Returns the filter and the number
-/// of keys scanned.
-fn build_filter(tree: &sled::Tree, config: &Config) -> Result<(AnyFilter, u64)> {
-    let seed = config.filter.hash_seed();
-    let threads = thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8);
-    let ranges = scan_ranges(tree, threads)?;
-    // sled decodes pages as it iterates: scanning key ranges on all cores scales the
-    // rebuild with them. The ranges cover the whole key space wherever they are cut.
-    let parts: Vec<Result<Vec<u64>>> = thread::scope(|s| {
-        let handles: Vec<_> = ranges
-            .into_iter()
-            .map(|(lo, hi)| {
-                s.spawn(move || -> Result<Vec<u64>> {
-                    let mut hashes = Vec::new();
-                    for key in tree.range::<IVec, _>((lo, hi)).keys() {
-                        hashes.push(hash_key(&key?, seed));
-                    }
-                    Ok(hashes)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    });
-    let mut hashes = Vec::new();
-    for part in parts {
-        hashes.append(&mut part?);
-    }
-    let capacity = policy(config).capacity_for(hashes.len() as u64);
-    let shape = config.filter.clone().expected_items(capacity).shape()?;
-    let filter = AnyFilter::new(config.mode, shape, capacity)?;
-    for &h in &hashes {
-        filter.admit_hash(h);
-    }
-    Ok((filter, hashes.len() as u64))
-}
-
-type KeyRange = (Bound<IVec>, Bound<IVec>);
-
-/// Up to `parts` adjacent ranges covering every key: cut points spread evenly over the two
-/// bytes that follow the longest prefix shared by the first and the last key. A skewed key
-/// distribution only unbalances the work; coverage does not depend on where the cuts fall.
-fn scan_ranges(tree: &sled::Tree, parts: usize) -> Result<Vec<KeyRange>> {
-    let whole = vec![(Bound::Unbounded, Bound::Unbounded)];
-    let (Some((first, _)), Some((last, _))) = (tree.first()?, tree.last()?) else {
-        return Ok(whole);
-    };
-    let p = first
-        .iter()
-        .zip(last.iter())
-        .take_while(|(a, b)| a == b)
-        .count();
-    let two = |k: &[u8], pad: u8| -> u32 {
-        let b = |i: usize| u32::from(k.get(p + i).copied().unwrap_or(pad));
-        b(0) << 8 | b(1)
-    };
-    let (lo, hi) = (two(&first, 0), two(&last, 0xff));
-    if parts < 2 || hi <= lo + parts as u32 {
-        return Ok(whole);
-    }
-    let cuts: Vec<IVec> = (1..parts as u32)
-        .map(|i| {
-            let v = lo + (hi - lo) * i / parts as u32;
-            let mut k = first[..p].to_vec();
-            k.extend_from_slice(&(v as u16).to_be_bytes());
-            IVec::from(k)
-        })
-        .collect();
-    let mut ranges = Vec::with_capacity(parts);
-    let mut start = Bound::Unbounded;
-    for cut in cuts {
-        ranges.push((start, Bound::Excluded(cut.clone())));
-        start = Bound::Included(cut);
-    }
-    ranges.push((start, Bound::Unbounded));
-    Ok(ranges)
 }
 
 /// Gives a tree its filter at open: its snapshot if it can be trusted, else a rebuild from
-/// the keys (then a fresh snapshot), or an error in strict mode.
+/// the keys (then a fresh snapshot), or an error in strict mode (see [`crate::persist`]).
 fn open_filter(
     tree: &sled::Tree,
     config: &Config,
+    meta: Option<&Arc<Meta>>,
     name: &[u8],
-    existed: bool,
+    tree_config: Option<&TreeConfig>,
 ) -> Result<Arc<TreeShared>> {
-    let start = Instant::now();
-    let tree_name = String::from_utf8_lossy(name).into_owned();
-    let report = |outcome, keys_scanned, bytes_verified, generation| RecoveryReport {
-        tree: tree_name.clone(),
-        outcome,
-        keys_scanned,
-        bytes_verified,
-        generation,
-        duration: start.elapsed(),
-    };
     let every = config.snapshot_every_writes;
-    let new_shared = |filter, persist, report| {
-        TreeShared::new(filter, tree.clone(), persist, report, every, policy(config))
+    let mode = tree_config.and_then(|c| c.mode).or(config.mode);
+    let sizing = tree_config.map_or(&config.filter, |c| &c.filter);
+    let Some(meta) = meta else {
+        // A temporary database: built from a scan, never persisted.
+        let start = Instant::now();
+        let policy = policy(config, sizing.clone());
+        let (filter, scanned) = build_filter(tree, mode.unwrap_or_default(), &policy)?;
+        let report = RecoveryReport {
+            tree: String::from_utf8_lossy(name).into_owned(),
+            outcome: RecoveryOutcome::InMemory,
+            keys_scanned: scanned,
+            bytes_verified: 0,
+            generation: 0,
+            duration: start.elapsed(),
+        };
+        return Ok(TreeShared::new(
+            filter,
+            tree.clone(),
+            None,
+            report,
+            every,
+            policy,
+        ));
     };
-    if config.temporary {
-        let (filter, scanned) = build_filter(tree, config)?;
-        let r = report(RecoveryOutcome::InMemory, scanned, 0, 0);
-        return Ok(new_shared(filter, None, r));
-    }
-    let files = TreeFiles::new(&config.path, name);
-    let dirty = persist::read_state(&files);
-    // The marker's value, if it exists and is readable.
-    let marked = dirty.clone().ok().flatten();
-    let fault = match persist::load(&files, hash_key(name, 0), config.mode, dirty) {
-        Ok(loaded) => {
-            let p = Persistence::open(files, name, config.page_size, loaded.generation, marked)?;
-            let r = report(RecoveryOutcome::Loaded, 0, loaded.bytes, loaded.generation);
-            log::info!(
-                "bloomsled: tree {:?}: filter loaded from snapshot generation {} ({} bytes \
-                 verified) in {:?}",
-                r.tree,
-                r.generation,
-                r.bytes_verified,
-                r.duration
-            );
-            return Ok(new_shared(loaded.filter, Some(p), r));
-        }
-        Err(fault) => fault,
+    let at = Opening {
+        name,
+        tree,
+        mode,
+        sizing,
+        override_sizing: tree_config.is_some(),
+        recovery: config.recovery,
+        db_dir: &config.path,
+        page_size: config.page_size,
     };
-    let new_tree = !existed && fault == SnapshotFault::Missing;
-    if config.recovery == Recovery::Strict && !new_tree {
-        return Err(Error::SnapshotRejected {
-            tree: tree_name,
-            fault,
-        });
-    }
-    let (filter, scanned) = build_filter(tree, config)?;
-    // Any snapshot still on disk is older than the one about to be written, and the marker
-    // keeps it untrusted should that write not complete.
-    let base = persist::peek_generation(&files)
-        .unwrap_or(0)
-        .max(marked.unwrap_or(0));
-    let p = Persistence::open(files, name, config.page_size, base, marked)?;
-    // No handle exists yet, so nothing writes: the copy is exact, and the keys it holds
-    // are sled's recovered (durable) state.
-    let info = p.snapshot(|| Ok((TreeShared::snapshot_meta(&filter), filter.snapshot_words())))?;
-    let outcome = if new_tree {
-        RecoveryOutcome::Created
-    } else {
-        RecoveryOutcome::Rebuilt { reason: fault }
-    };
-    let r = report(outcome, scanned, 0, info.generation);
-    match &r.outcome {
-        RecoveryOutcome::Rebuilt { reason } => log::info!(
-            "bloomsled: tree {:?}: filter rebuilt from {} keys in {:?} ({reason})",
-            r.tree,
-            r.keys_scanned,
-            r.duration
-        ),
-        _ => log::debug!("bloomsled: tree {:?}: new filter", r.tree),
-    }
-    Ok(new_shared(filter, Some(p), r))
+    let recovered = persist::recover(meta, &at, |sizing, mode| {
+        build_filter(tree, mode, &policy(config, sizing.clone()))
+    })?;
+    let policy = policy(config, recovered.sizing);
+    let shared = TreeShared::new(
+        recovered.filter,
+        tree.clone(),
+        Some(recovered.persistence),
+        recovered.report,
+        every,
+        policy,
+    );
+    // A filter loaded past its capacity (a bulk load closed before its resize finished)
+    // starts the resize now rather than serving a high false-positive rate for good.
+    shared.check_rebuild();
+    Ok(shared)
 }
 
 /// Background snapshots every `every`, until the database is dropped.
@@ -524,48 +456,5 @@ fn spawn_snapshotter(db: Weak<DbShared>, every: Duration) {
         });
     if let Err(e) = spawned {
         log::warn!("bloomsled: cannot start the snapshot thread: {e}");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Whatever the keys, the ranges partition them: every key in exactly one range.
-    #[test]
-    fn scan_ranges_partition_every_key_set() {
-        let sets: Vec<Vec<Vec<u8>>> = vec![
-            vec![],
-            vec![b"only".to_vec()],
-            vec![b"".to_vec(), b"\xff\xff\xff".to_vec(), b"a".to_vec()],
-            (0..2_000u32)
-                .map(|i| format!("https://h{}.example/{i}", i % 97).into_bytes())
-                .collect(),
-            (0..2_000u32).map(|i| i.to_be_bytes().to_vec()).collect(),
-            (0..300u32)
-                .map(|i| vec![7, 7, (i % 256) as u8, (i / 256) as u8])
-                .collect(),
-            (0..500u32)
-                .map(|i| vec![0xff; 1 + (i % 40) as usize])
-                .collect(),
-        ];
-        for (n, keys) in sets.iter().enumerate() {
-            let db = sled::Config::new().temporary(true).open().unwrap();
-            for k in keys {
-                db.insert(k, &[][..]).unwrap();
-            }
-            for parts in [1, 2, 3, 8] {
-                let mut seen = Vec::new();
-                for (lo, hi) in scan_ranges(&db, parts).unwrap() {
-                    for k in db.range::<IVec, _>((lo, hi)).keys() {
-                        seen.push(k.unwrap().to_vec());
-                    }
-                }
-                let mut want: Vec<Vec<u8>> = keys.clone();
-                want.sort();
-                want.dedup();
-                assert_eq!(seen, want, "set {n}, {parts} parts");
-            }
-        }
     }
 }

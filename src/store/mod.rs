@@ -5,11 +5,12 @@ mod config;
 mod db;
 mod filters;
 mod rebuild;
+mod scan;
 pub mod transaction;
 mod tree;
 
 pub use batch::Batch;
-pub use config::Config;
-pub use db::{open, Db, RESERVED_PREFIX};
+pub use config::{Config, TreeConfig};
+pub use db::{open, Db};
 pub use rebuild::RebuildReport;
 pub use tree::{CompareAndSwapError, CompareAndSwapResult, Tree};

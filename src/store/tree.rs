@@ -15,8 +15,7 @@ use super::Batch;
 use crate::error::{Error, Result};
 use crate::filter::any::{AnyFilter, FilterMode};
 use crate::filter::Filter;
-use crate::format::SnapshotMeta;
-use crate::persist::{Persistence, RecoveryReport, SnapshotInfo, VerifyReport};
+use crate::persist::{snapshot_copy, Persistence, RecoveryReport, SnapshotInfo, VerifyReport};
 use crate::stats::{Counters, Stats};
 
 pub use sled::CompareAndSwapError;
@@ -210,16 +209,11 @@ impl TreeShared {
             .persist
             .as_ref()
             .ok_or_else(|| Error::config("a temporary database keeps no snapshots"))?;
+        // In counting mode the flush of the record that completes the snapshot also makes
+        // every remove whose decrement the copy holds durable (see `persist`).
         let info = p.snapshot(|| {
-            let (meta, words) = {
-                let gate = self.filters.enter();
-                let f = gate.current();
-                (Self::snapshot_meta(f), f.snapshot_words())
-            };
-            if self.mode == FilterMode::Counting {
-                self.sled.flush().map_err(std::io::Error::other)?;
-            }
-            Ok((meta, words))
+            let gate = self.filters.enter();
+            snapshot_copy(gate.current())
         })?;
         log::debug!(
             "snapshot of {:?}: generation {}, {} bytes in {:?}",
@@ -231,18 +225,26 @@ impl TreeShared {
         Ok(info)
     }
 
-    /// What a snapshot of `f` records besides its words (persistence fills in the tree's
-    /// name hash and the generation).
-    pub(crate) fn snapshot_meta(f: &AnyFilter) -> SnapshotMeta {
-        let bits = f.bits();
-        SnapshotMeta {
-            filter_kind: f.mode().kind(),
-            seed: bits.seed(),
-            name_hash: 0,
-            num_hashes: bits.num_hashes(),
-            capacity: f.capacity(),
-            items: f.items(),
-            generation: 0,
+    /// New sizing (and mode) for the filters this tree builds from now on, stored in its
+    /// record. A different mode than the open filter's is refused: it needs a reopen.
+    pub(crate) fn set_settings(
+        &self,
+        mode: Option<FilterMode>,
+        cfg: &crate::filter::FilterConfig,
+    ) -> Result<()> {
+        let mode = mode.unwrap_or(self.mode);
+        if mode != self.mode {
+            return Err(Error::config(format!(
+                "tree {:?} is open in {} mode: close every handle to it before reopening it in \
+                 {} mode",
+                self.report.tree,
+                self.mode.name(),
+                mode.name()
+            )));
+        }
+        match &self.persist {
+            Some(p) => p.set_settings(mode, cfg),
+            None => Ok(()),
         }
     }
 
@@ -880,16 +882,17 @@ impl Tree {
         Ok(VerifyReport {
             keys_checked,
             false_negatives,
-            snapshot: self.shared.persist.as_ref().map(|p| p.verify_file()),
+            snapshot: self
+                .shared
+                .persist
+                .as_ref()
+                .map(|p| p.verify(self.shared.mode)),
         })
     }
 
     /// The file holding this tree's filter snapshot (`None` for a temporary database).
     pub fn snapshot_path(&self) -> Option<&std::path::Path> {
-        self.shared
-            .persist
-            .as_ref()
-            .map(|p| p.files().snapshot_path())
+        self.shared.persist.as_ref().map(|p| p.snapshot_path())
     }
 
     /// Filter and lookup statistics. Reads every filter word: O(filter size).

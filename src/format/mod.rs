@@ -1,0 +1,69 @@
+//! bloomsled's on-disk bytes: bytes in, bytes out. No sled, no files, so every parser here
+//! can be fuzzed alone.
+//!
+//! - [`snapshot`](self#snapshots): a filter snapshot, a [`Header`] and CRC-checked pages.
+//! - [`record`](self#records): the small records bloomsled keeps inside sled (the database id
+//!   and one trust record per tree) that decide whether a snapshot may be used.
+//!
+//! Every integer is little-endian; every structure starts with a magic and a version and
+//! ends with a CRC32 of the bytes before it ([`checksum`]). Parsers check, in order: length,
+//! magic, version, CRC, then field ranges; every failure is a [`DecodeError`], never a panic.
+//!
+//! # Snapshots
+//! See [`Header`] for the drawn layout.
+//!
+//! # Records
+//! See [`TreeRecord`] and [`DbRecord`].
+
+mod record;
+mod snapshot;
+
+pub use crate::error::DecodeError;
+pub use record::{
+    DbRecord, TreeRecord, DB_RECORD_LEN, DB_RECORD_MAGIC, FLAG_EMPTY, RECORD_VERSION,
+    TREE_RECORD_LEN, TREE_RECORD_MAGIC,
+};
+pub use snapshot::{
+    decode, encode, encode_to, expected_len, parse_header, parse_page, Header, PageHeader,
+    SnapshotMeta, HEADER_LEN, PAGE_HEADER_LEN,
+};
+
+/// First bytes of a snapshot file.
+pub const MAGIC: [u8; 8] = *b"BLMSLED\0";
+/// The snapshot format version this build writes and reads. Version 1 (before snapshots
+/// carried the database, tree and snapshot ids) is refused with
+/// [`DecodeError::UnsupportedVersion`]; its trees are rebuilt from their keys.
+pub const VERSION: u32 = 2;
+/// Filter kind: blocked Bloom filter with 512-bit blocks.
+pub const FILTER_KIND_BLOCKED: u32 = 1;
+/// Filter kind: counting filter, 512 4-bit counters per block.
+pub const FILTER_KIND_COUNTING: u32 = 2;
+/// Hash kind: xxh3-64 with the stored seed, positions from the golden-ratio remix stream.
+pub const HASH_KIND_XXH3_GOLDEN: u32 = 1;
+/// Default payload bytes per page: 1 MiB.
+pub const DEFAULT_PAGE_SIZE: u32 = 1 << 20;
+/// First bytes of a page that holds its payload.
+pub const PAGE_MAGIC: [u8; 4] = *b"BPG\0";
+/// First bytes of a page whose payload is all zeros and is not stored.
+pub const ZERO_PAGE_MAGIC: [u8; 4] = *b"BPZ\0";
+/// Bytes of one 512-bit block of the blocked kind.
+pub const BLOCK_BYTES: u64 = 64;
+
+/// Payload bytes per 512-bit block for a filter kind (`None`: unknown kind).
+pub fn block_bytes(filter_kind: u32) -> Option<u64> {
+    match filter_kind {
+        FILTER_KIND_BLOCKED => Some(BLOCK_BYTES),
+        FILTER_KIND_COUNTING => Some(4 * BLOCK_BYTES),
+        _ => None,
+    }
+}
+
+/// CRC32 (IEEE, as `crc32fast` computes it) of the concatenation of `parts`: the one
+/// checksum of every bloomsled structure.
+pub fn checksum(parts: &[&[u8]]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize()
+}

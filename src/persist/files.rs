@@ -1,0 +1,168 @@
+//! Snapshot files: `<db>/bloomsled/<tree id>.snap`, one per tree, named by the tree's random
+//! id (so neither a tree name's bytes nor its length nor a hash collision decide the path).
+//!
+//! A snapshot is replaced atomically: written to `<tree id>.snap.tmp`, fsynced, renamed over
+//! the old file, and the directory fsynced, so a reader sees one whole snapshot or the
+//! previous one. A failed write (a full disk) removes its temporary file before returning.
+
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Read, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Distrust, Error, Result};
+use crate::format::{self, SnapshotMeta};
+
+/// Subdirectory of the sled directory holding bloomsled's snapshot files.
+pub const DIR_NAME: &str = "bloomsled";
+
+/// Bytes snapshot writes may still write before failing as a full disk would (`u64::MAX`:
+/// no limit). A test seam: see [`fail_snapshot_writes_after`].
+static WRITE_BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Fault injection for tests: snapshot writes fail with ENOSPC ("no space left on device")
+/// once `bytes` more bytes were written, as on a full disk; `None` lifts the limit.
+/// Process-wide, so use it only in a test binary of its own.
+#[doc(hidden)]
+pub fn fail_snapshot_writes_after(bytes: Option<u64>) {
+    WRITE_BUDGET.store(bytes.unwrap_or(u64::MAX), Ordering::SeqCst);
+}
+
+/// The error a full disk gives: ENOSPC.
+fn no_space() -> io::Error {
+    #[cfg(unix)]
+    return io::Error::from_raw_os_error(28);
+    #[cfg(not(unix))]
+    return io::Error::other("no space left on device");
+}
+
+/// A writer that spends [`WRITE_BUDGET`].
+struct Budgeted<W>(W);
+
+impl<W: Write> Write for Budgeted<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let budget = WRITE_BUDGET.load(Ordering::Relaxed);
+        if budget != u64::MAX {
+            if budget < buf.len() as u64 {
+                WRITE_BUDGET.store(0, Ordering::Relaxed);
+                return Err(no_space());
+            }
+            WRITE_BUDGET.store(budget - buf.len() as u64, Ordering::Relaxed);
+        }
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<W: Seek> Seek for Budgeted<W> {
+    fn seek(&mut self, pos: io::SeekFrom) -> io::Result<u64> {
+        self.0.seek(pos)
+    }
+}
+
+/// The snapshot file of one tree.
+#[derive(Debug, Clone)]
+pub(crate) struct SnapshotFile {
+    dir: PathBuf,
+    path: PathBuf,
+    tmp: PathBuf,
+}
+
+impl SnapshotFile {
+    pub(crate) fn new(db_dir: &Path, tree_id: &[u8; 16]) -> Self {
+        let dir = db_dir.join(DIR_NAME);
+        let stem: String = tree_id.iter().map(|b| format!("{b:02x}")).collect();
+        SnapshotFile {
+            path: dir.join(format!("{stem}.snap")),
+            tmp: dir.join(format!("{stem}.snap.tmp")),
+            dir,
+        }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's bytes: `Ok(Err)` if it is missing or unreadable (a reason to distrust),
+    /// `Err` if its size cannot be allocated.
+    pub(crate) fn read(&self) -> Result<std::result::Result<Vec<u8>, Distrust>> {
+        let mut f = match File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Err(Distrust::Missing)),
+            Err(e) => return Ok(Err(Distrust::Io(e.to_string()))),
+        };
+        let len = match f.metadata() {
+            Ok(m) => m.len(),
+            Err(e) => return Ok(Err(Distrust::Io(e.to_string()))),
+        };
+        let mut bytes = Vec::new();
+        bytes
+            .try_reserve_exact(len as usize)
+            .map_err(|_| Error::OutOfMemory {
+                what: "reading a snapshot",
+                bytes: len,
+            })?;
+        match f.read_to_end(&mut bytes) {
+            Ok(_) => Ok(Ok(bytes)),
+            Err(e) => Ok(Err(Distrust::Io(e.to_string()))),
+        }
+    }
+
+    /// The header alone, if the file exists and its header is intact.
+    pub(crate) fn peek_header(&self) -> Option<format::Header> {
+        let mut buf = [0u8; format::HEADER_LEN];
+        File::open(&self.path).ok()?.read_exact(&mut buf).ok()?;
+        format::parse_header(&buf).ok()
+    }
+
+    /// Writes a snapshot atomically; returns the bytes written. On failure the temporary
+    /// file is gone and the previous snapshot untouched.
+    pub(crate) fn write(
+        &self,
+        meta: &SnapshotMeta,
+        words: &[u64],
+        page_size: u32,
+    ) -> io::Result<u64> {
+        fs::create_dir_all(&self.dir)?;
+        let result = (|| {
+            let mut out = Budgeted(BufWriter::with_capacity(1 << 16, File::create(&self.tmp)?));
+            let written = format::encode_to(meta, words, page_size, &mut out)?;
+            let file = out.0.into_inner().map_err(|e| e.into_error())?;
+            file.sync_all()?;
+            drop(file);
+            fs::rename(&self.tmp, &self.path)?;
+            sync_dir(&self.dir)?;
+            Ok(written)
+        })();
+        if result.is_err() {
+            match fs::remove_file(&self.tmp) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    log::warn!("bloomsled: cannot remove {}: {e}", self.tmp.display());
+                }
+                _ => {}
+            }
+        }
+        result
+    }
+
+    /// Deletes the snapshot and any temporary file.
+    pub(crate) fn remove(&self) -> io::Result<()> {
+        for p in [&self.path, &self.tmp] {
+            match fs::remove_file(p) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        match sync_dir(&self.dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}

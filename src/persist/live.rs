@@ -1,0 +1,249 @@
+//! The live persistence state of one open tree: the dirty mark before writes, snapshots.
+
+use std::path::Path;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::files::SnapshotFile;
+use super::meta::{random_id, Meta};
+use super::trust::{judge, Identity};
+use super::SnapshotInfo;
+use crate::error::{Distrust, Error, Result};
+use crate::filter::{FilterConfig, FilterMode, Sizing};
+use crate::format::{self, SnapshotMeta, TreeRecord, FLAG_EMPTY};
+
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::FromZeros;
+
+/// A tree's sizing and mode as its record stores them.
+pub(crate) fn record_for(tree_id: [u8; 16], mode: FilterMode, cfg: &FilterConfig) -> TreeRecord {
+    let mut r = TreeRecord::new_zeroed();
+    r.tree_id = tree_id;
+    set_settings(&mut r, mode, cfg);
+    r
+}
+
+/// Writes `mode` and `cfg` into `r`.
+pub(crate) fn set_settings(r: &mut TreeRecord, mode: FilterMode, cfg: &FilterConfig) {
+    r.filter_kind = U32::new(mode.kind());
+    let (kind, value) = match cfg.sizing() {
+        Sizing::FalsePositiveRate(p) => (1, p),
+        Sizing::BitsPerKey(b) => (2, b),
+    };
+    r.sizing_kind = U32::new(kind);
+    r.sizing = U64::new(value.to_bits());
+    r.capacity = U64::new(cfg.capacity());
+    r.num_hashes = U32::new(cfg.hashes().unwrap_or(0));
+    r.seed = U64::new(cfg.hash_seed());
+}
+
+/// The sizing a record stores.
+pub(crate) fn settings_of(r: &TreeRecord) -> FilterConfig {
+    let value = f64::from_bits(r.sizing.get());
+    let cfg = FilterConfig::new(r.capacity.get()).seed(r.seed.get());
+    let cfg = if r.sizing_kind.get() == 2 {
+        cfg.bits_per_key(value)
+    } else {
+        cfg.false_positive_rate(value)
+    };
+    match r.num_hashes.get() {
+        0 => cfg,
+        k => cfg.num_hashes(k),
+    }
+}
+
+/// What a snapshot copies from the filter: its parameters (ids and generation are filled
+/// in here) and its words.
+pub(crate) type Copy = (SnapshotMeta, Vec<u64>);
+
+/// The persistence state of one tree (see the protocol in [`crate::persist`]).
+pub(crate) struct Persistence {
+    meta: Arc<Meta>,
+    name: Vec<u8>,
+    file: SnapshotFile,
+    page_size: u32,
+    /// Generation of the latest snapshot copy (or of the loaded snapshot).
+    generation: AtomicU64,
+    /// Highest generation whose dirty mark is durable.
+    marked: AtomicU64,
+    /// The tree's record as last written; every change writes it whole.
+    record: Mutex<TreeRecord>,
+    /// One snapshot at a time.
+    snapshotting: Mutex<()>,
+    /// The tree was dropped: its record and file are gone and never written again.
+    dropped: AtomicBool,
+}
+
+impl Persistence {
+    /// The state of a tree whose `record` is stored (durably or not) in `meta`.
+    pub(crate) fn new(
+        meta: Arc<Meta>,
+        name: &[u8],
+        db_dir: &Path,
+        page_size: u32,
+        record: TreeRecord,
+    ) -> Self {
+        Persistence {
+            file: SnapshotFile::new(db_dir, &record.tree_id),
+            meta,
+            name: name.to_vec(),
+            page_size,
+            generation: AtomicU64::new(record.snapshot_generation.get()),
+            marked: AtomicU64::new(record.dirty_generation.get()),
+            record: Mutex::new(record),
+            snapshotting: Mutex::new(()),
+            dropped: AtomicBool::new(false),
+        }
+    }
+
+    /// The snapshot file's bytes (see [`SnapshotFile::read`]).
+    pub(crate) fn file_bytes(&self) -> Result<std::result::Result<Vec<u8>, Distrust>> {
+        self.file.read()
+    }
+
+    /// The generation of the snapshot file, if its header is intact and it was written for
+    /// this tree of this database (a foreign file's generation means nothing here).
+    pub(crate) fn own_file_generation(&self) -> Option<u64> {
+        let h = self.file.peek_header()?;
+        let tree_id = self
+            .record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tree_id;
+        (h.db_id == self.meta.db_id() && h.tree_id == tree_id).then(|| h.generation.get())
+    }
+
+    pub(crate) fn snapshot_path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// Replaces the sizing and mode new and rebuilt filters get (durable on return).
+    pub(crate) fn set_settings(&self, mode: FilterMode, cfg: &FilterConfig) -> Result<()> {
+        let mut r = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        set_settings(&mut r, mode, cfg);
+        self.meta.write(&self.name, &mut r, true)
+    }
+
+    /// Fully verifies the snapshot on disk against the tree's record: `Ok(generation)` if
+    /// it is the one open would load.
+    /// Writes since the snapshot do not count against it here: it is checked as the
+    /// snapshot of the data at its generation.
+    pub(crate) fn verify(&self, mode: FilterMode) -> std::result::Result<u64, Distrust> {
+        let mut record = *self.record.lock().unwrap_or_else(|p| p.into_inner());
+        record.dirty_generation = U64::new(0);
+        let identity = Identity {
+            db_id: self.meta.db_id(),
+            mode,
+        };
+        let read = || -> std::result::Result<format::Header, Distrust> {
+            let bytes = self
+                .file
+                .read()
+                .map_err(|e| Distrust::Io(e.to_string()))??;
+            Ok(format::decode(&bytes)?.0)
+        };
+        judge(&record, &identity, read, |h| h).map(|_| record.snapshot_generation.get())
+    }
+
+    /// The tree was dropped: delete its record and file, and never write them again
+    /// (handles to the dropped tree may still be alive).
+    pub(crate) fn forget(&self) -> Result<()> {
+        let _one = self.snapshotting.lock().unwrap_or_else(|p| p.into_inner());
+        let _r = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        self.dropped.store(true, Ordering::SeqCst);
+        self.meta.remove(&self.name)?;
+        self.file.remove()?;
+        Ok(())
+    }
+
+    /// True if the tree was written since its last snapshot copy (and not dropped).
+    pub(crate) fn is_dirty(&self) -> bool {
+        !self.dropped.load(Ordering::Relaxed)
+            && self.marked.load(Ordering::Acquire) >= self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Must be called after a key's bits are set and before its sled write: makes sure the
+    /// tree's record durably says the current generation is dirty.
+    #[inline]
+    pub(crate) fn before_write(&self) -> Result<()> {
+        fence(Ordering::SeqCst);
+        let g = self.generation.load(Ordering::SeqCst);
+        if self.marked.load(Ordering::Acquire) >= g {
+            return Ok(());
+        }
+        self.mark(g)
+    }
+
+    #[cold]
+    fn mark(&self, g: u64) -> Result<()> {
+        let mut r = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        if self.marked.load(Ordering::Acquire) >= g || self.dropped.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        r.dirty_generation = U64::new(r.dirty_generation.get().max(g));
+        self.meta.write(&self.name, &mut r, true)?;
+        self.marked.store(g, Ordering::Release);
+        Ok(())
+    }
+
+    /// Writes a snapshot as the next generation. `copy` is called after the generation moved
+    /// on and returns the filter's parameters and words.
+    pub(crate) fn snapshot(&self, copy: impl FnOnce() -> Result<Copy>) -> Result<SnapshotInfo> {
+        let _one = self.snapshotting.lock().unwrap_or_else(|p| p.into_inner());
+        if self.dropped.load(Ordering::SeqCst) {
+            return Err(Error::Closed("the tree was dropped".into()));
+        }
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        fence(Ordering::SeqCst);
+        let result = self.write_snapshot(generation, copy);
+        if result.is_err() {
+            // The generation moved on without a snapshot: mark it dirty, so that the tree
+            // still counts as written since its last snapshot and close retries.
+            if let Err(e) = self.mark(generation) {
+                log::warn!("bloomsled: dirty mark after a failed snapshot: {e}");
+            }
+        }
+        result
+    }
+
+    fn write_snapshot(
+        &self,
+        generation: u64,
+        copy: impl FnOnce() -> Result<Copy>,
+    ) -> Result<SnapshotInfo> {
+        let start = Instant::now();
+        let (mut meta, words) = copy()?;
+        let snapshot_id = random_id()?;
+        meta.db_id = self.meta.db_id();
+        meta.tree_id = self
+            .record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tree_id;
+        meta.snapshot_id = snapshot_id;
+        meta.generation = generation;
+        let bytes = self.file.write(&meta, &words, self.page_size)?;
+        let pages = (words.len() as u64 * 8).div_ceil(u64::from(self.page_size)) as u32;
+        drop(words);
+        // The file is durable; now the record names it. Its flush also makes every sled
+        // write before the copy durable (counting mode relies on that for removes).
+        {
+            let mut r = self.record.lock().unwrap_or_else(|p| p.into_inner());
+            if self.dropped.load(Ordering::SeqCst) {
+                return Err(Error::Closed("the tree was dropped".into()));
+            }
+            r.snapshot_generation = U64::new(generation);
+            r.snapshot_id = snapshot_id;
+            r.flags = U32::new(r.flags.get() & !FLAG_EMPTY);
+            self.meta.write(&self.name, &mut r, true)?;
+        }
+        Ok(SnapshotInfo {
+            generation,
+            bytes,
+            pages,
+            items: meta.items,
+            duration: start.elapsed(),
+        })
+    }
+}

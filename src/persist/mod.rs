@@ -1,0 +1,161 @@
+//! Persistence: what makes a snapshot trustworthy, and recovery when it is not.
+//!
+//! # What is stored where
+//! - **In sled**, in bloomsled's own tree [`META_TREE`] (the only tree bloomsled hides):
+//!   the database id (random, made once) and, per filtered tree, a trust record keyed by the
+//!   tree's *full* name: the tree's random id, the id and generation of its current
+//!   snapshot, the highest generation it was written after (`dirty`), and its sizing and
+//!   mode.
+//! - **In files**, `<db>/bloomsled/<tree id>.snap`: each tree's snapshot
+//!   ([`crate::format`]), whose header repeats the database id, the tree id, the snapshot id
+//!   and the generation, all under CRC32.
+//!
+//! # When a snapshot is trusted (`trust::judge`, the one place that decides)
+//! At open, a tree's snapshot is used only if (1) the tree is opened in the mode its
+//! record stores, (2) the record says the tree was not written after the snapshot
+//! (`dirty < generation`), (3) every CRC of the file passes, (4) the file's database id is
+//! this database's, (5) its tree id is the record's, and (6) its snapshot id and generation
+//! are the ones the record names. Otherwise the filter is rebuilt from a scan of the keys
+//! (or, under [`Recovery::Strict`], open fails with the reason), and the
+//! [`RecoveryReport`] says why.
+//!
+//! # Why a trusted snapshot holds every stored key
+//! - *Writes.* A writer sets its key's bits, then (SeqCst fence) reads the generation *g*;
+//!   if the record does not yet say `dirty ≥ g`, it writes that and flushes sled **before**
+//!   its own sled write. A snapshot first moves the generation to *g* (fence), then copies
+//!   the bits. The fences make the two orders exclusive: either the writer reads *g* (and
+//!   the record durably says *g* is dirty before its key can be durable, so snapshot *g* is
+//!   never trusted), or it read an older generation, and then its bits were set before the
+//!   copy, which holds them.
+//! - *The record names exactly one file.* A snapshot writes its file (temp, fsync, rename,
+//!   fsync dir) and only then points the record at it (new random snapshot id + generation)
+//!   and flushes sled. A crash in between leaves the record naming the previous snapshot,
+//!   which the new file does not match: rebuild.
+//! - *Files cannot vouch for themselves.* The record lives in sled with the data, so
+//!   restoring old snapshot files (a backup, a rollback), copying another database's or
+//!   another tree's files, swapping two trees' files, or editing one (CRCs recomputed)
+//!   leaves a file whose database id, tree id or snapshot id differs from what the record
+//!   names: rebuild. Restoring the data *and* its record together restores a consistent
+//!   state. Tree names are compared in full (they are sled keys), never by a hash, and
+//!   files are named by the tree's random id, so no two trees share a file.
+//! - *A new tree* gets a record that says "the current snapshot is the empty filter" and
+//!   needs no file; its first write marks it dirty like any other.
+//! - *Outside the contract:* writing the database with plain sled, which bypasses the dirty
+//!   mark. Open such a database once with a rebuild ([`crate::Tree::rebuild`] or the CLI's
+//!   `rebuild`), or delete the meta tree's record, after such writes.
+//!
+//! Writers are never held off by a snapshot; the first write after each snapshot pays one
+//! sled flush.
+
+mod files;
+mod live;
+mod meta;
+mod recover;
+mod trust;
+
+use std::time::Duration;
+
+pub use crate::error::Distrust;
+pub use files::{fail_snapshot_writes_after, DIR_NAME};
+pub use meta::META_TREE;
+
+pub(crate) use live::Persistence;
+pub(crate) use meta::Meta;
+pub(crate) use recover::{recover, snapshot_copy, Opening};
+
+/// What `open` does with a snapshot it cannot trust.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Recovery {
+    /// Rebuild the filter from a scan of the tree's keys (default), and report why.
+    #[default]
+    Repair,
+    /// Fail with [`crate::Error::SnapshotRejected`] naming what failed.
+    Strict,
+}
+
+/// How a tree's filter came to be at open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecoveryOutcome {
+    /// Loaded from a verified, current snapshot; no key was scanned.
+    Loaded,
+    /// Rebuilt from a scan of the keys because the snapshot could not be trusted.
+    Rebuilt {
+        /// Why the snapshot was not used.
+        reason: Distrust,
+    },
+    /// A new tree: empty filter.
+    Created,
+    /// A temporary database: built from a scan, never persisted.
+    InMemory,
+}
+
+/// What happened to one tree's filter at open (also logged at `info` level).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecoveryReport {
+    /// Tree name (lossy UTF-8).
+    pub tree: String,
+    /// Loaded, rebuilt (and why), created or in-memory.
+    pub outcome: RecoveryOutcome,
+    /// Keys read from sled to build the filter (0 when loaded).
+    pub keys_scanned: u64,
+    /// Snapshot bytes read and CRC-verified.
+    pub bytes_verified: u64,
+    /// Generation of the filter after open.
+    pub generation: u64,
+    /// Time the load or rebuild took.
+    pub duration: Duration,
+}
+
+impl RecoveryReport {
+    /// True if the filter came from its snapshot without a scan.
+    pub fn loaded(&self) -> bool {
+        self.outcome == RecoveryOutcome::Loaded
+    }
+}
+
+/// What a snapshot wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// Generation of the snapshot.
+    pub generation: u64,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Pages of the bitset.
+    pub pages: u32,
+    /// Items in the filter.
+    pub items: u64,
+    /// Time from the copy of the bits to the durable rename.
+    pub duration: Duration,
+}
+
+/// What [`crate::Tree::verify`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Keys read from the store and checked against the filter.
+    pub keys_checked: u64,
+    /// Stored keys the filter denied (always 0 unless an invariant broke).
+    pub false_negatives: u64,
+    /// The snapshot file on disk: `Ok(generation)` if every CRC passed, the fault otherwise;
+    /// `None` for a temporary database.
+    pub snapshot: Option<Result<u64, Distrust>>,
+}
+
+impl VerifyReport {
+    /// True if no key was denied and the snapshot (if any) verified.
+    pub fn is_ok(&self) -> bool {
+        self.false_negatives == 0 && !matches!(self.snapshot, Some(Err(_)))
+    }
+}
+
+/// Deletes the record and snapshot file of tree `name`, which is not open (it was dropped).
+pub(crate) fn forget_closed(
+    meta: &meta::Meta,
+    db_dir: &std::path::Path,
+    name: &[u8],
+) -> crate::Result<()> {
+    if let Some(Ok(record)) = meta.read(name)? {
+        files::SnapshotFile::new(db_dir, &record.tree_id).remove()?;
+    }
+    meta.remove(name)
+}

@@ -1,0 +1,211 @@
+//! The trust decision, in one pure function: may this snapshot stand for this tree's keys?
+
+use crate::error::{DecodeError, Distrust};
+use crate::filter::FilterMode;
+use crate::format::{Header, TreeRecord, FLAG_EMPTY};
+
+/// What the snapshot is judged against besides the tree's record: the database it must
+/// belong to and the mode the tree is opened in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Identity {
+    pub(crate) db_id: [u8; 16],
+    pub(crate) mode: FilterMode,
+}
+
+/// What a trusted snapshot stands for.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Trusted<T> {
+    /// The empty filter of the record's sizing: the tree was never written since it was
+    /// created (no file is read).
+    Empty,
+    /// The snapshot file, as `read` returned it.
+    Snapshot(T),
+}
+
+/// Judges tree's snapshot against its `record` (kept in sled with the data) and the
+/// `identity` it must have. `read` loads and decodes the snapshot file; it is called only
+/// once the record alone leaves no reason to distrust, and `header` gets its header.
+///
+/// The rule, checked in this order:
+/// 1. the record's mode is the mode the tree is opened in, else [`Distrust::ModeChanged`];
+/// 2. the tree was not written after the recorded snapshot (`dirty < snapshot generation`),
+///    else [`Distrust::Stale`];
+/// 3. a record flagged empty stands for the empty filter: trusted without a file;
+/// 4. the file decodes (every CRC), else [`Distrust::Decode`] or [`Distrust::Missing`];
+/// 5. the file's database id is this database's, else [`Distrust::ForeignDatabase`];
+/// 6. its tree id is the record's, else [`Distrust::OtherTree`];
+/// 7. its snapshot id and generation are the ones the record names, else
+///    [`Distrust::NotCurrent`];
+/// 8. its filter kind is the record's (a hand-made file could differ), else a decode fault.
+pub(crate) fn judge<T>(
+    record: &TreeRecord,
+    identity: &Identity,
+    read: impl FnOnce() -> Result<T, Distrust>,
+    header: impl Fn(&T) -> &Header,
+) -> Result<Trusted<T>, Distrust> {
+    let recorded_kind = record.filter_kind.get();
+    if recorded_kind != identity.mode.kind() {
+        return Err(Distrust::ModeChanged {
+            snapshot: FilterMode::of_kind(recorded_kind).map_or("unknown", FilterMode::name),
+            configured: identity.mode.name(),
+        });
+    }
+    let generation = record.snapshot_generation.get();
+    if record.dirty_generation.get() >= generation {
+        return Err(Distrust::Stale {
+            snapshot_generation: generation,
+            dirty_generation: record.dirty_generation.get(),
+        });
+    }
+    if record.flags.get() & FLAG_EMPTY != 0 {
+        return Ok(Trusted::Empty);
+    }
+    let snapshot = read()?;
+    let h = header(&snapshot);
+    if h.db_id != identity.db_id {
+        return Err(Distrust::ForeignDatabase);
+    }
+    if h.tree_id != record.tree_id {
+        return Err(Distrust::OtherTree);
+    }
+    if h.snapshot_id != record.snapshot_id || h.generation.get() != generation {
+        return Err(Distrust::NotCurrent {
+            snapshot_generation: h.generation.get(),
+            recorded_generation: generation,
+        });
+    }
+    if h.filter_kind.get() != recorded_kind {
+        return Err(Distrust::Decode(DecodeError::Inconsistent(format!(
+            "filter kind {} but the record says {recorded_kind}",
+            h.filter_kind.get()
+        ))));
+    }
+    Ok(Trusted::Snapshot(snapshot))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zerocopy::little_endian::{U32, U64};
+    use zerocopy::FromZeros;
+
+    const DB: [u8; 16] = [1; 16];
+    const TREE: [u8; 16] = [2; 16];
+    const SNAP: [u8; 16] = [3; 16];
+
+    fn record() -> TreeRecord {
+        let mut r = TreeRecord::new_zeroed();
+        r.filter_kind = U32::new(FilterMode::Plain.kind());
+        r.tree_id = TREE;
+        r.snapshot_id = SNAP;
+        r.snapshot_generation = U64::new(5);
+        r.dirty_generation = U64::new(4);
+        r
+    }
+
+    fn header() -> Header {
+        let mut h = Header::new_zeroed();
+        h.filter_kind = U32::new(FilterMode::Plain.kind());
+        h.db_id = DB;
+        h.tree_id = TREE;
+        h.snapshot_id = SNAP;
+        h.generation = U64::new(5);
+        h
+    }
+
+    fn id(mode: FilterMode) -> Identity {
+        Identity { db_id: DB, mode }
+    }
+
+    fn run(r: &TreeRecord, i: &Identity, h: Header) -> Result<Trusted<Header>, Distrust> {
+        judge(r, i, || Ok(h), |h| h)
+    }
+
+    #[test]
+    fn the_current_snapshot_of_this_tree_and_database_is_trusted() {
+        let h = header();
+        assert_eq!(
+            run(&record(), &id(FilterMode::Plain), h),
+            Ok(Trusted::Snapshot(h))
+        );
+    }
+
+    #[test]
+    fn each_mismatch_has_its_reason() {
+        let plain = id(FilterMode::Plain);
+        let mut h = header();
+        h.db_id = [9; 16];
+        assert_eq!(run(&record(), &plain, h), Err(Distrust::ForeignDatabase));
+        let mut h = header();
+        h.tree_id = [9; 16];
+        assert_eq!(run(&record(), &plain, h), Err(Distrust::OtherTree));
+        // An older snapshot (rolled back), a newer one whose record never became durable,
+        // and one of the same generation from another history are all not current.
+        for (g, sid) in [(4, SNAP), (6, SNAP), (5, [9; 16])] {
+            let mut h = header();
+            h.generation = U64::new(g);
+            h.snapshot_id = sid;
+            assert_eq!(
+                run(&record(), &plain, h),
+                Err(Distrust::NotCurrent {
+                    snapshot_generation: g,
+                    recorded_generation: 5
+                })
+            );
+        }
+        let mut h = header();
+        h.filter_kind = U32::new(FilterMode::Counting.kind());
+        assert!(matches!(
+            run(&record(), &plain, h),
+            Err(Distrust::Decode(DecodeError::Inconsistent(_)))
+        ));
+        assert_eq!(
+            run(&record(), &id(FilterMode::Counting), header()),
+            Err(Distrust::ModeChanged {
+                snapshot: "plain",
+                configured: "counting"
+            })
+        );
+    }
+
+    #[test]
+    fn a_dirty_record_is_stale_without_reading_the_file() {
+        for dirty in [5, 6, 100] {
+            let mut r = record();
+            r.dirty_generation = U64::new(dirty);
+            let got = judge(
+                &r,
+                &id(FilterMode::Plain),
+                || -> Result<Header, Distrust> { panic!("file read for a stale record") },
+                |h| h,
+            );
+            assert_eq!(
+                got,
+                Err(Distrust::Stale {
+                    snapshot_generation: 5,
+                    dirty_generation: dirty
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_record_needs_no_file_and_a_missing_file_is_reported() {
+        let mut r = record();
+        r.flags = U32::new(FLAG_EMPTY);
+        let got = judge(
+            &r,
+            &id(FilterMode::Plain),
+            || -> Result<Header, Distrust> { panic!("file read for an empty record") },
+            |h| h,
+        );
+        assert_eq!(got, Ok(Trusted::Empty));
+        let got = judge(
+            &record(),
+            &id(FilterMode::Plain),
+            || Err(Distrust::Missing),
+            |h: &Header| h,
+        );
+        assert_eq!(got, Err(Distrust::Missing));
+    }
+}
