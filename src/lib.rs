@@ -58,8 +58,8 @@ pub use sled::{Event, IVec, Iter, MergeOperator, Mode, Subscriber};
 pub use stats::Stats;
 pub use store::transaction::{self, Transactional};
 pub use store::{
-    open, Batch, CompareAndSwapError, CompareAndSwapResult, Config, Db, RebuildReport, Tree,
-    RESERVED_PREFIX,
+    open, stored_filter, Batch, CompareAndSwapError, CompareAndSwapResult, Config, Db,
+    RebuildReport, StoredFilter, Tree, RESERVED_PREFIX,
 };
 
 /// The README's examples, compiled and run as doc tests.
