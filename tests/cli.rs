@@ -191,9 +191,11 @@ fn demo_runs_and_reuses_its_directory() {
     // A directory that is not a demo is never deleted.
     let precious = dir.path().join("precious");
     std::fs::create_dir(&precious).unwrap();
+    std::fs::write(precious.join("notes.txt"), "mine").unwrap();
     let o = run(&["demo", "--dir", precious.to_str().unwrap(), "--items", "10"]);
     assert!(!o.status.success());
-    assert!(precious.exists());
+    assert_eq!(std::fs::read(precious.join("notes.txt")).unwrap(), b"mine");
+    assert_eq!(std::fs::read_dir(&precious).unwrap().count(), 1);
 }
 
 #[test]
