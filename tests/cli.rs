@@ -160,13 +160,26 @@ fn errors_are_one_line_with_a_non_zero_exit() {
     let db_dir = dir.path().join("held");
     let held = bloomsled::Config::new().path(&db_dir).open().unwrap();
     held.insert("k", "v").unwrap();
-    let o = run(&["stats", db_dir.to_str().unwrap()]);
-    assert!(!o.status.success());
-    assert!(
-        stderr(&o).contains("in use by another process"),
-        "{}",
-        stderr(&o)
-    );
+    let keys = dir.path().join("keys.txt");
+    std::fs::write(&keys, "a\nb\n").unwrap();
+    let d = db_dir.to_str().unwrap();
+    for args in [
+        vec!["stats", d],
+        vec!["verify", d],
+        vec!["rebuild", d],
+        vec!["snapshot", d],
+        vec!["check", d, "k"],
+        vec!["load", d, keys.to_str().unwrap()],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert_eq!(
+            stderr(&o),
+            format!("bloomsled: {d}: the database is in use by another process\n"),
+            "{args:?}"
+        );
+    }
+    assert_eq!(held.get("k").unwrap().as_deref(), Some(&b"v"[..]));
 }
 
 #[test]
