@@ -488,13 +488,28 @@ fn stats_verify_and_check_on_the_demo_folder_use_the_database_inside() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), format!("present\t{key}\n"));
 
-    // Nothing was created in the demo folder itself.
+    // With its database gone, `load` recreates it in place, not beside it.
+    std::fs::remove_dir_all(&inner).unwrap();
+    let o = run(&["stats", d]);
+    assert_eq!(
+        stderr(&o).lines().last().unwrap(),
+        format!("bloomsled: {}: not a database directory", inner.display())
+    );
+    let keys = root.path().join("keys.txt");
+    std::fs::write(&keys, "a\nb\n").unwrap();
+    let o = run(&["load", d, keys.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&run(&["check", d, "a"])), "present\ta\n");
+
+    // Nothing was created in the demo folder itself, so the next demo replaces it.
     let mut names: Vec<String> = std::fs::read_dir(&demo)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
     assert_eq!(names, ["BLOOMSLED-DEMO.txt", "bloomsled", "plain-sled"]);
+    let o = run(&["demo", "--dir", d, "--items", "100"]);
+    assert!(o.status.success(), "{}", stderr(&o));
 }
 
 /// A closed counting database of `n` keys in the default tree and in tree `other`, each

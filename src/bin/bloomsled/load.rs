@@ -113,9 +113,11 @@ pub fn run(path: &Path, tree: Option<&str>, file: &str, json: bool) -> CliResult
     Ok(ExitCode::SUCCESS)
 }
 
-/// True if the filter holds more live keys than it is sized for.
+/// True if the filter holds more live keys than it is sized for, or its bits say so: a
+/// plain filter's count only includes inserts that set a new bit, so an overfull one
+/// undercounts, while its fill ratio does not.
 fn overfull(s: &Stats) -> bool {
-    s.items.saturating_sub(s.stale_entries) > s.capacity
+    s.items.saturating_sub(s.stale_entries) > s.capacity || s.estimated_fpr > 2.0 * s.target_fpr
 }
 
 /// The settings to open with: the tree's own filter as its snapshot records it (else the

@@ -21,22 +21,19 @@ pub fn is_database(path: &Path) -> bool {
 
 /// The database a command given `path` works on: `path` itself, or, when `path` is a
 /// folder made by `bloomsled demo`, the database inside it (said on standard error, so
-/// that JSON on standard output stays clean).
+/// that JSON on standard output stays clean). Nothing is ever created beside the demo's
+/// own entries: `load` into a demo folder whose database is gone recreates it in place.
 pub fn resolve(path: &Path) -> PathBuf {
     if is_database(path) || !folder::is_demo_folder(path) {
         return path.to_path_buf();
     }
     let inner = folder::database_of(path);
-    if is_database(&inner) {
-        eprintln!(
-            "bloomsled: {} is a demo folder; using its database {}",
-            path.display(),
-            inner.display()
-        );
-        inner
-    } else {
-        path.to_path_buf()
-    }
+    eprintln!(
+        "bloomsled: {} is a demo folder; using its database {}",
+        path.display(),
+        inner.display()
+    );
+    inner
 }
 
 /// Opens an existing database (never creates one) in the mode its snapshots record.
