@@ -125,15 +125,12 @@ fn overfull(s: &Stats) -> bool {
 /// `expected` items. A loaded filter keeps its shape; the size applies to a new tree and
 /// to rebuilds.
 fn config_for(path: &Path, tree: &[u8], expected: Option<u64>) -> CliResult<Config> {
-    let config = if open::is_database(path) {
-        match bloomsled::stored_filter(path, tree)
-            .or_else(|| bloomsled::stored_filter(path, DEFAULT_TREE))
-        {
-            Some(stored) => stored.config(),
-            None => open::base_config(open::db_mode(path)?.unwrap_or_default()),
-        }
-    } else {
+    let config = if !open::is_database(path) {
         Config::new()
+    } else if let Some(stored) = bloomsled::stored_filter(path, tree) {
+        stored.config()
+    } else {
+        open::stored_config(path)?
     };
     let capacity = config.filter_config().capacity();
     Ok(config

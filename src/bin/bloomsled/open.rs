@@ -36,13 +36,22 @@ pub fn resolve(path: &Path) -> PathBuf {
     inner
 }
 
-/// Opens an existing database (never creates one) in the mode its snapshots record.
+/// Opens an existing database (never creates one) in the mode and size its snapshots
+/// record, so that a filter rebuilt at open (a snapshot it cannot trust) keeps them.
 pub fn open_existing(path: &Path, recovery: Recovery) -> CliResult<Db> {
     if !is_database(path) {
         return Err(CliError::NotADatabase(path.to_path_buf()));
     }
-    let mode = db_mode(path)?.unwrap_or_default();
-    open_with(path, base_config(mode).recovery(recovery))
+    open_with(path, stored_config(path)?.recovery(recovery))
+}
+
+/// The settings of the database's default tree as its snapshot header records them, else
+/// the defaults in the mode the other trees' headers record.
+pub fn stored_config(path: &Path) -> CliResult<Config> {
+    match bloomsled::stored_filter(path, DEFAULT_TREE) {
+        Some(stored) => Ok(stored.config()),
+        None => Ok(base_config(db_mode(path)?.unwrap_or_default())),
+    }
 }
 
 /// Default settings in `mode`.
