@@ -11,7 +11,7 @@ use crate::hash::BLOCK_WORDS;
 
 /// One 512-bit block, aligned to a cache line so that a probe touches exactly one line.
 #[repr(C, align(64))]
-#[derive(Default)]
+#[derive(Default, zerocopy::FromZeros)]
 pub(crate) struct Block([AtomicU64; BLOCK_WORDS]);
 
 pub(crate) struct Blocks {
@@ -21,14 +21,15 @@ pub(crate) struct Blocks {
 impl Blocks {
     /// `n` zeroed blocks; `None` if the allocation is refused. A large filter asks for
     /// transparent huge pages before its memory is first touched (see [`advise_huge_pages`]).
+    ///
+    /// The memory comes from the allocator already zeroed (`calloc`), so a large filter's
+    /// pages are backed only when first written: a sparse filter (a new tree sized for a
+    /// million keys that holds a few) costs what it touches, not its full size.
     pub(crate) fn zeroed(n: usize) -> Option<Self> {
-        let mut v: Vec<Block> = Vec::new();
-        v.try_reserve_exact(n).ok()?;
-        advise_huge_pages(v.as_ptr() as usize, n * std::mem::size_of::<Block>());
-        v.resize_with(n, Block::default);
-        Some(Blocks {
-            blocks: v.into_boxed_slice(),
-        })
+        use zerocopy::FromZeros;
+        let blocks = <[Block]>::new_box_zeroed_with_elems(n).ok()?;
+        advise_huge_pages(blocks.as_ptr() as usize, n * std::mem::size_of::<Block>());
+        Some(Blocks { blocks })
     }
 
     /// Blocks holding exactly `words` (8 per block); `None` on a length that is not a whole

@@ -40,8 +40,9 @@ pub const FILTER_KIND_BLOCKED: u32 = 1;
 pub const FILTER_KIND_COUNTING: u32 = 2;
 /// Hash kind: xxh3-64 with the stored seed, positions from the golden-ratio remix stream.
 pub const HASH_KIND_XXH3_GOLDEN: u32 = 1;
-/// Default payload bytes per page: 1 MiB.
-pub const DEFAULT_PAGE_SIZE: u32 = 1 << 20;
+/// Default payload bytes per page: 4 KiB, so that a sparse filter (a new tree that holds a
+/// few keys) stores little more than the pages its keys touched.
+pub const DEFAULT_PAGE_SIZE: u32 = 4 << 10;
 /// First bytes of a page that holds its payload.
 pub const PAGE_MAGIC: [u8; 4] = *b"BPG\0";
 /// First bytes of a page whose payload is all zeros and is not stored.

@@ -104,7 +104,8 @@ impl Config {
     }
 
     /// Bytes of bitset per CRC-checked snapshot page: a multiple of 64 from 64 B to 64 MiB
-    /// (default 1 MiB). Smaller pages locate damage more precisely.
+    /// (default 4 KiB). Pages of zeros are not stored, so smaller pages keep sparse filters
+    /// small on disk, and locate damage more precisely.
     pub fn snapshot_page_size(mut self, bytes: u32) -> Config {
         self.page_size = bytes;
         self

@@ -351,9 +351,13 @@ impl Tree {
     {
         let key = key.as_ref();
         let w = self.shared.begin_write();
+        // Counting mode: a key sled holds but the filter does not (written by plain sled
+        // behind bloomsled's back) stays counted once, instead of being counted in and
+        // straight back out into a false negative.
+        let counted = self.shared.mode == FilterMode::Counting && self.shared.filters.contains(key);
         w.admit(key)?;
         let old = self.inner.insert(key, value)?;
-        if old.is_some() {
+        if old.is_some() && (counted || self.shared.mode == FilterMode::Plain) {
             w.uncount(key);
         }
         w.finish(1);
