@@ -212,6 +212,12 @@ pub enum DecodeError {
     /// Well-framed, but a field is impossible or inconsistent (named in the message).
     #[error("inconsistent: {0}")]
     Inconsistent(String),
+    /// The payload the header announces cannot be allocated in this process.
+    #[error("cannot reserve {bytes} bytes for the payload")]
+    TooLarge {
+        /// Bytes asked for.
+        bytes: u64,
+    },
 }
 
 /// Why a tree's snapshot was not used at open: the filter was rebuilt from the keys instead

@@ -20,9 +20,12 @@ fn key(writer: usize, i: usize) -> Vec<u8> {
 #[test]
 fn readers_never_miss_a_published_insert() {
     // Undersized on purpose (a quarter of the keys): a crowded filter still has no false
-    // negatives.
+    // negatives. Automatic resizing is off, so the filter stays crowded whatever the
+    // scheduler does (a background resize winning the race made the FPR check below flaky);
+    // resizes under load are tested in tests/rebuild.rs.
     let db = Config::new()
         .temporary(true)
+        .auto_rebuild(false)
         .expected_items((WRITERS * PER_WRITER / 4) as u64)
         .false_positive_rate(0.01)
         .open()

@@ -74,11 +74,9 @@ impl CountingFilter {
     pub fn with_shape(shape: FilterShape, capacity: u64) -> Result<CountingFilter> {
         let bits = Filter::with_shape(shape, capacity)?;
         let counters =
-            zeroed_words(bits.num_blocks() as usize * COUNTER_WORDS).ok_or_else(|| {
-                Error::config(format!(
-                    "cannot allocate the counters of a counting filter of {} blocks",
-                    bits.num_blocks()
-                ))
+            zeroed_words(bits.num_blocks() as usize * COUNTER_WORDS).ok_or(Error::OutOfMemory {
+                what: "the counters of a counting filter",
+                bytes: bits.num_blocks() * COUNTER_WORDS as u64 * 8,
             })?;
         Ok(CountingFilter {
             bits,
@@ -112,8 +110,10 @@ impl CountingFilter {
         if capacity == 0 {
             return Err(Error::Corrupt("capacity 0".into()));
         }
-        let f = CountingFilter::with_shape(shape, capacity)
-            .map_err(|e| Error::Corrupt(e.to_string()))?;
+        let f = CountingFilter::with_shape(shape, capacity).map_err(|e| match e {
+            Error::OutOfMemory { .. } => e,
+            e => Error::Corrupt(e.to_string()),
+        })?;
         for (block, chunk) in words.chunks_exact(COUNTER_WORDS).enumerate() {
             let mut bits = [0u64; BLOCK_WORDS];
             for (j, &w) in chunk.iter().enumerate() {

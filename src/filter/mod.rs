@@ -257,12 +257,9 @@ impl Filter {
         let blocks = usize::try_from(shape.num_blocks)
             .ok()
             .and_then(Blocks::zeroed)
-            .ok_or_else(|| {
-                Error::config(format!(
-                    "cannot allocate a filter of {} blocks ({} bytes)",
-                    shape.num_blocks,
-                    shape.num_blocks.saturating_mul(64)
-                ))
+            .ok_or(Error::OutOfMemory {
+                what: "a filter",
+                bytes: shape.num_blocks.saturating_mul(64),
             })?;
         Ok(Filter {
             blocks,
@@ -296,8 +293,10 @@ impl Filter {
             )));
         }
         check_shape(&shape).map_err(|e| Error::Corrupt(e.to_string()))?;
-        let blocks = Blocks::from_words(words)
-            .ok_or_else(|| Error::Corrupt("cannot allocate the filter".into()))?;
+        let blocks = Blocks::from_words(words).ok_or(Error::OutOfMemory {
+            what: "a filter",
+            bytes: words.len() as u64 * 8,
+        })?;
         let f = Filter {
             blocks,
             num_hashes,

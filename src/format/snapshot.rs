@@ -413,11 +413,8 @@ pub fn decode(bytes: &[u8]) -> Result<(Header, Vec<u64>), DecodeError> {
     let mut words = Vec::new();
     words
         .try_reserve_exact((header.payload_len.get() / 8) as usize)
-        .map_err(|_| {
-            DecodeError::Inconsistent(format!(
-                "cannot reserve {} bytes for the payload",
-                header.payload_len.get()
-            ))
+        .map_err(|_| DecodeError::TooLarge {
+            bytes: header.payload_len.get(),
         })?;
     let mut rest = &bytes[HEADER_LEN..];
     let mut remaining = header.payload_len.get();

@@ -10,7 +10,7 @@ use super::live::{record_for, settings_of, Persistence};
 use super::meta::{random_id, Meta};
 use super::trust::{judge, Identity, Trusted};
 use super::{Recovery, RecoveryOutcome, RecoveryReport};
-use crate::error::{Distrust, Error, Result};
+use crate::error::{DecodeError, Distrust, Error, Result};
 use crate::filter::any::AnyFilter;
 use crate::filter::{FilterConfig, FilterMode};
 use crate::format::{self, TreeRecord, FLAG_EMPTY};
@@ -121,6 +121,12 @@ pub(crate) fn recover(
             if let Some(e) = failed {
                 return Err(e);
             }
+            if let Err(Distrust::Decode(DecodeError::TooLarge { bytes })) = verdict {
+                return Err(Error::OutOfMemory {
+                    what: "loading a snapshot",
+                    bytes,
+                });
+            }
             match verdict {
                 Ok(trusted) => {
                     let (filter, bytes) = match trusted {
@@ -138,9 +144,9 @@ pub(crate) fn recover(
                                 Error::OutOfMemory { .. } => e,
                                 e => Error::SnapshotRejected {
                                     tree: tree_name.clone(),
-                                    fault: Distrust::Decode(
-                                        crate::error::DecodeError::Inconsistent(e.to_string()),
-                                    ),
+                                    fault: Distrust::Decode(DecodeError::Inconsistent(
+                                        e.to_string(),
+                                    )),
                                 },
                             })?;
                             (filter, bytes)
