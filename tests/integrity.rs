@@ -16,7 +16,7 @@ const XXH3_SECRET_WORD: [u8; 8] = [0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xb
 fn colliding_names() -> (Vec<u8>, Vec<u8>) {
     let mut a = XXH3_SECRET_WORD.to_vec();
     a.extend_from_slice(b"AAAAAAAA");
-    a.extend(std::iter::repeat_n(b't', 104));
+    a.extend_from_slice(&[b't'; 104]);
     let mut b = a.clone();
     b[8..16].copy_from_slice(b"BBBBBBBB");
     (a, b)
