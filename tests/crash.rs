@@ -238,6 +238,19 @@ fn main() {
             Err(e) => {
                 eprintln!("cycle {cycle}: {e}");
                 failed += 1;
+                // Keep the evidence: a copy of the database as the failing open found it.
+                if let Ok(to) = std::env::var("BLOOMSLED_CRASH_EVIDENCE") {
+                    let to = Path::new(&to).join(format!("cycle-{cycle}"));
+                    let _ = Command::new("cp")
+                        .arg("-a")
+                        .arg(dir.path())
+                        .arg(&to)
+                        .status();
+                    eprintln!("cycle {cycle}: database copied to {}", to.display());
+                    if failed >= 3 {
+                        break;
+                    }
+                }
             }
         }
     }

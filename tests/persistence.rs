@@ -70,15 +70,15 @@ fn snapshot_generations_advance_and_reads_do_not_dirty() {
     assert_eq!(db.recovery_report().generation, g1 + 1);
 }
 
-/// Generation of the snapshot file on disk (that of the empty filter, 1, if there is no file).
-fn generation_on_disk(path: &std::path::Path) -> u64 {
-    let Ok(bytes) = std::fs::read(path) else {
-        return 1;
-    };
-    bloomsled::format::parse_header(&bytes)
-        .unwrap()
-        .generation
-        .get()
+/// Generation of the snapshot file on disk, if there is one.
+fn generation_on_disk(path: &std::path::Path) -> Option<u64> {
+    let bytes = std::fs::read(path).ok()?;
+    Some(
+        bloomsled::format::parse_header(&bytes)
+            .unwrap()
+            .generation
+            .get(),
+    )
 }
 
 #[test]
@@ -89,15 +89,15 @@ fn automatic_snapshots_by_write_count_and_by_interval() {
         .snapshot_every_writes(100)
         .open()
         .unwrap();
-    let g0 = db.recovery_report().generation;
+    assert_eq!(db.recovery_report().generation, 0);
     let snap = db.snapshot_path().unwrap().to_path_buf();
-    // A new tree's snapshot is the empty filter, named by its record: no file yet.
+    // A new tree has no snapshot file yet.
     assert!(!snap.exists());
     for i in 0..250 {
         db.insert(key(i), "").unwrap();
     }
     // Automatic snapshots at the 100th and 200th write.
-    assert_eq!(generation_on_disk(&snap), g0 + 2);
+    assert_eq!(generation_on_disk(&snap), Some(2));
     drop(db);
 
     let dir = tempfile::tempdir().unwrap();
@@ -106,23 +106,25 @@ fn automatic_snapshots_by_write_count_and_by_interval() {
         .snapshot_interval(Duration::from_millis(50))
         .open()
         .unwrap();
-    let g0 = db.recovery_report().generation;
     let snap = db.snapshot_path().unwrap().to_path_buf();
-    // Not dirty: the background thread leaves the tree alone.
+    // The new tree's first periodic snapshot is of the empty filter: its record says so,
+    // no file is written.
     std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(generation_on_disk(&snap), None);
     db.insert("x", "y").unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while generation_on_disk(&snap) == g0 && Instant::now() < deadline {
+    while generation_on_disk(&snap).is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(
-        generation_on_disk(&snap),
-        g0 + 1,
-        "no periodic snapshot was taken"
-    );
+    let g = generation_on_disk(&snap).expect("no periodic snapshot was taken");
     // Clean again: no further snapshots while nothing is written.
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(generation_on_disk(&snap), g0 + 1);
+    assert_eq!(generation_on_disk(&snap), Some(g));
+    drop(db);
+    // Both the empty snapshot and the written one load.
+    let db = Config::new().path(dir.path()).open().unwrap();
+    assert!(db.recovery_report().loaded());
+    assert_eq!(db.recovery_report().generation, g);
 }
 
 #[test]
@@ -308,4 +310,33 @@ fn changing_the_mode_rebuilds_the_filter_or_is_refused_in_strict_mode() {
         .unwrap();
     assert!(!db.recovery_report().loaded());
     assert_eq!(db.stats().items, 500);
+}
+
+#[test]
+fn a_tree_never_written_reloads_empty_without_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = {
+        let db = Config::new().path(dir.path()).open().unwrap();
+        let t = db.open_tree("idle").unwrap();
+        assert_eq!(t.recovery_report().outcome, RecoveryOutcome::Created);
+        let p = t.snapshot_path().unwrap().to_path_buf();
+        db.close().unwrap();
+        p
+    };
+    assert!(!snap.exists());
+    let db = Config::new()
+        .path(dir.path())
+        .recovery(Recovery::Strict)
+        .open()
+        .unwrap();
+    let t = db.open_tree("idle").unwrap();
+    assert!(t.recovery_report().loaded(), "{:?}", t.recovery_report());
+    assert!(t.is_empty());
+    t.insert("k", "v").unwrap();
+    drop(t);
+    db.close().unwrap();
+    let db = Config::new().path(dir.path()).open().unwrap();
+    let t = db.open_tree("idle").unwrap();
+    assert!(t.recovery_report().loaded());
+    assert!(t.may_contain("k"));
 }

@@ -188,15 +188,21 @@ impl Persistence {
     }
 
     /// Writes a snapshot as the next generation. `copy` is called after the generation moved
-    /// on and returns the filter's parameters and words.
-    pub(crate) fn snapshot(&self, copy: impl FnOnce() -> Result<Copy>) -> Result<SnapshotInfo> {
+    /// on and returns the filter's parameters and words. With `durable`, the record naming
+    /// the snapshot is flushed before this returns; without, the caller flushes sled later
+    /// (one flush for many trees) and until then the previous snapshot stays the trusted one.
+    pub(crate) fn snapshot(
+        &self,
+        copy: impl FnOnce() -> Result<Copy>,
+        durable: bool,
+    ) -> Result<SnapshotInfo> {
         let _one = self.snapshotting.lock().unwrap_or_else(|p| p.into_inner());
         if self.dropped.load(Ordering::SeqCst) {
             return Err(Error::Closed("the tree was dropped".into()));
         }
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         fence(Ordering::SeqCst);
-        let result = self.write_snapshot(generation, copy);
+        let result = self.write_snapshot(generation, copy, durable);
         if result.is_err() {
             // The generation moved on without a snapshot: mark it dirty, so that the tree
             // still counts as written since its last snapshot and close retries.
@@ -211,6 +217,7 @@ impl Persistence {
         &self,
         generation: u64,
         copy: impl FnOnce() -> Result<Copy>,
+        durable: bool,
     ) -> Result<SnapshotInfo> {
         let start = Instant::now();
         let (mut meta, words) = copy()?;
@@ -223,8 +230,16 @@ impl Persistence {
             .tree_id;
         meta.snapshot_id = snapshot_id;
         meta.generation = generation;
-        let bytes = self.file.write(&meta, &words, self.page_size)?;
-        let pages = (words.len() as u64 * 8).div_ceil(u64::from(self.page_size)) as u32;
+        // An empty filter (a tree never written) needs no file: its record says so.
+        let empty = words.iter().all(|&w| w == 0);
+        let (bytes, pages) = if empty {
+            self.file.remove()?;
+            (0, 0)
+        } else {
+            let bytes = self.file.write(&meta, &words, self.page_size)?;
+            let pages = (words.len() as u64 * 8).div_ceil(u64::from(self.page_size)) as u32;
+            (bytes, pages)
+        };
         drop(words);
         // The file is durable; now the record names it. Its flush also makes every sled
         // write before the copy durable (counting mode relies on that for removes).
@@ -235,8 +250,8 @@ impl Persistence {
             }
             r.snapshot_generation = U64::new(generation);
             r.snapshot_id = snapshot_id;
-            r.flags = U32::new(r.flags.get() & !FLAG_EMPTY);
-            self.meta.write(&self.name, &mut r, true)?;
+            r.flags = U32::new(if empty { FLAG_EMPTY } else { 0 });
+            self.meta.write(&self.name, &mut r, durable)?;
         }
         Ok(SnapshotInfo {
             generation,

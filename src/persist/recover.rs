@@ -13,9 +13,7 @@ use super::{Recovery, RecoveryOutcome, RecoveryReport};
 use crate::error::{DecodeError, Distrust, Error, Result};
 use crate::filter::any::AnyFilter;
 use crate::filter::{FilterConfig, FilterMode};
-use crate::format::{self, TreeRecord, FLAG_EMPTY};
-
-use zerocopy::little_endian::U32;
+use crate::format::{self, TreeRecord};
 
 /// What opening one tree needs to know.
 pub(crate) struct Opening<'a> {
@@ -87,16 +85,17 @@ pub(crate) fn recover(
     // The record, and why the snapshot cannot be used if it cannot.
     let (fault, old) = match record {
         None if at.tree.first()?.is_none() => {
-            // A new (or never written) tree: the empty filter, standing for itself.
+            // A new (or never written) tree: the empty filter. Its record (generation 0,
+            // no snapshot yet: stale by construction, so a crash before the first snapshot
+            // rebuilds with the tree's sizing) needs no flush, and its first writes need no
+            // dirty mark; the first snapshot makes it trusted.
             let mut record = record_for(random_id()?, mode, at.sizing);
-            record.snapshot_generation = U64::new(1);
-            record.flags = U32::new(FLAG_EMPTY);
             meta.write(at.name, &mut record, false)?;
             let filter = empty_filter(mode, at.sizing)?;
             return Ok(Recovered {
                 filter,
                 persistence: new_persistence(record),
-                report: report(RecoveryOutcome::Created, 0, 0, 1),
+                report: report(RecoveryOutcome::Created, 0, 0, 0),
                 sizing: at.sizing.clone(),
             });
         }
@@ -212,7 +211,7 @@ pub(crate) fn recover(
     let (filter, scanned) = build(&sizing, mode)?;
     let persistence = new_persistence(record);
     // The copy is exact (nothing writes yet) and holds sled's recovered keys.
-    let generation = match persistence.snapshot(|| snapshot_copy(&filter)) {
+    let generation = match persistence.snapshot(|| snapshot_copy(&filter), true) {
         Ok(info) => info.generation,
         Err(e) => {
             // The filter in memory is complete; only the next open's fast path is lost.

@@ -120,12 +120,22 @@ impl Db {
     pub fn snapshot_all(&self) -> Result<Vec<SnapshotInfo>> {
         let trees: Vec<Arc<TreeShared>> = self.lock_trees().values().cloned().collect();
         let mut out = Vec::new();
+        // Each snapshot's file is durable when it is written; the records naming them are
+        // made durable by one flush at the end (until then the previous snapshots stay the
+        // trusted ones), so many trees cost one sled flush, not one each.
+        let mut result = Ok(());
         for t in trees {
-            if let Some(info) = t.snapshot_if_dirty()? {
-                out.push(info);
+            match t.snapshot_if_dirty_with(false) {
+                Ok(Some(info)) => out.push(info),
+                Ok(None) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
             }
         }
-        Ok(out)
+        self.inner.flush()?;
+        result.map(|()| out)
     }
 
     /// Snapshots every tree written since its last snapshot and flushes sled: what dropping

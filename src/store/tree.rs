@@ -205,16 +205,25 @@ impl TreeShared {
     /// swap filters during it); in counting mode sled is flushed after the copy, so every
     /// remove whose decrement the copy holds is durable before the snapshot is.
     pub(crate) fn snapshot(&self) -> Result<SnapshotInfo> {
+        self.snapshot_with(true)
+    }
+
+    /// [`TreeShared::snapshot`]; without `durable` the caller flushes sled afterwards (one
+    /// flush for many trees).
+    pub(crate) fn snapshot_with(&self, durable: bool) -> Result<SnapshotInfo> {
         let p = self
             .persist
             .as_ref()
             .ok_or_else(|| Error::config("a temporary database keeps no snapshots"))?;
         // In counting mode the flush of the record that completes the snapshot also makes
         // every remove whose decrement the copy holds durable (see `persist`).
-        let info = p.snapshot(|| {
-            let gate = self.filters.enter();
-            snapshot_copy(gate.current())
-        })?;
+        let info = p.snapshot(
+            || {
+                let gate = self.filters.enter();
+                snapshot_copy(gate.current())
+            },
+            durable,
+        )?;
         log::debug!(
             "snapshot of {:?}: generation {}, {} bytes in {:?}",
             self.report.tree,
@@ -259,8 +268,13 @@ impl TreeShared {
 
     /// Snapshots if the tree was written since its last snapshot.
     pub(crate) fn snapshot_if_dirty(&self) -> Result<Option<SnapshotInfo>> {
+        self.snapshot_if_dirty_with(true)
+    }
+
+    /// [`TreeShared::snapshot_if_dirty`], durable or not (see [`TreeShared::snapshot_with`]).
+    pub(crate) fn snapshot_if_dirty_with(&self, durable: bool) -> Result<Option<SnapshotInfo>> {
         match &self.persist {
-            Some(p) if p.is_dirty() => self.snapshot().map(Some),
+            Some(p) if p.is_dirty() => self.snapshot_with(durable).map(Some),
             _ => Ok(None),
         }
     }
