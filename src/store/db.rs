@@ -88,6 +88,9 @@ impl Db {
     pub(crate) fn open_with(config: Config) -> Result<Db> {
         // Validate before sled creates anything on disk.
         config.validate()?;
+        if !config.temporary {
+            super::torn::set_aside_torn_snapshot(&config.path)?;
+        }
         let inner = config.sled.open()?;
         let meta = if config.temporary {
             None

@@ -6,6 +6,7 @@ mod db;
 mod filters;
 mod rebuild;
 mod scan;
+mod torn;
 pub mod transaction;
 mod tree;
 
