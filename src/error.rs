@@ -35,41 +35,9 @@ pub enum Error {
         theirs: FilterShape,
     },
 
-    /// Serialized bytes do not start with bloomsled's magic: they are not a bloomsled filter.
-    #[error("not a bloomsled filter (bad magic {got:02x?})")]
-    BadMagic {
-        /// The bytes found where the magic should be.
-        got: Vec<u8>,
-    },
-
-    /// The serialized form was written by a format version this build cannot read.
-    #[error("unsupported format version {got} (this build reads version {expected})")]
-    UnsupportedVersion {
-        /// The version this build reads.
-        expected: u32,
-        /// The version found.
-        got: u32,
-    },
-
-    /// The bytes end before the structure they describe.
-    #[error("truncated data: needed {needed} bytes, got {got}")]
-    Truncated {
-        /// Bytes needed.
-        needed: u64,
-        /// Bytes present.
-        got: u64,
-    },
-
-    /// A checksum did not match the bytes it covers.
-    #[error("checksum mismatch in {what}: expected {expected:#010x}, got {got:#010x}")]
-    ChecksumMismatch {
-        /// Which part failed.
-        what: &'static str,
-        /// The stored checksum.
-        expected: u32,
-        /// The checksum computed over the bytes.
-        got: u32,
-    },
+    /// Serialized filter bytes ([`crate::Filter::from_bytes`]) do not decode.
+    #[error("not a valid serialized filter: {0}")]
+    Decode(#[from] DecodeError),
 
     /// A tree's snapshot could not be trusted and the database was opened with
     /// `Recovery::Strict`, which forbids rebuilding silently.

@@ -28,7 +28,6 @@
 //! ## Layers
 //! - [`hash`]: stable xxh3-64 with a seed; one hash → block and bit positions.
 //! - [`filter`]: the cache-line-blocked, lock-free [`Filter`] and its sizing math (no I/O).
-//! - [`codec`]: the filter's stable serialized form.
 //! - [`format`](mod@format): the on-disk snapshot (zerocopy header, CRC-checked pages); bytes only.
 //! - [`persist`]: snapshot files, the dirty marker, trust-or-rebuild at open
 //!   ([`RecoveryReport`], [`Recovery::Strict`]).
@@ -40,7 +39,6 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
-pub mod codec;
 mod error;
 pub mod filter;
 pub mod format;

@@ -2,7 +2,6 @@
 
 use super::{CountingFilter, Filter};
 use crate::error::{Error, FilterShape, Result};
-use crate::format::{FILTER_KIND_BLOCKED, FILTER_KIND_COUNTING};
 
 /// Whether a filter can forget keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -15,24 +14,7 @@ pub enum FilterMode {
 }
 
 impl FilterMode {
-    /// The snapshot header's filter kind for this mode.
-    pub(crate) fn kind(self) -> u32 {
-        match self {
-            FilterMode::Plain => FILTER_KIND_BLOCKED,
-            FilterMode::Counting => FILTER_KIND_COUNTING,
-        }
-    }
-
-    /// The mode a snapshot's filter kind stands for.
-    pub(crate) fn of_kind(kind: u32) -> Option<FilterMode> {
-        match kind {
-            FILTER_KIND_BLOCKED => Some(FilterMode::Plain),
-            FILTER_KIND_COUNTING => Some(FilterMode::Counting),
-            _ => None,
-        }
-    }
-
-    /// "plain" or "counting".
+    /// The mode's name: "plain" or "counting".
     pub fn name(self) -> &'static str {
         match self {
             FilterMode::Plain => "plain",

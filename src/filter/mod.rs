@@ -15,8 +15,6 @@ pub use counting::{CountingFilter, COUNTER_MAX};
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::{Error, FilterShape, Result};
 use crate::hash::{
     block_index, block_pattern, first_n_positions, first_positions, hash_key, BLOCK_WORDS,
@@ -613,25 +611,6 @@ impl Filter {
         out.extend(self.blocks.words());
         Some(out)
     }
-
-    /// The stable serialized form (see [`crate::codec`]): magic, version, shape, CRC32.
-    ///
-    /// ```
-    /// let f = bloomsled::Filter::new(100, 0.01)?;
-    /// f.insert(b"x");
-    /// let g = bloomsled::Filter::from_bytes(&f.to_bytes())?;
-    /// assert!(g.contains(b"x"));
-    /// # Ok::<(), bloomsled::Error>(())
-    /// ```
-    pub fn to_bytes(&self) -> Vec<u8> {
-        crate::codec::encode(self)
-    }
-
-    /// Parses [`Filter::to_bytes`] output; a foreign, truncated, corrupt or future-version
-    /// input is an error, never a panic.
-    pub fn from_bytes(bytes: &[u8]) -> Result<Filter> {
-        crate::codec::decode(bytes)
-    }
 }
 
 fn check_shape(shape: &FilterShape) -> Result<()> {
@@ -674,19 +653,5 @@ impl fmt::Debug for Filter {
             .field("capacity", &self.capacity)
             .field("items", &self.items())
             .finish()
-    }
-}
-
-impl Serialize for Filter {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        crate::codec::Repr::from_filter(self).serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for Filter {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        crate::codec::Repr::deserialize(d)?
-            .into_filter()
-            .map_err(serde::de::Error::custom)
     }
 }

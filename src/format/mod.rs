@@ -4,6 +4,11 @@
 //! - [`snapshot`](self#snapshots): a filter snapshot, a [`Header`] and CRC-checked pages.
 //! - [`record`](self#records): the small records bloomsled keeps inside sled (the database id
 //!   and one trust record per tree) that decide whether a snapshot may be used.
+//! - a standalone [`crate::Filter`]'s bytes ([`crate::Filter::to_bytes`]): a snapshot of one
+//!   page, with no ids; the same bytes back its serde implementations.
+//!
+//! This layer sits above `filter` (it knows the filter's kinds and modes) and below
+//! `persist`; nothing in `filter` or `hash` imports it.
 //!
 //! Every integer is little-endian; every structure starts with a magic and a version and
 //! ends with a CRC32 of the bytes before it ([`checksum`]). Parsers check, in order: length,
@@ -15,10 +20,12 @@
 //! # Records
 //! See [`TreeRecord`] and [`DbRecord`].
 
+mod filter_bytes;
 mod record;
 mod snapshot;
 
 pub use crate::error::DecodeError;
+use crate::filter::FilterMode;
 pub use record::{
     DbRecord, TreeRecord, DB_RECORD_LEN, DB_RECORD_MAGIC, FLAG_EMPTY, RECORD_VERSION,
     TREE_RECORD_LEN, TREE_RECORD_MAGIC,
@@ -49,6 +56,23 @@ pub const PAGE_MAGIC: [u8; 4] = *b"BPG\0";
 pub const ZERO_PAGE_MAGIC: [u8; 4] = *b"BPZ\0";
 /// Bytes of one 512-bit block of the blocked kind.
 pub const BLOCK_BYTES: u64 = 64;
+
+/// The filter kind that stores a filter of `mode`.
+pub fn filter_kind(mode: FilterMode) -> u32 {
+    match mode {
+        FilterMode::Plain => FILTER_KIND_BLOCKED,
+        FilterMode::Counting => FILTER_KIND_COUNTING,
+    }
+}
+
+/// The mode of a filter kind (`None`: unknown kind).
+pub fn mode_of_kind(kind: u32) -> Option<FilterMode> {
+    match kind {
+        FILTER_KIND_BLOCKED => Some(FilterMode::Plain),
+        FILTER_KIND_COUNTING => Some(FilterMode::Counting),
+        _ => None,
+    }
+}
 
 /// Payload bytes per 512-bit block for a filter kind (`None`: unknown kind).
 pub fn block_bytes(filter_kind: u32) -> Option<u64> {

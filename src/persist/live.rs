@@ -26,7 +26,7 @@ pub(crate) fn record_for(tree_id: [u8; 16], mode: FilterMode, cfg: &FilterConfig
 
 /// Writes `mode` and `cfg` into `r`.
 pub(crate) fn set_settings(r: &mut TreeRecord, mode: FilterMode, cfg: &FilterConfig) {
-    r.filter_kind = U32::new(mode.kind());
+    r.filter_kind = U32::new(format::filter_kind(mode));
     let (kind, value) = match cfg.sizing() {
         Sizing::FalsePositiveRate(p) => (1, p),
         Sizing::BitsPerKey(b) => (2, b),

@@ -65,7 +65,7 @@ pub(crate) fn recover(
     };
     let record = meta.read(at.name)?;
     let mode = at.mode.unwrap_or_else(|| match &record {
-        Some(Ok(r)) => FilterMode::of_kind(r.filter_kind.get()).unwrap_or_default(),
+        Some(Ok(r)) => format::mode_of_kind(r.filter_kind.get()).unwrap_or_default(),
         _ => FilterMode::Plain,
     });
     let identity = Identity {
@@ -245,7 +245,7 @@ pub(crate) fn recover(
 pub(crate) fn snapshot_copy(f: &AnyFilter) -> Result<super::live::Copy> {
     let bits = f.bits();
     let meta = format::SnapshotMeta {
-        filter_kind: f.mode().kind(),
+        filter_kind: format::filter_kind(f.mode()),
         seed: bits.seed(),
         db_id: [0; 16],
         tree_id: [0; 16],

@@ -2,7 +2,7 @@
 
 use crate::error::{DecodeError, Distrust};
 use crate::filter::FilterMode;
-use crate::format::{Header, TreeRecord, FLAG_EMPTY};
+use crate::format::{filter_kind, mode_of_kind, Header, TreeRecord, FLAG_EMPTY};
 
 /// What the snapshot is judged against besides the tree's record: the database it must
 /// belong to and the mode the tree is opened in.
@@ -44,9 +44,9 @@ pub(crate) fn judge<T>(
     header: impl Fn(&T) -> &Header,
 ) -> Result<Trusted<T>, Distrust> {
     let recorded_kind = record.filter_kind.get();
-    if recorded_kind != identity.mode.kind() {
+    if recorded_kind != filter_kind(identity.mode) {
         return Err(Distrust::ModeChanged {
-            snapshot: FilterMode::of_kind(recorded_kind).map_or("unknown", FilterMode::name),
+            snapshot: mode_of_kind(recorded_kind).map_or("unknown", FilterMode::name),
             configured: identity.mode.name(),
         });
     }
@@ -95,7 +95,7 @@ mod tests {
 
     fn record() -> TreeRecord {
         let mut r = TreeRecord::new_zeroed();
-        r.filter_kind = U32::new(FilterMode::Plain.kind());
+        r.filter_kind = U32::new(filter_kind(FilterMode::Plain));
         r.tree_id = TREE;
         r.snapshot_id = SNAP;
         r.snapshot_generation = U64::new(5);
@@ -105,7 +105,7 @@ mod tests {
 
     fn header() -> Header {
         let mut h = Header::new_zeroed();
-        h.filter_kind = U32::new(FilterMode::Plain.kind());
+        h.filter_kind = U32::new(filter_kind(FilterMode::Plain));
         h.db_id = DB;
         h.tree_id = TREE;
         h.snapshot_id = SNAP;
@@ -154,7 +154,7 @@ mod tests {
             );
         }
         let mut h = header();
-        h.filter_kind = U32::new(FilterMode::Counting.kind());
+        h.filter_kind = U32::new(filter_kind(FilterMode::Counting));
         assert!(matches!(
             run(&record(), &plain, h),
             Err(Distrust::Decode(DecodeError::Inconsistent(_)))
