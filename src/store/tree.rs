@@ -48,6 +48,9 @@ pub(crate) struct TreeShared {
     pub(crate) rebuild: RebuildState,
     /// Set when the database or the tree is closed or dropped: background work stops.
     pub(crate) closing: AtomicBool,
+    /// Set when the tree is dropped: lookups then go to sled, which answers
+    /// `Error::CollectionNotFound` (as sled's handles of a dropped tree do).
+    dropped: AtomicBool,
     pub(crate) me: Weak<TreeShared>,
 }
 
@@ -164,6 +167,7 @@ impl TreeShared {
             writes: AtomicU64::new(0),
             rebuild: RebuildState::new(policy, limit),
             closing: AtomicBool::new(false),
+            dropped: AtomicBool::new(false),
             me: me.clone(),
         })
     }
@@ -249,6 +253,7 @@ impl TreeShared {
     /// Deletes the tree's snapshot files and stops persisting it (the tree was dropped).
     pub(crate) fn forget_snapshot(&self) -> Result<()> {
         self.closing.store(true, Ordering::Relaxed);
+        self.dropped.store(true, Ordering::Relaxed);
         if let Some(p) = &self.persist {
             p.forget()?;
         }
@@ -268,6 +273,15 @@ impl TreeShared {
     fn probe(&self, key: &[u8]) -> bool {
         let maybe = self.filters.contains(key);
         self.counters.add(if maybe { PASSED } else { SKIPPED }, 1);
+        maybe || self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// [`TreeShared::probe`] for many keys, counted by the caller.
+    fn probe_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<bool> {
+        let mut maybe = self.filters.contains_many(keys);
+        if self.dropped.load(Ordering::Relaxed) {
+            maybe.fill(true);
+        }
         maybe
     }
 
@@ -418,7 +432,7 @@ impl Tree {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        let mut out = self.shared.filters.contains_many(keys);
+        let mut out = self.shared.probe_many(keys);
         self.count_batch(&out);
         for (key, maybe) in keys.iter().zip(out.iter_mut()) {
             if *maybe {
@@ -442,7 +456,7 @@ impl Tree {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<IVec>>> {
-        let maybe = self.shared.filters.contains_many(keys);
+        let maybe = self.shared.probe_many(keys);
         self.count_batch(&maybe);
         keys.iter()
             .zip(maybe)
