@@ -122,7 +122,7 @@ fn open_db(path: &Path, recovery: Recovery) -> CliResult<Db> {
         .open()
         .map_err(|e| match e {
             // sled reports a held lock as an I/O error "could not acquire lock on ...".
-            bloomsled::Error::Sled(sled::Error::Io(io))
+            bloomsled::Error::Io(io)
                 if io.kind() == io::ErrorKind::WouldBlock
                     || io.to_string().contains("could not acquire lock") =>
             {

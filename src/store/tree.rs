@@ -507,7 +507,7 @@ impl Tree {
                 Ok(())
             });
             return r.map_err(|e| match e {
-                transaction::TransactionError::Storage(e) => Error::Sled(e),
+                transaction::TransactionError::Storage(e) => Error::from(e),
                 transaction::TransactionError::Abort(()) => {
                     Error::Corrupt("batch transaction aborted".into())
                 }
