@@ -54,12 +54,16 @@ pub use filter::math::{bits_for, blocked_fpr, optimal_k, standard_fpr};
 pub use filter::{CountingFilter, Filter, FilterConfig, FilterMode, Sizing, COUNTER_MAX};
 pub use format::SnapshotFault;
 pub use persist::{Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo, VerifyReport};
-pub use sled::{Event, IVec, Iter, MergeOperator, Mode, Subscriber};
+/// sled's hidden testing re-exports, which sled's own test suite uses (an epoch guard and
+/// the space-amplification bound), so those tests compile against bloomsled unchanged.
+#[doc(hidden)]
+pub use sled::{pin, MAX_SPACE_AMPLIFICATION};
+pub use sled::{Event, IVec, MergeOperator, Mode};
 pub use stats::Stats;
 pub use store::transaction::{self, Transactional};
 pub use store::{
-    open, Batch, CompareAndSwapError, CompareAndSwapResult, Config, Db, RebuildReport, Tree,
-    RESERVED_PREFIX,
+    open, Batch, CompareAndSwapError, CompareAndSwapResult, Config, Db, Iter, RebuildReport,
+    Subscriber, Tree, RESERVED_PREFIX,
 };
 
 /// The README's examples, compiled and run as doc tests.

@@ -4,12 +4,16 @@ mod batch;
 mod config;
 mod db;
 mod filters;
+mod iter;
 mod rebuild;
+mod subscriber;
 pub mod transaction;
 mod tree;
 
 pub use batch::Batch;
 pub use config::Config;
 pub use db::{open, Db, RESERVED_PREFIX};
+pub use iter::Iter;
 pub use rebuild::RebuildReport;
+pub use subscriber::Subscriber;
 pub use tree::{CompareAndSwapError, CompareAndSwapResult, Tree};

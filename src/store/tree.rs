@@ -6,12 +6,12 @@ use std::ops::RangeBounds;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use sled::{IVec, Iter, MergeOperator, Subscriber};
+use sled::{IVec, MergeOperator};
 
 use super::filters::{Entered, Filters};
 use super::rebuild::{RebuildPolicy, RebuildReport, RebuildState};
 use super::transaction::{self, TransactionalTree};
-use super::Batch;
+use super::{Batch, Iter, Subscriber};
 use crate::error::{Error, Result};
 use crate::filter::any::{AnyFilter, FilterMode};
 use crate::filter::Filter;
@@ -700,7 +700,7 @@ impl Tree {
 
     /// Subscribes to writes of keys starting with `prefix` (sled's `watch_prefix`).
     pub fn watch_prefix<P: AsRef<[u8]>>(&self, prefix: P) -> Subscriber {
-        self.inner.watch_prefix(prefix)
+        Subscriber::new(self.inner.watch_prefix(prefix))
     }
 
     /// Flushes the tree's database to disk; returns the bytes written.
@@ -759,7 +759,7 @@ impl Tree {
 
     /// A double-ended iterator over every entry, in key order.
     pub fn iter(&self) -> Iter {
-        self.inner.iter()
+        Iter::new(self.inner.iter())
     }
 
     /// A double-ended iterator over the entries whose keys fall in `range`.
@@ -768,12 +768,12 @@ impl Tree {
         K: AsRef<[u8]>,
         R: RangeBounds<K>,
     {
-        self.inner.range(range)
+        Iter::new(self.inner.range(range))
     }
 
     /// A double-ended iterator over the entries whose keys start with `prefix`.
     pub fn scan_prefix<P: AsRef<[u8]>>(&self, prefix: P) -> Iter {
-        self.inner.scan_prefix(prefix)
+        Iter::new(self.inner.scan_prefix(prefix))
     }
 
     /// Number of entries (O(n), as in sled: it walks the tree).
@@ -937,7 +937,7 @@ impl Tree {
 }
 
 impl IntoIterator for &Tree {
-    type Item = sled::Result<(IVec, IVec)>;
+    type Item = Result<(IVec, IVec)>;
     type IntoIter = Iter;
 
     fn into_iter(self) -> Iter {
