@@ -333,9 +333,41 @@ impl Config {
     }
 
     /// Checks the settings, opens sled, and loads (or rebuilds) each tree's filter.
+    ///
+    /// A database whose lock is held is retried for up to half a second before
+    /// [`Error::Io`] is returned: sled's I/O threads let go of a closed database's file a
+    /// moment after its last handle is dropped, so a reopen right after a close in the same
+    /// process could otherwise fail (sled's own test suite blocks on the lock for this).
     pub fn open(&self) -> Result<Db> {
         Db::open_with(self.clone())
     }
+
+    /// Opens sled, retrying while its file lock is held (see [`Config::open`]).
+    pub(crate) fn open_sled(&self) -> Result<sled::Db> {
+        let mut waited = Duration::ZERO;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match self.sled.open() {
+                Err(sled::Error::Io(e)) if lock_held(&e) && waited < LOCK_WAIT => {
+                    log::debug!("bloomsled: {e}; retrying");
+                    std::thread::sleep(pause);
+                    waited += pause;
+                    pause = (pause * 2)
+                        .min(LOCK_WAIT.saturating_sub(waited))
+                        .max(Duration::from_millis(1));
+                }
+                opened => return Ok(opened?),
+            }
+        }
+    }
+}
+
+/// How long [`Config::open`] waits for a held database lock.
+const LOCK_WAIT: Duration = Duration::from_millis(500);
+
+/// Whether sled failed to open because another handle holds the database's lock.
+fn lock_held(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::WouldBlock || e.to_string().contains("could not acquire lock")
 }
 
 /// A sled config with the same settings as `c` that shares nothing with it.

@@ -91,7 +91,7 @@ impl Db {
     pub(crate) fn open_with(config: Config) -> Result<Db> {
         // Validate before sled creates anything on disk.
         config.validate()?;
-        let inner = config.sled.open()?;
+        let inner = config.open_sled()?;
         let existed = inner.was_recovered();
         let default_shared = open_filter(&inner, &config, DEFAULT_TREE, existed)?;
         let default = Tree::new(inner.deref().clone(), default_shared.clone());
