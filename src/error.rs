@@ -4,20 +4,58 @@
 
 use std::fmt;
 
+use sled::{DiskPtr, IVec};
+
+mod convert;
+
 /// Everything that can go wrong in bloomsled.
 ///
-/// Storage errors come from sled unchanged (`Error::Sled`); the other variants say which
-/// setting or which bytes were wrong and what was expected instead.
+/// The first five variants are `sled::Error`'s, with sled's payloads, so code written for
+/// sled keeps matching after switching the import: an error from sled arrives as the
+/// same-named variant (sled's `Io` as [`Error::Io`], like bloomsled's own I/O errors). The
+/// other variants say which setting or which bytes were wrong and what was expected
+/// instead. Conversions into sled's transaction errors and `std::io::Error` keep the
+/// original error (see `From<Error>` below).
+///
+/// ```
+/// # let db = bloomsled::Config::new().temporary(true).open()?;
+/// let t = db.open_tree("t")?;
+/// db.drop_tree("t")?;
+/// match t.get("k") {
+///     Err(bloomsled::Error::CollectionNotFound(name)) => assert_eq!(name, "t"),
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok::<(), bloomsled::Error>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// An error from the underlying sled store.
-    #[error("sled: {0}")]
-    Sled(#[from] sled::Error),
+    /// sled: the tree no longer exists (it was dropped).
+    #[error("Collection {0:?} does not exist")]
+    CollectionNotFound(IVec),
 
-    /// An I/O error outside sled.
+    /// sled: the system has been used in an unsupported way (e.g. a sled setting out of
+    /// range, or `use_compression` without the `compression` feature).
+    #[error("Unsupported: {0}")]
+    Unsupported(String),
+
+    /// sled: an unexpected bug in sled.
+    #[error("Unexpected bug has happened: {0}. PLEASE REPORT THIS BUG!")]
+    ReportableBug(String),
+
+    /// A read or write error with the file system, from sled or from bloomsled's own files.
     #[error("I/O: {0}")]
-    Io(#[from] std::io::Error),
+    Io(#[source] std::io::Error),
+
+    /// sled: corruption was detected in sled's storage file.
+    #[error("Read corrupted data at file offset {at:?} backtrace {bt:?}")]
+    Corruption {
+        /// The file location that corrupted data was found at.
+        at: Option<DiskPtr>,
+        /// A backtrace for where the corruption was encountered (empty: sled keeps one
+        /// only with its `testing` feature).
+        bt: (),
+    },
 
     /// A configuration value is out of its valid range; `what` names the setting and why.
     #[error("invalid configuration: {what}")]
@@ -85,12 +123,16 @@ impl Error {
 }
 
 /// Equality in the manner of `sled::Error`'s, so that sled-style assertions such as
-/// `assert_eq!(tree.get(k), Ok(None))` keep compiling after switching to bloomsled: sled and
-/// I/O errors compare by sled's rule and by kind, the others by variant and message.
+/// `assert_eq!(tree.get(k), Ok(None))` keep compiling after switching to bloomsled: sled's
+/// variants compare by sled's rule (by name, message, or corrupt location), I/O errors by
+/// kind, the others by variant and message.
 impl PartialEq for Error {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (Error::Sled(a), Error::Sled(b)) => a == b,
+            (Error::CollectionNotFound(a), Error::CollectionNotFound(b)) => a == b,
+            (Error::Unsupported(a), Error::Unsupported(b)) => a == b,
+            (Error::ReportableBug(a), Error::ReportableBug(b)) => a == b,
+            (Error::Corruption { at: a, .. }, Error::Corruption { at: b, .. }) => a == b,
             (Error::Io(a), Error::Io(b)) => a.kind() == b.kind(),
             (a, b) => {
                 std::mem::discriminant(a) == std::mem::discriminant(b)

@@ -51,12 +51,16 @@ pub use error::{DecodeError, Distrust, Error, FilterShape, Result};
 pub use filter::math::{bits_for, blocked_fpr, optimal_k, standard_fpr};
 pub use filter::{CountingFilter, Filter, FilterConfig, FilterMode, Sizing, COUNTER_MAX};
 pub use persist::{Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo, VerifyReport};
-pub use sled::{Event, IVec, Iter, MergeOperator, Mode, Subscriber};
+/// sled's hidden testing re-exports, which sled's own test suite uses (an epoch guard and
+/// the space-amplification bound), so those tests compile against bloomsled unchanged.
+#[doc(hidden)]
+pub use sled::{pin, MAX_SPACE_AMPLIFICATION};
+pub use sled::{Event, IVec, MergeOperator, Mode};
 pub use stats::Stats;
 pub use store::transaction::{self, Transactional};
 pub use store::{
-    open, Batch, CompareAndSwapError, CompareAndSwapResult, Config, Db, RebuildReport, Tree,
-    TreeConfig,
+    open, Batch, CompareAndSwapError, CompareAndSwapResult, Config, Db, Iter, RebuildReport,
+    Subscriber, Tree, TreeConfig,
 };
 
 /// The README's examples, compiled and run as doc tests.

@@ -253,7 +253,7 @@ fn multi_tree_transactions_admit_every_key_and_abort_cleanly() {
 #[test]
 fn watch_prefix_sees_writes() {
     let db = tmp();
-    let mut sub = db.watch_prefix(b"user/");
+    let sub = db.watch_prefix(b"user/");
     db.insert(b"user/1", b"x".to_vec()).unwrap();
     db.remove(b"user/1").unwrap();
     match sub.next_timeout(Duration::from_secs(5)).unwrap() {

@@ -34,8 +34,20 @@ fn churn_during_rebuilds(counting: bool) {
             .map(|w| {
                 let tree = tree.clone();
                 let published = published.clone();
+                let rebuilds = rebuilds.clone();
                 s.spawn(move || {
                     for i in 0..PER_WRITER {
+                        // Rebuilds overlap the writes whatever the scheduler does: half-way
+                        // the writers wait for one finished rebuild, before their last key
+                        // for a second (a loaded machine once let the writes finish first).
+                        let wait_for = match i {
+                            _ if i == PER_WRITER / 2 => 1,
+                            _ if i == PER_WRITER - 1 => 2,
+                            _ => 0,
+                        };
+                        while rebuilds.load(Ordering::Relaxed) < wait_for {
+                            thread::sleep(std::time::Duration::from_millis(1));
+                        }
                         let k = key(w, i);
                         match i % 4 {
                             // Kept: published for readers once the insert returned.

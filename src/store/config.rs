@@ -11,6 +11,9 @@ use crate::filter::{FilterConfig, FilterMode};
 use crate::format;
 use crate::persist::Recovery;
 
+/// The smallest page cache sled starts with (a smaller one fails sled's assertion).
+const MIN_CACHE_CAPACITY: u64 = 256;
+
 /// Builder for a [`Db`]: the sled settings users tune, passed through unchanged, and the
 /// filter settings every tree of the database uses.
 ///
@@ -70,7 +73,9 @@ impl Config {
 
     /// Directory of the database.
     pub fn path<P: AsRef<Path>>(mut self, path: P) -> Config {
-        self.sled = self.sled.path(&path);
+        // sled's `path` panics on a config whose settings are shared with a clone (it
+        // unwraps `Arc::get_mut`), e.g. `config.clone().path(..)`: set it on a fresh copy.
+        self.sled = unshared(&self.sled).path(&path);
         self.path = path.as_ref().to_path_buf();
         self
     }
@@ -229,6 +234,71 @@ impl Config {
         self
     }
 
+    /// sled: size of sled's log segments (I/O buffers) in bytes: a power of two from 256 B
+    /// to 16 MiB (default 512 KiB; sled documents it as a testing knob). Out of range,
+    /// [`Config::open`] returns [`Error::Unsupported`], as sled does.
+    pub fn segment_size(mut self, bytes: usize) -> Config {
+        self.sled = self.sled.segment_size(bytes);
+        self
+    }
+
+    /// sled: compress stored pages with zstd (default off). Needs bloomsled's `compression`
+    /// cargo feature (sled's feature of that name); without it [`Config::open`] returns
+    /// [`Error::Unsupported`], as sled does.
+    ///
+    /// ```
+    /// let opened = bloomsled::Config::new().temporary(true).use_compression(true).open();
+    /// if cfg!(feature = "compression") {
+    ///     assert!(opened.is_ok());
+    /// } else {
+    ///     assert!(matches!(opened, Err(bloomsled::Error::Unsupported(_))));
+    /// }
+    /// ```
+    pub fn use_compression(mut self, to: bool) -> Config {
+        self.sled = self.sled.use_compression(to);
+        self
+    }
+
+    /// sled: the zstd compression level used with [`Config::use_compression`], 1 to 22
+    /// (default 5; 20 and above are zstd's "ultra" levels). Out of range,
+    /// [`Config::open`] returns [`Error::Unsupported`], as sled does.
+    pub fn compression_factor(mut self, level: i32) -> Config {
+        self.sled = self.sled.compression_factor(level);
+        self
+    }
+
+    /// sled: does nothing (deprecated by sled 0.31); kept so sled code compiles unchanged.
+    /// bloomsled's own filter snapshots are set with [`Config::snapshot_every_writes`].
+    #[deprecated(since = "0.1.0", note = "a no-op in sled 0.34 too")]
+    pub fn snapshot_after_ops(self, _ops: u64) -> Config {
+        self
+    }
+
+    /// sled: does nothing (deprecated by sled 0.31); kept so sled code compiles unchanged.
+    /// bloomsled's filter snapshots live in the database directory.
+    #[deprecated(since = "0.1.0", note = "a no-op in sled 0.34 too")]
+    pub fn snapshot_path<P>(self, _path: P) -> Config {
+        self
+    }
+
+    /// sled: does nothing (deprecated by sled 0.31); kept so sled code compiles unchanged.
+    #[deprecated(since = "0.1.0", note = "a no-op in sled 0.34 too")]
+    pub fn segment_cleanup_skew(self, _skew: usize) -> Config {
+        self
+    }
+
+    /// sled: does nothing (deprecated by sled 0.31); kept so sled code compiles unchanged.
+    #[deprecated(since = "0.1.0", note = "a no-op in sled 0.34 too")]
+    pub fn segment_cleanup_threshold(self, _threshold: u8) -> Config {
+        self
+    }
+
+    /// sled: the error sled's background flusher hit, if any, for a database opened from
+    /// this config (sled's `Config::global_error`). After one, sled refuses writes.
+    pub fn global_error(&self) -> Result<()> {
+        Ok(self.sled.global_error()?)
+    }
+
     /// The filter settings.
     pub fn filter_config(&self) -> &FilterConfig {
         &self.filter
@@ -237,6 +307,14 @@ impl Config {
     /// The errors `open` returns for invalid settings, before anything touches the disk.
     pub(crate) fn validate(&self) -> Result<()> {
         self.filter.shape()?;
+        // sled asserts this when it starts (a panic); its other limits it reports itself.
+        if self.sled.cache_capacity < MIN_CACHE_CAPACITY {
+            return Err(Error::config(format!(
+                "cache_capacity must be at least {MIN_CACHE_CAPACITY} bytes (sled's minimum), \
+                 got {}",
+                self.sled.cache_capacity
+            )));
+        }
         if !(64..=64 << 20).contains(&self.page_size) || self.page_size % 64 != 0 {
             return Err(Error::config(format!(
                 "snapshot_page_size must be a multiple of 64 from 64 to {}, got {}",
@@ -258,9 +336,56 @@ impl Config {
     }
 
     /// Checks the settings, opens sled, and loads (or rebuilds) each tree's filter.
+    ///
+    /// A database whose lock is held is retried for up to half a second before
+    /// [`Error::Io`] is returned: sled's I/O threads let go of a closed database's file a
+    /// moment after its last handle is dropped, so a reopen right after a close in the same
+    /// process could otherwise fail (sled's own test suite blocks on the lock for this).
     pub fn open(&self) -> Result<Db> {
         Db::open_with(self.clone())
     }
+
+    /// Opens sled, retrying while its file lock is held (see [`Config::open`]).
+    pub(crate) fn open_sled(&self) -> Result<sled::Db> {
+        let mut waited = Duration::ZERO;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match self.sled.open() {
+                Err(sled::Error::Io(e)) if lock_held(&e) && waited < LOCK_WAIT => {
+                    log::debug!("bloomsled: {e}; retrying");
+                    std::thread::sleep(pause);
+                    waited += pause;
+                    pause = (pause * 2)
+                        .min(LOCK_WAIT.saturating_sub(waited))
+                        .max(Duration::from_millis(1));
+                }
+                opened => return Ok(opened?),
+            }
+        }
+    }
+}
+
+/// How long [`Config::open`] waits for a held database lock.
+const LOCK_WAIT: Duration = Duration::from_millis(500);
+
+/// Whether sled failed to open because another handle holds the database's lock.
+fn lock_held(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::WouldBlock || e.to_string().contains("could not acquire lock")
+}
+
+/// A sled config with the same settings as `c` that shares nothing with it.
+fn unshared(c: &sled::Config) -> sled::Config {
+    sled::Config::new()
+        .cache_capacity(c.cache_capacity)
+        .flush_every_ms(c.flush_every_ms)
+        .segment_size(c.segment_size)
+        .create_new(c.create_new)
+        .mode(c.mode)
+        .temporary(c.temporary)
+        .use_compression(c.use_compression)
+        .compression_factor(c.compression_factor)
+        .print_profile_on_drop(c.print_profile_on_drop)
+        .idgen_persist_interval(c.idgen_persist_interval)
 }
 
 /// One tree's own filter settings, for [`Db::open_tree_with`]: expected items, rate or bits

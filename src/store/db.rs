@@ -91,7 +91,7 @@ impl Db {
         if !config.temporary {
             super::torn::set_aside_torn_snapshot(&config.path)?;
         }
-        let inner = config.sled.open()?;
+        let inner = config.open_sled()?;
         let meta = if config.temporary {
             None
         } else {

@@ -136,19 +136,16 @@ impl TransactionalTree {
         self.inner.flush()
     }
 
-    /// A monotonic id (see `Db::generate_id`).
-    pub fn generate_id(&self) -> sled::Result<u64> {
-        self.inner.generate_id()
+    /// A monotonic id (see `Db::generate_id`). Call this one inside a transaction: sled
+    /// deadlocks on `Db::generate_id` there.
+    pub fn generate_id(&self) -> crate::Result<u64> {
+        Ok(self.inner.generate_id()?)
     }
 }
 
 /// A bloomsled error inside a transaction, as the storage error sled's types can carry.
 fn storage(e: crate::Error) -> UnabortableTransactionError {
-    UnabortableTransactionError::Storage(match e {
-        crate::Error::Sled(e) => e,
-        crate::Error::Io(e) => sled::Error::Io(e),
-        other => sled::Error::Unsupported(other.to_string()),
-    })
+    e.into()
 }
 
 /// How a transaction ended.

@@ -6,12 +6,12 @@ use std::ops::RangeBounds;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use sled::{IVec, Iter, MergeOperator, Subscriber};
+use sled::{IVec, MergeOperator};
 
 use super::filters::{Entered, Filters};
 use super::rebuild::{RebuildPolicy, RebuildReport, RebuildState};
 use super::transaction::{self, TransactionalTree};
-use super::Batch;
+use super::{Batch, Iter, Subscriber};
 use crate::error::{Error, Result};
 use crate::filter::any::{AnyFilter, FilterMode};
 use crate::filter::Filter;
@@ -47,6 +47,9 @@ pub(crate) struct TreeShared {
     pub(crate) rebuild: RebuildState,
     /// Set when the database or the tree is closed or dropped: background work stops.
     pub(crate) closing: AtomicBool,
+    /// Set when the tree is dropped: lookups then go to sled, which answers
+    /// `Error::CollectionNotFound` (as sled's handles of a dropped tree do).
+    dropped: AtomicBool,
     pub(crate) me: Weak<TreeShared>,
 }
 
@@ -163,6 +166,7 @@ impl TreeShared {
             writes: AtomicU64::new(0),
             rebuild: RebuildState::new(policy, limit),
             closing: AtomicBool::new(false),
+            dropped: AtomicBool::new(false),
             me: me.clone(),
         })
     }
@@ -260,6 +264,7 @@ impl TreeShared {
     /// Deletes the tree's snapshot files and stops persisting it (the tree was dropped).
     pub(crate) fn forget_snapshot(&self) -> Result<()> {
         self.closing.store(true, Ordering::Relaxed);
+        self.dropped.store(true, Ordering::Relaxed);
         if let Some(p) = &self.persist {
             p.forget()?;
         }
@@ -284,6 +289,15 @@ impl TreeShared {
     fn probe(&self, key: &[u8]) -> bool {
         let maybe = self.filters.contains(key);
         self.counters.add(if maybe { PASSED } else { SKIPPED }, 1);
+        maybe || self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// [`TreeShared::probe`] for many keys, counted by the caller.
+    fn probe_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<bool> {
+        let mut maybe = self.filters.contains_many(keys);
+        if self.dropped.load(Ordering::Relaxed) {
+            maybe.fill(true);
+        }
         maybe
     }
 
@@ -438,7 +452,7 @@ impl Tree {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        let mut out = self.shared.filters.contains_many(keys);
+        let mut out = self.shared.probe_many(keys);
         self.count_batch(&out);
         for (key, maybe) in keys.iter().zip(out.iter_mut()) {
             if *maybe {
@@ -462,7 +476,7 @@ impl Tree {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<IVec>>> {
-        let maybe = self.shared.filters.contains_many(keys);
+        let maybe = self.shared.probe_many(keys);
         self.count_batch(&maybe);
         keys.iter()
             .zip(maybe)
@@ -513,7 +527,7 @@ impl Tree {
                 Ok(())
             });
             return r.map_err(|e| match e {
-                transaction::TransactionError::Storage(e) => Error::Sled(e),
+                transaction::TransactionError::Storage(e) => Error::from(e),
                 transaction::TransactionError::Abort(()) => {
                     Error::Corrupt("batch transaction aborted".into())
                 }
@@ -706,7 +720,7 @@ impl Tree {
 
     /// Subscribes to writes of keys starting with `prefix` (sled's `watch_prefix`).
     pub fn watch_prefix<P: AsRef<[u8]>>(&self, prefix: P) -> Subscriber {
-        self.inner.watch_prefix(prefix)
+        Subscriber::new(self.inner.watch_prefix(prefix))
     }
 
     /// Flushes the tree's database to disk; returns the bytes written.
@@ -765,7 +779,7 @@ impl Tree {
 
     /// A double-ended iterator over every entry, in key order.
     pub fn iter(&self) -> Iter {
-        self.inner.iter()
+        Iter::new(self.inner.iter())
     }
 
     /// A double-ended iterator over the entries whose keys fall in `range`.
@@ -774,12 +788,12 @@ impl Tree {
         K: AsRef<[u8]>,
         R: RangeBounds<K>,
     {
-        self.inner.range(range)
+        Iter::new(self.inner.range(range))
     }
 
     /// A double-ended iterator over the entries whose keys start with `prefix`.
     pub fn scan_prefix<P: AsRef<[u8]>>(&self, prefix: P) -> Iter {
-        self.inner.scan_prefix(prefix)
+        Iter::new(self.inner.scan_prefix(prefix))
     }
 
     /// Number of entries (O(n), as in sled: it walks the tree).
@@ -944,7 +958,7 @@ impl Tree {
 }
 
 impl IntoIterator for &Tree {
-    type Item = sled::Result<(IVec, IVec)>;
+    type Item = Result<(IVec, IVec)>;
     type IntoIter = Iter;
 
     fn into_iter(self) -> Iter {

@@ -64,9 +64,7 @@ pub fn open_with(path: &Path, config: Config) -> CliResult<Db> {
 /// holds the database's lock. The one place that knows how bloomsled and sled report it.
 pub fn is_lock_error(path: &Path, err: &bloomsled::Error) -> bool {
     match err {
-        bloomsled::Error::Sled(sled::Error::Io(io)) | bloomsled::Error::Io(io) => {
-            io_is_lock_error(path, io)
-        }
+        bloomsled::Error::Io(io) => io_is_lock_error(path, io),
         _ => false,
     }
 }
