@@ -128,9 +128,13 @@ impl Persistence {
     /// Fully verifies the snapshot on disk against the tree's record: `Ok(generation)` if
     /// it is the one open would load.
     /// Writes since the snapshot do not count against it here: it is checked as the
-    /// snapshot of the data at its generation.
+    /// snapshot of the data at its generation. A tree never snapshotted yet has generation 0
+    /// and nothing to check.
     pub(crate) fn verify(&self, mode: FilterMode) -> std::result::Result<u64, Distrust> {
         let mut record = *self.record.lock().unwrap_or_else(|p| p.into_inner());
+        if record.snapshot_generation.get() == 0 {
+            return Ok(0); // never snapshotted yet: nothing on disk to check
+        }
         record.dirty_generation = U64::new(0);
         let identity = Identity {
             db_id: self.meta.db_id(),
