@@ -97,6 +97,14 @@ pub enum Error {
         why: String,
     },
 
+    /// [`crate::Db::try_import`] was given an export it cannot import: nothing after the
+    /// failing entry was imported.
+    #[error("cannot import: {what}")]
+    Import {
+        /// What was wrong with the export.
+        what: String,
+    },
+
     /// Memory for a filter or a snapshot copy could not be reserved: nothing was changed.
     #[error("cannot reserve {bytes} bytes for {what}")]
     OutOfMemory {

@@ -286,7 +286,7 @@ fn export_import_carries_every_key_through_the_filter() {
     let before = dst.checksum().unwrap();
     assert!(matches!(
         dst.try_import(src.export()),
-        Err(Error::InvalidConfig { .. })
+        Err(Error::Import { .. })
     ));
     assert_eq!(before, dst.checksum().unwrap());
 }

@@ -154,7 +154,7 @@ fn temporary_databases_keep_no_snapshots() {
     assert!(db.snapshot_path().is_none());
     assert!(matches!(
         db.snapshot(),
-        Err(bloomsled::Error::InvalidConfig { .. })
+        Err(bloomsled::Error::Unsupported(_))
     ));
     assert!(db.snapshot_all().unwrap().is_empty());
 }

@@ -298,10 +298,12 @@ impl Db {
     ) -> Result<()> {
         for (kind, name, entries) in export {
             if kind != b"tree" {
-                return Err(Error::config(format!(
-                    "cannot import collection type {:?}",
-                    String::from_utf8_lossy(&kind)
-                )));
+                return Err(Error::Import {
+                    what: format!(
+                        "cannot import collection type {:?}",
+                        String::from_utf8_lossy(&kind)
+                    ),
+                });
             }
             let tree = if name == DEFAULT_TREE {
                 self.default.clone()
@@ -310,15 +312,19 @@ impl Db {
             };
             for mut kv in entries {
                 let (Some(v), Some(k), true) = (kv.pop(), kv.pop(), kv.is_empty()) else {
-                    return Err(Error::config("import entry is not a [key, value] pair"));
+                    return Err(Error::Import {
+                        what: "an entry is not a [key, value] pair".into(),
+                    });
                 };
                 // Insert-if-absent: an existing key is reported, never overwritten.
                 if tree.compare_and_swap(&k, None::<&[u8]>, Some(v))?.is_err() {
-                    return Err(Error::config(format!(
-                        "import would overwrite key {:?} of tree {:?}",
-                        String::from_utf8_lossy(&k),
-                        String::from_utf8_lossy(&name)
-                    )));
+                    return Err(Error::Import {
+                        what: format!(
+                            "it would overwrite key {:?} of tree {:?}",
+                            String::from_utf8_lossy(&k),
+                            String::from_utf8_lossy(&name)
+                        ),
+                    });
                 }
             }
         }

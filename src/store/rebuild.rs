@@ -276,7 +276,7 @@ impl TreeShared {
         let new = self
             .filters
             .get(slot)
-            .ok_or_else(|| Error::Corrupt("rebuilt slot vanished".into()))?;
+            .ok_or_else(|| Error::ReportableBug("the rebuilt filter's slot vanished".into()))?;
         self.rebuild
             .limit
             .store(self.rebuild.policy.items_limit(new), Ordering::Relaxed);
@@ -368,7 +368,7 @@ impl TreeShared {
         let new = self
             .filters
             .get(slot)
-            .ok_or_else(|| Error::Corrupt("rebuild slot is empty".into()))?;
+            .ok_or_else(|| Error::ReportableBug("the rebuild's filter slot is empty".into()))?;
         let seed = new.bits().seed();
         let mut scanned = 0u64;
         loop {

@@ -218,7 +218,7 @@ impl TreeShared {
         let p = self
             .persist
             .as_ref()
-            .ok_or_else(|| Error::config("a temporary database keeps no snapshots"))?;
+            .ok_or_else(|| Error::Unsupported("a temporary database keeps no snapshots".into()))?;
         // In counting mode the flush of the record that completes the snapshot also makes
         // every remove whose decrement the copy holds durable (see `persist`).
         let info = p.snapshot(
@@ -528,8 +528,9 @@ impl Tree {
             });
             return r.map_err(|e| match e {
                 transaction::TransactionError::Storage(e) => Error::from(e),
+                // The closure above never aborts.
                 transaction::TransactionError::Abort(()) => {
-                    Error::Corrupt("batch transaction aborted".into())
+                    Error::ReportableBug("a batch transaction aborted".into())
                 }
             });
         }
