@@ -1,74 +1,62 @@
-//! Counters that many threads bump without sharing a cache line, and the `Stats` report.
+//! The `Stats` report, and the per-tree counters behind it.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use crate::counters::Counters;
 
-const STRIPES: usize = 16;
+/// A tree's lookup and write counters: what [`Stats`] reports about the filter's work.
+/// Each event bumps one striped counter, so the lookup path pays one add and no shared
+/// cache line.
+#[derive(Default)]
+pub(crate) struct LookupCounters(Counters<4>);
 
-/// One stripe of `N` counters per 128 bytes (two cache lines: adjacent-line prefetchers
-/// pair them).
-#[repr(align(128))]
-struct Stripe<const N: usize>([AtomicU64; N]);
+const SKIPPED: usize = 0;
+const PASSED: usize = 1;
+const FALSE_POSITIVES: usize = 2;
+const STALE: usize = 3;
 
-/// `N` sums spread over stripes. Each thread adds to its own stripe, so a hot lookup path
-/// from many threads never bounces a shared cache line between cores.
-pub(crate) struct Counters<const N: usize> {
-    stripes: [Stripe<N>; STRIPES],
-}
-
-impl<const N: usize> Default for Counters<N> {
-    fn default() -> Self {
-        Counters {
-            stripes: std::array::from_fn(|_| Stripe(std::array::from_fn(|_| AtomicU64::new(0)))),
-        }
-    }
-}
-
-#[inline]
-fn my_stripe() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        // Const-initialized (no lazy-init check on each access); assigned on first use.
-        static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    STRIPE.with(|s| {
-        let v = s.get();
-        if v != usize::MAX {
-            return v;
-        }
-        let v = NEXT.fetch_add(1, Relaxed) % STRIPES;
-        s.set(v);
-        v
-    })
-}
-
-impl<const N: usize> Counters<N> {
-    /// Adds `n` to counter `which`.
-    ///
-    /// A plain load and store, not a locked read-modify-write: a stripe belongs to one
-    /// thread unless more than [`STRIPES`] threads count at once, and then an increment that
-    /// races another on the same stripe may be lost. Statistics tolerate that; a locked add
-    /// on every lookup would cost more than the filter probe itself.
+impl LookupCounters {
+    /// One lookup: the filter said "maybe" (`true`) or "absent".
     #[inline]
-    pub(crate) fn add(&self, which: usize, n: u64) {
-        let c = &self.stripes[my_stripe()].0[which];
-        c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+    pub(crate) fn lookup(&self, maybe: bool) {
+        self.0.add(if maybe { PASSED } else { SKIPPED }, 1);
     }
 
-    /// Sets every counter to zero.
-    pub(crate) fn reset(&self) {
-        for s in &self.stripes {
-            for c in &s.0 {
-                c.store(0, Relaxed);
-            }
-        }
+    /// Many lookups at once: `absent` of them answered by the filter, `maybe` passed on.
+    #[inline]
+    pub(crate) fn lookups(&self, absent: u64, maybe: u64) {
+        self.0.add(SKIPPED, absent);
+        self.0.add(PASSED, maybe);
     }
 
-    /// The total of counter `which`.
-    pub(crate) fn sum(&self, which: usize) -> u64 {
-        self.stripes
-            .iter()
-            .fold(0u64, |a, s| a.wrapping_add(s.0[which].load(Relaxed)))
+    /// The filter said "maybe" and the store said no.
+    #[inline]
+    pub(crate) fn false_positive(&self) {
+        self.0.add(FALSE_POSITIVES, 1);
+    }
+
+    /// `n` removes whose bits stay set (plain mode).
+    #[inline]
+    pub(crate) fn stale(&self, n: u64) {
+        self.0.add(STALE, n);
+    }
+
+    /// Lookups answered by the filter alone.
+    pub(crate) fn skipped(&self) -> u64 {
+        self.0.sum(SKIPPED)
+    }
+
+    /// Lookups passed on to the store.
+    pub(crate) fn passed(&self) -> u64 {
+        self.0.sum(PASSED)
+    }
+
+    /// False positives seen.
+    pub(crate) fn false_positives(&self) -> u64 {
+        self.0.sum(FALSE_POSITIVES)
+    }
+
+    /// Stale removes counted since the tree was opened.
+    pub(crate) fn stale_total(&self) -> u64 {
+        self.0.sum(STALE)
     }
 }
 

@@ -15,12 +15,12 @@ pub use counting::{CountingFilter, COUNTER_MAX};
 
 use std::fmt;
 
+use crate::counters::Counters;
 use crate::error::{Error, FilterShape, Result};
 use crate::hash::{
     block_index, block_pattern, first_n_positions, first_positions, hash_key, BLOCK_WORDS,
     DEFAULT_SEED,
 };
-use crate::stats::Counters;
 use bits::Blocks;
 
 /// Bits in one block: one 64-byte cache line.

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use sled::IVec;
 
 use super::config::TreeConfig;
-use super::rebuild::RebuildPolicy;
+use super::policy::RebuildPolicy;
+use super::rebuild::Rebuild;
 use super::scan::build_filter;
-use super::tree::TreeShared;
+use super::state::TreeState;
 use super::{Config, Tree};
 use crate::error::{Error, Result};
 use crate::persist::{
@@ -58,7 +59,7 @@ struct DbShared {
     /// bloomsled's records in sled; `None` for a temporary database.
     meta: Option<Arc<Meta>>,
     /// One filter per open tree, shared by every handle to it.
-    trees: Mutex<HashMap<IVec, Arc<TreeShared>>>,
+    trees: Mutex<HashMap<IVec, Arc<TreeState>>>,
 }
 
 impl fmt::Debug for Db {
@@ -121,7 +122,7 @@ impl Db {
     /// Snapshots every open tree written since its last snapshot, so that the next open
     /// loads all filters without a scan. Returns what was written.
     pub fn snapshot_all(&self) -> Result<Vec<SnapshotInfo>> {
-        let trees: Vec<Arc<TreeShared>> = self.lock_trees().values().cloned().collect();
+        let trees: Vec<Arc<TreeState>> = self.lock_trees().values().cloned().collect();
         let mut out = Vec::new();
         // Each snapshot's file is durable when it is written; the records naming them are
         // made durable by one flush at the end (until then the previous snapshots stay the
@@ -331,7 +332,7 @@ impl Db {
         Ok(())
     }
 
-    fn lock_trees(&self) -> std::sync::MutexGuard<'_, HashMap<IVec, Arc<TreeShared>>> {
+    fn lock_trees(&self) -> std::sync::MutexGuard<'_, HashMap<IVec, Arc<TreeState>>> {
         // The map is only ever replaced whole-entry, so a panic elsewhere cannot leave it
         // half-updated: recover from poisoning instead of propagating it.
         self.shared
@@ -361,7 +362,7 @@ impl Drop for DbShared {
             t.closing.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         for t in trees.values() {
-            t.wait_for_rebuild();
+            Rebuild(t).wait();
         }
     }
 }
@@ -383,7 +384,7 @@ fn open_filter(
     meta: Option<&Arc<Meta>>,
     name: &[u8],
     tree_config: Option<&TreeConfig>,
-) -> Result<Arc<TreeShared>> {
+) -> Result<Arc<TreeState>> {
     let every = config.snapshot_every_writes;
     let mode = tree_config.and_then(|c| c.mode).or(config.mode);
     let sizing = tree_config.map_or(&config.filter, |c| &c.filter);
@@ -400,7 +401,7 @@ fn open_filter(
             generation: 0,
             duration: start.elapsed(),
         };
-        return Ok(TreeShared::new(
+        return Ok(TreeState::new(
             filter,
             tree.clone(),
             None,
@@ -423,7 +424,7 @@ fn open_filter(
         build_filter(tree, mode, &policy(config, sizing.clone()))
     })?;
     let policy = policy(config, recovered.sizing);
-    let shared = TreeShared::new(
+    let shared = TreeState::new(
         recovered.filter,
         tree.clone(),
         Some(recovered.persistence),
@@ -433,7 +434,7 @@ fn open_filter(
     );
     // A filter loaded past its capacity (a bulk load closed before its resize finished)
     // starts the resize now rather than serving a high false-positive rate for good.
-    shared.check_rebuild();
+    Rebuild(&shared).check();
     Ok(shared)
 }
 
@@ -455,7 +456,7 @@ fn spawn_snapshotter(db: Weak<DbShared>, every: Duration) {
                 }
                 waited = Duration::ZERO;
                 let Some(db) = db.upgrade() else { return };
-                let trees: Vec<Arc<TreeShared>> = db
+                let trees: Vec<Arc<TreeState>> = db
                     .trees
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())

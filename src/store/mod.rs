@@ -5,12 +5,15 @@ mod config;
 mod db;
 mod filters;
 mod iter;
+mod policy;
 mod rebuild;
 mod scan;
+mod state;
 mod subscriber;
 mod torn;
 pub mod transaction;
 mod tree;
+mod write;
 
 pub use batch::Batch;
 pub use config::{Config, TreeConfig};

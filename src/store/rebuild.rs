@@ -13,18 +13,17 @@
 //! when the live keys pass the capacity or the modelled false-positive rate passes the
 //! configured bound.
 
-use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::ops::{Bound, Deref};
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use sled::IVec;
 
-use super::tree::TreeShared;
+use super::policy::FILL_AFTER_REBUILD;
+use super::state::TreeState;
 use crate::error::{Error, Result};
 use crate::filter::any::{AnyFilter, FilterMode};
-use crate::filter::{math, FilterConfig};
 use crate::hash::hash_key;
 use crate::persist::SnapshotInfo;
 
@@ -34,9 +33,6 @@ const CHUNK: usize = 256;
 
 /// Longest the rebuild yields between chunks to writers that were blocked on the gate.
 const MAX_YIELD: Duration = Duration::from_millis(2);
-
-/// Below this share of the capacity, the live keys leave room to grow after a rebuild.
-const FILL_AFTER_REBUILD: f64 = 0.75;
 
 /// Scans one rebuild may start before it settles for the size it has.
 const MAX_ATTEMPTS: u32 = 8;
@@ -71,97 +67,19 @@ pub struct RebuildReport {
     pub automatic: bool,
 }
 
-/// When and how to rebuild, from the configuration.
-#[derive(Debug, Clone)]
-pub(crate) struct RebuildPolicy {
-    pub(crate) auto: bool,
-    /// Modelled false-positive rate that triggers a rebuild; `None`: twice the target.
-    pub(crate) bound: Option<f64>,
-    /// Sizing of new filters (capacity, rate or bits per key, k).
-    pub(crate) base: FilterConfig,
-}
+/// A rebuild's view of a tree: the procedures borrow the tree's state instead of adding
+/// methods to it.
+pub(crate) struct Rebuild<'a>(pub(crate) &'a TreeState);
 
-impl RebuildPolicy {
-    /// The most items the filter holds before its modelled false-positive rate passes the
-    /// bound (plain mode counts removed keys: their bits are still set).
-    pub(crate) fn items_limit(&self, f: &AnyFilter) -> u64 {
-        let bits = f.bits();
-        let bound = self.bound.unwrap_or(2.0 * bits.target_fpr());
-        let m = bits.num_bits() as f64;
-        let k = bits.num_hashes();
-        let fpr_at = |n: u64| math::blocked_fpr(m / n as f64, k);
-        let (mut lo, mut hi) = (1u64, bits.num_bits().max(2));
-        if fpr_at(lo) > bound {
-            return 0;
-        }
-        if fpr_at(hi) <= bound {
-            return hi;
-        }
-        // fpr_at(lo) <= bound < fpr_at(hi); the model is increasing in n.
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if fpr_at(mid) <= bound {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
-    }
+impl Deref for Rebuild<'_> {
+    type Target = TreeState;
 
-    /// Capacity for `live` keys: the configured capacity doubled until they fill at most
-    /// three quarters of it.
-    pub(crate) fn capacity_for(&self, live: u64) -> u64 {
-        let mut cap = self.base.capacity().max(1);
-        while live as f64 > FILL_AFTER_REBUILD * cap as f64 {
-            match cap.checked_mul(2) {
-                Some(c) => cap = c,
-                None => break,
-            }
-        }
-        cap
+    fn deref(&self) -> &TreeState {
+        self.0
     }
 }
 
-/// Per-tree rebuild bookkeeping.
-pub(crate) struct RebuildState {
-    pub(crate) policy: RebuildPolicy,
-    /// One rebuild at a time.
-    lock: Mutex<()>,
-    /// An automatic rebuild was started and has not finished.
-    pending: AtomicBool,
-    running: AtomicBool,
-    /// Automatic rebuilds failed once (logged); they are not retried.
-    auto_failed: AtomicBool,
-    pub(crate) rebuilds: AtomicU64,
-    pub(crate) resizes: AtomicU64,
-    /// The stale total when the current filter's scan started.
-    pub(crate) stale_base: AtomicU64,
-    /// `items_limit` of the current filter.
-    limit: AtomicU64,
-}
-
-impl RebuildState {
-    pub(crate) fn new(policy: RebuildPolicy, limit: u64) -> Self {
-        RebuildState {
-            policy,
-            lock: Mutex::new(()),
-            pending: AtomicBool::new(false),
-            running: AtomicBool::new(false),
-            auto_failed: AtomicBool::new(false),
-            rebuilds: AtomicU64::new(0),
-            resizes: AtomicU64::new(0),
-            stale_base: AtomicU64::new(0),
-            limit: AtomicU64::new(limit),
-        }
-    }
-
-    pub(crate) fn in_progress(&self) -> bool {
-        self.pending.load(Ordering::Acquire) || self.running.load(Ordering::Acquire)
-    }
-}
-
-impl TreeShared {
+impl Rebuild<'_> {
     /// Live keys as far as the filter knows: counted in less counted out (counting mode),
     /// or bit-setting inserts less stale removes (plain mode).
     fn live_estimate(&self, f: &AnyFilter) -> u64 {
@@ -172,7 +90,7 @@ impl TreeShared {
     }
 
     /// Starts an automatic rebuild in the background if the filter needs one.
-    pub(crate) fn check_rebuild(&self) {
+    pub(crate) fn check(&self) {
         let r = &self.rebuild;
         if !r.policy.auto
             || r.in_progress()
@@ -203,7 +121,7 @@ impl TreeShared {
             .name("bloomsled-rebuild".into())
             .spawn(move || {
                 let Some(s) = me.upgrade() else { return };
-                match s.rebuild_now(true) {
+                match Rebuild(&s).now(true) {
                     Ok(_) => {}
                     Err(Error::Closed(_)) => {}
                     Err(e) => {
@@ -223,7 +141,7 @@ impl TreeShared {
     }
 
     /// Blocks until no rebuild is running or pending.
-    pub(crate) fn wait_for_rebuild(&self) {
+    pub(crate) fn wait(&self) {
         loop {
             drop(self.rebuild.lock.lock().unwrap_or_else(|p| p.into_inner()));
             if !self.rebuild.in_progress() {
@@ -234,15 +152,15 @@ impl TreeShared {
     }
 
     /// Rebuilds the filter from the keys (see the module docs).
-    pub(crate) fn rebuild_now(&self, automatic: bool) -> Result<RebuildReport> {
+    pub(crate) fn now(&self, automatic: bool) -> Result<RebuildReport> {
         let _one = self.rebuild.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.rebuild.running.store(true, Ordering::Release);
-        let r = self.rebuild_locked(automatic);
+        let r = self.locked(automatic);
         self.rebuild.running.store(false, Ordering::Release);
         r
     }
 
-    fn rebuild_locked(&self, automatic: bool) -> Result<RebuildReport> {
+    fn locked(&self, automatic: bool) -> Result<RebuildReport> {
         let start = Instant::now();
         let old_capacity = self.filters.enter().current().capacity();
         // The filter's own count is only an estimate (an overfull plain filter undercounts
@@ -415,45 +333,5 @@ impl TreeShared {
                 thread::yield_now();
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn policy(capacity: u64) -> RebuildPolicy {
-        RebuildPolicy {
-            auto: true,
-            bound: None,
-            base: FilterConfig::new(capacity),
-        }
-    }
-
-    #[test]
-    fn capacity_doubles_until_the_live_keys_fit_with_room() {
-        let p = policy(1000);
-        assert_eq!(p.capacity_for(0), 1000);
-        assert_eq!(p.capacity_for(750), 1000);
-        assert_eq!(p.capacity_for(751), 2000);
-        assert_eq!(p.capacity_for(1001), 2000);
-        assert_eq!(p.capacity_for(1_000_000), 2_048_000);
-        assert_eq!(
-            policy(u64::MAX / 2 + 1).capacity_for(u64::MAX),
-            u64::MAX / 2 + 1
-        );
-    }
-
-    #[test]
-    fn items_limit_is_where_the_model_crosses_the_bound() {
-        let p = policy(10_000);
-        let f = AnyFilter::new(FilterMode::Plain, p.base.shape().unwrap(), 10_000).unwrap();
-        let limit = p.items_limit(&f);
-        let bits = f.bits();
-        let fpr = |n: u64| math::blocked_fpr(bits.num_bits() as f64 / n as f64, bits.num_hashes());
-        let bound = 2.0 * bits.target_fpr();
-        assert!(fpr(limit) <= bound && fpr(limit + 1) > bound);
-        // Twice the rate is reached well past capacity, and well before twice capacity.
-        assert!(limit > 11_000 && limit < 20_000, "{limit}");
     }
 }

@@ -5,7 +5,7 @@ use std::thread;
 
 use sled::IVec;
 
-use super::rebuild::RebuildPolicy;
+use super::policy::RebuildPolicy;
 use crate::error::Result;
 use crate::filter::any::AnyFilter;
 use crate::filter::FilterMode;

@@ -27,7 +27,8 @@ pub use sled::transaction::{
 /// Result of a transactional read or write: only storage errors, no abort.
 pub type UnabortableTransactionResult<T> = Result<T, UnabortableTransactionError>;
 
-use super::tree::{TreeShared, Writing};
+use super::state::TreeState;
+use super::write::Writing;
 use super::{Batch, Tree};
 
 /// What one tree's part of a transaction did to the filter.
@@ -41,7 +42,7 @@ struct Journal {
 
 /// One tree of a running transaction.
 struct TxTree {
-    shared: Arc<TreeShared>,
+    shared: Arc<TreeState>,
     journal: Mutex<Journal>,
 }
 
@@ -86,7 +87,9 @@ impl TransactionalTree {
         let k = IVec::from(key.as_ref());
         if !self.ctx.journal().counted.contains(&k) {
             // Nested in the transaction's own hold of the gate: no lock is taken here.
-            self.ctx.shared.begin_write().admit(&k).map_err(storage)?;
+            let w = Writing::new(&self.ctx.shared);
+            w.count_in(&k);
+            w.mark_dirty().map_err(storage)?;
             self.ctx.journal().counted.insert(k.clone());
         }
         let old = self.inner.insert(key, value)?;
@@ -100,10 +103,8 @@ impl TransactionalTree {
         K: AsRef<[u8]> + Into<IVec>,
     {
         let k = IVec::from(key.as_ref());
-        self.ctx
-            .shared
-            .begin_write()
-            .before_remove()
+        Writing::new(&self.ctx.shared)
+            .mark_dirty_for_remove()
             .map_err(storage)?;
         let old = self.inner.remove(key)?;
         self.ctx.record(k, old.is_some(), false);
@@ -171,7 +172,7 @@ impl<'t> Run<'t> {
         let mut order: Vec<&'t Tree> = trees.to_vec();
         order.sort_by_key(|t| id(t));
         order.dedup_by_key(|t| id(t));
-        let holds = order.iter().map(|t| t.shared.begin_write()).collect();
+        let holds = order.iter().map(|t| Writing::new(&t.shared)).collect();
         let distinct: Vec<Arc<TxTree>> = order
             .iter()
             .map(|t| {
@@ -230,10 +231,10 @@ impl<'t> Run<'t> {
                     };
                     // Counted in `counted` times; the store gained `after - before`.
                     for _ in 0..(counted - (i32::from(after) - i32::from(before))) {
-                        hold.uncount(k);
+                        hold.undo_count_in(k);
                     }
                     if before && !after {
-                        hold.count_stale(1);
+                        hold.count_out_plain(1);
                     }
                 }
             }

@@ -3,20 +3,21 @@
 use std::cell::Cell;
 use std::fmt;
 use std::ops::RangeBounds;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use sled::{IVec, MergeOperator};
 
-use super::filters::{Entered, Filters};
-use super::rebuild::{RebuildPolicy, RebuildReport, RebuildState};
+use super::rebuild::{Rebuild, RebuildReport};
+use super::state::TreeState;
 use super::transaction::{self, TransactionalTree};
+use super::write::Writing;
 use super::{Batch, Iter, Subscriber};
 use crate::error::{Error, Result};
-use crate::filter::any::{AnyFilter, FilterMode};
+use crate::filter::any::FilterMode;
 use crate::filter::Filter;
-use crate::persist::{snapshot_copy, Persistence, RecoveryReport, SnapshotInfo, VerifyReport};
-use crate::stats::{Counters, Stats};
+use crate::persist::{RecoveryReport, SnapshotInfo, VerifyReport};
+use crate::stats::Stats;
 
 pub use sled::CompareAndSwapError;
 
@@ -29,305 +30,6 @@ thread_local! {
     /// around the user's merge operator, which sled calls in the merging thread, last for
     /// the attempt it commits.
     static MERGED_OVER: Cell<Option<bool>> = const { Cell::new(None) };
-}
-
-/// Per-tree state shared by every handle of the tree.
-pub(crate) struct TreeShared {
-    pub(crate) filters: Filters,
-    pub(crate) mode: FilterMode,
-    /// The sled tree (snapshots flush it in counting mode; rebuilds scan it).
-    pub(crate) sled: sled::Tree,
-    counters: Counters<4>,
-    /// `None` for temporary databases.
-    pub(crate) persist: Option<Persistence>,
-    pub(crate) report: RecoveryReport,
-    /// Automatic snapshot every this many writes (0: off).
-    every_writes: u64,
-    writes: AtomicU64,
-    pub(crate) rebuild: RebuildState,
-    /// Set when the database or the tree is closed or dropped: background work stops.
-    pub(crate) closing: AtomicBool,
-    /// Set when the tree is dropped: lookups then go to sled, which answers
-    /// `Error::CollectionNotFound` (as sled's handles of a dropped tree do).
-    dropped: AtomicBool,
-    pub(crate) me: Weak<TreeShared>,
-}
-
-// Counter slots. A lookup bumps exactly one of SKIPPED / PASSED, so the hot path pays one
-// add; `lookups` is their sum.
-const SKIPPED: usize = 0;
-const PASSED: usize = 1;
-const FALSE_POSITIVES: usize = 2;
-const STALE: usize = 3;
-
-/// A write in progress: holds the tree's gate (see [`super::filters`]) from the filter
-/// update before the sled write to the corrections after it.
-pub(crate) struct Writing<'a> {
-    shared: &'a TreeShared,
-    gate: Entered<'a>,
-}
-
-impl Writing<'_> {
-    /// Counts `key` in, **before** its sled write: a reader that can see the key in sled
-    /// then also sees its bits (sled's own release/acquire publishes the earlier bit
-    /// stores), and the dirty marker is durable before sled has the key (see
-    /// [`crate::persist`]). An error means the write must not be made.
-    #[inline]
-    pub(crate) fn admit(&self, key: &[u8]) -> Result<()> {
-        self.gate_admit(key);
-        self.admit_done()
-    }
-
-    /// The filter half of [`Writing::admit`], for a batch of keys; call
-    /// [`Writing::admit_done`] once after them.
-    #[inline]
-    pub(crate) fn gate_admit(&self, key: &[u8]) {
-        self.gate.admit(key);
-    }
-
-    /// The persistence half of [`Writing::admit`], once for a batch.
-    pub(crate) fn admit_done(&self) -> Result<()> {
-        self.shared.mark_dirty()
-    }
-
-    /// In counting mode, marks the tree dirty before a write that may remove a key (the
-    /// filter will change after it). Plain mode removes leave the filter alone.
-    #[inline]
-    pub(crate) fn before_remove(&self) -> Result<()> {
-        if self.shared.mode == FilterMode::Counting {
-            self.shared.mark_dirty()?;
-        }
-        Ok(())
-    }
-
-    /// Takes back an [`admit`](Writing::admit) that did not add a key to the store (it was
-    /// there already, or the write lost a race). Counting mode only; plain bits stay.
-    #[inline]
-    pub(crate) fn uncount(&self, key: &[u8]) {
-        if self.shared.mode == FilterMode::Counting {
-            self.gate.release(key);
-        }
-    }
-
-    /// `key` left the store (after sled removed it): counted out, or counted stale.
-    #[inline]
-    pub(crate) fn removed(&self, key: &[u8]) {
-        match self.shared.mode {
-            FilterMode::Counting => self.gate.release(key),
-            FilterMode::Plain => self.shared.counters.add(STALE, 1),
-        }
-    }
-
-    /// `n` removes counted stale in plain mode (counting mode counts keys out instead).
-    pub(crate) fn count_stale(&self, n: u64) {
-        if self.shared.mode == FilterMode::Plain {
-            self.shared.counters.add(STALE, n);
-        }
-    }
-
-    /// The write is done: `keys` keys were written. In counting mode, a snapshot that copied
-    /// the filter while this write was between its two halves is marked untrusted, so that
-    /// a crash can never reload a count this write was still correcting.
-    pub(crate) fn finish(self, keys: u64) {
-        let shared = self.shared;
-        if shared.mode == FilterMode::Counting {
-            if let Err(e) = shared.mark_dirty() {
-                log::warn!(
-                    "bloomsled: tree {:?}: dirty marker: {e}",
-                    shared.report.tree
-                );
-            }
-        }
-        drop(self.gate);
-        shared.after_write(keys);
-    }
-}
-
-impl TreeShared {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        filter: AnyFilter,
-        sled: sled::Tree,
-        persist: Option<Persistence>,
-        report: RecoveryReport,
-        every_writes: u64,
-        policy: RebuildPolicy,
-    ) -> Arc<Self> {
-        let mode = filter.mode();
-        let limit = policy.items_limit(&filter);
-        Arc::new_cyclic(|me| TreeShared {
-            filters: Filters::new(filter),
-            mode,
-            sled,
-            counters: Counters::default(),
-            persist,
-            report,
-            every_writes,
-            writes: AtomicU64::new(0),
-            rebuild: RebuildState::new(policy, limit),
-            closing: AtomicBool::new(false),
-            dropped: AtomicBool::new(false),
-            me: me.clone(),
-        })
-    }
-
-    /// Starts a write (see [`Writing`]).
-    #[inline]
-    pub(crate) fn begin_write(&self) -> Writing<'_> {
-        Writing {
-            shared: self,
-            gate: self.filters.enter(),
-        }
-    }
-
-    /// Makes sure the dirty marker covers the current generation (see [`crate::persist`]).
-    #[inline]
-    fn mark_dirty(&self) -> Result<()> {
-        if let Some(p) = &self.persist {
-            p.before_write()?;
-        }
-        Ok(())
-    }
-
-    /// Called after a write reached sled: takes the automatic snapshot when one is due and
-    /// checks, every 256 keys, whether the filter needs a rebuild.
-    #[inline]
-    pub(crate) fn after_write(&self, keys: u64) {
-        let before = self.writes.fetch_add(keys, Ordering::Relaxed);
-        let after = before + keys;
-        if self.every_writes != 0 && before / self.every_writes != after / self.every_writes {
-            if let Err(e) = self.snapshot() {
-                log::warn!("automatic snapshot of {:?} failed: {e}", self.report.tree);
-            }
-        }
-        if before >> 8 != after >> 8 {
-            self.check_rebuild();
-        }
-    }
-
-    /// Writes a snapshot of the filter. The copy is taken under the gate (a rebuild cannot
-    /// swap filters during it); in counting mode sled is flushed after the copy, so every
-    /// remove whose decrement the copy holds is durable before the snapshot is.
-    pub(crate) fn snapshot(&self) -> Result<SnapshotInfo> {
-        self.snapshot_with(true)
-    }
-
-    /// [`TreeShared::snapshot`]; without `durable` the caller flushes sled afterwards (one
-    /// flush for many trees).
-    pub(crate) fn snapshot_with(&self, durable: bool) -> Result<SnapshotInfo> {
-        let p = self
-            .persist
-            .as_ref()
-            .ok_or_else(|| Error::Unsupported("a temporary database keeps no snapshots".into()))?;
-        // In counting mode the flush of the record that completes the snapshot also makes
-        // every remove whose decrement the copy holds durable (see `persist`).
-        let info = p.snapshot(
-            || {
-                let gate = self.filters.enter();
-                snapshot_copy(gate.current())
-            },
-            durable,
-        )?;
-        log::debug!(
-            "snapshot of {:?}: generation {}, {} bytes in {:?}",
-            self.report.tree,
-            info.generation,
-            info.bytes,
-            info.duration
-        );
-        Ok(info)
-    }
-
-    /// New sizing (and mode) for the filters this tree builds from now on, stored in its
-    /// record. A different mode than the open filter's is refused: it needs a reopen.
-    pub(crate) fn set_settings(
-        &self,
-        mode: Option<FilterMode>,
-        cfg: &crate::filter::FilterConfig,
-    ) -> Result<()> {
-        let mode = mode.unwrap_or(self.mode);
-        if mode != self.mode {
-            return Err(Error::config(format!(
-                "tree {:?} is open in {} mode: close every handle to it before reopening it in \
-                 {} mode",
-                self.report.tree,
-                self.mode.name(),
-                mode.name()
-            )));
-        }
-        match &self.persist {
-            Some(p) => p.set_settings(mode, cfg),
-            None => Ok(()),
-        }
-    }
-
-    /// Deletes the tree's snapshot files and stops persisting it (the tree was dropped).
-    pub(crate) fn forget_snapshot(&self) -> Result<()> {
-        self.closing.store(true, Ordering::Relaxed);
-        self.dropped.store(true, Ordering::Relaxed);
-        if let Some(p) = &self.persist {
-            p.forget()?;
-        }
-        Ok(())
-    }
-
-    /// Snapshots if the tree was written since its last snapshot.
-    pub(crate) fn snapshot_if_dirty(&self) -> Result<Option<SnapshotInfo>> {
-        self.snapshot_if_dirty_with(true)
-    }
-
-    /// [`TreeShared::snapshot_if_dirty`], durable or not (see [`TreeShared::snapshot_with`]).
-    pub(crate) fn snapshot_if_dirty_with(&self, durable: bool) -> Result<Option<SnapshotInfo>> {
-        match &self.persist {
-            Some(p) if p.is_dirty() => self.snapshot_with(durable).map(Some),
-            _ => Ok(None),
-        }
-    }
-
-    /// The filter's verdict for a store lookup, counted.
-    #[inline]
-    fn probe(&self, key: &[u8]) -> bool {
-        let maybe = self.filters.contains(key);
-        self.counters.add(if maybe { PASSED } else { SKIPPED }, 1);
-        maybe || self.dropped.load(Ordering::Relaxed)
-    }
-
-    /// [`TreeShared::probe`] for many keys, counted by the caller.
-    fn probe_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<bool> {
-        let mut maybe = self.filters.contains_many(keys);
-        if self.dropped.load(Ordering::Relaxed) {
-            maybe.fill(true);
-        }
-        maybe
-    }
-
-    #[inline]
-    fn note_store_miss(&self) {
-        self.counters.add(FALSE_POSITIVES, 1);
-    }
-
-    /// Removes counted stale since the filter was last rebuilt.
-    pub(crate) fn stale(&self) -> u64 {
-        self.stale_total()
-            .saturating_sub(self.rebuild.stale_base.load(Ordering::Relaxed))
-    }
-
-    /// The running total of stale removes (the base of [`TreeShared::stale`]).
-    pub(crate) fn stale_total(&self) -> u64 {
-        self.counters.sum(STALE)
-    }
-}
-
-impl Drop for TreeShared {
-    /// The last handle is gone: a clean close, so persist the filter if it changed.
-    fn drop(&mut self) {
-        if let Err(e) = self.snapshot_if_dirty() {
-            log::warn!(
-                "bloomsled: snapshot of {:?} at close failed: {e}",
-                self.report.tree
-            );
-        }
-    }
 }
 
 /// A key-value tree with the API of `sled::Tree`, answering lookups of absent keys from
@@ -347,7 +49,7 @@ impl Drop for TreeShared {
 #[derive(Clone)]
 pub struct Tree {
     pub(crate) inner: sled::Tree,
-    pub(crate) shared: Arc<TreeShared>,
+    pub(crate) shared: Arc<TreeState>,
 }
 
 impl fmt::Debug for Tree {
@@ -360,7 +62,7 @@ impl fmt::Debug for Tree {
 }
 
 impl Tree {
-    pub(crate) fn new(inner: sled::Tree, shared: Arc<TreeShared>) -> Self {
+    pub(crate) fn new(inner: sled::Tree, shared: Arc<TreeState>) -> Self {
         Tree { inner, shared }
     }
 
@@ -378,15 +80,16 @@ impl Tree {
         V: Into<IVec>,
     {
         let key = key.as_ref();
-        let w = self.shared.begin_write();
+        let w = Writing::new(&self.shared);
         // Counting mode: a key sled holds but the filter does not (written by plain sled
         // behind bloomsled's back) stays counted once, instead of being counted in and
         // straight back out into a false negative.
         let counted = self.shared.mode == FilterMode::Counting && self.shared.filters.contains(key);
-        w.admit(key)?;
+        w.count_in(key);
+        w.mark_dirty()?;
         let old = self.inner.insert(key, value)?;
         if old.is_some() && (counted || self.shared.mode == FilterMode::Plain) {
-            w.uncount(key);
+            w.undo_count_in(key);
         }
         w.finish(1);
         Ok(old)
@@ -495,9 +198,9 @@ impl Tree {
 
     fn count_batch(&self, maybe: &[bool]) {
         let negatives = maybe.iter().filter(|m| !**m).count() as u64;
-        let c = &self.shared.counters;
-        c.add(SKIPPED, negatives);
-        c.add(PASSED, maybe.len() as u64 - negatives);
+        self.shared
+            .counters
+            .lookups(negatives, maybe.len() as u64 - negatives);
     }
 
     /// Removes a key, returning its last value. In counting mode the key is counted out of
@@ -506,11 +209,11 @@ impl Tree {
     /// trigger a rebuild.
     pub fn remove<K: AsRef<[u8]>>(&self, key: K) -> Result<Option<IVec>> {
         let key = key.as_ref();
-        let w = self.shared.begin_write();
-        w.before_remove()?;
+        let w = Writing::new(&self.shared);
+        w.mark_dirty_for_remove()?;
         let old = self.inner.remove(key)?;
         if old.is_some() {
-            w.removed(key);
+            w.count_out(key);
         }
         w.finish(1);
         Ok(old)
@@ -534,19 +237,19 @@ impl Tree {
                 }
             });
         }
-        let w = self.shared.begin_write();
+        let w = Writing::new(&self.shared);
         let mut removes = 0;
         for (key, value) in &batch.ops {
             if value.is_some() {
-                w.gate_admit(key);
+                w.count_in(key);
             } else {
                 removes += 1;
             }
         }
-        w.admit_done()?;
+        w.mark_dirty()?;
         let n = batch.ops.len() as u64;
         self.inner.apply_batch(batch.into_sled())?;
-        w.count_stale(removes);
+        w.count_out_plain(removes);
         w.finish(n);
         Ok(())
     }
@@ -575,18 +278,19 @@ impl Tree {
         let key = key.as_ref();
         let inserts = new.is_some();
         let existed = old.is_some();
-        let w = self.shared.begin_write();
+        let w = Writing::new(&self.shared);
         if inserts {
-            w.admit(key)?;
+            w.count_in(key);
+            w.mark_dirty()?;
         } else {
-            w.before_remove()?;
+            w.mark_dirty_for_remove()?;
         }
         let res = self.inner.compare_and_swap(key, old, new)?;
         match (&res, inserts) {
             // Replaced a value, or lost the race: the key's count did not change.
-            (Ok(()), true) if existed => w.uncount(key),
-            (Err(_), true) => w.uncount(key),
-            (Ok(()), false) if existed => w.removed(key),
+            (Ok(()), true) if existed => w.undo_count_in(key),
+            (Err(_), true) => w.undo_count_in(key),
+            (Ok(()), false) if existed => w.count_out(key),
             _ => {}
         }
         w.finish(u64::from(res.is_ok()));
@@ -654,18 +358,19 @@ impl Tree {
         V: AsRef<[u8]>,
     {
         let key = key.as_ref();
-        let w = self.shared.begin_write();
-        w.admit(key)?;
+        let w = Writing::new(&self.shared);
+        w.count_in(key);
+        w.mark_dirty()?;
         MERGED_OVER.with(|c| c.set(None));
         let merged = self.inner.merge(key, value)?;
         // `None` if sled never called the operator (it refuses without one: an error above).
         let existed = MERGED_OVER.with(|c| c.take()).unwrap_or(true);
         match (existed, merged.is_some()) {
-            (true, true) => w.uncount(key),
-            (false, false) => w.uncount(key),
+            (true, true) => w.undo_count_in(key),
+            (false, false) => w.undo_count_in(key),
             (true, false) => {
-                w.uncount(key);
-                w.removed(key);
+                w.undo_count_in(key);
+                w.count_out(key);
             }
             (false, true) => {}
         }
@@ -768,11 +473,11 @@ impl Tree {
         &self,
         pop: impl FnOnce(&sled::Tree) -> sled::Result<Option<(IVec, IVec)>>,
     ) -> Result<Option<(IVec, IVec)>> {
-        let w = self.shared.begin_write();
-        w.before_remove()?;
+        let w = Writing::new(&self.shared);
+        w.mark_dirty_for_remove()?;
         let kv = pop(&self.inner)?;
         if let Some((k, _)) = &kv {
-            w.removed(k);
+            w.count_out(k);
         }
         w.finish(1);
         Ok(kv)
@@ -857,12 +562,12 @@ impl Tree {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn rebuild(&self) -> Result<RebuildReport> {
-        self.shared.rebuild_now(false)
+        Rebuild(&self.shared).now(false)
     }
 
     /// Blocks until no rebuild of this tree is running or pending.
     pub fn wait_for_rebuild(&self) {
-        self.shared.wait_for_rebuild()
+        Rebuild(&self.shared).wait()
     }
 
     /// Writes a snapshot of this tree's filter now, so the next open loads it without a scan
@@ -943,9 +648,9 @@ impl Tree {
             fill_ratio: f.fill_ratio(),
             estimated_fpr: f.estimated_fpr(),
             target_fpr: f.target_fpr(),
-            lookups: s.counters.sum(SKIPPED) + s.counters.sum(PASSED),
-            store_lookups_skipped: s.counters.sum(SKIPPED),
-            false_positives: s.counters.sum(FALSE_POSITIVES),
+            lookups: s.counters.skipped() + s.counters.passed(),
+            store_lookups_skipped: s.counters.skipped(),
+            false_positives: s.counters.false_positives(),
             stale_entries: s.stale(),
             mode: s.mode,
             stuck_counters: current.stuck_counters(),

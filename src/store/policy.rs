@@ -1,0 +1,146 @@
+//! When and how a tree's filter is rebuilt: the policy from the configuration, and the
+//! bookkeeping every rebuild shares (one at a time, counts, the current filter's limit).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::filter::any::AnyFilter;
+use crate::filter::{math, FilterConfig};
+
+/// Below this share of the capacity, the live keys leave room to grow after a rebuild.
+pub(crate) const FILL_AFTER_REBUILD: f64 = 0.75;
+
+/// When and how to rebuild, from the configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct RebuildPolicy {
+    pub(crate) auto: bool,
+    /// Modelled false-positive rate that triggers a rebuild; `None`: twice the target.
+    pub(crate) bound: Option<f64>,
+    /// Sizing of new filters (capacity, rate or bits per key, k).
+    pub(crate) base: FilterConfig,
+}
+
+impl RebuildPolicy {
+    /// The most items the filter holds before its modelled false-positive rate passes the
+    /// bound (plain mode counts removed keys: their bits are still set).
+    pub(crate) fn items_limit(&self, f: &AnyFilter) -> u64 {
+        let bits = f.bits();
+        let bound = self.bound.unwrap_or(2.0 * bits.target_fpr());
+        let m = bits.num_bits() as f64;
+        let k = bits.num_hashes();
+        let fpr_at = |n: u64| math::blocked_fpr(m / n as f64, k);
+        let (mut lo, mut hi) = (1u64, bits.num_bits().max(2));
+        if fpr_at(lo) > bound {
+            return 0;
+        }
+        if fpr_at(hi) <= bound {
+            return hi;
+        }
+        // fpr_at(lo) <= bound < fpr_at(hi); the model is increasing in n.
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if fpr_at(mid) <= bound {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// Capacity for `live` keys: the configured capacity doubled until they fill at most
+    /// three quarters of it.
+    pub(crate) fn capacity_for(&self, live: u64) -> u64 {
+        let mut cap = self.base.capacity().max(1);
+        while live as f64 > FILL_AFTER_REBUILD * cap as f64 {
+            match cap.checked_mul(2) {
+                Some(c) => cap = c,
+                None => break,
+            }
+        }
+        cap
+    }
+}
+
+/// Per-tree rebuild bookkeeping.
+pub(crate) struct RebuildState {
+    pub(crate) policy: RebuildPolicy,
+    /// One rebuild at a time.
+    pub(crate) lock: Mutex<()>,
+    /// An automatic rebuild was started and has not finished.
+    pub(crate) pending: AtomicBool,
+    pub(crate) running: AtomicBool,
+    /// Automatic rebuilds failed once (logged); they are not retried.
+    pub(crate) auto_failed: AtomicBool,
+    pub(crate) rebuilds: AtomicU64,
+    pub(crate) resizes: AtomicU64,
+    /// The stale total when the current filter's scan started.
+    pub(crate) stale_base: AtomicU64,
+    /// `items_limit` of the current filter.
+    pub(crate) limit: AtomicU64,
+}
+
+impl RebuildState {
+    pub(crate) fn new(policy: RebuildPolicy, limit: u64) -> Self {
+        RebuildState {
+            policy,
+            lock: Mutex::new(()),
+            pending: AtomicBool::new(false),
+            running: AtomicBool::new(false),
+            auto_failed: AtomicBool::new(false),
+            rebuilds: AtomicU64::new(0),
+            resizes: AtomicU64::new(0),
+            stale_base: AtomicU64::new(0),
+            limit: AtomicU64::new(limit),
+        }
+    }
+
+    pub(crate) fn in_progress(&self) -> bool {
+        self.pending.load(Ordering::Acquire) || self.running.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(capacity: u64) -> RebuildPolicy {
+        RebuildPolicy {
+            auto: true,
+            bound: None,
+            base: FilterConfig::new(capacity),
+        }
+    }
+
+    #[test]
+    fn capacity_doubles_until_the_live_keys_fit_with_room() {
+        let p = policy(1000);
+        assert_eq!(p.capacity_for(0), 1000);
+        assert_eq!(p.capacity_for(750), 1000);
+        assert_eq!(p.capacity_for(751), 2000);
+        assert_eq!(p.capacity_for(1001), 2000);
+        assert_eq!(p.capacity_for(1_000_000), 2_048_000);
+        assert_eq!(
+            policy(u64::MAX / 2 + 1).capacity_for(u64::MAX),
+            u64::MAX / 2 + 1
+        );
+    }
+
+    #[test]
+    fn items_limit_is_where_the_model_crosses_the_bound() {
+        let p = policy(10_000);
+        let f = AnyFilter::new(
+            crate::filter::FilterMode::Plain,
+            p.base.shape().unwrap(),
+            10_000,
+        )
+        .unwrap();
+        let limit = p.items_limit(&f);
+        let bits = f.bits();
+        let fpr = |n: u64| math::blocked_fpr(bits.num_bits() as f64 / n as f64, bits.num_hashes());
+        let bound = 2.0 * bits.target_fpr();
+        assert!(fpr(limit) <= bound && fpr(limit + 1) > bound);
+        // Twice the rate is reached well past capacity, and well before twice capacity.
+        assert!(limit > 11_000 && limit < 20_000, "{limit}");
+    }
+}

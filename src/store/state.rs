@@ -1,0 +1,211 @@
+//! `TreeState`: what every handle of one tree shares: its filters, mode, persistence,
+//! counters and rebuild bookkeeping. The sled-shaped methods are on the [`super::Tree`]
+//! facade; writes go through the guard in [`super::write`].
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use super::filters::Filters;
+use super::policy::{RebuildPolicy, RebuildState};
+use crate::error::{Error, Result};
+use crate::filter::any::{AnyFilter, FilterMode};
+use crate::persist::{snapshot_copy, Persistence, RecoveryReport, SnapshotInfo};
+use crate::stats::LookupCounters;
+
+/// Per-tree state shared by every handle of the tree.
+pub(crate) struct TreeState {
+    pub(crate) filters: Filters,
+    pub(crate) mode: FilterMode,
+    /// The sled tree (snapshots flush it in counting mode; rebuilds scan it).
+    pub(crate) sled: sled::Tree,
+    pub(crate) counters: LookupCounters,
+    /// `None` for temporary databases.
+    pub(crate) persist: Option<Persistence>,
+    pub(crate) report: RecoveryReport,
+    /// Automatic snapshot every this many writes (0: off).
+    every_writes: u64,
+    writes: AtomicU64,
+    pub(crate) rebuild: RebuildState,
+    /// Set when the database or the tree is closed or dropped: background work stops.
+    pub(crate) closing: AtomicBool,
+    /// Set when the tree is dropped: lookups then go to sled, which answers
+    /// `Error::CollectionNotFound` (as sled's handles of a dropped tree do).
+    dropped: AtomicBool,
+    pub(crate) me: Weak<TreeState>,
+}
+
+impl TreeState {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        filter: AnyFilter,
+        sled: sled::Tree,
+        persist: Option<Persistence>,
+        report: RecoveryReport,
+        every_writes: u64,
+        policy: RebuildPolicy,
+    ) -> Arc<Self> {
+        let mode = filter.mode();
+        let limit = policy.items_limit(&filter);
+        Arc::new_cyclic(|me| TreeState {
+            filters: Filters::new(filter),
+            mode,
+            sled,
+            counters: LookupCounters::default(),
+            persist,
+            report,
+            every_writes,
+            writes: AtomicU64::new(0),
+            rebuild: RebuildState::new(policy, limit),
+            closing: AtomicBool::new(false),
+            dropped: AtomicBool::new(false),
+            me: me.clone(),
+        })
+    }
+
+    /// Makes sure the dirty marker covers the current generation (see [`crate::persist`]).
+    #[inline]
+    pub(crate) fn mark_dirty(&self) -> Result<()> {
+        if let Some(p) = &self.persist {
+            p.before_write()?;
+        }
+        Ok(())
+    }
+
+    /// Called after a write reached sled: takes the automatic snapshot when one is due.
+    /// Returns true every 256 keys: time to check whether the filter needs a rebuild.
+    #[inline]
+    pub(crate) fn after_write(&self, keys: u64) -> bool {
+        let before = self.writes.fetch_add(keys, Ordering::Relaxed);
+        let after = before + keys;
+        if self.every_writes != 0 && before / self.every_writes != after / self.every_writes {
+            if let Err(e) = self.snapshot() {
+                log::warn!("automatic snapshot of {:?} failed: {e}", self.report.tree);
+            }
+        }
+        before >> 8 != after >> 8
+    }
+
+    /// Writes a snapshot of the filter. The copy is taken under the gate (a rebuild cannot
+    /// swap filters during it); in counting mode sled is flushed after the copy, so every
+    /// remove whose decrement the copy holds is durable before the snapshot is.
+    pub(crate) fn snapshot(&self) -> Result<SnapshotInfo> {
+        self.snapshot_with(true)
+    }
+
+    /// [`TreeState::snapshot`]; without `durable` the caller flushes sled afterwards (one
+    /// flush for many trees).
+    pub(crate) fn snapshot_with(&self, durable: bool) -> Result<SnapshotInfo> {
+        let p = self
+            .persist
+            .as_ref()
+            .ok_or_else(|| Error::Unsupported("a temporary database keeps no snapshots".into()))?;
+        // In counting mode the flush of the record that completes the snapshot also makes
+        // every remove whose decrement the copy holds durable (see `persist`).
+        let info = p.snapshot(
+            || {
+                let gate = self.filters.enter();
+                snapshot_copy(gate.current())
+            },
+            durable,
+        )?;
+        log::debug!(
+            "snapshot of {:?}: generation {}, {} bytes in {:?}",
+            self.report.tree,
+            info.generation,
+            info.bytes,
+            info.duration
+        );
+        Ok(info)
+    }
+
+    /// New sizing (and mode) for the filters this tree builds from now on, stored in its
+    /// record. A different mode than the open filter's is refused: it needs a reopen.
+    pub(crate) fn set_settings(
+        &self,
+        mode: Option<FilterMode>,
+        cfg: &crate::filter::FilterConfig,
+    ) -> Result<()> {
+        let mode = mode.unwrap_or(self.mode);
+        if mode != self.mode {
+            return Err(Error::config(format!(
+                "tree {:?} is open in {} mode: close every handle to it before reopening it in \
+                 {} mode",
+                self.report.tree,
+                self.mode.name(),
+                mode.name()
+            )));
+        }
+        match &self.persist {
+            Some(p) => p.set_settings(mode, cfg),
+            None => Ok(()),
+        }
+    }
+
+    /// Deletes the tree's snapshot files and stops persisting it (the tree was dropped).
+    pub(crate) fn forget_snapshot(&self) -> Result<()> {
+        self.closing.store(true, Ordering::Relaxed);
+        self.dropped.store(true, Ordering::Relaxed);
+        if let Some(p) = &self.persist {
+            p.forget()?;
+        }
+        Ok(())
+    }
+
+    /// Snapshots if the tree was written since its last snapshot.
+    pub(crate) fn snapshot_if_dirty(&self) -> Result<Option<SnapshotInfo>> {
+        self.snapshot_if_dirty_with(true)
+    }
+
+    /// [`TreeState::snapshot_if_dirty`], durable or not (see [`TreeState::snapshot_with`]).
+    pub(crate) fn snapshot_if_dirty_with(&self, durable: bool) -> Result<Option<SnapshotInfo>> {
+        match &self.persist {
+            Some(p) if p.is_dirty() => self.snapshot_with(durable).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// The filter's verdict for a store lookup, counted.
+    #[inline]
+    pub(crate) fn probe(&self, key: &[u8]) -> bool {
+        let maybe = self.filters.contains(key);
+        self.counters.lookup(maybe);
+        maybe || self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// [`TreeState::probe`] for many keys, counted by the caller.
+    pub(crate) fn probe_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<bool> {
+        let mut maybe = self.filters.contains_many(keys);
+        if self.dropped.load(Ordering::Relaxed) {
+            maybe.fill(true);
+        }
+        maybe
+    }
+
+    #[inline]
+    pub(crate) fn note_store_miss(&self) {
+        self.counters.false_positive();
+    }
+
+    /// Removes counted stale since the filter was last rebuilt.
+    pub(crate) fn stale(&self) -> u64 {
+        self.stale_total()
+            .saturating_sub(self.rebuild.stale_base.load(Ordering::Relaxed))
+    }
+
+    /// The running total of stale removes (the base of [`TreeState::stale`]).
+    pub(crate) fn stale_total(&self) -> u64 {
+        self.counters.stale_total()
+    }
+}
+
+impl Drop for TreeState {
+    /// The last handle is gone: a clean close, so persist the filter if it changed.
+    fn drop(&mut self) {
+        if let Err(e) = self.snapshot_if_dirty() {
+            log::warn!(
+                "bloomsled: snapshot of {:?} at close failed: {e}",
+                self.report.tree
+            );
+        }
+    }
+}

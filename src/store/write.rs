@@ -1,0 +1,93 @@
+//! The write guard: one verb per act of a write — count a key in, mark the tree dirty,
+//! count a key out, finish — in the order the no-false-negative protocol needs.
+
+use super::filters::Entered;
+use super::rebuild::Rebuild;
+use super::state::TreeState;
+use crate::error::Result;
+use crate::filter::any::FilterMode;
+
+/// A write in progress: holds the tree's gate (see [`super::filters`]) from the filter
+/// update before the sled write to the corrections after it.
+pub(crate) struct Writing<'a> {
+    shared: &'a TreeState,
+    gate: Entered<'a>,
+}
+
+impl<'a> Writing<'a> {
+    pub(crate) fn new(shared: &'a TreeState) -> Self {
+        Writing {
+            shared,
+            gate: shared.filters.enter(),
+        }
+    }
+
+    /// Counts `key` in, **before** its sled write: a reader that can see the key in sled
+    /// then also sees its bits (sled's own release/acquire publishes the earlier bit
+    /// stores). Then [`Writing::mark_dirty`], once for one key or a batch.
+    #[inline]
+    pub(crate) fn count_in(&self, key: &[u8]) {
+        self.gate.admit(key);
+    }
+
+    /// Makes the tree's dirty mark durable before the write reaches sled (see
+    /// [`crate::persist`]). An error means the write must not be made.
+    pub(crate) fn mark_dirty(&self) -> Result<()> {
+        self.shared.mark_dirty()
+    }
+
+    /// [`Writing::mark_dirty`] before a write that may remove a key: counting mode only
+    /// (the filter will change after it); plain-mode removes leave the filter alone.
+    #[inline]
+    pub(crate) fn mark_dirty_for_remove(&self) -> Result<()> {
+        if self.shared.mode == FilterMode::Counting {
+            self.shared.mark_dirty()?;
+        }
+        Ok(())
+    }
+
+    /// Takes back a [`Writing::count_in`] that did not add a key to the store (it was there
+    /// already, or the write lost a race). Counting mode only; plain bits stay.
+    #[inline]
+    pub(crate) fn undo_count_in(&self, key: &[u8]) {
+        if self.shared.mode == FilterMode::Counting {
+            self.gate.release(key);
+        }
+    }
+
+    /// `key` left the store (after sled removed it): counted out, or counted stale.
+    #[inline]
+    pub(crate) fn count_out(&self, key: &[u8]) {
+        match self.shared.mode {
+            FilterMode::Counting => self.gate.release(key),
+            FilterMode::Plain => self.shared.counters.stale(1),
+        }
+    }
+
+    /// `n` keys left the store, in plain mode counted stale (counting mode counts each out
+    /// with [`Writing::count_out`] instead).
+    pub(crate) fn count_out_plain(&self, n: u64) {
+        if self.shared.mode == FilterMode::Plain {
+            self.shared.counters.stale(n);
+        }
+    }
+
+    /// The write is done: `keys` keys were written. In counting mode, a snapshot that copied
+    /// the filter while this write was between its two halves is marked untrusted, so that
+    /// a crash can never reload a count this write was still correcting.
+    pub(crate) fn finish(self, keys: u64) {
+        let shared = self.shared;
+        if shared.mode == FilterMode::Counting {
+            if let Err(e) = shared.mark_dirty() {
+                log::warn!(
+                    "bloomsled: tree {:?}: dirty marker: {e}",
+                    shared.report.tree
+                );
+            }
+        }
+        drop(self.gate);
+        if shared.after_write(keys) {
+            Rebuild(shared).check();
+        }
+    }
+}
