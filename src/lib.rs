@@ -26,12 +26,14 @@
 //! before sled stores it, so a key that is in the store is always "maybe" in the filter.
 //!
 //! ## Layers
-//! - [`hash`]: stable xxh3-64 with a seed; one hash → block and bit positions.
-//! - [`filter`]: the cache-line-blocked, lock-free [`Filter`] and its sizing math (no I/O).
-//! - [`format`](mod@format): the on-disk snapshot (zerocopy header, CRC-checked pages); bytes only.
-//! - [`persist`]: snapshot files, the dirty marker, trust-or-rebuild at open
-//!   ([`RecoveryReport`], [`Recovery::Strict`]).
-//! - the store: [`Db`], [`Tree`], [`Config`], [`Batch`], [`transaction`].
+//! - [`hash`]: stable xxh3-64 with a seed; the classic string hashes of PHP filters.
+//! - the filter: the cache-line-blocked, lock-free [`Filter`], [`CountingFilter`] and their
+//!   sizing math ([`FilterConfig`], [`optimal_k`], ...); no I/O.
+//! - the on-disk format (`src/format/`): snapshot header, CRC-checked pages, trust records;
+//!   bytes in, bytes out (public only for the fuzz targets, hidden from these docs).
+//! - [`persist`]: what makes a snapshot trustworthy, recovery at open ([`RecoveryReport`],
+//!   [`Recovery::Strict`], [`Distrust`]).
+//! - the store: [`Db`], [`Tree`], [`Config`], [`TreeConfig`], [`Batch`], [`transaction`].
 //!
 //! A clean restart loads each tree's filter from its snapshot without reading a key; after a
 //! crash, or with a damaged snapshot, the filter is rebuilt from the keys (see
@@ -41,7 +43,8 @@
 
 mod counters;
 mod error;
-pub mod filter;
+mod filter;
+#[doc(hidden)]
 pub mod format;
 pub mod hash;
 pub mod persist;

@@ -55,7 +55,7 @@ mod trust;
 
 use std::time::Duration;
 
-pub use crate::error::Distrust;
+use crate::error::Distrust;
 pub use files::{fail_snapshot_writes_after, DIR_NAME};
 pub use meta::META_TREE;
 
