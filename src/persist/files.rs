@@ -119,12 +119,15 @@ impl SnapshotFile {
     }
 
     /// Writes a snapshot atomically; returns the bytes written. On failure the temporary
-    /// file is gone and the previous snapshot untouched.
+    /// file is gone and the previous snapshot untouched. Without `sync_dir`, the rename is
+    /// made durable later by [`sync_snapshot_dir`] (one directory fsync for many trees),
+    /// which must come before anything names the new file durably.
     pub(crate) fn write(
         &self,
         meta: &SnapshotMeta,
         words: &[u64],
         page_size: u32,
+        sync_dir_now: bool,
     ) -> io::Result<u64> {
         fs::create_dir_all(&self.dir)?;
         let result = (|| {
@@ -134,7 +137,9 @@ impl SnapshotFile {
             file.sync_all()?;
             drop(file);
             fs::rename(&self.tmp, &self.path)?;
-            sync_dir(&self.dir)?;
+            if sync_dir_now {
+                sync_dir(&self.dir)?;
+            }
             Ok(written)
         })();
         if result.is_err() {
@@ -148,18 +153,30 @@ impl SnapshotFile {
         result
     }
 
-    /// Deletes the snapshot and any temporary file.
-    pub(crate) fn remove(&self) -> io::Result<()> {
+    /// Deletes the snapshot and any temporary file (the directory is fsynced if one was
+    /// there and `sync_dir_now`).
+    pub(crate) fn remove(&self, sync_dir_now: bool) -> io::Result<()> {
+        let mut removed = false;
         for p in [&self.path, &self.tmp] {
             match fs::remove_file(p) {
+                Ok(()) => removed = true,
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                _ => {}
+                Err(_) => {}
             }
         }
-        match sync_dir(&self.dir) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+        if removed && sync_dir_now {
+            sync_dir(&self.dir)?;
         }
+        Ok(())
+    }
+}
+
+/// Makes every rename and removal in the database's snapshot directory durable (see
+/// [`SnapshotFile::write`]).
+pub(crate) fn sync_snapshot_dir(db_dir: &Path) -> io::Result<()> {
+    match sync_dir(&db_dir.join(DIR_NAME)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
 

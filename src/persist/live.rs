@@ -157,7 +157,7 @@ impl Persistence {
         let _r = self.record.lock().unwrap_or_else(|p| p.into_inner());
         self.dropped.store(true, Ordering::SeqCst);
         self.meta.remove(&self.name)?;
-        self.file.remove()?;
+        self.file.remove(true)?;
         Ok(())
     }
 
@@ -237,10 +237,10 @@ impl Persistence {
         // An empty filter (a tree never written) needs no file: its record says so.
         let empty = words.iter().all(|&w| w == 0);
         let (bytes, pages) = if empty {
-            self.file.remove()?;
+            self.file.remove(durable)?;
             (0, 0)
         } else {
-            let bytes = self.file.write(&meta, &words, self.page_size)?;
+            let bytes = self.file.write(&meta, &words, self.page_size, durable)?;
             let pages = (words.len() as u64 * 8).div_ceil(u64::from(self.page_size)) as u32;
             (bytes, pages)
         };

@@ -56,6 +56,7 @@ mod trust;
 use std::time::Duration;
 
 use crate::error::Distrust;
+pub(crate) use files::sync_snapshot_dir;
 pub use files::{fail_snapshot_writes_after, DIR_NAME};
 pub use meta::META_TREE;
 
@@ -155,7 +156,7 @@ pub(crate) fn forget_closed(
     name: &[u8],
 ) -> crate::Result<()> {
     if let Some(Ok(record)) = meta.read(name)? {
-        files::SnapshotFile::new(db_dir, &record.tree_id).remove()?;
+        files::SnapshotFile::new(db_dir, &record.tree_id).remove(true)?;
     }
     meta.remove(name)
 }
