@@ -9,7 +9,8 @@
 //! ```text
 //! offset  size  field
 //!      0     8  magic  b"BLMFILT\x01" (last byte: format version)
-//!      8     4  version (u32, = 1)
+//!      8     4  version (u32, = 2: the block layout of snapshot hash kind 2; a version-1
+//!                 filter set other bits per key and is refused, never probed)
 //!     12     4  num_hashes (u32)
 //!     16     8  seed (u64)
 //!     24     8  capacity (u64)
@@ -27,8 +28,10 @@ use crate::filter::Filter;
 
 /// First bytes of every serialized filter.
 pub const MAGIC: [u8; 8] = *b"BLMFILT\x01";
-/// The serialized-form version this build writes and reads.
-pub const VERSION: u32 = 1;
+/// The serialized-form version this build writes and reads. Version 1 used the retired
+/// distinct-bits layout (snapshot hash kind 1): decoding it is an
+/// [`Error::UnsupportedVersion`], since its keys' bits are not where this build looks.
+pub const VERSION: u32 = 2;
 /// Bytes before the words.
 const HEADER_LEN: usize = 52;
 
@@ -67,9 +70,7 @@ fn words_crc(mut h: crc32fast::Hasher, words: &[u64]) -> u32 {
     let mut buf = Vec::with_capacity(8 * 1024);
     for chunk in words.chunks(1024) {
         buf.clear();
-        for w in chunk {
-            buf.extend_from_slice(&w.to_le_bytes());
-        }
+        crate::filter::layout::encode_words(chunk, &mut buf);
         h.update(&buf);
     }
     h.finalize()
@@ -219,15 +220,14 @@ mod tests {
             c[i] ^= 0x10;
             assert!(Filter::from_bytes(&c).is_err(), "flip at byte {i} accepted");
         }
-        let mut future = b.clone();
-        future[8] = 2;
-        assert!(matches!(
-            Filter::from_bytes(&future),
-            Err(Error::UnsupportedVersion {
-                expected: 1,
-                got: 2
-            })
-        ));
+        for other in [1u8, 3] {
+            let mut c = b.clone();
+            c[8] = other;
+            assert!(matches!(
+                Filter::from_bytes(&c),
+                Err(Error::UnsupportedVersion { expected: 2, got }) if got == u32::from(other)
+            ));
+        }
         assert!(matches!(
             Filter::from_bytes(b"garbage!garbage!"),
             Err(Error::BadMagic { .. })

@@ -12,7 +12,9 @@
 //!     16    4 filter_kind  1 = blocked Bloom, 512-bit blocks (payload: the bits)
 //!                          2 = counting, 512 4-bit counters per block (payload: the counters;
 //!                              the bits are derived: bit set ⇔ counter non-zero)
-//!     20    4 hash_kind    1 = xxh3-64 with seed, golden-ratio probe stream
+//!     20    4 hash_kind    2 = xxh3-64 with seed, k bits by independent multiplies, repeats
+//!                              allowed (`filter::layout`); 1 (retired: distinct bits) is
+//!                              rejected, so such a snapshot is rebuilt from the keys
 //!     24    8 seed
 //!     32    8 name_hash    xxh3-64 of the tree name: a snapshot copied onto another tree is refused
 //!     40    8 num_blocks
@@ -43,6 +45,8 @@ use std::fmt;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
+use crate::filter::layout;
+
 /// First bytes of a snapshot file.
 pub const MAGIC: [u8; 8] = *b"BLMSLED\0";
 /// The snapshot format version this build writes and reads.
@@ -51,8 +55,14 @@ pub const VERSION: u32 = 1;
 pub const FILTER_KIND_BLOCKED: u32 = 1;
 /// Filter kind: counting filter, 512 4-bit counters per block.
 pub const FILTER_KIND_COUNTING: u32 = 2;
-/// Hash kind: xxh3-64 with the stored seed, positions from the golden-ratio remix stream.
+/// Retired hash kind: xxh3-64 with the stored seed, `k` *distinct* positions from the
+/// golden-ratio stream (bloomsled before the branch-free probe). Its bit patterns differ
+/// from [`HASH_KIND_XXH3_BLOCK`]'s, so probing such a snapshot with today's layout could
+/// answer "absent" for a stored key: it is rejected with [`SnapshotFault::HashKind`].
 pub const HASH_KIND_XXH3_GOLDEN: u32 = 1;
+/// Hash kind this build writes and reads: xxh3-64 with the stored seed, block and bits as
+/// `filter::layout` defines them (`k` independent multiplies, repeats allowed).
+pub const HASH_KIND_XXH3_BLOCK: u32 = 2;
 /// Default payload bytes per page: 1 MiB.
 pub const DEFAULT_PAGE_SIZE: u32 = 1 << 20;
 /// First bytes of a page.
@@ -60,7 +70,7 @@ pub const PAGE_MAGIC: [u8; 4] = *b"BPG\0";
 /// First bytes of a dirty-marker record.
 pub const STATE_MAGIC: [u8; 8] = *b"BLMSTATE";
 
-const BLOCK_BYTES: u64 = 64;
+const BLOCK_BYTES: u64 = layout::BLOCK_BYTES as u64;
 
 /// The snapshot header. `#[repr(C)]` of byte-aligned little-endian fields: its in-memory
 /// layout is its on-disk layout, read and written with zerocopy, no `unsafe`.
@@ -77,7 +87,7 @@ pub struct Header {
     pub header_len: U32,
     /// [`FILTER_KIND_BLOCKED`] or [`FILTER_KIND_COUNTING`].
     pub filter_kind: U32,
-    /// [`HASH_KIND_XXH3_GOLDEN`].
+    /// [`HASH_KIND_XXH3_BLOCK`].
     pub hash_kind: U32,
     /// Hash seed.
     pub seed: U64,
@@ -197,6 +207,14 @@ pub enum SnapshotFault {
     },
     /// Well-framed, but a field is impossible or inconsistent (named in the message).
     Inconsistent(String),
+    /// Written with another hash kind (e.g. [`HASH_KIND_XXH3_GOLDEN`], whose keys set other
+    /// bits): probing it would give false negatives, so the filter is rebuilt from the keys.
+    HashKind {
+        /// The hash kind this build uses.
+        expected: u32,
+        /// The hash kind found.
+        got: u32,
+    },
     /// The tree was written after the snapshot was taken (or its marker says so).
     Stale {
         /// Generation of the snapshot.
@@ -255,6 +273,11 @@ impl fmt::Display for SnapshotFault {
                 )
             }
             SnapshotFault::Inconsistent(what) => write!(f, "inconsistent snapshot: {what}"),
+            SnapshotFault::HashKind { expected, got } => write!(
+                f,
+                "snapshot written with hash kind {got}, whose keys set other bits than this \
+                 build's hash kind {expected}"
+            ),
             SnapshotFault::Stale {
                 snapshot_generation,
                 dirty_generation,
@@ -334,9 +357,7 @@ pub fn encode(meta: &SnapshotMeta, words: &[u64], page_size: u32) -> Vec<u8> {
     let mut page_bytes = Vec::with_capacity(page_size as usize);
     for (index, chunk) in words.chunks(words_per_page).enumerate() {
         page_bytes.clear();
-        for w in chunk {
-            page_bytes.extend_from_slice(&w.to_le_bytes());
-        }
+        layout::encode_words(chunk, &mut page_bytes);
         let mut ph = PageHeader {
             magic: PAGE_MAGIC,
             index: U32::new(index as u32),
@@ -353,7 +374,7 @@ pub fn encode(meta: &SnapshotMeta, words: &[u64], page_size: u32) -> Vec<u8> {
         version: U32::new(VERSION),
         header_len: U32::new(HEADER_LEN as u32),
         filter_kind: U32::new(meta.filter_kind),
-        hash_kind: U32::new(HASH_KIND_XXH3_GOLDEN),
+        hash_kind: U32::new(HASH_KIND_XXH3_BLOCK),
         seed: U64::new(meta.seed),
         name_hash: U64::new(meta.name_hash),
         num_blocks: U64::new(payload_len / block_bytes),
@@ -403,14 +424,14 @@ pub fn parse_header(bytes: &[u8]) -> Result<Header, SnapshotFault> {
     if header.header_len.get() as usize != HEADER_LEN {
         return bad(format!("header length {}", header.header_len.get()));
     }
-    let block_bytes = block_bytes(header.filter_kind.get());
-    let Some(block_bytes) = block_bytes.filter(|_| header.hash_kind.get() == HASH_KIND_XXH3_GOLDEN)
-    else {
-        return bad(format!(
-            "unknown filter kind {} / hash kind {}",
-            header.filter_kind.get(),
-            header.hash_kind.get()
-        ));
+    if header.hash_kind.get() != HASH_KIND_XXH3_BLOCK {
+        return Err(SnapshotFault::HashKind {
+            expected: HASH_KIND_XXH3_BLOCK,
+            got: header.hash_kind.get(),
+        });
+    }
+    let Some(block_bytes) = block_bytes(header.filter_kind.get()) else {
+        return bad(format!("unknown filter kind {}", header.filter_kind.get()));
     };
     let page_size = header.page_size.get();
     if page_size < 8 || page_size % 8 != 0 {
@@ -510,11 +531,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Header, Vec<u64>), SnapshotFault> {
         let mut page_crc = crc32fast::Hasher::new();
         page_crc.update(payload);
         payload_crc.combine(&page_crc);
-        words.extend(
-            payload
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk"))),
-        );
+        words.extend(layout::decode_words(payload));
         remaining -= len as u64;
         rest = tail;
     }
@@ -633,6 +650,28 @@ mod tests {
             decode(&unknown),
             Err(SnapshotFault::Inconsistent(_))
         ));
+    }
+
+    #[test]
+    fn a_snapshot_of_another_hash_kind_is_a_hash_kind_fault() {
+        let (_, _, b) = sample(8 * 4, 64);
+        assert_eq!(
+            u32::from_le_bytes(b[20..24].try_into().unwrap()),
+            HASH_KIND_XXH3_BLOCK
+        );
+        for kind in [HASH_KIND_XXH3_GOLDEN, 0, 3, u32::MAX] {
+            let mut old = b.clone();
+            old[20..24].copy_from_slice(&kind.to_le_bytes());
+            let c = crc(&[&old[..HEADER_CRC_OFFSET]]);
+            old[HEADER_CRC_OFFSET..HEADER_LEN].copy_from_slice(&c.to_le_bytes());
+            assert_eq!(
+                decode(&old).unwrap_err(),
+                SnapshotFault::HashKind {
+                    expected: HASH_KIND_XXH3_BLOCK,
+                    got: kind
+                }
+            );
+        }
     }
 
     #[test]

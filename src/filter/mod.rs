@@ -8,6 +8,7 @@
 pub(crate) mod any;
 mod bits;
 mod counting;
+pub(crate) mod layout;
 pub mod math;
 
 pub use any::FilterMode;
@@ -18,18 +19,16 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, FilterShape, Result};
-use crate::hash::{
-    block_index, block_pattern, first_n_positions, first_positions, hash_key, BLOCK_WORDS,
-    DEFAULT_SEED,
-};
+use crate::hash::{hash_key, DEFAULT_SEED};
 use crate::stats::Counters;
 use bits::Blocks;
+use layout::{block_index, block_masks, BLOCK_WORDS};
 
-/// Bits in one block: one 64-byte cache line.
-pub const BLOCK_BITS: u64 = 512;
+/// Bits in one block: one 64-byte cache line (see the block layout, `filter::layout`).
+pub const BLOCK_BITS: u64 = layout::BLOCK_BITS as u64;
 
 /// The most bits a key may set (`num_hashes`).
-pub const MAX_HASHES: u32 = 32;
+pub const MAX_HASHES: u32 = layout::MAX_HASHES;
 
 /// Largest filter bloomsled will allocate: 2^40 bits (128 GiB).
 const MAX_BITS: u64 = 1 << 40;
@@ -38,9 +37,6 @@ const MAX_BITS: u64 = 1 << 40;
 /// in flight to cover DRAM latency, few enough that the blocks are still in L1 when tested
 /// (32 blocks are 2 KiB).
 const BATCH: usize = 32;
-
-/// Positions a batched probe tests branch-free before the full probe (see `probe_batch`).
-const SCREEN: usize = 4;
 
 /// How many batches ahead `contains_hash_many` prefetches. With hashes given, testing a
 /// batch of 32 takes about 100 ns, less than a DRAM miss, so a prefetch issued one batch
@@ -304,8 +300,19 @@ impl Filter {
         Ok(f)
     }
 
-    /// Inserts `key`. Returns `true` if the key was possibly present already (every one of
-    /// its bits was set), `false` if this insert set a new bit.
+    /// Inserts `key`, and says whether it was new: returns `true` if the key was possibly
+    /// present already (every one of its bits was set), `false` if this insert set a bit —
+    /// check-and-set in one probe, as crawler dedup wants (`if !f.insert(url) { crawl }`).
+    ///
+    /// Under concurrency the answer comes from the atomic `fetch_or`s themselves: of several
+    /// threads inserting the same new key at once, at least one gets `false`.
+    ///
+    /// ```
+    /// let f = bloomsled::Filter::new(1_000, 0.01)?;
+    /// assert!(!f.insert(b"https://example.com/"), "new");
+    /// assert!(f.insert(b"https://example.com/"), "seen before");
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     #[inline]
     pub fn insert(&self, key: &[u8]) -> bool {
         self.insert_hash(hash_key(key, self.seed))
@@ -318,11 +325,11 @@ impl Filter {
     }
 
     /// Inserts a key by its hash, as computed by [`crate::hash::hash_key`] with this
-    /// filter's [`seed`](Filter::seed).
+    /// filter's [`seed`](Filter::seed); returns what [`Filter::insert`] returns.
     #[inline]
     pub fn insert_hash(&self, h: u64) -> bool {
         let i = block_index(h, self.blocks.len() as u64);
-        let changed = self.blocks.set(i, &block_pattern(h, self.num_hashes));
+        let changed = self.blocks.set(i, &block_masks(h, self.num_hashes));
         if changed {
             self.items.add(0, 1);
         }
@@ -357,17 +364,14 @@ impl Filter {
         self.probe(h, block_index(h, self.blocks.len() as u64))
     }
 
-    /// Tests hash `h` against block `i`. Absent keys are rejected by the first unset bit of
-    /// the probe stream, usually the first or second, with no pattern built; only a key whose
-    /// first `k` draws are all set gets the exact test of its `k` distinct bits.
+    /// Tests hash `h` against block `i`: all `k` bits read and ANDed, no early exit (see
+    /// [`layout::all_set`]). With no branch on what the loads return, consecutive keys'
+    /// cache misses overlap; an early-exit probe that stopped at the first unset bit measured
+    /// (stream of URL keys, 2M-key filter) slower for absent keys and far slower for
+    /// present ones, whose every probe then ran a loop and a pattern build on loaded data.
     #[inline(always)]
     fn probe(&self, h: u64, i: usize) -> bool {
-        for pos in first_positions(h, self.num_hashes) {
-            if !self.blocks.bit(i, pos) {
-                return false;
-            }
-        }
-        self.blocks.test(i, &block_pattern(h, self.num_hashes))
+        self.blocks.contains(i, h, self.num_hashes)
     }
 
     /// Tests many keys at once: hashes a batch, prefetches every block, then tests them, so
@@ -455,45 +459,15 @@ impl Filter {
     /// filling up and stalling on a burst of 32 prefetches. Against prefetching a batch and
     /// then testing it, this measured 10.3–11.4 ns per key against 13.8–14.4 at 50M keys,
     /// and 7.3–7.5 against 8.0–8.4 at 2M (`contains_hash_many`, 1M absent hashes, Xeon).
-    ///
-    /// The probe runs in two passes. The first tests the first [`SCREEN`] positions of every
-    /// key without a branch, so no instruction waits on a guess about what a load returned
-    /// and the loads of all the keys overlap; it rejects all but ~4% of absent keys (each
-    /// bit is set with probability about one half). The second runs the full probe on the
-    /// survivors. One early-exit probe per key measured ~20 ns per key on an L2-resident
-    /// filter, mostly a mispredicted exit branch per key that also discarded the work on the
-    /// keys after it; the two passes measured 9–10 ns (2M keys) and 18–26 ns against 30–34
-    /// at 50M keys, with 32 keys per batch (16 and 8 were slower there).
+    /// The probe itself has no branch on loaded data, so the tests of a batch overlap too.
     #[inline(always)]
     fn probe_batch(&self, hashes: &[u64], ahead: &[u64], out: &mut [bool]) {
         let n_blocks = self.blocks.len() as u64;
-        let mut idx = [0usize; BATCH];
-        for (i, &h) in idx.iter_mut().zip(hashes) {
-            *i = block_index(h, n_blocks);
-        }
-        if self.num_hashes as usize >= SCREEN {
-            for (j, ((o, &h), &i)) in out.iter_mut().zip(hashes).zip(&idx).enumerate() {
-                if let Some(&a) = ahead.get(j) {
-                    self.blocks.prefetch(block_index(a, n_blocks));
-                }
-                let all = first_n_positions::<SCREEN>(h)
-                    .iter()
-                    .fold(1, |all, &p| all & (self.blocks.word(i, p >> 6) >> (p & 63)));
-                *o = all & 1 != 0;
+        for (j, (o, &h)) in out.iter_mut().zip(hashes).enumerate() {
+            if let Some(&a) = ahead.get(j) {
+                self.blocks.prefetch(block_index(a, n_blocks));
             }
-        } else {
-            // k below the screen: all k draws, still without an early exit.
-            self.prefetch_hashes(ahead);
-            for ((o, &h), &i) in out.iter_mut().zip(hashes).zip(&idx) {
-                *o = first_positions(h, self.num_hashes).fold(true, |all, p| {
-                    all & (self.blocks.word(i, p >> 6) >> (p & 63) & 1 != 0)
-                });
-            }
-        }
-        for ((o, &h), &i) in out.iter_mut().zip(hashes).zip(&idx) {
-            if *o {
-                *o = self.probe(h, i);
-            }
+            *o = self.probe(h, block_index(h, n_blocks));
         }
     }
 
@@ -570,17 +544,12 @@ impl Filter {
     }
 
     /// The false-positive rate of the filter as it is now, for a random absent key: the
-    /// mean over blocks of the chance that `k` distinct random bits of the block are all set.
-    /// Exact for the current bits (O(size): reads every word).
+    /// mean over blocks of the chance that the key's `k` draws (repeats allowed) all hit set
+    /// bits of the block. Exact for the current bits (O(size): reads every word).
     pub fn estimated_fpr(&self) -> f64 {
-        let k = self.num_hashes;
+        let distinct = math::distinct_draws(self.num_hashes);
         let total: f64 = (0..self.blocks.len())
-            .map(|i| {
-                let ones = f64::from(self.blocks.count_ones(i));
-                (0..k)
-                    .map(|j| ((ones - f64::from(j)) / (BLOCK_BITS as f64 - f64::from(j))).max(0.0))
-                    .product::<f64>()
-            })
+            .map(|i| math::all_set_probability(f64::from(self.blocks.count_ones(i)), &distinct))
             .sum();
         total / self.blocks.len() as f64
     }
