@@ -14,6 +14,9 @@ use std::time::Instant;
 
 use bloomsled::hash::hash_key;
 use bloomsled::{Batch, Config, Filter};
+use common::rounds::{fmt_ns, interleaved, timed, Paired};
+
+mod common;
 
 const ROUNDS: usize = 7;
 /// Rounds of the interleaved comparisons, whose differences are a few percent.
@@ -48,76 +51,16 @@ fn median_ns(n: usize, mut f: impl FnMut() -> u64) -> f64 {
 }
 
 /// `a` against `b`, each returning the duration of a round over `n` items, measured in
-/// `PAIRED_ROUNDS` interleaved rounds (alternating which goes first), so that drift in the
-/// machine's state (caches, sled's background threads, other tenants) hits both alike.
-/// Returns the median ns per item of each and the median of the per-round ratios `b / a`,
-/// which drift moves less than the ratio of the two medians.
+/// `PAIRED_ROUNDS` interleaved rounds (see [`interleaved`]). Returns the median ns per item
+/// of each and the median of the per-round ratios `b / a`, which drift moves less than the
+/// ratio of the two medians.
 fn paired(
     n: usize,
     mut a: impl FnMut() -> std::time::Duration,
     mut b: impl FnMut() -> std::time::Duration,
 ) -> Paired {
-    let [va, vb] = interleaved(n, &mut [&mut a, &mut b]);
+    let [va, vb] = interleaved(PAIRED_ROUNDS, n, &mut [&mut a, &mut b]);
     Paired::of(va, vb)
-}
-
-/// Runs every contender once per round for `PAIRED_ROUNDS` rounds, starting each round one
-/// contender further along, so each is measured as often in every position. Returns each
-/// contender's ns per item, round by round.
-fn interleaved<const K: usize>(
-    n: usize,
-    contenders: &mut [&mut dyn FnMut() -> std::time::Duration; K],
-) -> [Vec<f64>; K] {
-    let mut per: [Vec<f64>; K] = std::array::from_fn(|_| Vec::with_capacity(PAIRED_ROUNDS));
-    for r in 0..PAIRED_ROUNDS {
-        for j in 0..K {
-            let c = (r + j) % K;
-            let ns = contenders[c]().as_nanos() as f64 / n as f64;
-            per[c].push(ns);
-        }
-    }
-    per
-}
-
-/// What [`paired`] measured.
-struct Paired {
-    /// Median ns per item of the first contender (the baseline).
-    a: f64,
-    /// Median ns per item of the second.
-    b: f64,
-    /// Median of the per-round ratios, second over first.
-    ratio: f64,
-}
-
-impl Paired {
-    /// Medians of two contenders' per-round figures (same rounds), and of their ratios.
-    fn of(va: Vec<f64>, vb: Vec<f64>) -> Paired {
-        let ratios = va.iter().zip(&vb).map(|(a, b)| b / a).collect();
-        let median = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        Paired {
-            a: median(va),
-            b: median(vb),
-            ratio: median(ratios),
-        }
-    }
-}
-
-/// The duration of `f`.
-fn timed(f: impl FnOnce() -> u64) -> std::time::Duration {
-    let t = Instant::now();
-    black_box(f());
-    t.elapsed()
-}
-
-fn fmt_ns(ns: f64) -> String {
-    if ns >= 1000.0 {
-        format!("{:.2} µs", ns / 1000.0)
-    } else {
-        format!("{ns:.1} ns")
-    }
 }
 
 fn main() {
@@ -231,6 +174,7 @@ fn main() {
     // how far inserts into two identical stores differ with no filter at all.
     let (mut r_sled, mut r_bs, mut r_sled2) = (0, 0, 0);
     let [sled1, bloom, sled2] = interleaved(
+        PAIRED_ROUNDS,
         q,
         &mut [
             &mut || {
