@@ -68,7 +68,7 @@ pub fn standard_fpr(m: u64, n: u64, k: u32) -> f64 {
 ///
 /// The number of keys in a block is Poisson with mean 512/bits_per_key; a block holding `j`
 /// keys has on average S = 512·(1 − (1 − 1/512)^(k·j)) bits set. A query for an absent key
-/// draws `k` positions, `d` of them distinct with probability [`distinct_draws`]`(k)[d]`,
+/// draws `k` positions, `d` of them distinct with the probability `distinct_draws(k)[d]`,
 /// and all `d` are set with probability ∏ (S − i)/(512 − i).
 ///
 /// ```
