@@ -57,6 +57,8 @@ struct Stripe(Mutex<()>);
 /// assert_eq!(f.items(), 1);
 /// # Ok::<(), bloomsled::Error>(())
 /// ```
+// `repr(C)` with the bits first: see `AnyFilter`.
+#[repr(C)]
 pub struct CountingFilter {
     bits: Filter,
     counters: Box<[AtomicU64]>,
