@@ -359,7 +359,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
         });
         let s = db.stats();
         extra += &format!(
-            "Store: {} keys, {:.2} bits/key, k = {}.\n",
+            "- Store: {} keys, {:.2} bits/key, k = {}.\n",
             s.items, s.bits_per_key, s.num_hashes
         );
         for &bpk in bpk_extra {
@@ -465,7 +465,7 @@ fn bpk_row(bpk: f64, n: u64, absent: &[Vec<u8>], sled_absent: f64, rounds: usize
     let per = interleave(rounds, &mut [&mut probe, &mut get]);
     let s = db.stats();
     format!(
-        "At {bpk} bits/key (k = {}, {:.1} MB): FPR {:.3}%, absent `get` {} (`may_contain` {}; \
+        "- At {bpk} bits/key (k = {}, {:.1} MB): FPR {:.3}%, absent `get` {} (`may_contain` {}; \
          bound with sled's absent get {}: {}).\n",
         s.num_hashes,
         s.num_bits as f64 / 8e6,
