@@ -26,8 +26,10 @@
 //! before sled stores it, so a key that is in the store is always "maybe" in the filter.
 //!
 //! ## Layers
-//! - [`hash`]: stable xxh3-64 with a seed; one hash → block and bit positions.
-//! - [`filter`]: the cache-line-blocked, lock-free [`Filter`] and its sizing math (no I/O).
+//! - [`hash`]: stable xxh3-64 with a seed: one hash per key.
+//! - [`filter`]: the cache-line-blocked, lock-free [`Filter`] and its sizing math (no I/O);
+//!   its block layout (which block and bits a hash selects, and their byte encoding) is one
+//!   module that every layer calls.
 //! - [`codec`]: the filter's stable serialized form.
 //! - [`format`](mod@format): the on-disk snapshot (zerocopy header, CRC-checked pages); bytes only.
 //! - [`persist`]: snapshot files, the dirty marker, trust-or-rebuild at open
