@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use bloomsled::hash::hash_key;
 use bloomsled::Filter;
-use common::{env_count, key, size_label, splitmix64, write_key};
+use common::{env_count, key, load_chunks, size_label, splitmix64, write_key};
 
 mod common;
 use criterion::measurement::WallTime;
@@ -100,7 +100,7 @@ fn load_stores(n: u64) -> (sled::Db, bloomsled::Db, sled::Db) {
         .open()
         .expect("open bloomsled");
     let t = Instant::now();
-    load_chunks(n, |ids, buf| {
+    load_chunks(n, LOAD_CHUNK as u64, |ids, buf| {
         let mut batch = bloomsled::Batch::default();
         for i in ids {
             write_key(buf, i);
@@ -134,7 +134,7 @@ fn load_sled(n: u64) -> sled::Db {
         .open()
         .expect("open sled");
     let t = Instant::now();
-    load_chunks(n, |ids, buf| {
+    load_chunks(n, LOAD_CHUNK as u64, |ids, buf| {
         let mut batch = sled::Batch::default();
         for i in ids {
             write_key(buf, i);
@@ -145,15 +145,6 @@ fn load_sled(n: u64) -> sled::Db {
     raw.flush().expect("sled flush");
     eprintln!("loaded {n} keys into sled in {:.1?}", t.elapsed());
     raw
-}
-
-/// Hands the key ids `0..n` to `apply` in chunks of `LOAD_CHUNK`, with a scratch buffer
-/// for [`write_key`]: one batch per chunk.
-fn load_chunks(n: u64, mut apply: impl FnMut(std::ops::Range<u64>, &mut Vec<u8>)) {
-    let mut buf = Vec::with_capacity(80);
-    for start in (0..n).step_by(LOAD_CHUNK) {
-        apply(start..(start + LOAD_CHUNK as u64).min(n), &mut buf);
-    }
 }
 
 /// Reads every entry of both stores once, in key order, before anything is timed.

@@ -14,6 +14,9 @@ use std::time::Instant;
 
 use bloomsled::hash::hash_key;
 use bloomsled::{Batch, Config, Filter};
+use common::rounds::{fmt_ns, interleaved, timed, Paired};
+
+mod common;
 
 const ROUNDS: usize = 7;
 /// Rounds of the interleaved comparisons, whose differences are a few percent.
@@ -48,76 +51,16 @@ fn median_ns(n: usize, mut f: impl FnMut() -> u64) -> f64 {
 }
 
 /// `a` against `b`, each returning the duration of a round over `n` items, measured in
-/// `PAIRED_ROUNDS` interleaved rounds (alternating which goes first), so that drift in the
-/// machine's state (caches, sled's background threads, other tenants) hits both alike.
-/// Returns the median ns per item of each and the median of the per-round ratios `b / a`,
-/// which drift moves less than the ratio of the two medians.
+/// `PAIRED_ROUNDS` interleaved rounds (see [`interleaved`]). Returns the median ns per item
+/// of each and the median of the per-round ratios `b / a`, which drift moves less than the
+/// ratio of the two medians.
 fn paired(
     n: usize,
     mut a: impl FnMut() -> std::time::Duration,
     mut b: impl FnMut() -> std::time::Duration,
 ) -> Paired {
-    let [va, vb] = interleaved(n, &mut [&mut a, &mut b]);
+    let [va, vb] = interleaved(PAIRED_ROUNDS, n, &mut [&mut a, &mut b]);
     Paired::of(va, vb)
-}
-
-/// Runs every contender once per round for `PAIRED_ROUNDS` rounds, starting each round one
-/// contender further along, so each is measured as often in every position. Returns each
-/// contender's ns per item, round by round.
-fn interleaved<const K: usize>(
-    n: usize,
-    contenders: &mut [&mut dyn FnMut() -> std::time::Duration; K],
-) -> [Vec<f64>; K] {
-    let mut per: [Vec<f64>; K] = std::array::from_fn(|_| Vec::with_capacity(PAIRED_ROUNDS));
-    for r in 0..PAIRED_ROUNDS {
-        for j in 0..K {
-            let c = (r + j) % K;
-            let ns = contenders[c]().as_nanos() as f64 / n as f64;
-            per[c].push(ns);
-        }
-    }
-    per
-}
-
-/// What [`paired`] measured.
-struct Paired {
-    /// Median ns per item of the first contender (the baseline).
-    a: f64,
-    /// Median ns per item of the second.
-    b: f64,
-    /// Median of the per-round ratios, second over first.
-    ratio: f64,
-}
-
-impl Paired {
-    /// Medians of two contenders' per-round figures (same rounds), and of their ratios.
-    fn of(va: Vec<f64>, vb: Vec<f64>) -> Paired {
-        let ratios = va.iter().zip(&vb).map(|(a, b)| b / a).collect();
-        let median = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        Paired {
-            a: median(va),
-            b: median(vb),
-            ratio: median(ratios),
-        }
-    }
-}
-
-/// The duration of `f`.
-fn timed(f: impl FnOnce() -> u64) -> std::time::Duration {
-    let t = Instant::now();
-    black_box(f());
-    t.elapsed()
-}
-
-fn fmt_ns(ns: f64) -> String {
-    if ns >= 1000.0 {
-        format!("{:.2} µs", ns / 1000.0)
-    } else {
-        format!("{ns:.1} ns")
-    }
 }
 
 fn main() {
@@ -139,6 +82,10 @@ fn main() {
     // from a hot path: 0.9 µs per absent get here instead of 4-5 µs.)
     let absent: Vec<Vec<u8>> = (0..q as u64).map(|i| url(n + i, "in")).collect();
     let present: Vec<Vec<u8>> = (0..q as u64).map(|i| url(i * 61 % n, "in")).collect();
+    // The filter-alone stream: 1M absent and 1M present keys, each its own allocation, made
+    // before anything is loaded, hashed and probed one after the other.
+    let stream_absent: Vec<Vec<u8>> = (0..1u64 << 20).map(|i| url(i, "probe")).collect();
+    let stream_present: Vec<Vec<u8>> = (0..1u64 << 20).map(|i| url(i * 7 % n, "in")).collect();
 
     // --- store: bloomsled vs plain sled holding the same keys --------------------------
     let bs = Config::new()
@@ -231,6 +178,7 @@ fn main() {
     // how far inserts into two identical stores differ with no filter at all.
     let (mut r_sled, mut r_bs, mut r_sled2) = (0, 0, 0);
     let [sled1, bloom, sled2] = interleaved(
+        PAIRED_ROUNDS,
         q,
         &mut [
             &mut || {
@@ -276,11 +224,18 @@ fn main() {
     let probe: Vec<u64> = (0..1u64 << 20)
         .map(|i| hash_key(&url(i, "probe"), f.seed()))
         .collect();
-    let con = paired(
-        probe.len(),
-        || timed(|| probe.iter().filter(|&&h| f.contains_hash(h)).count() as u64),
-        || timed(|| probe.iter().filter(|&&h| fb.contains_hash(h)).count() as u64),
-    );
+    let seed = f.seed();
+    let stream = |keys: &[Vec<u8>]| {
+        paired(
+            keys.len(),
+            || timed(|| count_true(&|k| fb.contains_hash(hash_key(k, seed)), keys)),
+            || timed(|| count_true(&|k| f.contains(k), keys)),
+        )
+    };
+    let (con_abs, con_pre) = (stream(&stream_absent), stream(&stream_present));
+    let single = median_ns(probe.len(), || {
+        probe.iter().filter(|&&h| f.contains_hash(h)).count() as u64
+    });
     let mut out = vec![false; probe.len()];
     let c_many = median_ns(probe.len(), || {
         f.contains_hash_many(&probe, &mut out);
@@ -303,8 +258,9 @@ fn main() {
          | present-key `get` floor: one uncached read of a filter-sized array, then sled's `get` | | {} vs sled {} | {:+.1}% |\n\
          | `insert` of a new key | {} | sled {} | {:+.1}% |\n\
          | `insert`, two identical sled instances (A/A) | | sled {} vs {} | {:+.1}% |\n\
-         | `contains` by hash | {} | fastbloom (same xxh3 hash, bits, k) {} | {:.2}× |\n\
-         | `contains_hash_many` per key | {} | single `contains` {} | {:.2}× |\n\
+         | `Filter::contains`, a stream of absent keys (hashing included) | {} | fastbloom + xxh3 (same hash, bits, k) {} | {:.2}× |\n\
+         | `Filter::contains`, a stream of present keys | {} | fastbloom + xxh3 {} | {:.2}× |\n\
+         | `contains_hash_many` per key | {} | single `contains_hash` {} | {:.2}× |\n\
          | false-positive rate | {:.3}% (filter), {:.3}% (store gets) | fastbloom {:.3}% | |\n\
          | online `rebuild` of the tree | {:.2}M keys/s ({} keys in {:.2?}) | | |\n\
          | memory | {:.2} bits/key, k = {} | | |\n",
@@ -329,12 +285,15 @@ fn main() {
         fmt_ns(ins_aa.b),
         fmt_ns(ins_aa.a),
         100.0 * (ins_aa.ratio - 1.0),
-        fmt_ns(con.a),
-        fmt_ns(con.b),
-        1.0 / con.ratio,
+        fmt_ns(con_abs.b),
+        fmt_ns(con_abs.a),
+        con_abs.ratio,
+        fmt_ns(con_pre.b),
+        fmt_ns(con_pre.a),
+        con_pre.ratio,
         fmt_ns(c_many),
-        fmt_ns(con.a),
-        c_many / con.a,
+        fmt_ns(single),
+        c_many / single,
         100.0 * fpr_bs,
         100.0 * store_fpr,
         100.0 * fpr_fb,

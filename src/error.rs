@@ -230,6 +230,15 @@ pub enum DecodeError {
     /// Well-framed, but a field is impossible or inconsistent (named in the message).
     #[error("inconsistent: {0}")]
     Inconsistent(String),
+    /// Written with another hash kind (e.g. the retired distinct-bits layout, whose keys
+    /// set other bits): probing it would give false negatives, so it is never loaded.
+    #[error("hash kind {got}, this build uses {expected}")]
+    HashKind {
+        /// The hash kind this build uses.
+        expected: u32,
+        /// The hash kind found.
+        got: u32,
+    },
     /// The payload the header announces cannot be allocated in this process.
     #[error("cannot reserve {bytes} bytes for the payload")]
     TooLarge {

@@ -28,7 +28,8 @@
 //! ## Layers
 //! - [`hash`]: stable xxh3-64 with a seed; the classic string hashes of PHP filters.
 //! - the filter: the cache-line-blocked, lock-free [`Filter`], [`CountingFilter`] and their
-//!   sizing math ([`FilterConfig`], [`optimal_k`], ...); no I/O.
+//!   sizing math ([`FilterConfig`], [`optimal_k`], ...); no I/O. Its block layout (which
+//!   block and bits a hash selects, and their byte encoding) is one module every layer calls.
 //! - the on-disk format (`src/format/`): snapshot header, CRC-checked pages, trust records;
 //!   bytes in, bytes out (public only for the fuzz targets, hidden from these docs).
 //! - [`persist`]: what makes a snapshot trustworthy, recovery at open ([`RecoveryReport`],

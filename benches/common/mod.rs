@@ -3,6 +3,8 @@
 
 use std::io::Write as _;
 
+pub mod rounds;
+
 pub fn env_count(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
         Ok(s) => s
@@ -56,4 +58,13 @@ pub fn key(id: u64) -> Vec<u8> {
     let mut buf = Vec::with_capacity(80);
     write_key(&mut buf, id);
     buf
+}
+
+/// Hands the key ids `0..n` to `apply` in chunks of `chunk`, with a scratch buffer for
+/// [`write_key`]: one store batch per chunk.
+pub fn load_chunks(n: u64, chunk: u64, mut apply: impl FnMut(std::ops::Range<u64>, &mut Vec<u8>)) {
+    let mut buf = Vec::with_capacity(80);
+    for start in (0..n).step_by(chunk as usize) {
+        apply(start..(start + chunk).min(n), &mut buf);
+    }
 }

@@ -24,6 +24,12 @@ impl FilterMode {
 }
 
 /// The filter of a tree in either mode.
+///
+/// `repr(C)`: both variants' payloads start at the same offset, and a `CountingFilter` starts
+/// with its bits, so the `Filter` that lookups read is at the same address in either mode and
+/// [`AnyFilter::bits`] is the same address in both arms, which the compiler folds: no load
+/// of the tag on the lookup path.
+#[repr(C)]
 pub(crate) enum AnyFilter {
     Plain(Filter),
     Counting(CountingFilter),

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::hash::BLOCK_WORDS;
+use super::layout::{self, BLOCK_WORDS};
 
 /// One 512-bit block, aligned to a cache line so that a probe touches exactly one line.
 #[repr(C, align(64))]
@@ -53,18 +53,35 @@ impl Blocks {
     }
 
     /// ORs `masks` into block `i`; returns true if any bit was newly set.
+    ///
+    /// Check-and-set in one pass over the block: the words are read first, and only the
+    /// words missing some of their bits get a locked `fetch_or` (a present key, or a replay,
+    /// writes nothing and never bounces the line). The answer comes from the `fetch_or`
+    /// results, not from the reads: when several threads insert the same key at once, the
+    /// one whose `fetch_or` sets a bit first sees it unset, so at least one of them is told
+    /// the key is new. (Bits are only cleared in counting mode, under the block's lock.)
     #[inline(always)]
     pub(crate) fn set(&self, i: usize, masks: &[u64; BLOCK_WORDS]) -> bool {
         let block = &self.blocks[i].0;
+        let need: [u64; BLOCK_WORDS] = std::array::from_fn(|j| masks[j] & !block[j].load(Relaxed));
+        if need.iter().all(|&n| n == 0) {
+            return false;
+        }
         let mut changed = false;
-        for (w, &m) in block.iter().zip(masks) {
-            // Skip the locked RMW when the bits are already there: re-inserting a present
-            // key (updates, replays) then writes nothing and never bounces the line.
-            if m != 0 && w.load(Relaxed) & m != m {
-                changed |= w.fetch_or(m, Relaxed) & m != m;
+        for (w, &n) in block.iter().zip(&need) {
+            if n != 0 {
+                changed |= w.fetch_or(n, Relaxed) & n != n;
             }
         }
         changed
+    }
+
+    /// True if every one of hash `h`'s `k` bits is set in block `i` (see
+    /// [`layout::all_set`]: no early exit, no data-dependent branch).
+    #[inline(always)]
+    pub(crate) fn contains(&self, i: usize, h: u64, k: u32) -> bool {
+        let block = &self.blocks[i].0;
+        layout::all_set(h, k, |j| block[j & (BLOCK_WORDS - 1)].load(Relaxed))
     }
 
     /// Clears the bits of `masks` in block `i` (counting mode: their counters reached zero).
@@ -90,29 +107,6 @@ impl Blocks {
     #[inline]
     pub(crate) fn store_word(&self, i: usize, j: usize, v: u64) {
         self.blocks[i].0[j].store(v, Relaxed);
-    }
-
-    /// True if every bit of `masks` is set in block `i`.
-    #[inline(always)]
-    pub(crate) fn test(&self, i: usize, masks: &[u64; BLOCK_WORDS]) -> bool {
-        let block = &self.blocks[i].0;
-        let mut missing = 0u64;
-        for (w, &m) in block.iter().zip(masks) {
-            missing |= !w.load(Relaxed) & m;
-        }
-        missing == 0
-    }
-
-    /// Word `j` (0..8) of block `i`.
-    #[inline(always)]
-    pub(crate) fn word(&self, i: usize, j: usize) -> u64 {
-        self.blocks[i].0[j & (BLOCK_WORDS - 1)].load(Relaxed)
-    }
-
-    /// True if bit `pos` (0..512) of block `i` is set.
-    #[inline(always)]
-    pub(crate) fn bit(&self, i: usize, pos: usize) -> bool {
-        self.blocks[i].0[pos >> 6].load(Relaxed) & (1u64 << (pos & 63)) != 0
     }
 
     /// Hints the CPU to start loading block `i` (no-op off x86-64).
@@ -214,7 +208,8 @@ mod tests {
         m[3] = 1 << 17;
         for i in (0..n).step_by(4099) {
             assert!(b.set(i, &m));
-            assert!(b.test(i, &m));
+            assert!(!b.set(i, &m));
+            assert_eq!(b.count_ones(i), 1);
         }
         assert_eq!(
             (0..n).map(|i| u64::from(b.count_ones(i))).sum::<u64>(),

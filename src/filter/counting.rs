@@ -18,12 +18,13 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use super::layout::{block_index, block_masks, BLOCK_BITS, BLOCK_WORDS};
 use super::{Filter, FilterConfig};
 use crate::error::{Error, FilterShape, Result};
-use crate::hash::{block_index, block_pattern, hash_key, BLOCK_WORDS};
+use crate::hash::hash_key;
 
-/// Counter words per 512-bit block: 512 counters of 4 bits.
-pub(crate) const COUNTER_WORDS: usize = 32;
+/// Counter words per 512-bit block: one 4-bit counter per bit.
+pub(crate) const COUNTER_WORDS: usize = BLOCK_BITS * 4 / 64;
 
 /// The value at which a counter sticks.
 pub const COUNTER_MAX: u8 = 15;
@@ -56,6 +57,8 @@ struct Stripe(Mutex<()>);
 /// assert_eq!(f.items(), 1);
 /// # Ok::<(), bloomsled::Error>(())
 /// ```
+// `repr(C)` with the bits first: see `AnyFilter`.
+#[repr(C)]
 pub struct CountingFilter {
     bits: Filter,
     counters: Box<[AtomicU64]>,
@@ -137,7 +140,7 @@ impl CountingFilter {
     /// [`CountingFilter::insert`] by hash (see [`Filter::insert_hash`]).
     pub fn insert_hash(&self, h: u64) {
         let i = block_index(h, self.bits.num_blocks());
-        let masks = block_pattern(h, self.bits.num_hashes());
+        let masks = block_masks(h, self.bits.num_hashes());
         let _lock = self.lock(i);
         for pos in positions(&masks) {
             let (w, shift) = self.slot(i, pos);
@@ -161,7 +164,7 @@ impl CountingFilter {
     /// [`CountingFilter::remove`] by hash.
     pub fn remove_hash(&self, h: u64) -> bool {
         let i = block_index(h, self.bits.num_blocks());
-        let masks = block_pattern(h, self.bits.num_hashes());
+        let masks = block_masks(h, self.bits.num_hashes());
         let _lock = self.lock(i);
         if positions(&masks).any(|pos| {
             let (w, shift) = self.slot(i, pos);
@@ -207,7 +210,7 @@ impl CountingFilter {
     pub fn count(&self, key: &[u8]) -> u8 {
         let h = hash_key(key, self.bits.seed());
         let i = block_index(h, self.bits.num_blocks());
-        let masks = block_pattern(h, self.bits.num_hashes());
+        let masks = block_masks(h, self.bits.num_hashes());
         positions(&masks)
             .map(|pos| {
                 let (w, shift) = self.slot(i, pos);

@@ -6,211 +6,33 @@
 //! number of threads may insert and query at once through `&Filter`.
 
 pub(crate) mod any;
+mod batch;
 mod bits;
+mod config;
 mod counting;
+pub(crate) mod layout;
 pub mod math;
 
 pub use any::FilterMode;
+pub use config::{FilterConfig, Sizing};
 pub use counting::{CountingFilter, COUNTER_MAX};
 
 use std::fmt;
 
 use crate::counters::Counters;
 use crate::error::{Error, FilterShape, Result};
-use crate::hash::{
-    block_index, block_pattern, first_n_positions, first_positions, hash_key, BLOCK_WORDS,
-    DEFAULT_SEED,
-};
+use crate::hash::hash_key;
 use bits::Blocks;
+use layout::{block_index, block_masks, BLOCK_WORDS};
 
-/// Bits in one block: one 64-byte cache line.
-pub const BLOCK_BITS: u64 = 512;
+/// Bits in one block: one 64-byte cache line (see the block layout, `filter::layout`).
+pub const BLOCK_BITS: u64 = layout::BLOCK_BITS as u64;
 
 /// The most bits a key may set (`num_hashes`).
-pub const MAX_HASHES: u32 = 32;
+pub const MAX_HASHES: u32 = layout::MAX_HASHES;
 
 /// Largest filter bloomsled will allocate: 2^40 bits (128 GiB).
-const MAX_BITS: u64 = 1 << 40;
-
-/// How many keys a batched probe hashes and prefetches before it tests them: enough misses
-/// in flight to cover DRAM latency, few enough that the blocks are still in L1 when tested
-/// (32 blocks are 2 KiB).
-const BATCH: usize = 32;
-
-/// Positions a batched probe tests branch-free before the full probe (see `probe_batch`).
-const SCREEN: usize = 4;
-
-/// How many batches ahead `contains_hash_many` prefetches. With hashes given, testing a
-/// batch of 32 takes about 100 ns, less than a DRAM miss, so a prefetch issued one batch
-/// ahead is still in flight when its block is tested. Two batches ahead measured 7.0 ns per
-/// key against 8.4–8.5 for one at 50M keys, and 8.1–8.3 against 9.4 at 200M (AMD EPYC, 1M
-/// absent hashes); three or four gained nothing more. The 64 blocks in flight are 4 KiB,
-/// still far inside L1.
-const AHEAD: usize = 2;
-
-/// How a filter is sized: by target false-positive rate or by bits per key.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Sizing {
-    /// Size for this false-positive rate at capacity, using the blocked-layout model.
-    FalsePositiveRate(f64),
-    /// Use this many bits per expected item.
-    BitsPerKey(f64),
-}
-
-/// Parameters of a new [`Filter`]: capacity, sizing, and optionally `k` and the seed.
-///
-/// ```
-/// use bloomsled::FilterConfig;
-/// let f = FilterConfig::new(10_000).false_positive_rate(0.001).build()?;
-/// assert!(f.num_bits() >= 10_000 * 14);
-/// # Ok::<(), bloomsled::Error>(())
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct FilterConfig {
-    capacity: u64,
-    sizing: Sizing,
-    num_hashes: Option<u32>,
-    seed: u64,
-}
-
-impl Default for FilterConfig {
-    /// One million items at a 1% false-positive rate.
-    fn default() -> Self {
-        FilterConfig {
-            capacity: 1_000_000,
-            sizing: Sizing::FalsePositiveRate(0.01),
-            num_hashes: None,
-            seed: DEFAULT_SEED,
-        }
-    }
-}
-
-impl FilterConfig {
-    /// A configuration for `expected_items` items at the default 1% false-positive rate.
-    pub fn new(expected_items: u64) -> Self {
-        FilterConfig {
-            capacity: expected_items,
-            ..Self::default()
-        }
-    }
-
-    /// Sets the number of items the filter is sized for.
-    pub fn expected_items(mut self, n: u64) -> Self {
-        self.capacity = n;
-        self
-    }
-
-    /// Sizes the filter for false-positive rate `p` (in (0, 1)) at capacity.
-    pub fn false_positive_rate(mut self, p: f64) -> Self {
-        self.sizing = Sizing::FalsePositiveRate(p);
-        self
-    }
-
-    /// Sizes the filter at `bits` bits per expected item (at least 1) instead of by rate.
-    pub fn bits_per_key(mut self, bits: f64) -> Self {
-        self.sizing = Sizing::BitsPerKey(bits);
-        self
-    }
-
-    /// Overrides the number of bits set per key (1 to 32); by default the value that
-    /// minimizes the blocked model's false-positive rate.
-    pub fn num_hashes(mut self, k: u32) -> Self {
-        self.num_hashes = Some(k);
-        self
-    }
-
-    /// Sets the hash seed (default [`crate::hash::DEFAULT_SEED`]). Filters can only be
-    /// combined with [`Filter::union`] when their seeds agree.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-
-    /// The configured capacity.
-    pub fn capacity(&self) -> u64 {
-        self.capacity
-    }
-
-    /// The configured sizing rule.
-    pub fn sizing(&self) -> Sizing {
-        self.sizing
-    }
-
-    /// The configured seed.
-    pub fn hash_seed(&self) -> u64 {
-        self.seed
-    }
-
-    /// The configured number of bits per key, if it overrides the sizing's optimum.
-    pub fn hashes(&self) -> Option<u32> {
-        self.num_hashes
-    }
-
-    /// Checks every setting and computes the shape; the errors `build` would return.
-    pub fn shape(&self) -> Result<FilterShape> {
-        if self.capacity == 0 {
-            return Err(Error::config(
-                "expected_items must be at least 1 (a filter sized for 0 items cannot hold any)",
-            ));
-        }
-        let bits_per_key = match self.sizing {
-            Sizing::FalsePositiveRate(p) => {
-                if !(p > 0.0 && p < 1.0) {
-                    return Err(Error::config(format!(
-                        "false_positive_rate must be strictly between 0 and 1, got {p}"
-                    )));
-                }
-                math::bits_per_key_for(p).ok_or_else(|| {
-                    Error::config(format!(
-                        "false_positive_rate {p} is below what a blocked filter reaches at {} \
-                         bits per key; use a larger rate",
-                        math::MAX_BITS_PER_KEY
-                    ))
-                })?
-            }
-            Sizing::BitsPerKey(b) => {
-                if !(1.0..=math::MAX_BITS_PER_KEY).contains(&b) {
-                    return Err(Error::config(format!(
-                        "bits_per_key must be between 1 and {}, got {b}",
-                        math::MAX_BITS_PER_KEY
-                    )));
-                }
-                b
-            }
-        };
-        let bits = (self.capacity as f64 * bits_per_key).ceil();
-        if bits > MAX_BITS as f64 {
-            return Err(Error::config(format!(
-                "a filter for {} items at {bits_per_key} bits per key needs {bits} bits, over the \
-                 limit of {MAX_BITS}",
-                self.capacity
-            )));
-        }
-        let num_blocks = ((bits as u64).div_ceil(BLOCK_BITS)).max(1);
-        let k = match self.num_hashes {
-            Some(k) if (1..=MAX_HASHES).contains(&k) => k,
-            Some(k) => {
-                return Err(Error::config(format!(
-                    "num_hashes must be between 1 and {MAX_HASHES}, got {k}"
-                )))
-            }
-            None => {
-                math::blocked_optimal_k((num_blocks * BLOCK_BITS) as f64 / self.capacity as f64)
-            }
-        };
-        Ok(FilterShape {
-            num_blocks,
-            num_hashes: k,
-            seed: self.seed,
-        })
-    }
-
-    /// Validates the configuration and allocates the filter.
-    pub fn build(&self) -> Result<Filter> {
-        let shape = self.shape()?;
-        Filter::with_shape(shape, self.capacity)
-    }
-}
+pub(crate) const MAX_BITS: u64 = 1 << 40;
 
 /// A cache-line-blocked Bloom filter, usable on its own.
 ///
@@ -306,8 +128,19 @@ impl Filter {
         Ok(f)
     }
 
-    /// Inserts `key`. Returns `true` if the key was possibly present already (every one of
-    /// its bits was set), `false` if this insert set a new bit.
+    /// Inserts `key`, and says whether it was new: returns `true` if the key was possibly
+    /// present already (every one of its bits was set), `false` if this insert set a bit —
+    /// check-and-set in one probe, as crawler dedup wants (`if !f.insert(url) { crawl }`).
+    ///
+    /// Under concurrency the answer comes from the atomic `fetch_or`s themselves: of several
+    /// threads inserting the same new key at once, at least one gets `false`.
+    ///
+    /// ```
+    /// let f = bloomsled::Filter::new(1_000, 0.01)?;
+    /// assert!(!f.insert(b"https://example.com/"), "new");
+    /// assert!(f.insert(b"https://example.com/"), "seen before");
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     #[inline]
     pub fn insert(&self, key: &[u8]) -> bool {
         self.insert_hash(hash_key(key, self.seed))
@@ -320,31 +153,15 @@ impl Filter {
     }
 
     /// Inserts a key by its hash, as computed by [`crate::hash::hash_key`] with this
-    /// filter's [`seed`](Filter::seed).
+    /// filter's [`seed`](Filter::seed); returns what [`Filter::insert`] returns.
     #[inline]
     pub fn insert_hash(&self, h: u64) -> bool {
         let i = block_index(h, self.blocks.len() as u64);
-        let changed = self.blocks.set(i, &block_pattern(h, self.num_hashes));
+        let changed = self.blocks.set(i, &block_masks(h, self.num_hashes));
         if changed {
             self.items.add(0, 1);
         }
         !changed
-    }
-
-    /// Inserts every key of `keys`.
-    pub fn insert_many<K: AsRef<[u8]>>(&self, keys: &[K]) {
-        for chunk in keys.chunks(BATCH) {
-            let mut hashes = [0u64; BATCH];
-            let n = chunk.len();
-            for (h, k) in hashes.iter_mut().zip(chunk) {
-                *h = hash_key(k.as_ref(), self.seed);
-                self.blocks
-                    .prefetch(block_index(*h, self.blocks.len() as u64));
-            }
-            for &h in &hashes[..n] {
-                self.insert_hash(h);
-            }
-        }
     }
 
     /// True if `key` may have been inserted; false means it certainly was not.
@@ -359,144 +176,14 @@ impl Filter {
         self.probe(h, block_index(h, self.blocks.len() as u64))
     }
 
-    /// Tests hash `h` against block `i`. Absent keys are rejected by the first unset bit of
-    /// the probe stream, usually the first or second, with no pattern built; only a key whose
-    /// first `k` draws are all set gets the exact test of its `k` distinct bits.
+    /// Tests hash `h` against block `i`: all `k` bits read and ANDed, no early exit (see
+    /// [`layout::all_set`]). With no branch on what the loads return, consecutive keys'
+    /// cache misses overlap; an early-exit probe that stopped at the first unset bit measured
+    /// (stream of URL keys, 2M-key filter) slower for absent keys and far slower for
+    /// present ones, whose every probe then ran a loop and a pattern build on loaded data.
     #[inline(always)]
     fn probe(&self, h: u64, i: usize) -> bool {
-        for pos in first_positions(h, self.num_hashes) {
-            if !self.blocks.bit(i, pos) {
-                return false;
-            }
-        }
-        self.blocks.test(i, &block_pattern(h, self.num_hashes))
-    }
-
-    /// Tests many keys at once: hashes a batch, prefetches every block, then tests them, so
-    /// the cache misses overlap instead of following each other. `out[i]` is
-    /// `contains(keys[i])`.
-    pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<bool> {
-        let mut out = vec![false; keys.len()];
-        self.contains_many_into(keys, &mut out);
-        out
-    }
-
-    /// [`Filter::contains_many`] into a caller's buffer.
-    ///
-    /// # Panics
-    /// If `out` is shorter than `keys`.
-    pub fn contains_many_into<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut [bool]) {
-        assert!(
-            out.len() >= keys.len(),
-            "contains_many_into: output buffer has {} slots for {} keys",
-            out.len(),
-            keys.len()
-        );
-        // Batch c + 1 is hashed, each block prefetched as soon as its hash is known, before
-        // batch c is tested. Against prefetching batch c + 1 during the test of batch c (as
-        // `contains_hash_many` does), this measured 8.8 against 15.4 ns per key at 2M keys
-        // and 12.3 against 16.6 at 50M (AMD EPYC, 1M absent URL keys); hashing two or three
-        // batches ahead was no faster.
-        let (mut now, mut then) = ([0u64; BATCH], [0u64; BATCH]);
-        let mut chunks = keys.chunks(BATCH).zip(out.chunks_mut(BATCH)).peekable();
-        if let Some((keys, _)) = chunks.peek() {
-            self.hash_prefetch(keys, &mut now);
-        }
-        while let Some((keys, out)) = chunks.next() {
-            if let Some((next, _)) = chunks.peek() {
-                self.hash_prefetch(next, &mut then);
-            }
-            self.probe_batch(&now[..keys.len()], &[], out);
-            std::mem::swap(&mut now, &mut then);
-        }
-    }
-
-    /// Hashes `keys` (at most [`BATCH`]) into `hashes` and prefetches each key's block.
-    #[inline(always)]
-    fn hash_prefetch<K: AsRef<[u8]>>(&self, keys: &[K], hashes: &mut [u64; BATCH]) {
-        let n_blocks = self.blocks.len() as u64;
-        for (h, k) in hashes.iter_mut().zip(keys) {
-            *h = hash_key(k.as_ref(), self.seed);
-            self.blocks.prefetch(block_index(*h, n_blocks));
-        }
-    }
-
-    /// Prefetches the blocks of `hashes`.
-    #[inline(always)]
-    fn prefetch_hashes(&self, hashes: &[u64]) {
-        let n_blocks = self.blocks.len() as u64;
-        for &h in hashes {
-            self.blocks.prefetch(block_index(h, n_blocks));
-        }
-    }
-
-    /// [`Filter::contains_many_into`] for precomputed hashes (see [`Filter::insert_hash`]).
-    ///
-    /// # Panics
-    /// If `out` is shorter than `hashes`.
-    pub fn contains_hash_many(&self, hashes: &[u64], out: &mut [bool]) {
-        assert!(
-            out.len() >= hashes.len(),
-            "contains_hash_many: output buffer has {} slots for {} hashes",
-            out.len(),
-            hashes.len()
-        );
-        // Batch c + AHEAD's blocks are prefetched while batch c is tested.
-        self.prefetch_hashes(&hashes[..hashes.len().min(AHEAD * BATCH)]);
-        for (c, (chunk, out)) in hashes.chunks(BATCH).zip(out.chunks_mut(BATCH)).enumerate() {
-            let ahead = hashes.get((c + AHEAD) * BATCH..).unwrap_or(&[]);
-            self.probe_batch(chunk, &ahead[..ahead.len().min(BATCH)], out);
-        }
-    }
-
-    /// Probes up to [`BATCH`] hashes whose blocks were prefetched earlier, and prefetches
-    /// the blocks of `ahead`, a later batch, one per key tested.
-    ///
-    /// Pipelining: the misses of a later batch are in flight while batch c is tested, and
-    /// issuing them one per key, between the tests, keeps the line-fill buffers from
-    /// filling up and stalling on a burst of 32 prefetches. Against prefetching a batch and
-    /// then testing it, this measured 10.3–11.4 ns per key against 13.8–14.4 at 50M keys,
-    /// and 7.3–7.5 against 8.0–8.4 at 2M (`contains_hash_many`, 1M absent hashes, Xeon).
-    ///
-    /// The probe runs in two passes. The first tests the first [`SCREEN`] positions of every
-    /// key without a branch, so no instruction waits on a guess about what a load returned
-    /// and the loads of all the keys overlap; it rejects all but ~4% of absent keys (each
-    /// bit is set with probability about one half). The second runs the full probe on the
-    /// survivors. One early-exit probe per key measured ~20 ns per key on an L2-resident
-    /// filter, mostly a mispredicted exit branch per key that also discarded the work on the
-    /// keys after it; the two passes measured 9–10 ns (2M keys) and 18–26 ns against 30–34
-    /// at 50M keys, with 32 keys per batch (16 and 8 were slower there).
-    #[inline(always)]
-    fn probe_batch(&self, hashes: &[u64], ahead: &[u64], out: &mut [bool]) {
-        let n_blocks = self.blocks.len() as u64;
-        let mut idx = [0usize; BATCH];
-        for (i, &h) in idx.iter_mut().zip(hashes) {
-            *i = block_index(h, n_blocks);
-        }
-        if self.num_hashes as usize >= SCREEN {
-            for (j, ((o, &h), &i)) in out.iter_mut().zip(hashes).zip(&idx).enumerate() {
-                if let Some(&a) = ahead.get(j) {
-                    self.blocks.prefetch(block_index(a, n_blocks));
-                }
-                let all = first_n_positions::<SCREEN>(h)
-                    .iter()
-                    .fold(1, |all, &p| all & (self.blocks.word(i, p >> 6) >> (p & 63)));
-                *o = all & 1 != 0;
-            }
-        } else {
-            // k below the screen: all k draws, still without an early exit.
-            self.prefetch_hashes(ahead);
-            for ((o, &h), &i) in out.iter_mut().zip(hashes).zip(&idx) {
-                *o = first_positions(h, self.num_hashes).fold(true, |all, p| {
-                    all & (self.blocks.word(i, p >> 6) >> (p & 63) & 1 != 0)
-                });
-            }
-        }
-        for ((o, &h), &i) in out.iter_mut().zip(hashes).zip(&idx) {
-            if *o {
-                *o = self.probe(h, i);
-            }
-        }
+        self.blocks.contains(i, h, self.num_hashes)
     }
 
     /// Merges `other` into `self`, so that `self` contains every key of both. The two must
@@ -572,17 +259,12 @@ impl Filter {
     }
 
     /// The false-positive rate of the filter as it is now, for a random absent key: the
-    /// mean over blocks of the chance that `k` distinct random bits of the block are all set.
-    /// Exact for the current bits (O(size): reads every word).
+    /// mean over blocks of the chance that the key's `k` draws (repeats allowed) all hit set
+    /// bits of the block. Exact for the current bits (O(size): reads every word).
     pub fn estimated_fpr(&self) -> f64 {
-        let k = self.num_hashes;
+        let distinct = math::distinct_draws(self.num_hashes);
         let total: f64 = (0..self.blocks.len())
-            .map(|i| {
-                let ones = f64::from(self.blocks.count_ones(i));
-                (0..k)
-                    .map(|j| ((ones - f64::from(j)) / (BLOCK_BITS as f64 - f64::from(j))).max(0.0))
-                    .product::<f64>()
-            })
+            .map(|i| math::all_set_probability(f64::from(self.blocks.count_ones(i)), &distinct))
             .sum();
         total / self.blocks.len() as f64
     }

@@ -45,8 +45,14 @@ pub const VERSION: u32 = 2;
 pub const FILTER_KIND_BLOCKED: u32 = 1;
 /// Filter kind: counting filter, 512 4-bit counters per block.
 pub const FILTER_KIND_COUNTING: u32 = 2;
-/// Hash kind: xxh3-64 with the stored seed, positions from the golden-ratio remix stream.
+/// Retired hash kind: xxh3-64 with the stored seed, `k` *distinct* positions from the
+/// golden-ratio stream (bloomsled before the branch-free probe). Its bit patterns differ from
+/// [`HASH_KIND_XXH3_BLOCK`]'s, so probing such a filter with today's layout could answer
+/// "absent" for a stored key: it is refused with [`DecodeError::HashKind`].
 pub const HASH_KIND_XXH3_GOLDEN: u32 = 1;
+/// Hash kind this build writes and reads: xxh3-64 with the stored seed, block and bits as
+/// the filter's block layout (`src/filter/layout.rs`) defines them.
+pub const HASH_KIND_XXH3_BLOCK: u32 = 2;
 /// Default payload bytes per page: 4 KiB, so that a sparse filter (a new tree that holds a
 /// few keys) stores little more than the pages its keys touched.
 pub const DEFAULT_PAGE_SIZE: u32 = 4 << 10;
@@ -54,8 +60,8 @@ pub const DEFAULT_PAGE_SIZE: u32 = 4 << 10;
 pub const PAGE_MAGIC: [u8; 4] = *b"BPG\0";
 /// First bytes of a page whose payload is all zeros and is not stored.
 pub const ZERO_PAGE_MAGIC: [u8; 4] = *b"BPZ\0";
-/// Bytes of one 512-bit block of the blocked kind.
-pub const BLOCK_BYTES: u64 = 64;
+/// Bytes of one 512-bit block of the blocked kind (the block layout's).
+pub const BLOCK_BYTES: u64 = crate::filter::layout::BLOCK_BYTES as u64;
 
 /// The filter kind that stores a filter of `mode`.
 pub fn filter_kind(mode: FilterMode) -> u32 {

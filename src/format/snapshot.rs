@@ -13,7 +13,8 @@
 //!     16    4 filter_kind  1 = blocked Bloom, 512-bit blocks (payload: the bits)
 //!                          2 = counting, 512 4-bit counters per block (payload: the counters;
 //!                              the bits are derived: bit set ⇔ counter non-zero)
-//!     20    4 hash_kind    1 = xxh3-64 with seed, golden-ratio probe stream
+//!     20    4 hash_kind    2 = xxh3-64 with seed, the block layout of `filter::layout`
+//!                          (1, the retired distinct-bits layout, is refused)
 //!     24    8 seed
 //!     32   16 db_id        random id of the database that wrote it (see `persist`)
 //!     48   16 tree_id      random id of the tree it was written for
@@ -47,9 +48,10 @@ use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use super::{
-    block_bytes, checksum, DecodeError, HASH_KIND_XXH3_GOLDEN, MAGIC, PAGE_MAGIC, VERSION,
+    block_bytes, checksum, DecodeError, HASH_KIND_XXH3_BLOCK, MAGIC, PAGE_MAGIC, VERSION,
     ZERO_PAGE_MAGIC,
 };
+use crate::filter::layout;
 
 /// Largest `k` a header may carry (the filter's own limit).
 const MAX_HASHES: u32 = 32;
@@ -69,7 +71,7 @@ pub struct Header {
     pub header_len: U32,
     /// [`super::FILTER_KIND_BLOCKED`] or [`super::FILTER_KIND_COUNTING`].
     pub filter_kind: U32,
-    /// [`HASH_KIND_XXH3_GOLDEN`].
+    /// [`HASH_KIND_XXH3_BLOCK`].
     pub hash_kind: U32,
     /// Hash seed.
     pub seed: U64,
@@ -194,9 +196,7 @@ pub fn encode_to<W: Write + io::Seek>(
         if zero {
             update_zeros(&mut payload_crc, chunk.len() * 8);
         } else {
-            for w in chunk {
-                page_bytes.extend_from_slice(&w.to_le_bytes());
-            }
+            layout::encode_words(chunk, &mut page_bytes);
             payload_crc.update(&page_bytes);
         }
         let mut ph = PageHeader {
@@ -215,7 +215,7 @@ pub fn encode_to<W: Write + io::Seek>(
         version: U32::new(VERSION),
         header_len: U32::new(HEADER_LEN as u32),
         filter_kind: U32::new(meta.filter_kind),
-        hash_kind: U32::new(HASH_KIND_XXH3_GOLDEN),
+        hash_kind: U32::new(HASH_KIND_XXH3_BLOCK),
         seed: U64::new(meta.seed),
         db_id: meta.db_id,
         tree_id: meta.tree_id,
@@ -295,14 +295,14 @@ pub fn parse_header(bytes: &[u8]) -> Result<Header, DecodeError> {
     if header.header_len.get() as usize != HEADER_LEN {
         return bad(format!("header length {}", header.header_len.get()));
     }
-    let block_bytes = block_bytes(header.filter_kind.get());
-    let Some(block_bytes) = block_bytes.filter(|_| header.hash_kind.get() == HASH_KIND_XXH3_GOLDEN)
-    else {
-        return bad(format!(
-            "unknown filter kind {} / hash kind {}",
-            header.filter_kind.get(),
-            header.hash_kind.get()
-        ));
+    if header.hash_kind.get() != HASH_KIND_XXH3_BLOCK {
+        return Err(DecodeError::HashKind {
+            expected: HASH_KIND_XXH3_BLOCK,
+            got: header.hash_kind.get(),
+        });
+    }
+    let Some(block_bytes) = block_bytes(header.filter_kind.get()) else {
+        return bad(format!("unknown filter kind {}", header.filter_kind.get()));
     };
     let page_size = header.page_size.get();
     if page_size < 8 || page_size % 8 != 0 {
@@ -426,11 +426,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Header, Vec<u64>), DecodeError> {
         match payload {
             Some(payload) => {
                 payload_crc.update(payload);
-                words.extend(
-                    payload
-                        .chunks_exact(8)
-                        .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk"))),
-                );
+                words.extend(layout::decode_words(payload));
             }
             None => {
                 update_zeros(&mut payload_crc, len);
@@ -605,6 +601,28 @@ mod tests {
         c[p0..p0 + span].copy_from_slice(&second);
         c[p1..p1 + span].copy_from_slice(&first);
         assert!(decode(&c).is_err());
+    }
+
+    #[test]
+    fn a_snapshot_of_another_hash_kind_is_a_hash_kind_fault() {
+        let (_, _, b) = sample(8 * 4, 64);
+        assert_eq!(
+            u32::from_le_bytes(b[20..24].try_into().unwrap()),
+            HASH_KIND_XXH3_BLOCK
+        );
+        for kind in [crate::format::HASH_KIND_XXH3_GOLDEN, 0, 3, u32::MAX] {
+            let mut old = b.clone();
+            old[20..24].copy_from_slice(&kind.to_le_bytes());
+            let c = checksum(&[&old[..HEADER_CRC_OFFSET]]);
+            old[HEADER_CRC_OFFSET..HEADER_LEN].copy_from_slice(&c.to_le_bytes());
+            assert_eq!(
+                decode(&old).unwrap_err(),
+                DecodeError::HashKind {
+                    expected: HASH_KIND_XXH3_BLOCK,
+                    got: kind
+                }
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,492 @@
+//! The stream benchmark: keys as requests bring them, each hashed and probed in turn.
+//!
+//! Query keys are separately allocated `Vec<u8>`s (URL-like, 40..=80 bytes), made before any
+//! filter or store is built, and iterated in order: each pass hashes every key with xxh3-64
+//! and probes it, one after the other. In one process, for absent and present keys:
+//!
+//! * `fastbloom` 0.17 fed the same xxh3-64 hash (`contains_hash`), the baseline of every ratio;
+//! * `bloomsled::Filter::contains`, and the `bloomfilter` crate (its own SipHash), the same
+//!   number of bits;
+//! * with a store (sizes up to `BLOOMSLED_STREAM_STORE_UPTO`, default 2,000,000):
+//!   `Tree::may_contain`, `Tree::get` (absent keys, the absent keys the filter rejects, present
+//!   keys) and plain sled's `get`, all loaded with the same keys;
+//! * the by-hash hot loop (hashes computed beforehand), the second view;
+//! * inserts of fresh keys: `Filter::insert` beside fastbloom's and bloomfilter's, and
+//!   `Tree::insert` beside sled's.
+//!
+//! Every contender runs once per round, the first one rotating (`BLOOMSLED_STREAM_ROUNDS`,
+//! default 9); figures are medians over rounds, ratios the median of per-round ratios
+//! against fastbloom (or sled) measured in the same rounds, with the min–max over rounds.
+//!
+//! ```text
+//! cargo bench --bench stream                                   # 2M keys, with the store
+//! BLOOMSLED_STREAM_KEYS=50000000 cargo bench --bench stream    # 50M keys, filters only
+//! BLOOMSLED_STREAM_BPK=12,14,16 cargo bench --bench stream     # also absent get at 12/14/16
+//! ```
+//! `BLOOMSLED_STREAM_KEYS` is a comma list of sizes (default 2,000,000). The table is
+//! printed; `BLOOMSLED_STREAM_README=1` also writes it into README.md between the
+//! `bench-stream` markers.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use bloomsled::hash::hash_key;
+use bloomsled::{Config, Filter};
+use common::rounds::{fmt_ns, interleave, median, median_ratio, ns_per, spread};
+use common::{env_count, key, load_chunks, size_label, splitmix64, write_key};
+
+mod common;
+
+/// Query keys of each kind (absent, present) per size.
+const Q: usize = 1 << 20;
+/// Store gets of plain sled take microseconds: they run over the first `Q_SLED` keys.
+const Q_SLED: usize = 1 << 16;
+/// Fresh keys inserted per round.
+const Q_INSERT: usize = 1 << 14;
+const ABSENT_BASE: u64 = 1 << 40;
+const FRESH_BASE: u64 = 1 << 41;
+const CHUNK: u64 = 10_000;
+const VALUE: &[u8] = b"payload!";
+
+fn env_list(name: &str, default: &str) -> Vec<u64> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            s.trim()
+                .replace('_', "")
+                .parse()
+                .expect("a comma list of numbers")
+        })
+        .collect()
+}
+
+/// How many of `keys` `f` holds true for: one pass of the stream.
+fn count<K: AsRef<[u8]>>(keys: &[K], mut f: impl FnMut(&[u8]) -> bool) -> u64 {
+    keys.iter().filter(|k| f(k.as_ref())).count() as u64
+}
+
+/// One table row: a contender's medians (absent, present) and ratios against the baseline.
+struct Row {
+    what: String,
+    cells: Vec<String>,
+}
+
+/// `12.3 ns (0.91×, 0.85–0.97)`: median, and the per-round ratio to the baseline.
+fn cell(per: &[f64], base: Option<&[f64]>) -> String {
+    let m = median(per.to_vec());
+    match base {
+        Some(b) => {
+            let ratios: Vec<f64> = b.iter().zip(per).map(|(b, p)| p / b).collect();
+            let (lo, hi) = spread(&ratios);
+            format!(
+                "{} ({:.2}×, {lo:.2}–{hi:.2})",
+                fmt_ns(m),
+                median_ratio(b, per)
+            )
+        }
+        None => fmt_ns(m),
+    }
+}
+
+fn main() {
+    let sizes = env_list("BLOOMSLED_STREAM_KEYS", "2000000");
+    let store_upto = env_count("BLOOMSLED_STREAM_STORE_UPTO", 2_000_000);
+    let rounds = env_count("BLOOMSLED_STREAM_ROUNDS", 9) as usize;
+    let bpk_extra = env_list("BLOOMSLED_STREAM_BPK", "");
+    let mut out = String::new();
+    for &n in &sizes {
+        out += &run_size(n, n <= store_upto, rounds, &bpk_extra);
+    }
+    println!("{out}");
+    if std::env::var_os("BLOOMSLED_STREAM_README").is_some() {
+        write_readme(&out);
+    }
+}
+
+fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> String {
+    // Query keys first, each its own allocation, as a service receives them.
+    let t = Instant::now();
+    let absent: Vec<Vec<u8>> = (0..Q as u64).map(|j| key(ABSENT_BASE + j)).collect();
+    let present: Vec<Vec<u8>> = (0..Q as u64)
+        .map(|j| key(splitmix64(j ^ 0xA5A5_5A5A) % n))
+        .collect();
+    let fresh: Vec<Vec<Vec<u8>>> = (0..rounds as u64)
+        .map(|r| {
+            (0..Q_INSERT as u64)
+                .map(|j| key(FRESH_BASE + r * Q_INSERT as u64 + j))
+                .collect()
+        })
+        .collect();
+    eprintln!("[{}] query keys made in {:.1?}", size_label(n), t.elapsed());
+
+    // The store, then the filters, loaded with the keys 0..n.
+    let stores = with_store.then(|| load_stores(n, 10.0));
+    let t = Instant::now();
+    let f = Filter::with_bits_per_key(n, 10.0).expect("filter");
+    let bits = f.num_bits() as usize;
+    let mut fb = fastbloom::BloomFilter::with_num_bits(bits).hashes(f.num_hashes());
+    let mut bf = bloomfilter::Bloom::<[u8]>::new_with_seed(bits / 8, n as usize, &[7; 32])
+        .expect("bloomfilter");
+    let seed = f.seed();
+    load_chunks(n, CHUNK, |ids, buf| {
+        for i in ids {
+            write_key(buf, i);
+            let h = hash_key(buf, seed);
+            f.insert_hash(h);
+            fb.insert_hash(h);
+            bf.set(buf);
+        }
+    });
+    eprintln!(
+        "[{}] filters built in {:.1?}: {bits} bits, k = {} (bloomfilter k = {})",
+        size_label(n),
+        t.elapsed(),
+        f.num_hashes(),
+        bf.number_of_hash_functions()
+    );
+    let ah: Vec<u64> = absent.iter().map(|k| hash_key(k, seed)).collect();
+    let ph: Vec<u64> = present.iter().map(|k| hash_key(k, seed)).collect();
+    assert_eq!(
+        count(&present, |k| f.contains(k)),
+        Q as u64,
+        "false negative"
+    );
+    let fpr = |c: &dyn Fn(&[u8]) -> bool| count(&absent, c) as f64 / Q as f64;
+    let fpr_bs = fpr(&|k| f.contains(k));
+    let fpr_fb = fpr(&|k| fb.contains_hash(hash_key(k, seed)));
+    let fpr_bf = fpr(&|k| bf.check(k));
+
+    // --- lookups: absent and present streams, by key and by hash ------------------------
+    let negatives: Vec<&Vec<u8>> = match &stores {
+        Some((db, _)) => absent.iter().filter(|k| !db.may_contain(k)).collect(),
+        None => Vec::new(),
+    };
+    let mut names: Vec<String> = Vec::new();
+    let mut runs: Vec<Box<dyn FnMut() -> f64 + '_>> = Vec::new();
+    for (tag, keys, hashes) in [("absent", &absent, &ah), ("present", &present, &ph)] {
+        let (f, fb, bf) = (&f, &fb, &bf);
+        names.push(format!("fastbloom/{tag}"));
+        runs.push(Box::new(move || {
+            ns_per(Q, || count(keys, |k| fb.contains_hash(hash_key(k, seed))))
+        }));
+        names.push(format!("filter/{tag}"));
+        runs.push(Box::new(move || {
+            ns_per(Q, || count(keys, |k| f.contains(k)))
+        }));
+        names.push(format!("bloomfilter/{tag}"));
+        runs.push(Box::new(move || ns_per(Q, || count(keys, |k| bf.check(k)))));
+        names.push(format!("fastbloom_hash/{tag}"));
+        runs.push(Box::new(move || {
+            ns_per(Q, || {
+                hashes.iter().filter(|&&h| fb.contains_hash(h)).count() as u64
+            })
+        }));
+        names.push(format!("filter_hash/{tag}"));
+        runs.push(Box::new(move || {
+            ns_per(Q, || {
+                hashes.iter().filter(|&&h| f.contains_hash(h)).count() as u64
+            })
+        }));
+        if let Some((db, raw)) = &stores {
+            names.push(format!("may_contain/{tag}"));
+            runs.push(Box::new(move || {
+                ns_per(Q, || count(keys, |k| db.may_contain(k)))
+            }));
+            names.push(format!("get/{tag}"));
+            let q = if tag == "absent" { Q } else { Q_SLED };
+            runs.push(Box::new(move || {
+                ns_per(q, || count(&keys[..q], |k| db.get(k).unwrap().is_some()))
+            }));
+            names.push(format!("sled_get/{tag}"));
+            runs.push(Box::new(move || {
+                ns_per(Q_SLED, || {
+                    count(&keys[..Q_SLED], |k| raw.get(k).unwrap().is_some())
+                })
+            }));
+        }
+    }
+    if let Some((db, _)) = &stores {
+        let negatives = &negatives;
+        names.push("get/rejected".into());
+        runs.push(Box::new(move || {
+            ns_per(negatives.len(), || {
+                count(negatives, |k| db.get(k).unwrap().is_some())
+            })
+        }));
+    }
+    let mut refs: Vec<&mut dyn FnMut() -> f64> = runs.iter_mut().map(|b| &mut **b as _).collect();
+    let t = Instant::now();
+    let per = interleave(rounds, &mut refs);
+    drop(refs);
+    drop(runs);
+    eprintln!("[{}] lookup rounds in {:.1?}", size_label(n), t.elapsed());
+    let get = |name: &str| -> Option<&[f64]> {
+        names.iter().position(|x| x == name).map(|i| &per[i][..])
+    };
+
+    // --- inserts of fresh keys -----------------------------------------------------------
+    let mut round = [0usize; 5];
+    // Contenders: fastbloom, filter, bloomfilter, then (with a store) tree and sled.
+    let fbm = std::cell::RefCell::new(fb);
+    let bfm = std::cell::RefCell::new(bf);
+    let mut ins_runs: Vec<Box<dyn FnMut() -> f64 + '_>> = Vec::new();
+    for (c, r) in round.iter_mut().enumerate() {
+        let (f, fbm, bfm, fresh, stores) = (&f, &fbm, &bfm, &fresh, &stores);
+        if c >= 3 && stores.is_none() {
+            break;
+        }
+        ins_runs.push(Box::new(move || {
+            let keys = &fresh[*r % fresh.len()];
+            *r += 1;
+            ns_per(keys.len(), || match c {
+                0 => {
+                    let mut fb = fbm.borrow_mut();
+                    count(keys, |k| fb.insert_hash(hash_key(k, seed)))
+                }
+                1 => count(keys, |k| f.insert(k)),
+                2 => {
+                    let mut bf = bfm.borrow_mut();
+                    count(keys, |k| bf.check_and_set(k))
+                }
+                3 => {
+                    let db = &stores.as_ref().unwrap().0;
+                    count(keys, |k| db.insert(k, VALUE).unwrap().is_some())
+                }
+                _ => {
+                    let raw = &stores.as_ref().unwrap().1;
+                    count(keys, |k| raw.insert(k, VALUE).unwrap().is_some())
+                }
+            })
+        }));
+    }
+    let mut refs: Vec<&mut dyn FnMut() -> f64> =
+        ins_runs.iter_mut().map(|b| &mut **b as _).collect();
+    let ins = interleave(rounds, &mut refs);
+    drop(refs);
+    drop(ins_runs);
+
+    // --- the table -----------------------------------------------------------------------
+    let fb_of = |tag: &str| get(&format!("fastbloom/{tag}"));
+    let mut rows = vec![
+        Row {
+            what: "fastbloom 0.17 + xxh3-64 (`contains_hash`), baseline".into(),
+            cells: ["absent", "present"]
+                .iter()
+                .map(|t| cell(fb_of(t).unwrap(), None))
+                .collect(),
+        },
+        Row {
+            what: "**bloomsled `Filter::contains`**".into(),
+            cells: ["absent", "present"]
+                .iter()
+                .map(|t| cell(get(&format!("filter/{t}")).unwrap(), fb_of(t)))
+                .collect(),
+        },
+    ];
+    if stores.is_some() {
+        rows.push(Row {
+            what: "**bloomsled `Tree::may_contain`**".into(),
+            cells: ["absent", "present"]
+                .iter()
+                .map(|t| cell(get(&format!("may_contain/{t}")).unwrap(), fb_of(t)))
+                .collect(),
+        });
+    }
+    rows.push(Row {
+        what: "`bloomfilter` 3 (SipHash, its own k)".into(),
+        cells: ["absent", "present"]
+            .iter()
+            .map(|t| cell(get(&format!("bloomfilter/{t}")).unwrap(), fb_of(t)))
+            .collect(),
+    });
+    let fbh = |t: &str| get(&format!("fastbloom_hash/{t}"));
+    rows.push(Row {
+        what: "by hash (hashes made beforehand): fastbloom `contains_hash`".into(),
+        cells: ["absent", "present"]
+            .iter()
+            .map(|t| cell(fbh(t).unwrap(), None))
+            .collect(),
+    });
+    rows.push(Row {
+        what: "by hash: bloomsled `Filter::contains_hash`".into(),
+        cells: ["absent", "present"]
+            .iter()
+            .map(|t| cell(get(&format!("filter_hash/{t}")).unwrap(), fbh(t)))
+            .collect(),
+    });
+    let mut extra = String::new();
+    if let Some((db, _)) = &stores {
+        let sled_abs = get("sled_get/absent").unwrap();
+        let sled_pre = get("sled_get/present").unwrap();
+        rows.push(Row {
+            what: "sled 0.34 `get`".into(),
+            cells: vec![cell(sled_abs, None), cell(sled_pre, None)],
+        });
+        rows.push(Row {
+            what: "**bloomsled `Tree::get`** (ratio: to sled)".into(),
+            cells: vec![
+                cell(get("get/absent").unwrap(), Some(sled_abs)),
+                cell(get("get/present").unwrap(), Some(sled_pre)),
+            ],
+        });
+        rows.push(Row {
+            what: "bloomsled `Tree::get`, absent keys the filter rejects".into(),
+            cells: vec![cell(get("get/rejected").unwrap(), None), String::new()],
+        });
+        // The absent-get bound: filter path + FPR × sled's absent get, per round.
+        let store_fpr = 1.0 - negatives.len() as f64 / Q as f64;
+        let bound: Vec<f64> = get("may_contain/absent")
+            .unwrap()
+            .iter()
+            .zip(sled_abs)
+            .map(|(m, s)| m + store_fpr * s)
+            .collect();
+        rows.push(Row {
+            what: format!(
+                "bound: `may_contain` + FPR ({:.3}%) × sled's absent `get` (ratio: `get` to it)",
+                100.0 * store_fpr
+            ),
+            cells: vec![
+                bound_cell(&bound, get("get/absent").unwrap()),
+                String::new(),
+            ],
+        });
+        rows.push(Row {
+            what: "`insert` of a fresh key: sled / **bloomsled `Tree::insert`**".into(),
+            cells: vec![cell(&ins[4], None), cell(&ins[3], Some(&ins[4]))],
+        });
+        let s = db.stats();
+        extra += &format!(
+            "- Store: {} keys, {:.2} bits/key, k = {}.\n",
+            s.items, s.bits_per_key, s.num_hashes
+        );
+        for &bpk in bpk_extra {
+            extra += &bpk_row(bpk as f64, n, &absent, median(sled_abs.to_vec()), rounds);
+        }
+    }
+    rows.push(Row {
+        what: "`insert` of a fresh key: fastbloom / **bloomsled `Filter::insert`**".into(),
+        cells: vec![cell(&ins[0], None), cell(&ins[1], Some(&ins[0]))],
+    });
+    rows.push(Row {
+        what: "`insert`: `bloomfilter` `check_and_set` (ratio: to fastbloom)".into(),
+        cells: vec![cell(&ins[2], Some(&ins[0])), String::new()],
+    });
+    let mut table = format!(
+        "#### {} keys in the filter, 10 bits/key, {} absent and {} present query keys\n\n\
+         Medians of {rounds} interleaved rounds; in brackets the median per-round ratio to \
+         the baseline of its section and its min–max. False-positive rate: bloomsled \
+         {:.3}%, fastbloom {:.3}%, bloomfilter {:.3}%.\n\n\
+         | per key | absent keys | present keys |\n|---|---:|---:|\n",
+        size_label(n),
+        Q,
+        Q,
+        100.0 * fpr_bs,
+        100.0 * fpr_fb,
+        100.0 * fpr_bf
+    );
+    for r in rows {
+        table += &format!("| {} | {} |\n", r.what, r.cells.join(" | "));
+    }
+    table += &format!("\n{extra}\n");
+    black_box(&fbm);
+    table
+}
+
+/// `bound (get 1.02×, 0.98–1.05)`: the bound's median, and `get`'s per-round ratio to it.
+fn bound_cell(bound: &[f64], get: &[f64]) -> String {
+    let ratios: Vec<f64> = bound.iter().zip(get).map(|(b, g)| g / b).collect();
+    let (lo, hi) = spread(&ratios);
+    format!(
+        "{} (`get` {:.2}× it, {lo:.2}–{hi:.2})",
+        fmt_ns(median(bound.to_vec())),
+        median(ratios)
+    )
+}
+
+/// A bloomsled store and a plain sled holding the keys `0..n`, both read once.
+fn load_stores(n: u64, bpk: f64) -> (bloomsled::Db, sled::Db) {
+    let t = Instant::now();
+    let raw = sled::Config::new()
+        .temporary(true)
+        .cache_capacity(4 << 30)
+        .open()
+        .expect("sled");
+    load_chunks(n, CHUNK, |ids, buf| {
+        let mut b = sled::Batch::default();
+        for i in ids {
+            write_key(buf, i);
+            b.insert(&buf[..], VALUE);
+        }
+        raw.apply_batch(b).expect("sled batch");
+    });
+    raw.flush().expect("flush");
+    black_box(raw.iter().count());
+    let db = load_bloomsled(n, bpk);
+    eprintln!("[{}] stores loaded in {:.1?}", size_label(n), t.elapsed());
+    (db, raw)
+}
+
+fn load_bloomsled(n: u64, bpk: f64) -> bloomsled::Db {
+    let db = Config::new()
+        .temporary(true)
+        .cache_capacity(4 << 30)
+        .expected_items(n)
+        .bits_per_key(bpk)
+        .auto_rebuild(false)
+        .open()
+        .expect("bloomsled");
+    load_chunks(n, CHUNK, |ids, buf| {
+        let mut b = bloomsled::Batch::default();
+        for i in ids {
+            write_key(buf, i);
+            b.insert(&buf[..], VALUE);
+        }
+        db.apply_batch(b).expect("bloomsled batch");
+    });
+    db.flush().expect("flush");
+    black_box(db.iter().count());
+    db
+}
+
+/// Absent `get` at `bpk` bits per key: a store of its own, measured alone.
+fn bpk_row(bpk: f64, n: u64, absent: &[Vec<u8>], sled_absent: f64, rounds: usize) -> String {
+    let db = load_bloomsled(n, bpk);
+    let passed = count(absent, |k| db.may_contain(k));
+    let fpr = passed as f64 / absent.len() as f64;
+    let mut probe = || ns_per(absent.len(), || count(absent, |k| db.may_contain(k)));
+    let mut get = || {
+        ns_per(absent.len(), || {
+            count(absent, |k| db.get(k).unwrap().is_some())
+        })
+    };
+    let per = interleave(rounds, &mut [&mut probe, &mut get]);
+    let s = db.stats();
+    format!(
+        "- At {bpk} bits/key (k = {}, {:.1} MB): FPR {:.3}%, absent `get` {} (`may_contain` {}; \
+         bound with sled's absent get {}: {}).\n",
+        s.num_hashes,
+        s.num_bits as f64 / 8e6,
+        100.0 * fpr,
+        fmt_ns(median(per[1].clone())),
+        fmt_ns(median(per[0].clone())),
+        fmt_ns(sled_absent),
+        fmt_ns(median(per[0].clone()) + fpr * sled_absent),
+    )
+}
+
+fn write_readme(table: &str) {
+    let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+    let text = std::fs::read_to_string(readme).expect("README.md");
+    let (start, end) = ("<!-- bench-stream:start -->\n", "<!-- bench-stream:end -->");
+    match (text.find(start), text.find(end)) {
+        (Some(a), Some(b)) if a < b => {
+            let new = format!("{}{start}{table}{}", &text[..a], &text[b..]);
+            std::fs::write(readme, new).expect("write README.md");
+            eprintln!("README.md updated");
+        }
+        _ => eprintln!("README.md has no bench-stream markers; table printed only"),
+    }
+}

@@ -1,0 +1,169 @@
+//! How a new filter is sized: capacity, rate or bits per key, `k`, seed.
+
+use super::{math, Filter, BLOCK_BITS, MAX_BITS, MAX_HASHES};
+use crate::error::{Error, FilterShape, Result};
+use crate::hash::DEFAULT_SEED;
+
+/// How a filter is sized: by target false-positive rate or by bits per key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sizing {
+    /// Size for this false-positive rate at capacity, using the blocked-layout model.
+    FalsePositiveRate(f64),
+    /// Use this many bits per expected item.
+    BitsPerKey(f64),
+}
+
+/// Parameters of a new [`Filter`]: capacity, sizing, and optionally `k` and the seed.
+///
+/// ```
+/// use bloomsled::FilterConfig;
+/// let f = FilterConfig::new(10_000).false_positive_rate(0.001).build()?;
+/// assert!(f.num_bits() >= 10_000 * 14);
+/// # Ok::<(), bloomsled::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct FilterConfig {
+    capacity: u64,
+    sizing: Sizing,
+    num_hashes: Option<u32>,
+    seed: u64,
+}
+
+impl Default for FilterConfig {
+    /// One million items at a 1% false-positive rate.
+    fn default() -> Self {
+        FilterConfig {
+            capacity: 1_000_000,
+            sizing: Sizing::FalsePositiveRate(0.01),
+            num_hashes: None,
+            seed: DEFAULT_SEED,
+        }
+    }
+}
+
+impl FilterConfig {
+    /// A configuration for `expected_items` items at the default 1% false-positive rate.
+    pub fn new(expected_items: u64) -> Self {
+        FilterConfig {
+            capacity: expected_items,
+            ..Self::default()
+        }
+    }
+
+    /// Sets the number of items the filter is sized for.
+    pub fn expected_items(mut self, n: u64) -> Self {
+        self.capacity = n;
+        self
+    }
+
+    /// Sizes the filter for false-positive rate `p` (in (0, 1)) at capacity.
+    pub fn false_positive_rate(mut self, p: f64) -> Self {
+        self.sizing = Sizing::FalsePositiveRate(p);
+        self
+    }
+
+    /// Sizes the filter at `bits` bits per expected item (at least 1) instead of by rate.
+    pub fn bits_per_key(mut self, bits: f64) -> Self {
+        self.sizing = Sizing::BitsPerKey(bits);
+        self
+    }
+
+    /// Overrides the number of bits set per key (1 to 32); by default the value that
+    /// minimizes the blocked model's false-positive rate.
+    pub fn num_hashes(mut self, k: u32) -> Self {
+        self.num_hashes = Some(k);
+        self
+    }
+
+    /// Sets the hash seed (default [`crate::hash::DEFAULT_SEED`]). Filters can only be
+    /// combined with [`Filter::union`] when their seeds agree.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// The configured capacity.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The configured sizing rule.
+    pub fn sizing(&self) -> Sizing {
+        self.sizing
+    }
+
+    /// The configured seed.
+    pub fn hash_seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The configured number of bits per key, if it overrides the sizing's optimum.
+    pub fn hashes(&self) -> Option<u32> {
+        self.num_hashes
+    }
+
+    /// Checks every setting and computes the shape; the errors `build` would return.
+    pub fn shape(&self) -> Result<FilterShape> {
+        if self.capacity == 0 {
+            return Err(Error::config(
+                "expected_items must be at least 1 (a filter sized for 0 items cannot hold any)",
+            ));
+        }
+        let bits_per_key = match self.sizing {
+            Sizing::FalsePositiveRate(p) => {
+                if !(p > 0.0 && p < 1.0) {
+                    return Err(Error::config(format!(
+                        "false_positive_rate must be strictly between 0 and 1, got {p}"
+                    )));
+                }
+                math::bits_per_key_for(p).ok_or_else(|| {
+                    Error::config(format!(
+                        "false_positive_rate {p} is below what a blocked filter reaches at {} \
+                         bits per key; use a larger rate",
+                        math::MAX_BITS_PER_KEY
+                    ))
+                })?
+            }
+            Sizing::BitsPerKey(b) => {
+                if !(1.0..=math::MAX_BITS_PER_KEY).contains(&b) {
+                    return Err(Error::config(format!(
+                        "bits_per_key must be between 1 and {}, got {b}",
+                        math::MAX_BITS_PER_KEY
+                    )));
+                }
+                b
+            }
+        };
+        let bits = (self.capacity as f64 * bits_per_key).ceil();
+        if bits > MAX_BITS as f64 {
+            return Err(Error::config(format!(
+                "a filter for {} items at {bits_per_key} bits per key needs {bits} bits, over the \
+                 limit of {MAX_BITS}",
+                self.capacity
+            )));
+        }
+        let num_blocks = ((bits as u64).div_ceil(BLOCK_BITS)).max(1);
+        let k = match self.num_hashes {
+            Some(k) if (1..=MAX_HASHES).contains(&k) => k,
+            Some(k) => {
+                return Err(Error::config(format!(
+                    "num_hashes must be between 1 and {MAX_HASHES}, got {k}"
+                )))
+            }
+            None => {
+                math::blocked_optimal_k((num_blocks * BLOCK_BITS) as f64 / self.capacity as f64)
+            }
+        };
+        Ok(FilterShape {
+            num_blocks,
+            num_hashes: k,
+            seed: self.seed,
+        })
+    }
+
+    /// Validates the configuration and allocates the filter.
+    pub fn build(&self) -> Result<Filter> {
+        let shape = self.shape()?;
+        Filter::with_shape(shape, self.capacity)
+    }
+}
