@@ -33,6 +33,8 @@
 //! - [`persist`]: snapshot files, the dirty marker, trust-or-rebuild at open
 //!   ([`RecoveryReport`], [`Recovery::Strict`]).
 //! - the store: [`Db`], [`Tree`], [`Config`], [`Batch`], [`transaction`].
+//! - `shared` (feature `redis`): the same filter kept in Redis / Redis Cluster, shared by
+//!   many processes and hosts, that reports a lost filter instead of answering "absent".
 //!
 //! A clean restart loads each tree's filter from its snapshot without reading a key; after a
 //! crash, or with a damaged snapshot, the filter is rebuilt from the keys (see
@@ -46,6 +48,8 @@ pub mod filter;
 pub mod format;
 pub mod hash;
 pub mod persist;
+#[cfg(feature = "redis")]
+pub mod shared;
 mod stats;
 mod store;
 
