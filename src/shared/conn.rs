@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use redis::cluster::{ClusterClientBuilder, ClusterConnection};
-use redis::{Cmd, Value};
+use redis::{Cmd, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 
@@ -16,6 +16,9 @@ use crate::error::{Error, Result};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time allowed for one reply (or one pipeline's replies).
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Retries of one command on a cluster (redirections, refreshed slot maps, busy nodes).
+const CLUSTER_RETRIES: u32 = 4;
 
 /// A Redis server or Redis Cluster to keep shared filters on, with connection timeouts.
 ///
@@ -88,9 +91,15 @@ impl Endpoint {
             return Err(Error::config("a Redis endpoint needs at least one URL"));
         }
         if self.cluster {
+            // A few retries with short waits: enough to follow MOVED/ASK and a slot map
+            // refresh, while a dead master gives an error within seconds (the crate's
+            // default, 16 retries with exponential waits, could block for minutes).
             let con = ClusterClientBuilder::new(self.urls.clone())
                 .connection_timeout(self.connect_timeout)
                 .response_timeout(self.io_timeout)
+                .retries(CLUSTER_RETRIES)
+                .min_retry_wait(50)
+                .max_retry_wait(1000)
                 .build()?
                 .get_connection()?;
             Ok(Conn::Cluster(Box::new(con)))
@@ -125,13 +134,52 @@ impl Conn {
                 }
                 p.query(con)?
             }
-            Conn::Cluster(con) => {
-                let mut p = redis::cluster::cluster_pipe();
-                for c in cmds {
-                    p.add_command(c);
-                }
-                p.query(con)?
-            }
+            Conn::Cluster(con) => cluster_run(con, cmds)?,
         })
     }
+}
+
+/// Runs a pipeline on a cluster. The `redis` crate's sync cluster pipeline sends one
+/// pipeline per node but does not follow `ASK`/`MOVED` replies inside it (it fails the
+/// whole batch, keeping no other reply). So when every failure is a redirection (a slot
+/// migrating or just moved), the failed commands are run one by one through the client's
+/// single-command path, which follows redirections, and the others are run again as a
+/// pipeline (all bloomsled's commands are idempotent; a re-run `BITFIELD` then reports its
+/// key as already present, which `add` allows: "possibly present").
+fn cluster_run(con: &mut ClusterConnection, cmds: Vec<Cmd>) -> redis::RedisResult<Vec<Value>> {
+    let mut p = redis::cluster::cluster_pipe();
+    for c in &cmds {
+        p.add_command(c.clone());
+    }
+    let err = match p.query::<Vec<Value>>(con) {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    let redirected = |e: &redis::ServerError| {
+        matches!(
+            e.kind(),
+            Some(ServerErrorKind::Ask | ServerErrorKind::Moved | ServerErrorKind::TryAgain)
+        )
+    };
+    let failed: Vec<usize> = match err.clone().into_server_errors() {
+        Some(list) if list.iter().all(|(_, e)| redirected(e)) => {
+            list.iter().map(|(i, _)| *i).collect()
+        }
+        _ => return Err(err),
+    };
+    let mut rest = redis::cluster::cluster_pipe();
+    let others: Vec<usize> = (0..cmds.len()).filter(|i| !failed.contains(i)).collect();
+    for &i in &others {
+        rest.add_command(cmds[i].clone());
+    }
+    let mut out = vec![Value::Nil; cmds.len()];
+    if !others.is_empty() {
+        for (i, v) in others.iter().zip(rest.query::<Vec<Value>>(con)?) {
+            out[*i] = v;
+        }
+    }
+    for i in failed {
+        out[i] = cmds[i].query(con)?;
+    }
+    Ok(out)
 }
