@@ -42,7 +42,12 @@ fn a_cluster_filter_spreads_over_every_master_and_has_no_false_negatives() {
         assert!(f.contains(k).unwrap());
     }
     let absent = keys("out", 30_000);
-    let fp = f.contains_many(&absent).unwrap().iter().filter(|&&b| b).count();
+    let fp = f
+        .contains_many(&absent)
+        .unwrap()
+        .iter()
+        .filter(|&&b| b)
+        .count();
     assert!(fp < 600, "{fp} false positives in 30,000");
     // A second handle (another client) sees every key.
     let g = SharedFilter::open(&ep, "spread").unwrap();
@@ -51,7 +56,10 @@ fn a_cluster_filter_spreads_over_every_master_and_has_no_false_negatives() {
     let local = g.pull().unwrap();
     assert!(local.contains_many(&added).iter().all(|&b| b));
     let st = g.stats().unwrap();
-    assert!(st.estimated_items > 28_000 && st.estimated_items < 32_000, "{st:?}");
+    assert!(
+        st.estimated_items > 28_000 && st.estimated_items < 32_000,
+        "{st:?}"
+    );
 }
 
 #[test]
@@ -81,7 +89,16 @@ fn answers_survive_a_slot_migration_through_ask_and_moved() {
         "OK"
     );
     let port = c.nodes[to].port.to_string();
-    let out = c.nodes[from].cli(&["migrate", "127.0.0.1", &port, "", "0", "5000", "keys", &shard]);
+    let out = c.nodes[from].cli(&[
+        "migrate",
+        "127.0.0.1",
+        &port,
+        "",
+        "0",
+        "5000",
+        "keys",
+        &shard,
+    ]);
     assert_eq!(out.trim(), "OK", "MIGRATE: {out}");
     // Mid-migration: the shard is on `to`, the slot still `from`'s: requests get ASK.
     assert!(f.contains_many(&added).unwrap().iter().all(|&b| b));

@@ -33,14 +33,25 @@ fn added_keys_are_found_and_absent_ones_mostly_rejected() {
     assert!(!f.add(&added[7]).unwrap(), "re-adding a key is not new");
     assert!(f.add(b"").unwrap() && f.contains(b"").unwrap(), "empty key");
     let huge = vec![0xa5u8; 1 << 20];
-    assert!(f.add(&huge).unwrap() && f.contains(&huge).unwrap(), "1 MiB key");
+    assert!(
+        f.add(&huge).unwrap() && f.contains(&huge).unwrap(),
+        "1 MiB key"
+    );
     // Measured FPR near the 1% target (blocked model: within a generous band).
     let absent = keys("out", 50_000);
-    let fp = f.contains_many(&absent).unwrap().iter().filter(|&&b| b).count();
+    let fp = f
+        .contains_many(&absent)
+        .unwrap()
+        .iter()
+        .filter(|&&b| b)
+        .count();
     let rate = fp as f64 / absent.len() as f64;
     assert!((0.004..0.02).contains(&rate), "measured FPR {rate}");
     let st = f.stats().unwrap();
-    assert!((st.estimated_items as f64 - 20_002.0).abs() < 1_000.0, "{st:?}");
+    assert!(
+        (st.estimated_items as f64 - 20_002.0).abs() < 1_000.0,
+        "{st:?}"
+    );
     assert!(st.fill_ratio > 0.1 && st.fill_ratio < 0.5);
     assert_eq!(st.redis_bytes, st.shape.num_blocks * 72);
 }
@@ -61,7 +72,10 @@ fn push_and_pull_are_byte_copies_of_the_local_filter() {
     let pulled = shared.pull().unwrap();
     assert_eq!(pulled.shape(), local.shape());
     assert!(pulled.contains_many(&remote).iter().all(|&b| b));
-    assert!(same_bits(&pulled, &local), "pull is bit-identical to local adds");
+    assert!(
+        same_bits(&pulled, &local),
+        "pull is bit-identical to local adds"
+    );
     assert!(pulled.fill_ratio() > 0.0);
     // Push ORs local bits in without clearing any remote bit.
     let pushed = keys("pushed", 2_000);
@@ -106,7 +120,11 @@ fn one_shape_wins_a_create_race_and_other_shapes_are_refused() {
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    assert_eq!(epochs.iter().collect::<HashSet<_>>().len(), 1, "{epochs:x?}");
+    assert_eq!(
+        epochs.iter().collect::<HashSet<_>>().len(),
+        1,
+        "{epochs:x?}"
+    );
     // Racing creators of different shapes: exactly one shape is recorded, the rest are
     // refused with a typed error.
     let results: Vec<_> = std::thread::scope(|sc| {
@@ -194,7 +212,11 @@ fn a_foreign_or_wrong_type_config_key_is_an_error() {
     let f = SharedFilter::create_sharded(&ep, "wt", &FilterConfig::new(100), Some(1)).unwrap();
     let shard = f.shard_keys()[0].clone();
     redis::cmd("DEL").arg(&shard).exec(&mut c).unwrap();
-    redis::cmd("LPUSH").arg(&shard).arg("x").exec(&mut c).unwrap();
+    redis::cmd("LPUSH")
+        .arg(&shard)
+        .arg("x")
+        .exec(&mut c)
+        .unwrap();
     assert!(matches!(f.contains(b"k"), Err(Error::Redis(_))));
     assert!(matches!(f.add(b"k"), Err(Error::Redis(_))));
 }

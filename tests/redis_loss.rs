@@ -19,8 +19,8 @@ fn keys(n: usize) -> Vec<Vec<u8>> {
 }
 
 fn filled(s: &Server, name: &str) -> (SharedFilter, Vec<Vec<u8>>) {
-    let f = SharedFilter::create(&Endpoint::url(s.url()), name, &FilterConfig::new(N as u64))
-        .unwrap();
+    let f =
+        SharedFilter::create(&Endpoint::url(s.url()), name, &FilterConfig::new(N as u64)).unwrap();
     let k = keys(N);
     f.add_many(&k).unwrap();
     assert!(f.contains_many(&k).unwrap().iter().all(|&b| b));
@@ -31,7 +31,10 @@ fn filled(s: &Server, name: &str) -> (SharedFilter, Vec<Vec<u8>>) {
 /// single-key lookups erred with `SharedFilterLost`.
 fn never_absent(f: &SharedFilter, keys: &[Vec<u8>]) -> usize {
     match f.contains_many(keys) {
-        Ok(v) => assert!(v.iter().all(|&b| b), "batch answered absent for an added key"),
+        Ok(v) => assert!(
+            v.iter().all(|&b| b),
+            "batch answered absent for an added key"
+        ),
         Err(e) => assert!(is_lost(&e), "unexpected error {e}"),
     }
     let mut lost = 0;
@@ -94,7 +97,10 @@ fn a_deleted_shard_errs_for_its_keys_only() {
     let (f, k) = filled(&s, "delshard");
     let shards = f.shard_keys();
     assert!(shards.len() > 1);
-    redis::cmd("DEL").arg(&shards[3]).exec(&mut s.client()).unwrap();
+    redis::cmd("DEL")
+        .arg(&shards[3])
+        .exec(&mut s.client())
+        .unwrap();
     let lost = never_absent(&f, &k);
     assert!(lost > 0 && lost < k.len(), "{lost} of {}", k.len());
     assert!(is_lost(&f.stats().unwrap_err()));
@@ -139,13 +145,7 @@ fn evicted_shards_are_detected() {
     let gone = f
         .shard_keys()
         .iter()
-        .filter(|key| {
-            redis::cmd("EXISTS")
-                .arg(key)
-                .query::<i64>(&mut c)
-                .unwrap()
-                == 0
-        })
+        .filter(|key| redis::cmd("EXISTS").arg(key).query::<i64>(&mut c).unwrap() == 0)
         .count();
     assert!(gone > 0, "no shard was evicted");
     assert!(never_absent(&f, &k) > 0);
@@ -196,9 +196,18 @@ fn a_recreated_filter_is_detected_by_old_handles() {
 #[test]
 fn with_appendfsync_always_every_acknowledged_add_survives_kill_9() {
     require_redis!();
-    let mut s = Server::start_with(&["--save", "", "--appendonly", "yes", "--appendfsync", "always"]);
+    let mut s = Server::start_with(&[
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ]);
     let (f, k) = filled(&s, "aof");
-    let more: Vec<Vec<u8>> = (0..500).map(|i| format!("single-{i}").into_bytes()).collect();
+    let more: Vec<Vec<u8>> = (0..500)
+        .map(|i| format!("single-{i}").into_bytes())
+        .collect();
     for key in &more {
         f.add(key).unwrap();
     }

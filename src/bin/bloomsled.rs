@@ -11,6 +11,12 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
 
+// The `redis` command group lives in its own file (src/bin/bloomsled/redis.rs); once this
+// file moves to src/bin/bloomsled/main.rs, a plain `mod redis;` finds it.
+#[cfg(feature = "redis")]
+#[path = "bloomsled/redis.rs"]
+mod redis;
+
 /// A Bloom filter in front of sled: absent keys never touch the store.
 #[derive(Parser)]
 #[command(name = "bloomsled", version, about)]
@@ -75,6 +81,10 @@ enum Command {
         /// Database directory.
         db: PathBuf,
     },
+    /// A filter shared through Redis or Redis Cluster (create, add, check, info, push, pull).
+    #[cfg(feature = "redis")]
+    #[command(subcommand)]
+    Redis(redis::RedisCommand),
 }
 
 type CliResult<T> = Result<T, String>;
@@ -99,6 +109,8 @@ fn run(cli: &Cli) -> CliResult<ExitCode> {
         Command::Verify { db } => verify(db, cli.json),
         Command::Rebuild { db } => rebuild(db, cli.json),
         Command::Snapshot { db } => snapshot(db, cli.json),
+        #[cfg(feature = "redis")]
+        Command::Redis(cmd) => redis::run(cmd, cli.json),
     }
 }
 

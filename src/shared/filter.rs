@@ -183,7 +183,9 @@ impl SharedFilter {
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(PIPELINE_KEYS) {
             let plan: Vec<Probe> = chunk.iter().map(|k| self.probe(k.as_ref())).collect();
-            let replies = self.session.run(|| plan.iter().map(|p| self.bitfield(p)).collect())?;
+            let replies = self
+                .session
+                .run(|| plan.iter().map(|p| self.bitfield(p)).collect())?;
             for (p, r) in plan.iter().zip(replies) {
                 out.push(self.check_bitfield(p, r)?);
             }
@@ -198,7 +200,9 @@ impl SharedFilter {
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(PIPELINE_KEYS) {
             let plan: Vec<Probe> = chunk.iter().map(|k| self.probe(k.as_ref())).collect();
-            let replies = self.session.run(|| plan.iter().map(|p| self.getrange(p)).collect())?;
+            let replies = self
+                .session
+                .run(|| plan.iter().map(|p| self.getrange(p)).collect())?;
             for (p, r) in plan.iter().zip(replies) {
                 out.push(self.check_block(p, r)?);
             }
@@ -237,7 +241,11 @@ impl SharedFilter {
     /// half-deleted filter; handles still open get [`Error::SharedFilterLost`]).
     pub fn destroy(self) -> Result<()> {
         let mut cmds = vec![redis::cmd("DEL").arg(self.config_key()).clone()];
-        cmds.extend(self.shard_keys().iter().map(|k| redis::cmd("DEL").arg(k).clone()));
+        cmds.extend(
+            self.shard_keys()
+                .iter()
+                .map(|k| redis::cmd("DEL").arg(k).clone()),
+        );
         self.session.run(|| cmds.clone())?;
         Ok(())
     }

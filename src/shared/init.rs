@@ -26,7 +26,10 @@ pub(crate) fn write_blocks(session: &Session, layout: &Layout, epoch: u64) -> Re
         while at < len {
             let n = (len - at).min(chunk.len() as u64) as usize;
             let cmd = if at == 0 {
-                redis::cmd("SET").arg(layout.key(s)).arg(&chunk[..n]).clone()
+                redis::cmd("SET")
+                    .arg(layout.key(s))
+                    .arg(&chunk[..n])
+                    .clone()
             } else {
                 redis::cmd("SETRANGE")
                     .arg(layout.key(s))

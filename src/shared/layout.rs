@@ -262,7 +262,10 @@ mod tests {
             let key = l.key(s);
             let tag = &key[key.find('{').unwrap() + 1..key.find('}').unwrap()];
             let slot = key_slot(tag.as_bytes());
-            assert!((s as u64 * 1024..(s as u64 + 1) * 1024).contains(&slot), "{key}");
+            assert!(
+                (s as u64 * 1024..(s as u64 + 1) * 1024).contains(&slot),
+                "{key}"
+            );
         }
         // Fewer blocks than shards: one block each, no empty shard.
         let small = Layout::new("x", 3, 16).unwrap();
@@ -289,10 +292,7 @@ mod tests {
     #[test]
     fn names_that_would_break_hash_tags_are_refused() {
         for bad in ["", "a{b", "a}b", "a b", "a\nb", &"x".repeat(201)] {
-            assert!(matches!(
-                check_name(bad),
-                Err(Error::InvalidConfig { .. })
-            ));
+            assert!(matches!(check_name(bad), Err(Error::InvalidConfig { .. })));
         }
         check_name("crawler:urls/v2").unwrap();
         assert_eq!(config_key("n"), "bloomsled:{n}:config");

@@ -16,7 +16,10 @@ pub(crate) fn bytes(v: Value, key: &str) -> Result<Vec<u8>> {
         Value::BulkString(b) => Ok(b),
         Value::SimpleString(s) => Ok(s.into_bytes()),
         Value::ServerError(e) => Err(Error::Redis(e.into())),
-        other => Err(unexpected(key, format!("{other:?} where bytes were expected"))),
+        other => Err(unexpected(
+            key,
+            format!("{other:?} where bytes were expected"),
+        )),
     }
 }
 
@@ -28,7 +31,10 @@ pub(crate) fn ints(v: Value, key: &str) -> Result<Vec<i64>> {
             .map(|i| int(i, key))
             .collect::<Result<Vec<i64>>>(),
         Value::ServerError(e) => Err(Error::Redis(e.into())),
-        other => Err(unexpected(key, format!("{other:?} where integers were expected"))),
+        other => Err(unexpected(
+            key,
+            format!("{other:?} where integers were expected"),
+        )),
     }
 }
 
@@ -37,6 +43,9 @@ pub(crate) fn int(v: Value, key: &str) -> Result<i64> {
     match v {
         Value::Int(i) => Ok(i),
         Value::ServerError(e) => Err(Error::Redis(e.into())),
-        other => Err(unexpected(key, format!("{other:?} where an integer was expected"))),
+        other => Err(unexpected(
+            key,
+            format!("{other:?} where an integer was expected"),
+        )),
     }
 }

@@ -97,7 +97,14 @@ impl Server {
         let child = Command::new("redis-server")
             .arg("--port")
             .arg(self.port.to_string())
-            .args(["--bind", "127.0.0.1", "--daemonize", "no", "--protected-mode", "no"])
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--daemonize",
+                "no",
+                "--protected-mode",
+                "no",
+            ])
             .arg("--dir")
             .arg(&self.dir)
             .args(&self.extra)
@@ -154,7 +161,11 @@ impl Server {
     /// Starts the server again on the same port and directory.
     pub fn restart(&mut self) {
         self.kill();
-        assert!(self.spawn(), "redis-server did not restart on {}", self.port);
+        assert!(
+            self.spawn(),
+            "redis-server did not restart on {}",
+            self.port
+        );
     }
 
     /// Runs `redis-cli` against this server.
