@@ -129,6 +129,16 @@ pub enum Error {
         /// What was found there.
         why: String,
     },
+
+    /// A classic (PHP) hash name that is none of the eight `hash::classic::ClassicHash`es.
+    #[error(
+        "unknown classic hash {name:?}: expected one of BKDR, SDBM, JS, PJW, ELF, DJB, DEK, \
+         FNV (optionally with the suffix Hash, any case)"
+    )]
+    UnknownHash {
+        /// The name given.
+        name: String,
+    },
 }
 
 impl Error {
