@@ -237,3 +237,44 @@ fn push_a_database_tree_into_a_shared_filter() {
     assert_eq!(text.lines().count(), 2_000);
     assert!(text.lines().all(|l| l.starts_with("maybe\t")));
 }
+
+#[test]
+fn php_layout_add_and_check() {
+    require_redis!();
+    let s = Server::start();
+    let url = s.url();
+    let php = ["--layout", "php", "--hashes", "BKDRHash,sdbm,JS,js"];
+    let out = run(
+        &[&["redis", "add", "rptc", "--url", &url][..], &php].concat(),
+        lines("c", 300).as_bytes(),
+    );
+    assert!(out.status.success(), "{out:?}");
+    // The library (checked against the PHP class in tests/redis_classic_php.rs) sees them.
+    let hashes = bloomsled::hash::classic::ClassicHash::parse_list("BKDR,SDBM,JS").unwrap();
+    let f = bloomsled::shared::ClassicFilter::open(
+        &bloomsled::shared::Endpoint::url(url.clone()),
+        "rptc",
+        &hashes,
+    )
+    .unwrap();
+    let keys: Vec<String> = (0..300).map(|i| format!("c/{i}")).collect();
+    assert!(f.contains_many(&keys).unwrap().iter().all(|&b| b));
+    let out = run(
+        &[&["redis", "check", "rptc", "--url", &url][..], &php].concat(),
+        b"c/7\nnever\n",
+    );
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("maybe\tc/7\n"));
+    // Bad lists and mixed flags are refused.
+    for bad in [
+        &["--layout", "php"][..],
+        &["--layout", "php", "--hashes", "MD5"][..],
+        &["--hashes", "BKDR"][..],
+    ] {
+        let out = run(
+            &[&["redis", "check", "rptc", "--url", &url][..], bad].concat(),
+            b"x\n",
+        );
+        assert!(!out.status.success() && out.stdout.is_empty(), "{bad:?}");
+    }
+}

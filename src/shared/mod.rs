@@ -18,7 +18,12 @@
 //!   another `create` answers [`crate::Error::SharedFilterLost`], never "absent".
 //!
 //! See `layout` for the byte layout and the bit numbering.
+//!
+//! [`ClassicFilter`] reads and extends the bitmaps of the PHP `BloomFilterRedis` class (one
+//! bucket key, the classic string hashes of [`crate::hash::classic`] as bit offsets), bit for
+//! bit, for services moving from PHP.
 
+mod classic;
 mod conn;
 mod filter;
 mod init;
@@ -29,6 +34,7 @@ mod stats;
 mod transfer;
 mod value;
 
+pub use classic::ClassicFilter;
 pub use conn::Endpoint;
 pub use filter::SharedFilter;
 pub use record::SharedShape;

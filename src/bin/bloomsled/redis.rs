@@ -11,7 +11,8 @@ use std::io::{self, BufRead, BufReader, BufWriter, IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use bloomsled::shared::{Endpoint, SharedFilter, SharedStats};
+use bloomsled::hash::classic::ClassicHash;
+use bloomsled::shared::{ClassicFilter, Endpoint, SharedFilter, SharedStats};
 use bloomsled::{Filter, FilterConfig};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -62,6 +63,55 @@ impl Target {
     }
 }
 
+/// Which layout NAME has: bloomsled's, or the PHP class's bucket.
+#[derive(Args, Debug)]
+pub struct LayoutArgs {
+    /// `bloomsled` (default), or `php`: NAME is the bucket of a PHP `BloomFilterRedis`
+    /// filter (one bitmap, classic hashes as bit offsets).
+    #[arg(long, default_value = "bloomsled", value_parser = ["bloomsled", "php"])]
+    layout: String,
+    /// With `--layout php`: the PHP class's `$hashFunction` list in order, e.g.
+    /// `BKDR,SDBM,JS` (names with or without `Hash`, any case, repeats allowed).
+    #[arg(long)]
+    hashes: Option<String>,
+}
+
+/// The filter a command works on: either layout answers the same two questions.
+enum AnyShared {
+    Blocked(SharedFilter),
+    Classic(ClassicFilter),
+}
+
+impl AnyShared {
+    fn open(target: &Target, layout: &LayoutArgs) -> Result<Self, String> {
+        match (layout.layout.as_str(), &layout.hashes) {
+            ("php", Some(list)) => {
+                let hashes = ClassicHash::parse_list(list).map_err(|e| e.to_string())?;
+                ClassicFilter::open(&target.endpoint()?, &target.name, &hashes)
+                    .map(AnyShared::Classic)
+                    .map_err(|e| e.to_string())
+            }
+            ("php", None) => Err("--layout php needs --hashes, e.g. --hashes BKDR,SDBM,JS".into()),
+            (_, Some(_)) => Err("--hashes goes with --layout php".into()),
+            _ => target.open().map(AnyShared::Blocked),
+        }
+    }
+
+    fn add_many(&self, keys: &[Vec<u8>]) -> bloomsled::Result<Vec<bool>> {
+        match self {
+            AnyShared::Blocked(f) => f.add_many(keys),
+            AnyShared::Classic(f) => f.add_many(keys),
+        }
+    }
+
+    fn contains_many(&self, keys: &[Vec<u8>]) -> bloomsled::Result<Vec<bool>> {
+        match self {
+            AnyShared::Blocked(f) => f.contains_many(keys),
+            AnyShared::Classic(f) => f.contains_many(keys),
+        }
+    }
+}
+
 /// The `redis` command group.
 #[derive(Subcommand, Debug)]
 pub enum RedisCommand {
@@ -87,6 +137,8 @@ pub enum RedisCommand {
     Add {
         #[command(flatten)]
         target: Target,
+        #[command(flatten)]
+        layout: LayoutArgs,
         /// Input file, or `-` for standard input.
         #[arg(default_value = "-")]
         file: String,
@@ -95,6 +147,8 @@ pub enum RedisCommand {
     Check {
         #[command(flatten)]
         target: Target,
+        #[command(flatten)]
+        layout: LayoutArgs,
         /// Input file, or `-` for standard input.
         #[arg(default_value = "-")]
         file: String,
@@ -150,8 +204,16 @@ pub fn run(cmd: &RedisCommand, json_mode: bool) -> Result<ExitCode, String> {
                 || format!("{}: {s}", f.name()),
             );
         }
-        RedisCommand::Add { target, file } => add(target, file, json_mode)?,
-        RedisCommand::Check { target, file } => check(target, file)?,
+        RedisCommand::Add {
+            target,
+            layout,
+            file,
+        } => add(&AnyShared::open(target, layout)?, file, json_mode)?,
+        RedisCommand::Check {
+            target,
+            layout,
+            file,
+        } => check(&AnyShared::open(target, layout)?, file)?,
         RedisCommand::Info { target } => info(
             &target.open()?.stats().map_err(|e| e.to_string())?,
             json_mode,
@@ -214,8 +276,7 @@ fn for_each_batch(
     Ok(n)
 }
 
-fn add(target: &Target, file: &str, json_mode: bool) -> Result<(), String> {
-    let f = target.open()?;
+fn add(f: &AnyShared, file: &str, json_mode: bool) -> Result<(), String> {
     let mut new = 0u64;
     let n = for_each_batch(file, "adding", |keys| {
         let fresh = f.add_many(keys).map_err(|e| e.to_string())?;
@@ -228,8 +289,7 @@ fn add(target: &Target, file: &str, json_mode: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn check(target: &Target, file: &str) -> Result<(), String> {
-    let f = target.open()?;
+fn check(f: &AnyShared, file: &str) -> Result<(), String> {
     let mut out = BufWriter::new(io::stdout().lock());
     for_each_batch(file, "checking", |keys| {
         // The whole batch is answered or none of it: no line for a key without an answer.
