@@ -58,11 +58,8 @@ fn main() {
         .map(|i| format!("https://www.example.com/articles/{i}/index.html").into_bytes())
         .collect();
     // The classic k offsets of a key: k seeded hashes mod m, as k hash functions would give.
-    let offsets = |key: &[u8]| -> Vec<u64> {
-        (0..u64::from(k))
-            .map(|i| hash_key(key, i) % m)
-            .collect()
-    };
+    let offsets =
+        |key: &[u8]| -> Vec<u64> { (0..u64::from(k)).map(|i| hash_key(key, i) % m).collect() };
     println!(
         "shared filter: {KEYS} keys, k = {k}, {m} bits; batches of {BATCH}, {ROUNDS} rounds, \
          redis-server {}",
@@ -84,7 +81,11 @@ fn main() {
     };
     for round in 0..ROUNDS {
         // Fresh bitmaps each round, so adds set new bits in every round.
-        redis::cmd("DEL").arg("classic").arg("redisson").exec(&mut con).unwrap();
+        redis::cmd("DEL")
+            .arg("classic")
+            .arg("redisson")
+            .exec(&mut con)
+            .unwrap();
         let t = Instant::now();
         for chunk in keys.chunks(BATCH) {
             f.add_many(chunk).unwrap();
@@ -103,24 +104,45 @@ fn main() {
             }
             let _: Vec<Value> = p.query(&mut con).unwrap();
         }
-        record("classic MULTI+SETBIT add (batched)", t.elapsed().as_secs_f64(), KEYS);
+        record(
+            "classic MULTI+SETBIT add (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
 
         let t = Instant::now();
         for chunk in keys.chunks(BATCH) {
             let mut p = redis::pipe();
             for key in chunk {
-                p.cmd("EVALSHA").arg(&add_sha).arg(1).arg("redisson").arg(offsets(key));
+                p.cmd("EVALSHA")
+                    .arg(&add_sha)
+                    .arg(1)
+                    .arg("redisson")
+                    .arg(offsets(key));
             }
             let _: Vec<Value> = p.query(&mut con).unwrap();
         }
-        record("redisson-style EVALSHA add (batched)", t.elapsed().as_secs_f64(), KEYS);
+        record(
+            "redisson-style EVALSHA add (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
 
         let t = Instant::now();
         let mut found = 0;
         for chunk in keys.chunks(BATCH) {
-            found += f.contains_many(chunk).unwrap().iter().filter(|&&b| b).count();
+            found += f
+                .contains_many(chunk)
+                .unwrap()
+                .iter()
+                .filter(|&&b| b)
+                .count();
         }
-        record("bloomsled lookup (batched)", t.elapsed().as_secs_f64(), KEYS);
+        record(
+            "bloomsled lookup (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
         assert_eq!(found, KEYS);
 
         let t = Instant::now();
@@ -136,7 +158,11 @@ fn main() {
             let v: Vec<Value> = p.query(&mut con).unwrap();
             assert!(v.len() >= chunk.len());
         }
-        record("classic MULTI+GETBIT lookup (batched)", t.elapsed().as_secs_f64(), KEYS);
+        record(
+            "classic MULTI+GETBIT lookup (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
 
         let t = Instant::now();
         for chunk in keys.chunks(BATCH) {
@@ -149,18 +175,30 @@ fn main() {
             let v: Vec<i64> = p.query(&mut con).unwrap();
             assert!(v.iter().all(|&b| b == 1));
         }
-        record("classic bare GETBIT lookup (batched)", t.elapsed().as_secs_f64(), KEYS);
+        record(
+            "classic bare GETBIT lookup (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
 
         let t = Instant::now();
         for chunk in keys.chunks(BATCH) {
             let mut p = redis::pipe();
             for key in chunk {
-                p.cmd("EVALSHA").arg(&has_sha).arg(1).arg("redisson").arg(offsets(key));
+                p.cmd("EVALSHA")
+                    .arg(&has_sha)
+                    .arg(1)
+                    .arg("redisson")
+                    .arg(offsets(key));
             }
             let v: Vec<i64> = p.query(&mut con).unwrap();
             assert!(v.iter().all(|&b| b == 1));
         }
-        record("redisson-style EVALSHA lookup (batched)", t.elapsed().as_secs_f64(), KEYS);
+        record(
+            "redisson-style EVALSHA lookup (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
 
         // Single keys: one round trip per operation for every contender.
         let few = &keys[round * SINGLE..(round + 1) * SINGLE];
@@ -168,7 +206,11 @@ fn main() {
         for key in few {
             assert!(f.contains(key).unwrap());
         }
-        record("bloomsled lookup (single key)", t.elapsed().as_secs_f64(), SINGLE);
+        record(
+            "bloomsled lookup (single key)",
+            t.elapsed().as_secs_f64(),
+            SINGLE,
+        );
         let t = Instant::now();
         for key in few {
             let mut p = redis::pipe();
@@ -179,12 +221,20 @@ fn main() {
             let v: Vec<i64> = p.query(&mut con).unwrap();
             assert!(v.iter().all(|&b| b == 1));
         }
-        record("classic MULTI+GETBIT lookup (single key)", t.elapsed().as_secs_f64(), SINGLE);
+        record(
+            "classic MULTI+GETBIT lookup (single key)",
+            t.elapsed().as_secs_f64(),
+            SINGLE,
+        );
         let t = Instant::now();
         for key in few {
             f.add(key).unwrap();
         }
-        record("bloomsled add (single key)", t.elapsed().as_secs_f64(), SINGLE);
+        record(
+            "bloomsled add (single key)",
+            t.elapsed().as_secs_f64(),
+            SINGLE,
+        );
         let t = Instant::now();
         for key in few {
             let mut p = redis::pipe();
@@ -194,7 +244,11 @@ fn main() {
             }
             let _: Vec<i64> = p.query(&mut con).unwrap();
         }
-        record("classic MULTI+SETBIT add (single key)", t.elapsed().as_secs_f64(), SINGLE);
+        record(
+            "classic MULTI+SETBIT add (single key)",
+            t.elapsed().as_secs_f64(),
+            SINGLE,
+        );
     }
 
     // Commands the server runs per single-key operation (round trips = commands here).
@@ -224,13 +278,34 @@ fn main() {
     let get = |name: &str| median(&results.iter().find(|(n, _)| *n == name).unwrap().1);
     println!("\nratios (bloomsled / other, same run):");
     for (ours, theirs) in [
-        ("bloomsled lookup (batched)", "classic MULTI+GETBIT lookup (batched)"),
-        ("bloomsled lookup (batched)", "classic bare GETBIT lookup (batched)"),
-        ("bloomsled lookup (batched)", "redisson-style EVALSHA lookup (batched)"),
-        ("bloomsled add (batched)", "classic MULTI+SETBIT add (batched)"),
-        ("bloomsled add (batched)", "redisson-style EVALSHA add (batched)"),
-        ("bloomsled lookup (single key)", "classic MULTI+GETBIT lookup (single key)"),
-        ("bloomsled add (single key)", "classic MULTI+SETBIT add (single key)"),
+        (
+            "bloomsled lookup (batched)",
+            "classic MULTI+GETBIT lookup (batched)",
+        ),
+        (
+            "bloomsled lookup (batched)",
+            "classic bare GETBIT lookup (batched)",
+        ),
+        (
+            "bloomsled lookup (batched)",
+            "redisson-style EVALSHA lookup (batched)",
+        ),
+        (
+            "bloomsled add (batched)",
+            "classic MULTI+SETBIT add (batched)",
+        ),
+        (
+            "bloomsled add (batched)",
+            "redisson-style EVALSHA add (batched)",
+        ),
+        (
+            "bloomsled lookup (single key)",
+            "classic MULTI+GETBIT lookup (single key)",
+        ),
+        (
+            "bloomsled add (single key)",
+            "classic MULTI+SETBIT add (single key)",
+        ),
     ] {
         println!("{:>6.2}x  {ours} vs {theirs}", get(ours) / get(theirs));
     }
