@@ -241,8 +241,9 @@ mod tests {
 
     #[test]
     fn slot_matches_redis_reference_values() {
-        // From the Redis Cluster specification: CRC16 of "123456789" is 0x31C3.
-        assert_eq!(key_slot(b"123456789"), 0x31C3); // below 16384: the slot is the CRC
+        // From the Redis Cluster specification: CRC16 of "123456789" is 0x31C3, below 16384,
+        // so the slot is the CRC itself.
+        assert_eq!(key_slot(b"123456789"), 0x31C3);
         // `CLUSTER KEYSLOT foo` = 12182, `bar` = 5061 (redis-cli on a real cluster).
         assert_eq!(key_slot(b"foo"), 12182);
         assert_eq!(key_slot(b"bar"), 5061);
