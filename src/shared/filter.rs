@@ -39,7 +39,7 @@ const READY_WAIT: Duration = Duration::from_secs(30);
 /// let seen = SharedFilter::create(&redis, "crawler:urls", &FilterConfig::new(1_000_000))?;
 /// assert!(seen.add(b"https://example.com/")?); // new
 /// assert!(seen.contains(b"https://example.com/")?);
-/// let answers = seen.contains_many(&[b"https://a.example/", b"https://example.com/"])?;
+/// let answers = seen.contains_many(&[&b"https://a.example/"[..], b"https://example.com/"])?;
 /// assert!(answers[1]);
 /// # Ok::<(), bloomsled::Error>(())
 /// ```
