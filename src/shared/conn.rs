@@ -139,6 +139,24 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// Sends `packed` (`count` commands written by [`super::resp::Packer`]) as one pipeline
+    /// to a single server and reads the `count` replies; `None` on a cluster, whose commands
+    /// must be routed one by one (use [`Conn::run`]).
+    pub(crate) fn run_packed(
+        &mut self,
+        packed: &[u8],
+        count: usize,
+    ) -> Option<redis::RedisResult<Vec<Value>>> {
+        use redis::ConnectionLike;
+        match self {
+            Conn::Single(con) if count > 0 => Some(con.req_packed_commands(packed, 0, count)),
+            Conn::Single(_) => Some(Ok(Vec::new())),
+            Conn::Cluster(_) => None,
+        }
+    }
+}
+
 /// Runs a pipeline on a cluster. The `redis` crate's sync cluster pipeline sends one
 /// pipeline per node but does not follow `ASK`/`MOVED` replies inside it (it fails the
 /// whole batch, keeping no other reply). So when every failure is a redirection (a slot

@@ -11,6 +11,7 @@ use crate::hash::{block_index, block_pattern, hash_key, BLOCK_WORDS};
 use super::conn::Endpoint;
 use super::layout::{self, BlockAddr, Layout, BLOCK_BYTES, STRIDE};
 use super::record::{new_epoch, Record, SharedShape, State};
+use super::resp::Packer;
 use super::session::Session;
 use super::{init, lost, value};
 
@@ -183,9 +184,10 @@ impl SharedFilter {
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(PIPELINE_KEYS) {
             let plan: Vec<Probe> = chunk.iter().map(|k| self.probe(k.as_ref())).collect();
-            let replies = self
-                .session
-                .run(|| plan.iter().map(|p| self.bitfield(p)).collect())?;
+            let replies = self.session.run_fast(
+                |w| plan.iter().for_each(|p| self.pack_bitfield(p, w)),
+                || plan.iter().map(|p| self.bitfield(p)).collect(),
+            )?;
             for (p, r) in plan.iter().zip(replies) {
                 out.push(self.check_bitfield(p, r)?);
             }
@@ -200,9 +202,10 @@ impl SharedFilter {
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(PIPELINE_KEYS) {
             let plan: Vec<Probe> = chunk.iter().map(|k| self.probe(k.as_ref())).collect();
-            let replies = self
-                .session
-                .run(|| plan.iter().map(|p| self.getrange(p)).collect())?;
+            let replies = self.session.run_fast(
+                |w| plan.iter().for_each(|p| self.pack_getrange(p, w)),
+                || plan.iter().map(|p| self.getrange(p)).collect(),
+            )?;
             for (p, r) in plan.iter().zip(replies) {
                 out.push(self.check_block(p, r)?);
             }
@@ -276,6 +279,37 @@ impl SharedFilter {
             }
         }
         c
+    }
+
+    /// [`SharedFilter::bitfield`], written as RESP.
+    fn pack_bitfield(&self, p: &Probe, w: &mut Packer) {
+        let bits: u32 = p.masks.iter().map(|m| m.count_ones()).sum();
+        w.command(5 + 4 * bits as usize);
+        w.arg(b"BITFIELD");
+        w.arg(self.layout.key(p.addr.shard).as_bytes());
+        w.arg(b"GET");
+        w.arg(b"i64");
+        w.uint(p.addr.tag_bit());
+        for (i, &m) in p.masks.iter().enumerate() {
+            let mut m = m;
+            while m != 0 {
+                let pos = i * 64 + m.trailing_zeros() as usize;
+                m &= m - 1;
+                w.arg(b"SET");
+                w.arg(b"u1");
+                w.uint(p.addr.bit(pos));
+                w.arg(b"1");
+            }
+        }
+    }
+
+    /// [`SharedFilter::getrange`], written as RESP.
+    fn pack_getrange(&self, p: &Probe, w: &mut Packer) {
+        w.command(4);
+        w.arg(b"GETRANGE");
+        w.arg(self.layout.key(p.addr.shard).as_bytes());
+        w.uint(p.addr.byte);
+        w.uint(p.addr.last_byte());
     }
 
     fn getrange(&self, p: &Probe) -> Cmd {

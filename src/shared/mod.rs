@@ -29,6 +29,7 @@ mod filter;
 mod init;
 mod layout;
 mod record;
+mod resp;
 mod session;
 mod stats;
 mod transfer;

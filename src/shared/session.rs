@@ -7,6 +7,7 @@ use redis::{Cmd, Value};
 use crate::error::{Error, Result};
 
 use super::conn::{Conn, Endpoint};
+use super::resp::Packer;
 
 /// The endpoint and its current connection (none after a dropped connection, until the
 /// next call reconnects).
@@ -42,6 +43,44 @@ impl Session {
                 if (e.is_connection_dropped() || e.is_io_error()) && !e.is_timeout() =>
             {
                 self.run_on(&mut guard, build())
+            }
+            r => r,
+        }
+    }
+
+    /// Like [`Session::run`], for a single server: `pack` writes the commands into one RESP
+    /// buffer (see [`super::resp`]); on a cluster `build` makes them as `Cmd`s instead.
+    pub(crate) fn run_fast(
+        &self,
+        pack: impl Fn(&mut Packer),
+        build: impl Fn() -> Vec<Cmd>,
+    ) -> Result<Vec<Value>> {
+        if self.endpoint.is_cluster() {
+            return self.run(build);
+        }
+        let mut p = Packer::default();
+        pack(&mut p);
+        let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let attempt = |slot: &mut Option<Conn>| -> Result<Vec<Value>> {
+            let conn = match slot {
+                Some(c) => c,
+                None => slot.insert(self.endpoint.connect()?),
+            };
+            let r = conn
+                .run_packed(&p.buf, p.count)
+                .unwrap_or_else(|| Ok(Vec::new()));
+            if let Err(e) = &r {
+                if e.is_connection_dropped() || e.is_io_error() || e.is_timeout() {
+                    *slot = None;
+                }
+            }
+            Ok(r?)
+        };
+        match attempt(&mut guard) {
+            Err(Error::Redis(e))
+                if (e.is_connection_dropped() || e.is_io_error()) && !e.is_timeout() =>
+            {
+                attempt(&mut guard)
             }
             r => r,
         }
