@@ -9,6 +9,8 @@
 //!   k `SET u1`);
 //! - classic (the PHP class's pattern): `MULTI` + k `SETBIT`/`GETBIT` + `EXEC` per key;
 //! - classic without MULTI: k bare `GETBIT` per key (the cheapest classic lookup);
+//! - classic, raw RESP: the classic batches written as raw protocol bytes, as bloomsled
+//!   writes its own (so no ratio comes from the redis crate's command builder);
 //! - Redisson-style: one `EVALSHA` per key whose script runs k `SETBIT`/`GETBIT`.
 //!
 //! Each figure is the median keys/s over interleaved rounds; ratios are of medians.
@@ -110,6 +112,26 @@ fn main() {
             KEYS,
         );
 
+        // The same commands written as raw RESP (as bloomsled writes its own), so the ratio
+        // is not about the redis crate's command builder.
+        let t = Instant::now();
+        for chunk in keys.chunks(BATCH) {
+            let mut w = Resp::default();
+            for key in chunk {
+                w.cmd(&[b"MULTI"]);
+                for o in offsets(key) {
+                    w.cmd(&[b"SETBIT", b"classic", o.to_string().as_bytes(), b"1"]);
+                }
+                w.cmd(&[b"EXEC"]);
+            }
+            w.send(&mut con);
+        }
+        record(
+            "classic MULTI+SETBIT add, raw RESP (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
+
         let t = Instant::now();
         for chunk in keys.chunks(BATCH) {
             let mut p = redis::pipe();
@@ -160,6 +182,25 @@ fn main() {
         }
         record(
             "classic MULTI+GETBIT lookup (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
+
+        let t = Instant::now();
+        for chunk in keys.chunks(BATCH) {
+            let mut w = Resp::default();
+            for key in chunk {
+                w.cmd(&[b"MULTI"]);
+                for o in offsets(key) {
+                    w.cmd(&[b"GETBIT", b"classic", o.to_string().as_bytes()]);
+                }
+                w.cmd(&[b"EXEC"]);
+            }
+            let v = w.send(&mut con);
+            assert_eq!(v.len(), chunk.len() * (k as usize + 2));
+        }
+        record(
+            "classic MULTI+GETBIT lookup, raw RESP (batched)",
             t.elapsed().as_secs_f64(),
             KEYS,
         );
@@ -296,6 +337,14 @@ fn main() {
         ),
         (
             "bloomsled add (batched)",
+            "classic MULTI+SETBIT add, raw RESP (batched)",
+        ),
+        (
+            "bloomsled lookup (batched)",
+            "classic MULTI+GETBIT lookup, raw RESP (batched)",
+        ),
+        (
+            "bloomsled add (batched)",
             "redisson-style EVALSHA add (batched)",
         ),
         (
@@ -310,4 +359,30 @@ fn main() {
         println!("{:>6.2}x  {ours} vs {theirs}", get(ours) / get(theirs));
     }
     println!("\nRedis commands per single-key bloomsled op: {per_op:.2} (one round trip each)");
+}
+
+/// A pipeline written as raw RESP and sent in one write.
+#[derive(Default)]
+struct Resp {
+    buf: Vec<u8>,
+    count: usize,
+}
+
+impl Resp {
+    fn cmd(&mut self, args: &[&[u8]]) {
+        self.buf
+            .extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            self.buf
+                .extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            self.buf.extend_from_slice(a);
+            self.buf.extend_from_slice(b"\r\n");
+        }
+        self.count += 1;
+    }
+
+    fn send(&self, con: &mut redis::Connection) -> Vec<Value> {
+        use redis::ConnectionLike;
+        con.req_packed_commands(&self.buf, 0, self.count).unwrap()
+    }
 }
