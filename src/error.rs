@@ -122,6 +122,58 @@ pub enum Error {
     /// Serialized bytes are well-framed but describe an impossible filter.
     #[error("corrupt filter data: {0}")]
     Corrupt(String),
+
+    /// An error from Redis or the connection to it (refused, timed out, bad URL, wrong type).
+    #[cfg(feature = "redis")]
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+
+    /// A shared filter exists under this name with another shape than the one asked for.
+    #[cfg(feature = "redis")]
+    #[error("shared filter {name:?} has another shape: asked for {asked}, Redis holds {found}")]
+    RedisShapeMismatch {
+        /// The filter's name.
+        name: String,
+        /// The shape the caller asked for.
+        asked: String,
+        /// The shape recorded in Redis.
+        found: String,
+    },
+
+    /// No shared filter of this name exists (no config record), or it is still being created.
+    #[cfg(feature = "redis")]
+    #[error("no shared filter {name:?} in Redis: {why}")]
+    SharedFilterNotFound {
+        /// The filter's name.
+        name: String,
+        /// What was found instead.
+        why: String,
+    },
+
+    /// The shared filter's data is gone or belongs to another incarnation of the filter
+    /// (flushed, evicted, expired, restarted empty, failed over to an empty replica,
+    /// deleted or recreated). The operation was not answered: nothing can be said about
+    /// the keys it asked about.
+    #[cfg(feature = "redis")]
+    #[error("shared filter {name:?} lost at Redis key {key:?}: {why}")]
+    SharedFilterLost {
+        /// The filter's name.
+        name: String,
+        /// The Redis key where the loss was seen.
+        key: String,
+        /// What was found there.
+        why: String,
+    },
+
+    /// A classic (PHP) hash name that is none of the eight `hash::classic::ClassicHash`es.
+    #[error(
+        "unknown classic hash {name:?}: expected one of BKDR, SDBM, JS, PJW, ELF, DJB, DEK, \
+         FNV (optionally with the suffix Hash, any case)"
+    )]
+    UnknownHash {
+        /// The name given.
+        name: String,
+    },
 }
 
 impl Error {

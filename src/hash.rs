@@ -7,6 +7,8 @@
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+pub mod classic;
+
 /// The hash function bloomsled applies to keys: xxh3-64 with `seed`.
 ///
 /// The same `(key, seed)` gives the same value on every platform and in every version of

@@ -35,6 +35,9 @@
 //! - [`persist`]: what makes a snapshot trustworthy, recovery at open ([`RecoveryReport`],
 //!   [`Recovery::Strict`], [`Distrust`]).
 //! - the store: [`Db`], [`Tree`], [`Config`], [`TreeConfig`], [`Batch`], [`transaction`].
+//! - `shared` (feature `redis`): the same filter kept in Redis / Redis Cluster, shared by
+//!   many processes and hosts, that reports a lost filter instead of answering "absent"; and
+//!   the classic PHP layout.
 //!
 //! A clean restart loads each tree's filter from its snapshot without reading a key; after a
 //! crash, or with a damaged snapshot, the filter is rebuilt from the keys (see
@@ -49,6 +52,8 @@ mod filter;
 pub mod format;
 pub mod hash;
 pub mod persist;
+#[cfg(feature = "redis")]
+pub mod shared;
 mod stats;
 mod store;
 

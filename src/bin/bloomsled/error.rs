@@ -54,6 +54,11 @@ pub enum CliError {
     #[error("{0}")]
     Stdio(io::Error),
 
+    /// A `redis` command failed (the message names the server, filter and cause).
+    #[cfg(feature = "redis")]
+    #[error("{0}")]
+    Redis(String),
+
     /// `demo --items 0`.
     #[error("--items must be at least 1")]
     NoItems,

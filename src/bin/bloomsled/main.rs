@@ -10,6 +10,8 @@ mod load;
 mod open;
 mod output;
 mod rebuild;
+#[cfg(feature = "redis")]
+mod redis;
 mod snapshot;
 mod stats;
 mod verify;
@@ -19,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::error::CliResult;
+use crate::error::{CliError, CliResult};
 
 /// A Bloom filter in front of sled: absent keys never touch the store.
 #[derive(Parser)]
@@ -89,6 +91,10 @@ enum Command {
         /// Database directory.
         db: PathBuf,
     },
+    /// A filter shared through Redis or Redis Cluster (create, add, check, info, push, pull).
+    #[cfg(feature = "redis")]
+    #[command(subcommand)]
+    Redis(redis::RedisCommand),
 }
 
 /// A filter mode on the command line.
@@ -130,5 +136,7 @@ fn run(cli: &Cli) -> CliResult<ExitCode> {
         Command::Verify { db } => verify::run(db, json),
         Command::Rebuild { db, mode } => rebuild::run(db, mode.map(Into::into), json),
         Command::Snapshot { db } => snapshot::run(db, json),
+        #[cfg(feature = "redis")]
+        Command::Redis(cmd) => redis::run(cmd, json).map_err(CliError::Redis),
     }
 }

@@ -1,0 +1,388 @@
+//! Shared filter on a local redis-server: bloomsled's one-command-per-key layout beside the
+//! classic Redis Bloom patterns, in one run, on one server, at the same pipelining.
+//!
+//! `cargo bench --features redis --bench redis` (needs `redis-server` on PATH; starts its
+//! own on a free port without persistence and kills it at the end).
+//!
+//! Contenders, batched (1,000 keys per pipeline) and single-key (one round trip each):
+//! - bloomsled: `GETRANGE` of the key's block + epoch tag / one `BITFIELD` (tag `GET` and
+//!   k `SET u1`);
+//! - classic (the PHP class's pattern): `MULTI` + k `SETBIT`/`GETBIT` + `EXEC` per key;
+//! - classic without MULTI: k bare `GETBIT` per key (the cheapest classic lookup);
+//! - classic, raw RESP: the classic batches written as raw protocol bytes, as bloomsled
+//!   writes its own (so no ratio comes from the redis crate's command builder);
+//! - Redisson-style: one `EVALSHA` per key whose script runs k `SETBIT`/`GETBIT`.
+//!
+//! Each figure is the median keys/s over interleaved rounds; ratios are of medians.
+
+#[path = "../tests/redis_support/mod.rs"]
+mod redis_support;
+
+use std::time::Instant;
+
+use bloomsled::hash::hash_key;
+use bloomsled::shared::{Endpoint, SharedFilter};
+use bloomsled::FilterConfig;
+use redis::Value;
+
+const KEYS: usize = 100_000;
+const BATCH: usize = 1_000;
+const ROUNDS: usize = 5;
+const SINGLE: usize = 5_000;
+
+const REDISSON_ADD: &str = "for i = 1, #ARGV do redis.call('SETBIT', KEYS[1], ARGV[i], 1) end \
+                            return 1";
+const REDISSON_HAS: &str = "for i = 1, #ARGV do \
+                            if redis.call('GETBIT', KEYS[1], ARGV[i]) == 0 then return 0 end \
+                            end return 1";
+
+fn main() {
+    if !redis_support::redis_available() {
+        return;
+    }
+    let server = redis_support::Server::start();
+    let ep = Endpoint::url(server.url());
+    let f = SharedFilter::create(&ep, "bench", &FilterConfig::new(KEYS as u64 * 2)).unwrap();
+    let k = f.shape().num_hashes;
+    let m = f.shape().num_blocks * 512;
+    let mut con = server.client();
+    let add_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(REDISSON_ADD)
+        .query(&mut con)
+        .unwrap();
+    let has_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(REDISSON_HAS)
+        .query(&mut con)
+        .unwrap();
+    let keys: Vec<Vec<u8>> = (0..KEYS)
+        .map(|i| format!("https://www.example.com/articles/{i}/index.html").into_bytes())
+        .collect();
+    // The classic k offsets of a key: k seeded hashes mod m, as k hash functions would give.
+    let offsets =
+        |key: &[u8]| -> Vec<u64> { (0..u64::from(k)).map(|i| hash_key(key, i) % m).collect() };
+    println!(
+        "shared filter: {KEYS} keys, k = {k}, {m} bits; batches of {BATCH}, {ROUNDS} rounds, \
+         redis-server {}",
+        server
+            .cli(&["info", "server"])
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim()
+    );
+
+    let mut results: Vec<(&str, Vec<f64>)> = Vec::new();
+    let mut record = |name: &'static str, secs: f64, n: usize| {
+        let rate = n as f64 / secs;
+        match results.iter_mut().find(|(x, _)| *x == name) {
+            Some((_, v)) => v.push(rate),
+            None => results.push((name, vec![rate])),
+        }
+    };
+    for round in 0..ROUNDS {
+        // Fresh bitmaps each round, so adds set new bits in every round.
+        redis::cmd("DEL")
+            .arg("classic")
+            .arg("redisson")
+            .exec(&mut con)
+            .unwrap();
+        let t = Instant::now();
+        for chunk in keys.chunks(BATCH) {
+            f.add_many(chunk).unwrap();
+        }
+        record("bloomsled add (batched)", t.elapsed().as_secs_f64(), KEYS);
+
+        let t = Instant::now();
+        for chunk in keys.chunks(BATCH) {
+            let mut p = redis::pipe();
+            for key in chunk {
+                p.cmd("MULTI");
+                for o in offsets(key) {
+                    p.cmd("SETBIT").arg("classic").arg(o).arg(1);
+                }
+                p.cmd("EXEC");
+            }
+            let _: Vec<Value> = p.query(&mut con).unwrap();
+        }
+        record(
+            "classic MULTI+SETBIT add (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
+
+        // The same commands written as raw RESP (as bloomsled writes its own), so the ratio
+        // is not about the redis crate's command builder.
+        let t = Instant::now();
+        for chunk in keys.chunks(BATCH) {
+            let mut w = Resp::default();
+            for key in chunk {
+                w.cmd(&[b"MULTI"]);
+                for o in offsets(key) {
+                    w.cmd(&[b"SETBIT", b"classic", o.to_string().as_bytes(), b"1"]);
+                }
+                w.cmd(&[b"EXEC"]);
+            }
+            w.send(&mut con);
+        }
+        record(
+            "classic MULTI+SETBIT add, raw RESP (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
+
+        let t = Instant::now();
+        for chunk in keys.chunks(BATCH) {
+            let mut p = redis::pipe();
+            for key in chunk {
+                p.cmd("EVALSHA")
+                    .arg(&add_sha)
+                    .arg(1)
+                    .arg("redisson")
+                    .arg(offsets(key));
+            }
+            let _: Vec<Value> = p.query(&mut con).unwrap();
+        }
+        record(
+            "redisson-style EVALSHA add (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
+
+        let t = Instant::now();
+        let mut found = 0;
+        for chunk in keys.chunks(BATCH) {
+            found += f
+                .contains_many(chunk)
+                .unwrap()
+                .iter()
+                .filter(|&&b| b)
+                .count();
+        }
+        record(
+            "bloomsled lookup (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
+        assert_eq!(found, KEYS);
+
+        let t = Instant::now();
+        for chunk in keys.chunks(BATCH) {
+            let mut p = redis::pipe();
+            for key in chunk {
+                p.cmd("MULTI");
+                for o in offsets(key) {
+                    p.cmd("GETBIT").arg("classic").arg(o);
+                }
+                p.cmd("EXEC");
+            }
+            let v: Vec<Value> = p.query(&mut con).unwrap();
+            assert!(v.len() >= chunk.len());
+        }
+        record(
+            "classic MULTI+GETBIT lookup (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
+
+        let t = Instant::now();
+        for chunk in keys.chunks(BATCH) {
+            let mut w = Resp::default();
+            for key in chunk {
+                w.cmd(&[b"MULTI"]);
+                for o in offsets(key) {
+                    w.cmd(&[b"GETBIT", b"classic", o.to_string().as_bytes()]);
+                }
+                w.cmd(&[b"EXEC"]);
+            }
+            let v = w.send(&mut con);
+            assert_eq!(v.len(), chunk.len() * (k as usize + 2));
+        }
+        record(
+            "classic MULTI+GETBIT lookup, raw RESP (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
+
+        let t = Instant::now();
+        for chunk in keys.chunks(BATCH) {
+            let mut p = redis::pipe();
+            for key in chunk {
+                for o in offsets(key) {
+                    p.cmd("GETBIT").arg("classic").arg(o);
+                }
+            }
+            let v: Vec<i64> = p.query(&mut con).unwrap();
+            assert!(v.iter().all(|&b| b == 1));
+        }
+        record(
+            "classic bare GETBIT lookup (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
+
+        let t = Instant::now();
+        for chunk in keys.chunks(BATCH) {
+            let mut p = redis::pipe();
+            for key in chunk {
+                p.cmd("EVALSHA")
+                    .arg(&has_sha)
+                    .arg(1)
+                    .arg("redisson")
+                    .arg(offsets(key));
+            }
+            let v: Vec<i64> = p.query(&mut con).unwrap();
+            assert!(v.iter().all(|&b| b == 1));
+        }
+        record(
+            "redisson-style EVALSHA lookup (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
+
+        // Single keys: one round trip per operation for every contender.
+        let few = &keys[round * SINGLE..(round + 1) * SINGLE];
+        let t = Instant::now();
+        for key in few {
+            assert!(f.contains(key).unwrap());
+        }
+        record(
+            "bloomsled lookup (single key)",
+            t.elapsed().as_secs_f64(),
+            SINGLE,
+        );
+        let t = Instant::now();
+        for key in few {
+            let mut p = redis::pipe();
+            p.atomic();
+            for o in offsets(key) {
+                p.cmd("GETBIT").arg("classic").arg(o);
+            }
+            let v: Vec<i64> = p.query(&mut con).unwrap();
+            assert!(v.iter().all(|&b| b == 1));
+        }
+        record(
+            "classic MULTI+GETBIT lookup (single key)",
+            t.elapsed().as_secs_f64(),
+            SINGLE,
+        );
+        let t = Instant::now();
+        for key in few {
+            f.add(key).unwrap();
+        }
+        record(
+            "bloomsled add (single key)",
+            t.elapsed().as_secs_f64(),
+            SINGLE,
+        );
+        let t = Instant::now();
+        for key in few {
+            let mut p = redis::pipe();
+            p.atomic();
+            for o in offsets(key) {
+                p.cmd("SETBIT").arg("classic").arg(o).arg(1);
+            }
+            let _: Vec<i64> = p.query(&mut con).unwrap();
+        }
+        record(
+            "classic MULTI+SETBIT add (single key)",
+            t.elapsed().as_secs_f64(),
+            SINGLE,
+        );
+    }
+
+    // Commands the server runs per single-key operation (round trips = commands here).
+    let commands = |con: &mut redis::Connection| -> u64 {
+        let info: String = redis::cmd("INFO").arg("stats").query(con).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
+    let before = commands(&mut con);
+    for key in &keys[..1_000] {
+        f.contains(key).unwrap();
+        f.add(key).unwrap();
+    }
+    let per_op = (commands(&mut con) - before - 1) as f64 / 2_000.0;
+
+    println!("\n{:<44} {:>14}", "contender", "keys/s (median)");
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    for (name, v) in &results {
+        println!("{name:<44} {:>14.0}", median(v));
+    }
+    let get = |name: &str| median(&results.iter().find(|(n, _)| *n == name).unwrap().1);
+    println!("\nratios (bloomsled / other, same run):");
+    for (ours, theirs) in [
+        (
+            "bloomsled lookup (batched)",
+            "classic MULTI+GETBIT lookup (batched)",
+        ),
+        (
+            "bloomsled lookup (batched)",
+            "classic bare GETBIT lookup (batched)",
+        ),
+        (
+            "bloomsled lookup (batched)",
+            "redisson-style EVALSHA lookup (batched)",
+        ),
+        (
+            "bloomsled add (batched)",
+            "classic MULTI+SETBIT add (batched)",
+        ),
+        (
+            "bloomsled add (batched)",
+            "classic MULTI+SETBIT add, raw RESP (batched)",
+        ),
+        (
+            "bloomsled lookup (batched)",
+            "classic MULTI+GETBIT lookup, raw RESP (batched)",
+        ),
+        (
+            "bloomsled add (batched)",
+            "redisson-style EVALSHA add (batched)",
+        ),
+        (
+            "bloomsled lookup (single key)",
+            "classic MULTI+GETBIT lookup (single key)",
+        ),
+        (
+            "bloomsled add (single key)",
+            "classic MULTI+SETBIT add (single key)",
+        ),
+    ] {
+        println!("{:>6.2}x  {ours} vs {theirs}", get(ours) / get(theirs));
+    }
+    println!("\nRedis commands per single-key bloomsled op: {per_op:.2} (one round trip each)");
+}
+
+/// A pipeline written as raw RESP and sent in one write.
+#[derive(Default)]
+struct Resp {
+    buf: Vec<u8>,
+    count: usize,
+}
+
+impl Resp {
+    fn cmd(&mut self, args: &[&[u8]]) {
+        self.buf
+            .extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            self.buf
+                .extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            self.buf.extend_from_slice(a);
+            self.buf.extend_from_slice(b"\r\n");
+        }
+        self.count += 1;
+    }
+
+    fn send(&self, con: &mut redis::Connection) -> Vec<Value> {
+        use redis::ConnectionLike;
+        con.req_packed_commands(&self.buf, 0, self.count).unwrap()
+    }
+}

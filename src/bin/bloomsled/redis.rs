@@ -1,0 +1,419 @@
+//! `bloomsled redis …`: create, fill, query, inspect, push and pull a filter shared through
+//! Redis or Redis Cluster (see `bloomsled::shared`).
+//!
+//! Output contract for scripts: `check` prints one line per key, `maybe<TAB>key` or
+//! `absent<TAB>key`, and exits 0; on any error (filter lost, shape mismatch, server down)
+//! it prints a message on stderr, exits non-zero, and prints no line for a key it could
+//! not answer.
+
+use std::fs;
+use std::io::{self, BufRead, BufReader, BufWriter, IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use bloomsled::hash::classic::ClassicHash;
+use bloomsled::shared::{ClassicFilter, Endpoint, SharedFilter, SharedStats};
+use bloomsled::{Filter, FilterConfig};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+
+/// Keys per pipelined batch sent to Redis.
+const BATCH: usize = 4096;
+
+/// Where the shared filter lives.
+#[derive(Args, Debug)]
+pub struct Target {
+    /// The shared filter's name.
+    name: String,
+    /// Redis URL, e.g. redis://127.0.0.1:6379/ (with --cluster: one or more node URLs,
+    /// comma-separated).
+    #[arg(long)]
+    url: Option<String>,
+    /// The filter is on a Redis Cluster; optionally the node URLs, comma-separated.
+    #[arg(long, num_args = 0..=1, default_missing_value = "")]
+    cluster: Option<String>,
+}
+
+impl Target {
+    fn endpoint(&self) -> Result<Endpoint, String> {
+        let split = |s: &str| -> Vec<String> {
+            s.split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        match (&self.url, &self.cluster) {
+            (None, None) => Err("give --url URL or --cluster URL,URL,…".into()),
+            (Some(u), None) => Ok(Endpoint::url(u.clone())),
+            (url, Some(c)) => {
+                let mut urls = split(c);
+                urls.extend(url.iter().flat_map(|u| split(u)));
+                if urls.is_empty() {
+                    return Err("--cluster needs node URLs (--cluster URL,… or --url)".into());
+                }
+                Ok(Endpoint::cluster(urls))
+            }
+        }
+    }
+
+    fn open(&self) -> Result<SharedFilter, String> {
+        SharedFilter::open(&self.endpoint()?, &self.name).map_err(|e| e.to_string())
+    }
+}
+
+/// Which layout NAME has: bloomsled's, or the PHP class's bucket.
+#[derive(Args, Debug)]
+pub struct LayoutArgs {
+    /// `bloomsled` (default), or `php`: NAME is the bucket of a PHP `BloomFilterRedis`
+    /// filter (one bitmap, classic hashes as bit offsets).
+    #[arg(long, default_value = "bloomsled", value_parser = ["bloomsled", "php"])]
+    layout: String,
+    /// With `--layout php`: the PHP class's `$hashFunction` list in order, e.g.
+    /// `BKDR,SDBM,JS` (names with or without `Hash`, any case, repeats allowed).
+    #[arg(long)]
+    hashes: Option<String>,
+}
+
+/// The filter a command works on: either layout answers the same two questions.
+enum AnyShared {
+    Blocked(SharedFilter),
+    Classic(ClassicFilter),
+}
+
+impl AnyShared {
+    fn open(target: &Target, layout: &LayoutArgs) -> Result<Self, String> {
+        match (layout.layout.as_str(), &layout.hashes) {
+            ("php", Some(list)) => {
+                let hashes = ClassicHash::parse_list(list).map_err(|e| e.to_string())?;
+                ClassicFilter::open(&target.endpoint()?, &target.name, &hashes)
+                    .map(AnyShared::Classic)
+                    .map_err(|e| e.to_string())
+            }
+            ("php", None) => Err("--layout php needs --hashes, e.g. --hashes BKDR,SDBM,JS".into()),
+            (_, Some(_)) => Err("--hashes goes with --layout php".into()),
+            _ => target.open().map(AnyShared::Blocked),
+        }
+    }
+
+    fn add_many(&self, keys: &[Vec<u8>]) -> bloomsled::Result<Vec<bool>> {
+        match self {
+            AnyShared::Blocked(f) => f.add_many(keys),
+            AnyShared::Classic(f) => f.add_many(keys),
+        }
+    }
+
+    fn contains_many(&self, keys: &[Vec<u8>]) -> bloomsled::Result<Vec<bool>> {
+        match self {
+            AnyShared::Blocked(f) => f.contains_many(keys),
+            AnyShared::Classic(f) => f.contains_many(keys),
+        }
+    }
+}
+
+/// The `redis` command group.
+#[derive(Subcommand, Debug)]
+pub enum RedisCommand {
+    /// Create a shared filter (or open it if it exists with the same shape).
+    Create {
+        #[command(flatten)]
+        target: Target,
+        /// Number of keys the filter is sized for.
+        #[arg(long)]
+        items: u64,
+        /// Target false-positive rate at that many keys.
+        #[arg(long, default_value_t = 0.01, conflicts_with = "bits_per_key")]
+        fpr: f64,
+        /// Size by bits per key instead of by rate.
+        #[arg(long)]
+        bits_per_key: Option<f64>,
+        /// Number of Redis keys to spread the blocks over (default: one per 64 MiB, at
+        /// least 16).
+        #[arg(long)]
+        shards: Option<u64>,
+    },
+    /// Add keys, one per line, from FILE or `-` (standard input).
+    Add {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        layout: LayoutArgs,
+        /// Input file, or `-` for standard input.
+        #[arg(default_value = "-")]
+        file: String,
+    },
+    /// Print `maybe<TAB>key` or `absent<TAB>key` for each line of FILE or `-`.
+    Check {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        layout: LayoutArgs,
+        /// Input file, or `-` for standard input.
+        #[arg(default_value = "-")]
+        file: String,
+    },
+    /// Shape, fill and estimated items and false-positive rate.
+    #[command(alias = "stats")]
+    Info {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// OR a local database tree's filter into the shared filter (byte copy when the shapes
+    /// agree, otherwise every key of the tree is added).
+    Push {
+        /// Database directory.
+        db: PathBuf,
+        /// Tree to push (default: the default tree).
+        #[arg(long)]
+        tree: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Save a bit-identical local copy of the shared filter to FILE
+    /// (`bloomsled::Filter::from_bytes` reads it).
+    Pull {
+        #[command(flatten)]
+        target: Target,
+        /// Output file.
+        file: PathBuf,
+    },
+}
+
+/// Runs one `redis` subcommand.
+pub fn run(cmd: &RedisCommand, json_mode: bool) -> Result<ExitCode, String> {
+    match cmd {
+        RedisCommand::Create {
+            target,
+            items,
+            fpr,
+            bits_per_key,
+            shards,
+        } => {
+            let mut cfg = FilterConfig::new(*items).false_positive_rate(*fpr);
+            if let Some(b) = bits_per_key {
+                cfg = cfg.bits_per_key(*b);
+            }
+            let f = SharedFilter::create_sharded(&target.endpoint()?, &target.name, &cfg, *shards)
+                .map_err(|e| e.to_string())?;
+            let s = f.shape();
+            report(
+                json_mode,
+                json!({"name": f.name(), "blocks": s.num_blocks, "k": s.num_hashes,
+                       "shards": s.shards, "capacity": s.capacity, "epoch": f.epoch()}),
+                || format!("{}: {s}", f.name()),
+            );
+        }
+        RedisCommand::Add {
+            target,
+            layout,
+            file,
+        } => add(&AnyShared::open(target, layout)?, file, json_mode)?,
+        RedisCommand::Check {
+            target,
+            layout,
+            file,
+        } => check(&AnyShared::open(target, layout)?, file)?,
+        RedisCommand::Info { target } => info(
+            &target.open()?.stats().map_err(|e| e.to_string())?,
+            json_mode,
+        ),
+        RedisCommand::Push { db, tree, target } => push(db, tree.as_deref(), target, json_mode)?,
+        RedisCommand::Pull { target, file } => {
+            let f = target.open()?.pull().map_err(|e| e.to_string())?;
+            write_filter(&f, file)?;
+            report(
+                json_mode,
+                json!({"file": file, "bytes": f.memory_bytes()}),
+                || {
+                    format!(
+                        "pulled {} bytes of filter into {}",
+                        f.memory_bytes(),
+                        file.display()
+                    )
+                },
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reads lines (without `\r\n`), skipping empty ones, in batches.
+fn for_each_batch(
+    file: &str,
+    what: &str,
+    mut each: impl FnMut(&[Vec<u8>]) -> Result<(), String>,
+) -> Result<u64, String> {
+    let (input, len): (Box<dyn Read>, Option<u64>) = if file == "-" {
+        (Box::new(io::stdin()), None)
+    } else {
+        let f = fs::File::open(file).map_err(|e| format!("{file}: {e}"))?;
+        let len = f.metadata().map(|m| m.len()).ok();
+        (Box::new(f), len)
+    };
+    let bar = progress(len, what);
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut n = 0u64;
+    for line in BufReader::new(input).split(b'\n') {
+        let mut line = line.map_err(|e| format!("{file}: {e}"))?;
+        bar.inc(line.len() as u64 + 1);
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        if line.is_empty() {
+            continue;
+        }
+        batch.push(line);
+        if batch.len() == BATCH {
+            each(&batch)?;
+            n += batch.len() as u64;
+            batch.clear();
+        }
+    }
+    each(&batch)?;
+    n += batch.len() as u64;
+    bar.finish_and_clear();
+    Ok(n)
+}
+
+fn add(f: &AnyShared, file: &str, json_mode: bool) -> Result<(), String> {
+    let mut new = 0u64;
+    let n = for_each_batch(file, "adding", |keys| {
+        let fresh = f.add_many(keys).map_err(|e| e.to_string())?;
+        new += fresh.iter().filter(|&&b| b).count() as u64;
+        Ok(())
+    })?;
+    report(json_mode, json!({"added": n, "new": new}), || {
+        format!("added {n} keys ({new} new)")
+    });
+    Ok(())
+}
+
+fn check(f: &AnyShared, file: &str) -> Result<(), String> {
+    let mut out = BufWriter::new(io::stdout().lock());
+    for_each_batch(file, "checking", |keys| {
+        // The whole batch is answered or none of it: no line for a key without an answer.
+        let answers = f.contains_many(keys).map_err(|e| e.to_string())?;
+        for (k, maybe) in keys.iter().zip(answers) {
+            let word: &[u8] = if maybe { b"maybe\t" } else { b"absent\t" };
+            out.write_all(word)
+                .and_then(|_| out.write_all(k))
+                .and_then(|_| out.write_all(b"\n"))
+                .map_err(|e| e.to_string())?;
+        }
+        out.flush().map_err(|e| e.to_string())
+    })?;
+    Ok(())
+}
+
+fn info(s: &SharedStats, json_mode: bool) {
+    report(
+        json_mode,
+        json!({
+            "name": s.name, "blocks": s.shape.num_blocks, "k": s.shape.num_hashes,
+            "seed": s.shape.seed, "shards": s.shape.shards, "capacity": s.shape.capacity,
+            "epoch": s.epoch, "bits": s.num_bits, "ones": s.ones, "fill_ratio": s.fill_ratio,
+            "estimated_items": s.estimated_items, "estimated_fpr": s.estimated_fpr,
+            "target_fpr": s.target_fpr, "redis_bytes": s.redis_bytes,
+        }),
+        || {
+            format!(
+                "{}: {}\nepoch {:#x}, {} Redis bytes\nfill {:.4}, ~{} items, estimated FPR \
+                 {:.5} (target {:.5} at capacity)",
+                s.name,
+                s.shape,
+                s.epoch,
+                s.redis_bytes,
+                s.fill_ratio,
+                s.estimated_items,
+                s.estimated_fpr,
+                s.target_fpr
+            )
+        },
+    );
+}
+
+fn push(db: &PathBuf, tree: Option<&str>, target: &Target, json_mode: bool) -> Result<(), String> {
+    if !db.join("conf").exists() && !db.join("db").exists() {
+        return Err(format!("{}: not a database directory", db.display()));
+    }
+    let d = bloomsled::Config::new()
+        .path(db)
+        .open()
+        .map_err(|e| format!("{}: {e}", db.display()))?;
+    let t = match tree {
+        None => (*d).clone(),
+        Some(n) => d.open_tree(n).map_err(|e| format!("tree {n:?}: {e}"))?,
+    };
+    let shared = target.open()?;
+    let local = t.filter_snapshot();
+    let s = shared.shape();
+    let same = local.num_blocks() == s.num_blocks
+        && local.num_hashes() == s.num_hashes
+        && local.seed() == s.seed;
+    let (how, n) = if same {
+        let shards = shared.push(&local).map_err(|e| e.to_string())?;
+        ("bits", shards)
+    } else {
+        let bar = progress(Some(t.len() as u64), "pushing keys");
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut n = 0u64;
+        for kv in t.iter() {
+            let (k, _) = kv.map_err(|e| e.to_string())?;
+            batch.push(k.to_vec());
+            if batch.len() == BATCH {
+                shared.add_many(&batch).map_err(|e| e.to_string())?;
+                n += batch.len() as u64;
+                bar.inc(batch.len() as u64);
+                batch.clear();
+            }
+        }
+        shared.add_many(&batch).map_err(|e| e.to_string())?;
+        n += batch.len() as u64;
+        bar.finish_and_clear();
+        ("keys", n)
+    };
+    report(json_mode, json!({"pushed": how, "count": n}), || {
+        if how == "bits" {
+            format!("pushed the filter's bits ({n} shards written)")
+        } else {
+            format!("shapes differ: pushed {n} keys one by one")
+        }
+    });
+    Ok(())
+}
+
+fn write_filter(f: &Filter, file: &PathBuf) -> Result<(), String> {
+    let tmp = file.with_extension("tmp");
+    fs::write(&tmp, f.to_bytes())
+        .and_then(|_| fs::rename(&tmp, file))
+        .map_err(|e| format!("{}: {e}", file.display()))
+}
+
+fn report(json_mode: bool, value: serde_json::Value, text: impl FnOnce() -> String) {
+    if json_mode {
+        println!("{value}");
+    } else {
+        println!("{}", text());
+    }
+}
+
+fn progress(len: Option<u64>, what: &str) -> ProgressBar {
+    let bar = match len {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::new_spinner(),
+    };
+    if !io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    let template = if len.is_some() {
+        "{msg} [{bar:40}] {pos}/{len} ({per_sec}, {eta})"
+    } else {
+        "{msg} {spinner} {pos} ({per_sec})"
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar.set_message(what.to_string());
+    bar
+}

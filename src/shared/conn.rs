@@ -1,0 +1,203 @@
+//! Where the filter lives: one Redis server or a Redis Cluster, and the connection to it.
+//!
+//! Both kinds run a batch of commands as a pipeline: to one server in one round trip; on a
+//! cluster, the `redis` crate's cluster client splits it into one pipeline per master, sends
+//! them all before reading any reply (one round trip per node, overlapped), and follows
+//! `MOVED`/`ASK` redirections while slots migrate.
+
+use std::time::Duration;
+
+use redis::cluster::{ClusterClientBuilder, ClusterConnection};
+use redis::{Cmd, ServerErrorKind, Value};
+
+use crate::error::{Error, Result};
+
+/// Default time allowed to establish a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default time allowed for one reply (or one pipeline's replies).
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Retries of one command on a cluster (redirections, refreshed slot maps, busy nodes).
+const CLUSTER_RETRIES: u32 = 4;
+
+/// A Redis server or Redis Cluster to keep shared filters on, with connection timeouts.
+///
+/// ```
+/// use bloomsled::shared::Endpoint;
+/// use std::time::Duration;
+/// let single = Endpoint::url("redis://127.0.0.1:6379/");
+/// let cluster = Endpoint::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+///     .io_timeout(Duration::from_secs(2));
+/// assert!(!single.is_cluster() && cluster.is_cluster());
+/// ```
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    urls: Vec<String>,
+    cluster: bool,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+}
+
+impl Endpoint {
+    /// One Redis server, e.g. `redis://127.0.0.1:6379/0` (or `rediss://`, `redis+unix://`).
+    pub fn url(url: impl Into<String>) -> Self {
+        Endpoint {
+            urls: vec![url.into()],
+            cluster: false,
+            connect_timeout: CONNECT_TIMEOUT,
+            io_timeout: IO_TIMEOUT,
+        }
+    }
+
+    /// A Redis Cluster, reached through any of these nodes' URLs.
+    pub fn cluster<I, S>(urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Endpoint {
+            urls: urls.into_iter().map(Into::into).collect(),
+            cluster: true,
+            ..Self::url("")
+        }
+    }
+
+    /// Sets how long connecting may take (default 5 s).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// Sets how long a reply may take (default 10 s); a slower server gives an error, not a
+    /// hang.
+    pub fn io_timeout(mut self, d: Duration) -> Self {
+        self.io_timeout = d;
+        self
+    }
+
+    /// True for a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// The URLs given.
+    pub fn urls(&self) -> &[String] {
+        &self.urls
+    }
+
+    /// Opens a connection.
+    pub(crate) fn connect(&self) -> Result<Conn> {
+        if self.urls.is_empty() || self.urls.iter().any(|u| u.is_empty()) {
+            return Err(Error::config("a Redis endpoint needs at least one URL"));
+        }
+        if self.cluster {
+            // A few retries with short waits: enough to follow MOVED/ASK and a slot map
+            // refresh, while a dead master gives an error within seconds (the crate's
+            // default, 16 retries with exponential waits, could block for minutes).
+            let con = ClusterClientBuilder::new(self.urls.clone())
+                .connection_timeout(self.connect_timeout)
+                .response_timeout(self.io_timeout)
+                .retries(CLUSTER_RETRIES)
+                .min_retry_wait(50)
+                .max_retry_wait(1000)
+                .build()?
+                .get_connection()?;
+            Ok(Conn::Cluster(Box::new(con)))
+        } else {
+            let con = redis::Client::open(self.urls[0].as_str())?
+                .get_connection_with_timeout(self.connect_timeout)?;
+            con.set_read_timeout(Some(self.io_timeout))?;
+            con.set_write_timeout(Some(self.io_timeout))?;
+            Ok(Conn::Single(con))
+        }
+    }
+}
+
+/// An open connection to a server or a cluster.
+pub(crate) enum Conn {
+    Single(redis::Connection),
+    Cluster(Box<ClusterConnection>),
+}
+
+impl Conn {
+    /// Runs `cmds` as one pipeline (one round trip per node) and returns their replies in
+    /// order. The first error reply fails the whole batch.
+    pub(crate) fn run(&mut self, cmds: Vec<Cmd>) -> Result<Vec<Value>> {
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(match self {
+            Conn::Single(con) => {
+                let mut p = redis::pipe();
+                for c in cmds {
+                    p.add_command(c);
+                }
+                p.query(con)?
+            }
+            Conn::Cluster(con) => cluster_run(con, cmds)?,
+        })
+    }
+}
+
+impl Conn {
+    /// Sends `packed` (`count` commands written by [`super::resp::Packer`]) as one pipeline
+    /// to a single server and reads the `count` replies; `None` on a cluster, whose commands
+    /// must be routed one by one (use [`Conn::run`]).
+    pub(crate) fn run_packed(
+        &mut self,
+        packed: &[u8],
+        count: usize,
+    ) -> Option<redis::RedisResult<Vec<Value>>> {
+        use redis::ConnectionLike;
+        match self {
+            Conn::Single(con) if count > 0 => Some(con.req_packed_commands(packed, 0, count)),
+            Conn::Single(_) => Some(Ok(Vec::new())),
+            Conn::Cluster(_) => None,
+        }
+    }
+}
+
+/// Runs a pipeline on a cluster. The `redis` crate's sync cluster pipeline sends one
+/// pipeline per node but does not follow `ASK`/`MOVED` replies inside it (it fails the
+/// whole batch, keeping no other reply). So when every failure is a redirection (a slot
+/// migrating or just moved), the failed commands are run one by one through the client's
+/// single-command path, which follows redirections, and the others are run again as a
+/// pipeline (all bloomsled's commands are idempotent; a re-run `BITFIELD` then reports its
+/// key as already present, which `add` allows: "possibly present").
+fn cluster_run(con: &mut ClusterConnection, cmds: Vec<Cmd>) -> redis::RedisResult<Vec<Value>> {
+    let mut p = redis::cluster::cluster_pipe();
+    for c in &cmds {
+        p.add_command(c.clone());
+    }
+    let err = match p.query::<Vec<Value>>(con) {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    let redirected = |e: &redis::ServerError| {
+        matches!(
+            e.kind(),
+            Some(ServerErrorKind::Ask | ServerErrorKind::Moved | ServerErrorKind::TryAgain)
+        )
+    };
+    let failed: Vec<usize> = match err.clone().into_server_errors() {
+        Some(list) if list.iter().all(|(_, e)| redirected(e)) => {
+            list.iter().map(|(i, _)| *i).collect()
+        }
+        _ => return Err(err),
+    };
+    let mut rest = redis::cluster::cluster_pipe();
+    let others: Vec<usize> = (0..cmds.len()).filter(|i| !failed.contains(i)).collect();
+    for &i in &others {
+        rest.add_command(cmds[i].clone());
+    }
+    let mut out = vec![Value::Nil; cmds.len()];
+    if !others.is_empty() {
+        for (i, v) in others.iter().zip(rest.query::<Vec<Value>>(con)?) {
+            out[*i] = v;
+        }
+    }
+    for i in failed {
+        out[i] = cmds[i].query(con)?;
+    }
+    Ok(out)
+}

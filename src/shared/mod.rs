@@ -1,0 +1,53 @@
+//! A Bloom filter shared through Redis or Redis Cluster (feature `redis`).
+//!
+//! [`SharedFilter`] keeps the local [`crate::Filter`]'s blocks in Redis strings: the same
+//! xxh3 hash, the same 512-bit block per key, the same bits in it, so a key means the same
+//! block locally and remotely and [`SharedFilter::push`] / [`SharedFilter::pull`] are byte
+//! copies. A lookup is one `GETRANGE`, an add one `BITFIELD`; batches are pipelined.
+//!
+//! - **Sharded**: the blocks are spread over several keys (`bloomsled:{NAME:i:salt}`), at
+//!   most 512 MiB each, whose hash tags fall in evenly spaced cluster slots, so a filter can
+//!   exceed one Redis string and spreads over every master of a cluster.
+//! - **Config record** at `bloomsled:{NAME}:config`: format version, layout, hash, seed,
+//!   `k`, blocks and shards, capacity, epoch. Creating with another shape is
+//!   [`crate::Error::RedisShapeMismatch`]; concurrent creators end with one filter
+//!   (`SET NX`).
+//! - **Never a silent false negative**: every block carries the filter's random epoch in an
+//!   8-byte tag, read by the very `GETRANGE` or `BITFIELD` that uses the block. A shard that
+//!   was flushed, evicted, expired, lost in a restart or failover, deleted, or recreated by
+//!   another `create` answers [`crate::Error::SharedFilterLost`], never "absent".
+//!
+//! See `layout` for the byte layout and the bit numbering.
+//!
+//! [`ClassicFilter`] reads and extends the bitmaps of the PHP `BloomFilterRedis` class (one
+//! bucket key, the classic string hashes of [`crate::hash::classic`] as bit offsets), bit for
+//! bit, for services moving from PHP.
+
+mod classic;
+mod conn;
+mod filter;
+mod init;
+mod layout;
+mod record;
+mod resp;
+mod session;
+mod stats;
+mod transfer;
+mod value;
+
+pub use classic::ClassicFilter;
+pub use conn::Endpoint;
+pub use filter::SharedFilter;
+pub use record::SharedShape;
+pub use stats::SharedStats;
+
+use crate::error::Error;
+
+/// The error for a shard of `f` found lost.
+fn lost(f: &SharedFilter, shard: usize, why: String) -> Error {
+    Error::SharedFilterLost {
+        name: f.layout.name.clone(),
+        key: f.layout.key(shard).to_owned(),
+        why,
+    }
+}

@@ -1,0 +1,109 @@
+//! A connection that reconnects: shared by a filter handle's methods behind a mutex.
+
+use std::sync::Mutex;
+
+use redis::{Cmd, Value};
+
+use crate::error::{Error, Result};
+
+use super::conn::{Conn, Endpoint};
+use super::resp::Packer;
+
+/// The endpoint and its current connection (none after a dropped connection, until the
+/// next call reconnects).
+pub(crate) struct Session {
+    endpoint: Endpoint,
+    conn: Mutex<Option<Conn>>,
+}
+
+impl Session {
+    /// Connects now, so a bad URL or a server that is down fails at open.
+    pub(crate) fn open(endpoint: &Endpoint) -> Result<Session> {
+        let conn = endpoint.connect()?;
+        Ok(Session {
+            endpoint: endpoint.clone(),
+            conn: Mutex::new(Some(conn)),
+        })
+    }
+
+    /// The endpoint this session talks to.
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Runs `cmds` as one pipeline. If the connection had dropped (a restarted server), it
+    /// reconnects and runs them once more: every command bloomsled sends is idempotent
+    /// (reads, bit sets, and writes of fixed content).
+    /// `build` makes the commands (called again for the retry). A timeout is not retried:
+    /// a slow server gives its error after one timeout, not two.
+    pub(crate) fn run(&self, build: impl Fn() -> Vec<Cmd>) -> Result<Vec<Value>> {
+        let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        match self.run_on(&mut guard, build()) {
+            Err(Error::Redis(e))
+                if (e.is_connection_dropped() || e.is_io_error()) && !e.is_timeout() =>
+            {
+                self.run_on(&mut guard, build())
+            }
+            r => r,
+        }
+    }
+
+    /// Like [`Session::run`], for a single server: `pack` writes the commands into one RESP
+    /// buffer (see [`super::resp`]); on a cluster `build` makes them as `Cmd`s instead.
+    pub(crate) fn run_fast(
+        &self,
+        pack: impl Fn(&mut Packer),
+        build: impl Fn() -> Vec<Cmd>,
+    ) -> Result<Vec<Value>> {
+        if self.endpoint.is_cluster() {
+            return self.run(build);
+        }
+        let mut p = Packer::default();
+        pack(&mut p);
+        let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let attempt = |slot: &mut Option<Conn>| -> Result<Vec<Value>> {
+            let conn = match slot {
+                Some(c) => c,
+                None => slot.insert(self.endpoint.connect()?),
+            };
+            let r = conn
+                .run_packed(&p.buf, p.count)
+                .unwrap_or_else(|| Ok(Vec::new()));
+            if let Err(e) = &r {
+                if e.is_connection_dropped() || e.is_io_error() || e.is_timeout() {
+                    *slot = None;
+                }
+            }
+            Ok(r?)
+        };
+        match attempt(&mut guard) {
+            Err(Error::Redis(e))
+                if (e.is_connection_dropped() || e.is_io_error()) && !e.is_timeout() =>
+            {
+                attempt(&mut guard)
+            }
+            r => r,
+        }
+    }
+
+    /// Runs one command.
+    pub(crate) fn one(&self, cmd: Cmd) -> Result<Value> {
+        let mut v = self.run(|| vec![cmd.clone()])?;
+        Ok(v.pop().unwrap_or(Value::Nil))
+    }
+
+    fn run_on(&self, slot: &mut Option<Conn>, cmds: Vec<Cmd>) -> Result<Vec<Value>> {
+        let conn = match slot {
+            Some(c) => c,
+            None => slot.insert(self.endpoint.connect()?),
+        };
+        let r = conn.run(cmds);
+        if let Err(Error::Redis(e)) = &r {
+            if e.is_connection_dropped() || e.is_io_error() || e.is_timeout() {
+                // A half-read reply would desynchronize the next one: start afresh.
+                *slot = None;
+            }
+        }
+        r
+    }
+}

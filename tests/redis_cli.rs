@@ -1,0 +1,280 @@
+//! `bloomsled redis …` against a real redis-server: the output contract scripts rely on,
+//! several processes adding at once, and errors that never print "absent".
+#![cfg(all(feature = "redis", feature = "cli"))]
+
+mod redis_support;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use redis_support::Server;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_bloomsled"))
+}
+
+fn run(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = bin()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Fed from a thread: a child answering line by line fills its stdout pipe while we
+    // are still writing its stdin.
+    let mut pipe = child.stdin.take().unwrap();
+    let input = stdin.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = pipe.write_all(&input);
+    });
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    out
+}
+
+fn lines(prefix: &str, n: usize) -> String {
+    (0..n).map(|i| format!("{prefix}/{i}\n")).collect()
+}
+
+#[test]
+fn create_add_check_info_pull() {
+    require_redis!();
+    let s = Server::start();
+    let url = s.url();
+    let out = run(
+        &[
+            "redis", "create", "c", "--url", &url, "--items", "10000", "--fpr", "0.01",
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("keys.txt");
+    std::fs::write(&file, lines("https://in.example", 5_000)).unwrap();
+    let out = run(
+        &["redis", "add", "c", "--url", &url, file.to_str().unwrap()],
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("added 5000 keys"));
+    // Keys from stdin, CRLF and empty lines tolerated.
+    let out = run(
+        &["redis", "add", "c", "--url", &url, "-"],
+        b"crlf-key\r\n\n",
+    );
+    assert!(out.status.success());
+    let mut query = lines("https://in.example", 5_000);
+    query.push_str("crlf-key\n");
+    query.push_str(&lines("https://out.example", 2_000));
+    let out = run(&["redis", "check", "c", "--url", &url], query.as_bytes());
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<(&str, &str)> = text.lines().map(|l| l.split_once('\t').unwrap()).collect();
+    assert_eq!(rows.len(), 7_001);
+    for (answer, key) in &rows[..5_001] {
+        assert_eq!(*answer, "maybe", "{key}");
+    }
+    let fp = rows[5_001..].iter().filter(|(a, _)| *a == "maybe").count();
+    assert!(fp < 60, "{fp} false positives of 2000");
+    assert!(rows[5_001..]
+        .iter()
+        .all(|(a, _)| matches!(*a, "maybe" | "absent")));
+    let out = run(&["--json", "redis", "stats", "c", "--url", &url], b"");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["capacity"], 10_000);
+    assert!(v["estimated_items"].as_u64().unwrap() > 4_700);
+    let pulled = dir.path().join("c.filter");
+    let out = run(
+        &[
+            "redis",
+            "pull",
+            "c",
+            "--url",
+            &url,
+            pulled.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let f = bloomsled::Filter::from_bytes(&std::fs::read(&pulled).unwrap()).unwrap();
+    assert!(f.contains(b"crlf-key") && f.contains(b"https://in.example/42"));
+    // Creating it again with another shape is refused.
+    let out = run(
+        &["redis", "create", "c", "--url", &url, "--items", "99"],
+        b"",
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another shape"));
+}
+
+#[test]
+fn processes_adding_at_once_lose_nothing() {
+    require_redis!();
+    let s = Server::start();
+    let url = s.url();
+    assert!(run(
+        &["redis", "create", "p", "--url", &url, "--items", "40000"],
+        b""
+    )
+    .status
+    .success());
+    let children: Vec<_> = (0..4)
+        .map(|i| {
+            let mut c = bin()
+                .args(["redis", "add", "p", "--url", &url])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            let input = lines(&format!("proc{i}"), 10_000);
+            c.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+            c
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let all: String = (0..4).map(|i| lines(&format!("proc{i}"), 10_000)).collect();
+    let out = run(&["redis", "check", "p", "--url", &url], all.as_bytes());
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 40_000);
+    assert!(
+        text.lines().all(|l| l.starts_with("maybe\t")),
+        "a key added by another process was absent"
+    );
+}
+
+#[test]
+fn errors_exit_nonzero_and_never_print_absent() {
+    require_redis!();
+    let s = Server::start();
+    let url = s.url();
+    assert!(run(
+        &["redis", "create", "e", "--url", &url, "--items", "1000"],
+        b""
+    )
+    .status
+    .success());
+    assert!(run(
+        &["redis", "add", "e", "--url", &url],
+        lines("k", 500).as_bytes()
+    )
+    .status
+    .success());
+    // The data vanishes but the config record survives: the blocks say "lost".
+    let mut c = s.client();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("bloomsled:{e:*")
+        .query(&mut c)
+        .unwrap();
+    assert!(!keys.is_empty());
+    for k in &keys {
+        redis::cmd("DEL").arg(k).exec(&mut c).unwrap();
+    }
+    let mut query = lines("k", 500);
+    query.push_str(&lines("never-added", 500));
+    let out = run(&["redis", "check", "e", "--url", &url], query.as_bytes());
+    assert!(!out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("absent"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("lost"),
+        "{out:?}"
+    );
+    // Flushed entirely, a server that is down, no target: all errors, no answers.
+    redis::cmd("FLUSHALL").exec(&mut c).unwrap();
+    let out = run(&["redis", "check", "e", "--url", &url], b"k/1\n");
+    assert!(!out.status.success() && out.stdout.is_empty());
+    let dead = format!("redis://127.0.0.1:{}/", redis_support::free_port());
+    let out = run(&["redis", "check", "e", "--url", &dead], b"k/1\n");
+    assert!(!out.status.success() && out.stdout.is_empty());
+    let out = run(&["redis", "check", "e"], b"k/1\n");
+    assert!(!out.status.success() && out.stdout.is_empty());
+}
+
+#[test]
+fn push_a_database_tree_into_a_shared_filter() {
+    require_redis!();
+    let s = Server::start();
+    let url = s.url();
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("db");
+    {
+        let db = bloomsled::Config::new()
+            .path(&db_path)
+            .expected_items(2_000)
+            .open()
+            .unwrap();
+        for i in 0..2_000 {
+            db.insert(format!("row/{i}"), b"v".to_vec()).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    assert!(run(
+        &["redis", "create", "t", "--url", &url, "--items", "5000"],
+        b""
+    )
+    .status
+    .success());
+    let out = run(
+        &[
+            "redis",
+            "push",
+            db_path.to_str().unwrap(),
+            "t",
+            "--url",
+            &url,
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let out = run(
+        &["redis", "check", "t", "--url", &url],
+        lines("row", 2_000).as_bytes(),
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 2_000);
+    assert!(text.lines().all(|l| l.starts_with("maybe\t")));
+}
+
+#[test]
+fn php_layout_add_and_check() {
+    require_redis!();
+    let s = Server::start();
+    let url = s.url();
+    let php = ["--layout", "php", "--hashes", "BKDRHash,sdbm,JS,js"];
+    let out = run(
+        &[&["redis", "add", "rptc", "--url", &url][..], &php].concat(),
+        lines("c", 300).as_bytes(),
+    );
+    assert!(out.status.success(), "{out:?}");
+    // The library (checked against the PHP class in tests/redis_classic_php.rs) sees them.
+    let hashes = bloomsled::hash::classic::ClassicHash::parse_list("BKDR,SDBM,JS").unwrap();
+    let f = bloomsled::shared::ClassicFilter::open(
+        &bloomsled::shared::Endpoint::url(url.clone()),
+        "rptc",
+        &hashes,
+    )
+    .unwrap();
+    let keys: Vec<String> = (0..300).map(|i| format!("c/{i}")).collect();
+    assert!(f.contains_many(&keys).unwrap().iter().all(|&b| b));
+    let out = run(
+        &[&["redis", "check", "rptc", "--url", &url][..], &php].concat(),
+        b"c/7\nnever\n",
+    );
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("maybe\tc/7\n"));
+    // Bad lists and mixed flags are refused.
+    for bad in [
+        &["--layout", "php"][..],
+        &["--layout", "php", "--hashes", "MD5"][..],
+        &["--hashes", "BKDR"][..],
+    ] {
+        let out = run(
+            &[&["redis", "check", "rptc", "--url", &url][..], bad].concat(),
+            b"x\n",
+        );
+        assert!(!out.status.success() && out.stdout.is_empty(), "{bad:?}");
+    }
+}

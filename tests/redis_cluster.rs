@@ -1,0 +1,145 @@
+//! The shared filter on a real 3-master Redis Cluster: shards on every master, no false
+//! negatives, answers unchanged while a shard's slot migrates (ASK, then MOVED), and a
+//! killed master's shards answer errors, never "absent".
+#![cfg(feature = "redis")]
+
+mod redis_support;
+
+use bloomsled::shared::{Endpoint, SharedFilter};
+use bloomsled::{Error, FilterConfig};
+use redis_support::Cluster;
+
+fn keys(prefix: &str, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| format!("https://{prefix}.example/{i}").into_bytes())
+        .collect()
+}
+
+/// The slot of a key with a hash tag, as the cluster computes it.
+fn slot_of(c: &Cluster, key: &str) -> u16 {
+    c.nodes[0]
+        .cli(&["cluster", "keyslot", key])
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_cluster_filter_spreads_over_every_master_and_has_no_false_negatives() {
+    require_redis!();
+    let c = Cluster::start(3);
+    let ep = Endpoint::cluster(c.urls());
+    let f = SharedFilter::create(&ep, "spread", &FilterConfig::new(30_000)).unwrap();
+    // Every master holds some shards.
+    for (i, n) in c.nodes.iter().enumerate() {
+        let held = n.cli(&["dbsize"]).trim().parse::<u64>().unwrap();
+        assert!(held >= 4, "master {i} holds {held} keys");
+    }
+    let added = keys("in", 30_000);
+    f.add_many(&added).unwrap();
+    assert!(f.contains_many(&added).unwrap().iter().all(|&b| b));
+    for k in added.iter().step_by(97) {
+        assert!(f.contains(k).unwrap());
+    }
+    let absent = keys("out", 30_000);
+    let fp = f
+        .contains_many(&absent)
+        .unwrap()
+        .iter()
+        .filter(|&&b| b)
+        .count();
+    assert!(fp < 600, "{fp} false positives in 30,000");
+    // A second handle (another client) sees every key.
+    let g = SharedFilter::open(&ep, "spread").unwrap();
+    assert!(g.contains_many(&added).unwrap().iter().all(|&b| b));
+    // Push/pull work across nodes.
+    let local = g.pull().unwrap();
+    assert!(local.contains_many(&added).iter().all(|&b| b));
+    let st = g.stats().unwrap();
+    assert!(
+        st.estimated_items > 28_000 && st.estimated_items < 32_000,
+        "{st:?}"
+    );
+}
+
+#[test]
+fn answers_survive_a_slot_migration_through_ask_and_moved() {
+    require_redis!();
+    let c = Cluster::start(3);
+    let ep = Endpoint::cluster(c.urls());
+    let f = SharedFilter::create(&ep, "moving", &FilterConfig::new(10_000)).unwrap();
+    let added = keys("m", 10_000);
+    f.add_many(&added).unwrap();
+    let shard = f.shard_keys()[0].clone();
+    let slot = slot_of(&c, &shard);
+    let from = c.owner_of(slot);
+    let to = (from + 1) % 3;
+    let (from_id, to_id) = (c.node_id(from), c.node_id(to));
+    let slot_s = slot.to_string();
+    assert_eq!(
+        c.nodes[to]
+            .cli(&["cluster", "setslot", &slot_s, "importing", &from_id])
+            .trim(),
+        "OK"
+    );
+    assert_eq!(
+        c.nodes[from]
+            .cli(&["cluster", "setslot", &slot_s, "migrating", &to_id])
+            .trim(),
+        "OK"
+    );
+    let port = c.nodes[to].port.to_string();
+    let out = c.nodes[from].cli(&[
+        "migrate",
+        "127.0.0.1",
+        &port,
+        "",
+        "0",
+        "5000",
+        "keys",
+        &shard,
+    ]);
+    assert_eq!(out.trim(), "OK", "MIGRATE: {out}");
+    // Mid-migration: the shard is on `to`, the slot still `from`'s: requests get ASK.
+    assert!(f.contains_many(&added).unwrap().iter().all(|&b| b));
+    let late = keys("late", 500);
+    f.add_many(&late).unwrap();
+    for k in late.iter().take(50) {
+        assert!(f.contains(k).unwrap());
+    }
+    // Slot handed over: the old route now answers MOVED.
+    for n in &c.nodes {
+        n.cli(&["cluster", "setslot", &slot_s, "node", &to_id]);
+    }
+    c.wait_ok();
+    assert!(f.contains_many(&added).unwrap().iter().all(|&b| b));
+    assert!(f.contains_many(&late).unwrap().iter().all(|&b| b));
+    assert!(!f.add(&late[0]).unwrap());
+    assert_eq!(c.owner_of(slot), to);
+}
+
+#[test]
+fn a_killed_master_makes_its_shards_err_never_absent() {
+    require_redis!();
+    let mut c = Cluster::start(3);
+    let ep = Endpoint::cluster(c.urls()).io_timeout(std::time::Duration::from_secs(2));
+    let f = SharedFilter::create(&ep, "dying", &FilterConfig::new(5_000)).unwrap();
+    let added = keys("d", 5_000);
+    f.add_many(&added).unwrap();
+    c.nodes[1].kill();
+    match f.contains_many(&added) {
+        Ok(v) => panic!("a batch touching a dead master answered: {} maybe", v.len()),
+        Err(e) => assert!(matches!(e, Error::Redis(_)), "{e}"),
+    }
+    let mut errors = 0;
+    for k in added.iter().step_by(50) {
+        match f.contains(k) {
+            Ok(b) => assert!(b, "added key answered absent"),
+            Err(e) => {
+                assert!(matches!(e, Error::Redis(_)), "{e}");
+                errors += 1;
+            }
+        }
+    }
+    assert!(errors > 0);
+}

@@ -1,0 +1,286 @@
+//! Real Redis servers for the tests: each test starts its own `redis-server` processes on
+//! free loopback ports in temporary directories and kills them (by PID) when dropped.
+//!
+//! Without `redis-server` on PATH the tests fail with a message saying how to install it,
+//! unless `BLOOMSLED_SKIP_REDIS=1` is set outside CI (under `CI=true` they always fail).
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// True if the Redis tests should run; panics (fails the test) if they cannot and the user
+/// did not opt out, or if running under CI.
+pub fn redis_available() -> bool {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if found {
+        return true;
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    let opt_out = std::env::var("BLOOMSLED_SKIP_REDIS").is_ok_and(|v| v == "1");
+    if opt_out && !ci {
+        eprintln!(
+            "\n*** SKIPPING a Redis test: redis-server is not on PATH and BLOOMSLED_SKIP_REDIS=1 \
+             ***\n"
+        );
+        return false;
+    }
+    panic!(
+        "redis-server is not on PATH: install it (Debian/Ubuntu: `apt-get install redis-server \
+         redis-tools`), or set BLOOMSLED_SKIP_REDIS=1 to skip the Redis tests (not under CI)"
+    );
+}
+
+/// Skips the calling test (returns) when Redis is unavailable and the user opted out.
+#[macro_export]
+macro_rules! require_redis {
+    () => {
+        if !redis_support::redis_available() {
+            return;
+        }
+    };
+}
+
+/// A free loopback port (bound, read, released; the server binds it right after).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port")
+}
+
+/// One `redis-server` process.
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Option<Child>,
+    extra: Vec<String>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// A server without persistence (`--save '' --appendonly no`).
+    pub fn start() -> Server {
+        Self::start_with(&["--save", "", "--appendonly", "no"])
+    }
+
+    /// A server with these extra arguments, in a fresh temporary directory.
+    pub fn start_with(args: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_owned();
+        let mut s = Server {
+            port: 0,
+            dir,
+            child: None,
+            extra: args.iter().map(|a| a.to_string()).collect(),
+            _tmp: Some(tmp),
+        };
+        for attempt in 0.. {
+            s.port = free_port();
+            if s.spawn() {
+                break;
+            }
+            assert!(attempt < 5, "redis-server would not start; see {:?}", s.dir);
+        }
+        s
+    }
+
+    fn spawn(&mut self) -> bool {
+        let log = std::fs::File::create(self.dir.join("redis.log")).expect("log file");
+        let child = Command::new("redis-server")
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--daemonize",
+                "no",
+                "--protected-mode",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if self.ping() {
+                return true;
+            }
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                self.child = None;
+                return false; // exited: the port was probably taken
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A plain connection for inspecting or damaging the data behind bloomsled's back.
+    pub fn client(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+
+    fn ping(&self) -> bool {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            .is_ok()
+    }
+
+    /// `kill -9`, no shutdown save.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        assert!(
+            self.spawn(),
+            "redis-server did not restart on {}",
+            self.port
+        );
+    }
+
+    /// Runs `redis-cli` against this server.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli (Debian: apt-get install redis-tools)");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A Redis Cluster of `masters` masters, no replicas, on loopback.
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+}
+
+impl Cluster {
+    pub fn start(masters: usize) -> Cluster {
+        let nodes: Vec<Server> = (0..masters)
+            .map(|_| {
+                Server::start_with(&[
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| n.addr()).collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli (Debian: apt-get install redis-tools)");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let c = Cluster { nodes };
+        c.wait_ok();
+        c
+    }
+
+    /// Waits until every node reports `cluster_state:ok` and agrees on the slots.
+    pub fn wait_ok(&self) {
+        let start = Instant::now();
+        loop {
+            let ok = self
+                .nodes
+                .iter()
+                .all(|n| n.cli(&["cluster", "info"]).contains("cluster_state:ok"));
+            if ok {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "cluster did not converge"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url()).collect()
+    }
+
+    /// The node id (40 hex digits) of node `i`.
+    pub fn node_id(&self, i: usize) -> String {
+        self.nodes[i].cli(&["cluster", "myid"]).trim().to_owned()
+    }
+
+    /// Which node (index) serves `slot` as master.
+    pub fn owner_of(&self, slot: u16) -> usize {
+        let id = self.nodes[0]
+            .cli(&["cluster", "nodes"])
+            .lines()
+            .find(|l| {
+                l.contains("master")
+                    && l.split_whitespace().skip(8).any(|r| {
+                        let mut it = r.split('-');
+                        match (it.next().and_then(|a| a.parse::<u16>().ok()), it.next()) {
+                            (Some(a), Some(b)) => {
+                                b.parse::<u16>().is_ok_and(|b| (a..=b).contains(&slot))
+                            }
+                            (Some(a), None) => a == slot,
+                            _ => false,
+                        }
+                    })
+            })
+            .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+            .expect("slot owner");
+        (0..self.nodes.len())
+            .find(|&i| self.node_id(i) == id)
+            .expect("node")
+    }
+}
