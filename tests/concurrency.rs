@@ -97,7 +97,7 @@ fn readers_never_miss_a_published_insert() {
                         checks += 1;
                     }
                     // Whatever sled shows, the filter must admit.
-                    if checks % 64 == 0 {
+                    if checks.is_multiple_of(64) {
                         for kv in tree.iter().keys().take(256) {
                             let k = kv.unwrap();
                             assert!(tree.may_contain(&k), "iterated key denied: {k:?}");

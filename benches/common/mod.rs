@@ -17,9 +17,9 @@ pub fn env_count(name: &str, default: u64) -> u64 {
 
 /// `2M`, `50M`, `200K`, or the plain number.
 pub fn size_label(n: u64) -> String {
-    if n >= 1_000_000 && n % 1_000_000 == 0 {
+    if n >= 1_000_000 && n.is_multiple_of(1_000_000) {
         format!("{}M", n / 1_000_000)
-    } else if n >= 1_000 && n % 1_000 == 0 {
+    } else if n >= 1_000 && n.is_multiple_of(1_000) {
         format!("{}K", n / 1_000)
     } else {
         n.to_string()

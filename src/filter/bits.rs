@@ -35,7 +35,7 @@ impl Blocks {
     /// Blocks holding exactly `words` (8 per block); `None` on a length that is not a whole
     /// number of blocks or a refused allocation.
     pub(crate) fn from_words(words: &[u64]) -> Option<Self> {
-        if words.len() % BLOCK_WORDS != 0 {
+        if !words.len().is_multiple_of(BLOCK_WORDS) {
             return None;
         }
         let b = Self::zeroed(words.len() / BLOCK_WORDS)?;

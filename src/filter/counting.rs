@@ -98,7 +98,7 @@ impl CountingFilter {
         capacity: u64,
         items: u64,
     ) -> Result<CountingFilter> {
-        if words.is_empty() || words.len() % COUNTER_WORDS != 0 {
+        if words.is_empty() || !words.len().is_multiple_of(COUNTER_WORDS) {
             return Err(Error::Corrupt(format!(
                 "{} counter words is not a whole, non-zero number of blocks",
                 words.len()

@@ -106,7 +106,7 @@ impl Filter {
         if capacity == 0 {
             return Err(Error::Corrupt("capacity 0".into()));
         }
-        if words.is_empty() || words.len() % BLOCK_WORDS != 0 {
+        if words.is_empty() || !words.len().is_multiple_of(BLOCK_WORDS) {
             return Err(Error::Corrupt(format!(
                 "{} words is not a whole, non-zero number of 512-bit blocks",
                 words.len()

@@ -178,7 +178,7 @@ pub fn encode_to<W: Write + io::Seek>(
     out: &mut W,
 ) -> io::Result<u64> {
     assert!(
-        page_size >= 8 && page_size % 8 == 0,
+        page_size >= 8 && page_size.is_multiple_of(8),
         "page size must be a positive multiple of 8"
     );
     let block_bytes = block_bytes(meta.filter_kind).expect("a known filter kind");

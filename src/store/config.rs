@@ -315,7 +315,7 @@ impl Config {
                 self.sled.cache_capacity
             )));
         }
-        if !(64..=64 << 20).contains(&self.page_size) || self.page_size % 64 != 0 {
+        if !(64..=64 << 20).contains(&self.page_size) || !self.page_size.is_multiple_of(64) {
             return Err(Error::config(format!(
                 "snapshot_page_size must be a multiple of 64 from 64 to {}, got {}",
                 64 << 20,

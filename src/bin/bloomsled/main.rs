@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::error::{CliError, CliResult};
+use crate::error::CliResult;
 
 /// A Bloom filter in front of sled: absent keys never touch the store.
 #[derive(Parser)]
@@ -137,6 +137,6 @@ fn run(cli: &Cli) -> CliResult<ExitCode> {
         Command::Rebuild { db, mode } => rebuild::run(db, mode.map(Into::into), json),
         Command::Snapshot { db } => snapshot::run(db, json),
         #[cfg(feature = "redis")]
-        Command::Redis(cmd) => redis::run(cmd, json).map_err(CliError::Redis),
+        Command::Redis(cmd) => redis::run(cmd, json).map_err(error::CliError::Redis),
     }
 }
