@@ -3,6 +3,8 @@
 //! Default mode: open succeeds, the report says "rebuilt" with the right reason, and no key
 //! is missing from the filter. Strict mode: the matching typed error.
 
+mod common;
+use common::copy_dir;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -32,19 +34,6 @@ struct Fixture {
     snap: PathBuf,
     snap_bytes: Vec<u8>,
     counting: bool,
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for e in fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            fs::copy(e.path(), target).unwrap();
-        }
-    }
 }
 
 impl Fixture {

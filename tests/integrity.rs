@@ -2,6 +2,8 @@
 //! names, bulk loads closed mid-resize, hidden trees, upgrades from snapshot format 1,
 //! plain-sled keys in counting mode, thousands of small trees.
 
+mod common;
+use common::copy_dir;
 use std::fs;
 use std::path::Path;
 
@@ -144,18 +146,6 @@ fn only_bloomsleds_own_meta_tree_is_hidden() {
     let db = sled::open(other.path()).unwrap();
     let t = db.open_tree(bloomsled::persist::META_TREE).unwrap();
     assert_eq!(t.get("precious").unwrap().unwrap(), "data");
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for e in fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 /// A database written by bloomsled 0.1 (snapshot format 1: side-file markers, no ids),

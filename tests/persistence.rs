@@ -1,6 +1,8 @@
 //! Snapshot life cycle: clean close and reload, explicit and automatic snapshots, strict mode
 //! on healthy databases, dropped trees, temporary databases.
 
+mod common;
+use common::copy_dir;
 use std::time::{Duration, Instant};
 
 use bloomsled::{Config, Distrust, Recovery, RecoveryOutcome};
@@ -188,19 +190,6 @@ fn writes_after_a_reload_make_the_snapshot_stale() {
         }
     );
     assert!(db.may_contain("new") && db.may_contain("old"));
-}
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 #[test]

@@ -26,17 +26,7 @@ impl Filter {
     pub fn to_bytes(&self) -> Vec<u8> {
         let words = self.words();
         let payload = words.len() as u64 * 8;
-        let meta = SnapshotMeta {
-            filter_kind: FILTER_KIND_BLOCKED,
-            seed: self.seed(),
-            db_id: [0; 16],
-            tree_id: [0; 16],
-            snapshot_id: [0; 16],
-            num_hashes: self.num_hashes(),
-            capacity: self.capacity(),
-            items: self.items(),
-            generation: 0,
-        };
+        let meta = SnapshotMeta::of(self, FILTER_KIND_BLOCKED, self.items());
         encode(&meta, &words, payload.min(MAX_PAGE) as u32)
     }
 

@@ -152,6 +152,24 @@ pub struct SnapshotMeta {
     pub generation: u64,
 }
 
+impl SnapshotMeta {
+    /// The parameters of `bits` (a filter's bits, or a counting filter's) as a snapshot of
+    /// `filter_kind` holding `items`, with no ids and generation 0 (persistence fills those in).
+    pub fn of(bits: &crate::filter::Filter, filter_kind: u32, items: u64) -> SnapshotMeta {
+        SnapshotMeta {
+            filter_kind,
+            seed: bits.seed(),
+            db_id: [0; 16],
+            tree_id: [0; 16],
+            snapshot_id: [0; 16],
+            num_hashes: bits.num_hashes(),
+            capacity: bits.capacity(),
+            items,
+            generation: 0,
+        }
+    }
+}
+
 /// Bytes of zeros, for the CRC of elided pages.
 static ZEROS: [u8; 4096] = [0; 4096];
 

@@ -243,18 +243,7 @@ pub(crate) fn recover(
 
 /// What a snapshot of `f` stores: its parameters and a copy of its words.
 pub(crate) fn snapshot_copy(f: &AnyFilter) -> Result<super::live::Copy> {
-    let bits = f.bits();
-    let meta = format::SnapshotMeta {
-        filter_kind: format::filter_kind(f.mode()),
-        seed: bits.seed(),
-        db_id: [0; 16],
-        tree_id: [0; 16],
-        snapshot_id: [0; 16],
-        num_hashes: bits.num_hashes(),
-        capacity: f.capacity(),
-        items: f.items(),
-        generation: 0,
-    };
+    let meta = format::SnapshotMeta::of(f.bits(), format::filter_kind(f.mode()), f.items());
     Ok((meta, f.snapshot_words()?))
 }
 
