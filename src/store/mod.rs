@@ -13,6 +13,7 @@ mod subscriber;
 mod torn;
 pub mod transaction;
 mod tree;
+mod tree_filter;
 mod write;
 
 pub use batch::Batch;

@@ -1,0 +1,143 @@
+//! The filter's own methods on [`Tree`]: what sled's `Tree` does not have — the filter's
+//! bits and statistics, rebuilds, snapshots, recovery and verification.
+
+use std::sync::atomic::Ordering;
+
+use super::rebuild::{Rebuild, RebuildReport};
+use super::Tree;
+use crate::error::Result;
+use crate::filter::Filter;
+use crate::persist::{RecoveryReport, SnapshotInfo, VerifyReport};
+use crate::stats::Stats;
+
+impl Tree {
+    /// A copy of this tree's filter bits as they are now (probing offline, statistics,
+    /// serialization with [`Filter::to_bytes`]). O(filter size). In counting mode these
+    /// are the bits lookups read (a counter is non-zero exactly where its bit is set).
+    pub fn filter_snapshot(&self) -> Filter {
+        self.shared.filters.enter().current().bits().clone()
+    }
+
+    /// Rebuilds the filter from the keys now, while reads and writes go on, and returns
+    /// what it did. The new filter is sized for the keys (doubling the capacity as often as
+    /// needed, never below the configured one); writes during the scan reach both filters
+    /// and the new one replaces the old atomically, then is snapshotted. If an automatic
+    /// rebuild is running, this waits for it, then rebuilds again.
+    ///
+    /// Memory: while it runs, the old and the new filter both exist. The old one is kept
+    /// afterwards and reused by a later rebuild of the same size, so a tree holds at most
+    /// one filter per size it has had (sizes double, so all of them together take less
+    /// than twice the largest) plus one spare.
+    ///
+    /// ```
+    /// let db = bloomsled::Config::new().temporary(true).expected_items(100).open()?;
+    /// for i in 0..1000u32 {
+    ///     db.insert(i.to_be_bytes(), "")?;
+    /// }
+    /// db.remove(7u32.to_be_bytes())?;
+    /// let r = db.rebuild()?;
+    /// assert_eq!(r.keys_scanned, 999);
+    /// assert!(r.capacity >= 999);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn rebuild(&self) -> Result<RebuildReport> {
+        Rebuild(&self.shared).now(false)
+    }
+
+    /// Blocks until no rebuild of this tree is running or pending.
+    pub fn wait_for_rebuild(&self) {
+        Rebuild(&self.shared).wait()
+    }
+
+    /// Writes a snapshot of this tree's filter now, so the next open loads it without a scan
+    /// (until the tree is written again). Writers are not held off.
+    ///
+    /// ```no_run
+    /// let db = bloomsled::open("my_db")?;
+    /// db.insert("k", "v")?;
+    /// let info = db.snapshot()?;
+    /// println!("generation {} written, {} bytes", info.generation, info.bytes);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn snapshot(&self) -> Result<SnapshotInfo> {
+        self.shared.snapshot()
+    }
+
+    /// How this tree's filter was obtained when it was opened: loaded from its snapshot, or
+    /// rebuilt from a key scan and why.
+    pub fn recovery_report(&self) -> RecoveryReport {
+        self.shared.report.clone()
+    }
+
+    /// Checks the tree end to end: every CRC of its snapshot file, and every stored key
+    /// against the filter (O(keys): it scans the tree).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// db.insert("k", "v")?;
+    /// let report = db.verify()?;
+    /// assert!(report.is_ok());
+    /// assert_eq!(report.keys_checked, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let mut keys_checked = 0;
+        let mut false_negatives = 0;
+        for key in self.inner.iter().keys() {
+            let key = key?;
+            keys_checked += 1;
+            if !self.shared.filters.contains(&key) {
+                false_negatives += 1;
+                log::error!(
+                    "bloomsled: tree {:?}: stored key {:?} denied by the filter",
+                    self.shared.report.tree,
+                    String::from_utf8_lossy(&key)
+                );
+            }
+        }
+        Ok(VerifyReport {
+            keys_checked,
+            false_negatives,
+            snapshot: self
+                .shared
+                .persist
+                .as_ref()
+                .map(|p| p.verify(self.shared.mode)),
+        })
+    }
+
+    /// The file holding this tree's filter snapshot (`None` for a temporary database).
+    pub fn snapshot_path(&self) -> Option<&std::path::Path> {
+        self.shared.persist.as_ref().map(|p| p.snapshot_path())
+    }
+
+    /// Filter and lookup statistics. Reads every filter word: O(filter size).
+    pub fn stats(&self) -> Stats {
+        let s = &self.shared;
+        let gate = s.filters.enter();
+        let current = gate.current();
+        let f = current.bits();
+        Stats {
+            items: current.items(),
+            capacity: f.capacity(),
+            num_bits: f.num_bits(),
+            num_hashes: f.num_hashes(),
+            bits_per_key: f.bits_per_key(),
+            fill_ratio: f.fill_ratio(),
+            estimated_fpr: f.estimated_fpr(),
+            target_fpr: f.target_fpr(),
+            lookups: s.counters.skipped() + s.counters.passed(),
+            store_lookups_skipped: s.counters.skipped(),
+            false_positives: s.counters.false_positives(),
+            stale_entries: s.stale(),
+            mode: s.mode,
+            stuck_counters: current.stuck_counters(),
+            rebuilds: s.rebuild.rebuilds.load(Ordering::Relaxed),
+            resizes: s.rebuild.resizes.load(Ordering::Relaxed),
+            rebuild_in_progress: s.rebuild.in_progress(),
+            memory_bytes: current.memory_bytes(),
+            allocated_bytes: s.filters.allocated_bytes(),
+        }
+    }
+}
