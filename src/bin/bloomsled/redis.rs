@@ -7,15 +7,15 @@
 //! not answer.
 
 use std::fs;
-use std::io::{self, BufRead, BufReader, BufWriter, IsTerminal, Read, Write};
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::output::progress;
 use bloomsled::hash::classic::ClassicHash;
 use bloomsled::shared::{ClassicFilter, Endpoint, SharedFilter, SharedStats};
 use bloomsled::{Filter, FilterConfig};
 use clap::{Args, Subcommand};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
 /// Keys per pipelined batch sent to Redis.
@@ -396,24 +396,4 @@ fn report(json_mode: bool, value: serde_json::Value, text: impl FnOnce() -> Stri
     } else {
         println!("{}", text());
     }
-}
-
-fn progress(len: Option<u64>, what: &str) -> ProgressBar {
-    let bar = match len {
-        Some(n) => ProgressBar::new(n),
-        None => ProgressBar::new_spinner(),
-    };
-    if !io::stderr().is_terminal() {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    let template = if len.is_some() {
-        "{msg} [{bar:40}] {pos}/{len} ({per_sec}, {eta})"
-    } else {
-        "{msg} {spinner} {pos} ({per_sec})"
-    };
-    if let Ok(style) = ProgressStyle::with_template(template) {
-        bar.set_style(style);
-    }
-    bar.set_message(what.to_string());
-    bar
 }
