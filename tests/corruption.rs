@@ -438,3 +438,23 @@ fn counting_snapshots_are_checked_like_plain_ones() {
     ));
     assert_eq!(f.open_report(), RecoveryOutcome::Loaded);
 }
+
+/// A file that passes every CRC and carries the tree's own ids, yet describes an impossible
+/// filter (capacity 0: edited by hand, header CRC recomputed), is rebuilt like any other
+/// untrusted snapshot, and refused in strict mode; the open does not fail.
+#[test]
+fn an_impossible_filter_behind_valid_checksums_is_rebuilt() {
+    let f = Fixture::new();
+    let mut b = f.snap_bytes.clone();
+    b[96..104].copy_from_slice(&0u64.to_le_bytes());
+    let crc = crc32fast::hash(&b[..HEADER_LEN - 4]);
+    b[HEADER_LEN - 4..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
+    assert!(matches!(
+        rebuilt_reason(f.with_snapshot(&b).open_report()),
+        Distrust::Decode(DecodeError::Inconsistent(_))
+    ));
+    assert!(matches!(
+        f.with_snapshot(&b).strict_fault(),
+        Distrust::Decode(DecodeError::Inconsistent(_))
+    ));
+}

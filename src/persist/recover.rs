@@ -126,31 +126,26 @@ pub(crate) fn recover(
                     bytes,
                 });
             }
-            match verdict {
-                Ok(trusted) => {
-                    let (filter, bytes) = match trusted {
-                        Trusted::Empty => (empty_filter(mode, &settings_of(&record))?, 0),
-                        Trusted::Snapshot((h, words, bytes)) => {
-                            let filter = AnyFilter::from_words(
-                                mode,
-                                &words,
-                                h.num_hashes.get(),
-                                h.seed.get(),
-                                h.capacity.get(),
-                                h.items.get(),
-                            )
-                            .map_err(|e| match e {
-                                Error::OutOfMemory { .. } => e,
-                                e => Error::SnapshotRejected {
-                                    tree: tree_name.clone(),
-                                    fault: Distrust::Decode(DecodeError::Inconsistent(
-                                        e.to_string(),
-                                    )),
-                                },
-                            })?;
-                            (filter, bytes)
-                        }
-                    };
+            // A file that passes every check yet describes an impossible filter (made by
+            // hand, CRCs and ids copied) is one more reason to rebuild, not a failed open.
+            let loaded = match verdict {
+                Ok(Trusted::Empty) => Ok((empty_filter(mode, &settings_of(&record))?, 0)),
+                Ok(Trusted::Snapshot((h, words, bytes))) => match AnyFilter::from_words(
+                    mode,
+                    &words,
+                    h.num_hashes.get(),
+                    h.seed.get(),
+                    h.capacity.get(),
+                    h.items.get(),
+                ) {
+                    Ok(filter) => Ok((filter, bytes)),
+                    Err(e @ Error::OutOfMemory { .. }) => return Err(e),
+                    Err(e) => Err(Distrust::Decode(DecodeError::Inconsistent(e.to_string()))),
+                },
+                Err(fault) => Err(fault),
+            };
+            match loaded {
+                Ok((filter, bytes)) => {
                     if at.override_sizing {
                         persistence.set_settings(mode, at.sizing)?;
                     }
