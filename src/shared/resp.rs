@@ -34,33 +34,27 @@ impl Packer {
 
     /// One integer argument, in decimal.
     pub(crate) fn uint(&mut self, v: u64) {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        let mut v = v;
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
+        let (digits, i) = decimal_digits(v);
         self.arg(&digits[i..]);
     }
 
     fn decimal(&mut self, v: u64) {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        let mut v = v;
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
+        let (digits, i) = decimal_digits(v);
         self.buf.extend_from_slice(&digits[i..]);
+    }
+}
+
+/// `v` in decimal ASCII: the digits are `buf[start..]`.
+fn decimal_digits(mut v: u64) -> ([u8; 20], usize) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            return (digits, i);
+        }
     }
 }
 
