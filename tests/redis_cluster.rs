@@ -1,9 +1,12 @@
 //! The shared filter on a real 3-master Redis Cluster: shards on every master, no false
 //! negatives, answers unchanged while a shard's slot migrates (ASK, then MOVED), and a
-//! killed master's shards answer errors, never "absent".
+//! killed master's shards answer errors, never "absent", also when its replica takes over
+//! without the data; the counting variant across masters.
 #![cfg(feature = "redis")]
 
 mod redis_support;
+
+use std::time::{Duration, Instant};
 
 use bloomsled::shared::{Endpoint, SharedFilter};
 use bloomsled::{Error, FilterConfig};
@@ -142,4 +145,104 @@ fn a_killed_master_makes_its_shards_err_never_absent() {
         }
     }
     assert!(errors > 0);
+}
+
+#[test]
+fn a_failover_to_an_empty_replica_is_an_error_never_absent() {
+    require_redis!();
+    let mut c = Cluster::start(3);
+    let ep = Endpoint::cluster(c.urls()).io_timeout(Duration::from_secs(2));
+    let f = SharedFilter::create(&ep, "failover", &FilterConfig::new(5_000)).unwrap();
+    let added = keys("f", 5_000);
+    f.add_many(&added).unwrap();
+    // Master 1 gets a replica that never receives its data, then dies; the replica takes
+    // its slots over (CLUSTER FAILOVER TAKEOVER): those slots are now served, empty.
+    let r = c.add_empty_replica(1);
+    let start = Instant::now();
+    while !c.nodes[r]
+        .cli(&["info", "replication"])
+        .contains("role:slave")
+    {
+        assert!(start.elapsed() < Duration::from_secs(30), "never a replica");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        c.nodes[r].cli(&["dbsize"]).trim(),
+        "0",
+        "the replica got data"
+    );
+    c.nodes[1].kill();
+    assert_eq!(
+        c.nodes[r].cli(&["cluster", "failover", "takeover"]).trim(),
+        "OK"
+    );
+    let start = Instant::now();
+    while !c.nodes[r]
+        .cli(&["info", "replication"])
+        .contains("role:master")
+    {
+        assert!(start.elapsed() < Duration::from_secs(30), "takeover failed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Every answer is "maybe" or an error; once the clients follow the new slot map, the
+    // keys on the empty node are SharedFilterLost, the others still found.
+    let start = Instant::now();
+    let (mut lost, mut found) = (0, 0);
+    while start.elapsed() < Duration::from_secs(30) {
+        lost = 0;
+        found = 0;
+        for k in added.iter().step_by(25) {
+            match f.contains(k) {
+                Ok(b) => {
+                    assert!(b, "an added key answered absent after the failover");
+                    found += 1;
+                }
+                Err(Error::SharedFilterLost { .. }) => lost += 1,
+                Err(e) => assert!(matches!(e, Error::Redis(_)), "{e}"),
+            }
+        }
+        if lost > 0 && found > 0 && lost + found == 200 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        lost > 0 && found > 0 && lost + found == 200,
+        "after the takeover: {lost} lost, {found} found of 200"
+    );
+    // Batches and adds say so too, and nothing is answered absent.
+    match f.contains_many(&added) {
+        Ok(v) => panic!("a batch over the empty node answered {} keys", v.len()),
+        Err(e) => assert!(matches!(e, Error::SharedFilterLost { .. }), "{e}"),
+    }
+    assert!(matches!(
+        f.add_many(&added),
+        Err(Error::SharedFilterLost { .. })
+    ));
+}
+
+#[test]
+fn a_counting_filter_spreads_over_the_masters_and_removes_exactly() {
+    require_redis!();
+    let c = Cluster::start(3);
+    let ep = Endpoint::cluster(c.urls());
+    let f = SharedFilter::create_counting(&ep, "counts", &FilterConfig::new(20_000)).unwrap();
+    for (i, n) in c.nodes.iter().enumerate() {
+        let held = n.cli(&["dbsize"]).trim().parse::<u64>().unwrap();
+        assert!(held >= 4, "master {i} holds {held} keys");
+    }
+    let added = keys("c", 20_000);
+    f.add_many(&added).unwrap();
+    let (gone, kept) = added.split_at(10_000);
+    assert!(f.remove_many(gone).unwrap().iter().all(|&r| r));
+    assert!(f.contains_many(kept).unwrap().iter().all(|&b| b));
+    let still = f
+        .contains_many(gone)
+        .unwrap()
+        .iter()
+        .filter(|&&b| b)
+        .count();
+    assert!(still < 500, "{still} of 10,000 removed keys answer maybe");
+    let pulled = f.pull_counting().unwrap();
+    assert!(kept.iter().all(|k| pulled.contains(k)));
 }

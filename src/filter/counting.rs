@@ -118,17 +118,29 @@ impl CountingFilter {
             e => Error::Corrupt(e.to_string()),
         })?;
         for (block, chunk) in words.chunks_exact(COUNTER_WORDS).enumerate() {
-            let mut bits = [0u64; BLOCK_WORDS];
-            for (j, &w) in chunk.iter().enumerate() {
-                f.counters[block * COUNTER_WORDS + j].store(w, Ordering::Relaxed);
-                bits[j / 4] |= nonzero_nibbles(w) << (16 * (j % 4));
-            }
-            for (j, &b) in bits.iter().enumerate() {
-                f.bits.blocks.store_word(block, j, b);
-            }
+            f.store_counter_block(block, chunk);
         }
         f.live.store(items, Ordering::Relaxed);
         Ok(f)
+    }
+
+    /// Stores block `i`'s counter words (`COUNTER_WORDS` of them, laid out as in
+    /// [`CountingFilter::from_counter_words`]) and sets the bits of its non-zero counters.
+    pub(crate) fn store_counter_block(&self, i: usize, chunk: &[u64]) {
+        let mut bits = [0u64; BLOCK_WORDS];
+        for (j, &w) in chunk.iter().enumerate().take(COUNTER_WORDS) {
+            self.counters[i * COUNTER_WORDS + j].store(w, Ordering::Relaxed);
+            bits[j / 4] |= nonzero_nibbles(w) << (16 * (j % 4));
+        }
+        for (j, &b) in bits.iter().enumerate() {
+            self.bits.blocks.store_word(i, j, b);
+        }
+    }
+
+    /// Sets the live item count (after [`CountingFilter::store_counter_block`]).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn set_items(&self, n: u64) {
+        self.live.store(n, Ordering::Relaxed);
     }
 
     /// Inserts `key`: raises its counters and sets its bits.
@@ -312,7 +324,7 @@ fn positions(masks: &[u64; BLOCK_WORDS]) -> impl Iterator<Item = usize> + '_ {
 }
 
 /// Bit `n` set for each non-zero nibble `n` (0..16) of `w`.
-fn nonzero_nibbles(w: u64) -> u64 {
+pub(crate) fn nonzero_nibbles(w: u64) -> u64 {
     let mut out = 0;
     for n in 0..16 {
         if (w >> (4 * n)) & 0xf != 0 {

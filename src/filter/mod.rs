@@ -15,6 +15,8 @@ pub mod math;
 
 pub use any::FilterMode;
 pub use config::{FilterConfig, Sizing};
+#[cfg(feature = "redis")]
+pub(crate) use counting::nonzero_nibbles;
 pub use counting::{CountingFilter, COUNTER_MAX};
 
 use std::fmt;
@@ -126,6 +128,28 @@ impl Filter {
         };
         f.items.add(0, items);
         Ok(f)
+    }
+
+    /// Block `i`'s words, as [`Filter::words`] lists them (a relaxed snapshot).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn block_words(&self, i: usize) -> [u64; BLOCK_WORDS] {
+        std::array::from_fn(|j| self.blocks.load_word(i, j))
+    }
+
+    /// Stores block `i`'s words (filling a filter read from elsewhere block by block, with no
+    /// second copy of it in memory); [`Filter::set_items`] then gives its item count.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn store_block(&self, i: usize, words: &[u64; BLOCK_WORDS]) {
+        for (j, &w) in words.iter().enumerate() {
+            self.blocks.store_word(i, j, w);
+        }
+    }
+
+    /// Sets the item count (after [`Filter::store_block`]).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn set_items(&self, n: u64) {
+        self.items.reset();
+        self.items.add(0, n);
     }
 
     /// Inserts `key`, and says whether it was new: returns `true` if the key was possibly

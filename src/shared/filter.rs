@@ -2,17 +2,14 @@
 
 use std::time::{Duration, Instant};
 
-use redis::{Cmd, Value};
+use redis::Value;
 
 use crate::error::{Error, Result};
-use crate::filter::layout::{block_index, block_masks, BLOCK_WORDS};
 use crate::filter::FilterConfig;
-use crate::hash::hash_key;
 
 use super::conn::Endpoint;
-use super::layout::{self, BlockAddr, Layout, BLOCK_BYTES, STRIDE};
+use super::layout::{self, BlockAddr, Cells, Layout};
 use super::record::{new_epoch, Record, SharedShape, State};
-use super::resp::Packer;
 use super::session::Session;
 use super::{init, lost, value};
 
@@ -22,6 +19,16 @@ const PIPELINE_KEYS: usize = 8192;
 
 /// How long `open` waits for a filter that another process is still creating.
 const READY_WAIT: Duration = Duration::from_secs(30);
+
+/// Options of [`SharedFilter::create_with`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SharedOptions {
+    /// Number of shard keys (default: one per 64 MiB, at least 16).
+    pub shards: Option<u64>,
+    /// A 4-bit counter per position, so that keys can be removed (see
+    /// [`SharedFilter::create_counting`]).
+    pub counting: bool,
+}
 
 /// A Bloom filter kept in Redis or a Redis Cluster and shared by every process that opens
 /// it, with the same hash and 512-bit block layout as the local [`crate::Filter`].
@@ -69,9 +76,63 @@ impl SharedFilter {
         config: &FilterConfig,
         shards: Option<u64>,
     ) -> Result<Self> {
+        Self::create_with(
+            endpoint,
+            name,
+            config,
+            &SharedOptions {
+                shards,
+                ..SharedOptions::default()
+            },
+        )
+    }
+
+    /// Creates (or opens, like [`SharedFilter::create`]) a **counting** shared filter: a
+    /// 4-bit saturating counter per position instead of a bit, so that
+    /// [`SharedFilter::remove`] can take keys out. It answers lookups exactly like the plain
+    /// filter of the same shape, in four times the memory; adds cost the same one command
+    /// per shard. A counter that reaches 15 stays there, so an overflow only ever costs
+    /// false positives.
+    ///
+    /// ```no_run
+    /// use bloomsled::shared::{Endpoint, SharedFilter};
+    /// use bloomsled::FilterConfig;
+    /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
+    /// let sessions = SharedFilter::create_counting(&redis, "sessions", &FilterConfig::new(100_000))?;
+    /// sessions.add(b"token-1")?;
+    /// assert!(sessions.remove(b"token-1")?);
+    /// assert!(!sessions.contains(b"token-1")?);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn create_counting(endpoint: &Endpoint, name: &str, config: &FilterConfig) -> Result<Self> {
+        Self::create_with(
+            endpoint,
+            name,
+            config,
+            &SharedOptions {
+                counting: true,
+                ..SharedOptions::default()
+            },
+        )
+    }
+
+    /// [`SharedFilter::create`] with every option: shard count and counting.
+    pub fn create_with(
+        endpoint: &Endpoint,
+        name: &str,
+        config: &FilterConfig,
+        options: &SharedOptions,
+    ) -> Result<Self> {
         let fshape = config.shape()?;
-        let shards = shards.unwrap_or_else(|| layout::default_shards(fshape.num_blocks));
-        let layout = Layout::new(name, fshape.num_blocks, shards)?;
+        let cells = if options.counting {
+            Cells::Counters
+        } else {
+            Cells::Bits
+        };
+        let shards = options
+            .shards
+            .unwrap_or_else(|| layout::default_shards(fshape.num_blocks, cells));
+        let layout = Layout::new(name, fshape.num_blocks, shards, cells)?;
         let shape = SharedShape {
             seed: fshape.seed,
             num_hashes: fshape.num_hashes,
@@ -79,6 +140,7 @@ impl SharedFilter {
             shards: layout.shards,
             shard_blocks: layout.shard_blocks,
             capacity: config.capacity(),
+            counting: options.counting,
         };
         let session = Session::open(endpoint)?;
         let record = Record {
@@ -151,7 +213,12 @@ impl SharedFilter {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let layout = Layout::new(name, record.shape.num_blocks, record.shape.shards)?;
+        let layout = Layout::new(
+            name,
+            record.shape.num_blocks,
+            record.shape.shards,
+            record.shape.cells(),
+        )?;
         if layout.shard_blocks != record.shape.shard_blocks {
             return Err(Error::Corrupt(format!(
                 "config record of {name:?}: {} shards of {} blocks, this build lays out {}",
@@ -180,38 +247,67 @@ impl SharedFilter {
     }
 
     /// Adds every key; returns for each whether it was new. Pipelined: one round trip per
-    /// node per 8,192 keys. On error nothing is reported, and some keys may have been added.
+    /// node per 8,192 keys, one command per shard touched. On error nothing is reported, and
+    /// some keys may have been added.
     pub fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(PIPELINE_KEYS) {
-            let plan: Vec<Probe> = chunk.iter().map(|k| self.probe(k.as_ref())).collect();
-            let replies = self.session.run_fast(
-                |w| plan.iter().for_each(|p| self.pack_bitfield(p, w)),
-                || plan.iter().map(|p| self.bitfield(p)).collect(),
-            )?;
-            for (p, r) in plan.iter().zip(replies) {
-                out.push(self.check_bitfield(p, r)?);
-            }
+            self.add_batch(chunk, &mut out)?;
         }
         Ok(out)
     }
 
-    /// Looks up every key; pipelined like [`SharedFilter::add_many`]. Either every key gets
-    /// an answer or the call fails: a key is never reported absent because its block could
-    /// not be read.
+    /// Looks up every key; pipelined like [`SharedFilter::add_many`], one `GETRANGE` per
+    /// key. Either every key gets an answer or the call fails: a key is never reported
+    /// absent because its block could not be read.
     pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(PIPELINE_KEYS) {
-            let plan: Vec<Probe> = chunk.iter().map(|k| self.probe(k.as_ref())).collect();
-            let replies = self.session.run_fast(
-                |w| plan.iter().for_each(|p| self.pack_getrange(p, w)),
-                || plan.iter().map(|p| self.getrange(p)).collect(),
-            )?;
-            for (p, r) in plan.iter().zip(replies) {
-                out.push(self.check_block(p, r)?);
-            }
+            self.contains_batch(chunk, &mut out)?;
         }
         Ok(out)
+    }
+
+    /// Removes one add of `key` from a counting filter: lowers its counters (a counter stuck
+    /// at 15 stays). Returns `false`, changing nothing, if the key is certainly not in the
+    /// filter (one of its counters is zero). Atomic per key, and safe to retry: a replayed
+    /// request is not applied twice. Only remove keys you added: removing a key that was
+    /// never added but looks present (a false positive) lowers counters other keys need.
+    /// [`Error::InvalidConfig`] on a filter created without counting.
+    pub fn remove(&self, key: &[u8]) -> Result<bool> {
+        let mut v = self.remove_many(&[key])?;
+        Ok(v.pop().unwrap_or(false))
+    }
+
+    /// [`SharedFilter::remove`] for every key, in order; pipelined, one script per shard
+    /// touched.
+    pub fn remove_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        if !self.shape.counting {
+            return Err(Error::config(format!(
+                "shared filter {:?} has no counters: keys can only be removed from a filter \
+                 created with counting (SharedFilter::create_counting, `redis create \
+                 --counting`)",
+                self.layout.name
+            )));
+        }
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(PIPELINE_KEYS) {
+            self.remove_batch(chunk, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// The counts of `key`'s cells in a counting filter, smallest first: the smallest bounds
+    /// how many times the key was added (15 means stuck). [`Error::InvalidConfig`] on a
+    /// filter created without counting.
+    pub fn counts(&self, key: &[u8]) -> Result<Vec<u8>> {
+        if !self.shape.counting {
+            return Err(Error::config(format!(
+                "shared filter {:?} has bits, not counters",
+                self.layout.name
+            )));
+        }
+        self.counts_of(key)
     }
 
     /// The filter's name.
@@ -254,108 +350,6 @@ impl SharedFilter {
         Ok(())
     }
 
-    fn probe(&self, key: &[u8]) -> Probe {
-        let h = hash_key(key, self.shape.seed);
-        let block = block_index(h, self.shape.num_blocks) as u64;
-        Probe {
-            addr: self.layout.addr(block),
-            masks: block_masks(h, self.shape.num_hashes),
-        }
-    }
-
-    /// `BITFIELD shard GET i64 <tag> SET u1 <bit> 1 …`: reads the block's epoch and sets the
-    /// key's bits in one atomic command.
-    fn bitfield(&self, p: &Probe) -> Cmd {
-        let mut c = redis::cmd("BITFIELD");
-        c.arg(self.layout.key(p.addr.shard))
-            .arg("GET")
-            .arg("i64")
-            .arg(p.addr.tag_bit());
-        for (w, &m) in p.masks.iter().enumerate() {
-            let mut m = m;
-            while m != 0 {
-                let pos = w * 64 + m.trailing_zeros() as usize;
-                m &= m - 1;
-                c.arg("SET").arg("u1").arg(p.addr.bit(pos)).arg(1);
-            }
-        }
-        c
-    }
-
-    /// [`SharedFilter::bitfield`], written as RESP.
-    fn pack_bitfield(&self, p: &Probe, w: &mut Packer) {
-        let bits: u32 = p.masks.iter().map(|m| m.count_ones()).sum();
-        w.command(5 + 4 * bits as usize);
-        w.arg(b"BITFIELD");
-        w.arg(self.layout.key(p.addr.shard).as_bytes());
-        w.arg(b"GET");
-        w.arg(b"i64");
-        w.uint(p.addr.tag_bit());
-        for (i, &m) in p.masks.iter().enumerate() {
-            let mut m = m;
-            while m != 0 {
-                let pos = i * 64 + m.trailing_zeros() as usize;
-                m &= m - 1;
-                w.arg(b"SET");
-                w.arg(b"u1");
-                w.uint(p.addr.bit(pos));
-                w.arg(b"1");
-            }
-        }
-    }
-
-    /// [`SharedFilter::getrange`], written as RESP.
-    fn pack_getrange(&self, p: &Probe, w: &mut Packer) {
-        w.command(4);
-        w.arg(b"GETRANGE");
-        w.arg(self.layout.key(p.addr.shard).as_bytes());
-        w.uint(p.addr.byte);
-        w.uint(p.addr.last_byte());
-    }
-
-    fn getrange(&self, p: &Probe) -> Cmd {
-        redis::cmd("GETRANGE")
-            .arg(self.layout.key(p.addr.shard))
-            .arg(p.addr.byte)
-            .arg(p.addr.last_byte())
-            .clone()
-    }
-
-    /// The epoch read by `BITFIELD`, then whether any old bit was 0.
-    fn check_bitfield(&self, p: &Probe, reply: Value) -> Result<bool> {
-        let key = self.layout.key(p.addr.shard);
-        let ints = value::ints(reply, key)?;
-        let (&tag, old) = ints
-            .split_first()
-            .ok_or_else(|| value::unexpected(key, "an empty BITFIELD reply"))?;
-        let tag = (tag as u64).to_be_bytes();
-        self.check_tag(p.addr, &tag)?;
-        Ok(old.contains(&0))
-    }
-
-    /// The block's epoch, then whether every bit of the key's pattern is set.
-    fn check_block(&self, p: &Probe, reply: Value) -> Result<bool> {
-        let key = self.layout.key(p.addr.shard);
-        let bytes = value::bytes(reply, key)?;
-        if bytes.len() != STRIDE {
-            return Err(lost(
-                self,
-                p.addr.shard,
-                format!(
-                    "block at byte {} is missing ({} of {STRIDE} bytes): the key was deleted, \
-                     flushed, evicted or expired",
-                    p.addr.byte,
-                    bytes.len()
-                ),
-            ));
-        }
-        self.check_tag(p.addr, &bytes[BLOCK_BYTES..])?;
-        Ok(p.masks.iter().enumerate().all(|(w, &m)| {
-            let word = u64::from_le_bytes(bytes[w * 8..w * 8 + 8].try_into().unwrap_or([0; 8]));
-            word & m == m
-        }))
-    }
-
     pub(super) fn check_tag(&self, addr: BlockAddr, tag: &[u8]) -> Result<()> {
         if tag == self.epoch.to_be_bytes() {
             return Ok(());
@@ -377,12 +371,6 @@ impl SharedFilter {
         };
         Err(lost(self, addr.shard, why))
     }
-}
-
-/// A key's block and bits.
-struct Probe {
-    addr: BlockAddr,
-    masks: [u64; BLOCK_WORDS],
 }
 
 impl std::fmt::Debug for SharedFilter {

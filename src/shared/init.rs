@@ -4,20 +4,23 @@ use redis::Value;
 
 use crate::error::{Error, Result};
 
-use super::layout::{Layout, BLOCK_BYTES, STRIDE};
+use super::layout::{Layout, TAG_BYTES};
 use super::record::{Record, State};
 use super::session::Session;
 
-/// Blocks per write command while creating or copying a filter (about 1 MiB).
-pub(crate) const CHUNK_BLOCKS: u64 = (1 << 20) / STRIDE as u64;
-/// Bytes of commands per pipeline while creating a filter.
-const PIPELINE_BYTES: u64 = 16 << 20;
+/// Bytes of commands per pipeline while creating or copying a filter: bounds the memory a
+/// copy holds besides the filter itself.
+pub(crate) const PIPELINE_BYTES: u64 = 16 << 20;
 
 /// Writes every shard in full: zero bits and the epoch in every block's tag. The first
 /// write of a shard is a `SET`, which replaces whatever the key held (a stale shard of a
 /// lost incarnation, bits a late client set after a flush).
 pub(crate) fn write_blocks(session: &Session, layout: &Layout, epoch: u64) -> Result<()> {
-    let chunk = tagged_zeros(CHUNK_BLOCKS.min(layout.shard_blocks), epoch);
+    let chunk = tagged_zeros(
+        layout.cells.chunk_blocks().min(layout.shard_blocks),
+        layout,
+        epoch,
+    );
     let mut cmds = Vec::new();
     let mut pending = 0u64;
     for s in 0..layout.shards as usize {
@@ -51,11 +54,12 @@ pub(crate) fn write_blocks(session: &Session, layout: &Layout, epoch: u64) -> Re
     Ok(())
 }
 
-/// `blocks` blocks of zero bits, each followed by the big-endian epoch.
-fn tagged_zeros(blocks: u64, epoch: u64) -> Vec<u8> {
-    let mut v = vec![0u8; blocks as usize * STRIDE];
-    for b in v.chunks_exact_mut(STRIDE) {
-        b[BLOCK_BYTES..].copy_from_slice(&epoch.to_be_bytes());
+/// `blocks` blocks of zero cells, each followed by the big-endian epoch.
+fn tagged_zeros(blocks: u64, layout: &Layout, epoch: u64) -> Vec<u8> {
+    let stride = layout.stride() as usize;
+    let mut v = vec![0u8; blocks as usize * stride];
+    for b in v.chunks_exact_mut(stride) {
+        b[stride - TAG_BYTES..].copy_from_slice(&epoch.to_be_bytes());
     }
     v
 }

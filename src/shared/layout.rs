@@ -2,17 +2,20 @@
 //!
 //! A filter of `num_blocks` 512-bit blocks is cut into `shards` Redis strings of
 //! `shard_blocks` consecutive blocks each (the last one may be shorter). In its shard, block
-//! `j` occupies [`STRIDE`] bytes at `j · STRIDE`:
+//! `j` occupies one *stride* of bytes at `j · stride`: the block's cells, then its tag.
 //!
-//! | bytes    | content                                                        |
-//! |----------|----------------------------------------------------------------|
-//! | 0..64    | the block's 8 words, little-endian: the local `Filter`'s bytes |
-//! | 64..72   | the filter's epoch, big-endian (what `BITFIELD GET i64` reads) |
+//! | bytes (bits / counting)  | content                                                  |
+//! |--------------------------|----------------------------------------------------------|
+//! | 0..64 / 0..256           | the block's cells, little-endian words, as the local filter holds them: 512 bits (`Filter`), or 512 4-bit counters (`CountingFilter`) |
+//! | 64..72 / 256..264        | the filter's epoch, big-endian (what `BITFIELD GET i64` reads) |
 //!
 //! Redis numbers bits from the most significant bit of byte 0 (`SETBIT`/`BITFIELD` offset
 //! 0 is `0x80` of byte 0), while the local filter's bit `p` of a block is bit `p % 8` counted
 //! from the least significant end of byte `p / 8`. [`redis_bit`] maps one onto the other, so
-//! `GETRANGE` returns exactly the local bytes and push/pull are byte copies.
+//! `GETRANGE` returns exactly the local bytes and push/pull are byte copies. Likewise a
+//! local counter `p` is the low nibble of byte `p / 2` when `p` is even, the high one when
+//! odd, while a Redis `u4` at offset `4·q` is the high nibble of byte `q / 2` when `q` is
+//! even: [`redis_counter`] maps one onto the other.
 //!
 //! Every block carries the epoch, a random non-zero number chosen when the filter was
 //! created, so the one command that reads or writes a block also reads its epoch: a block
@@ -26,8 +29,38 @@ use crate::filter::layout::BLOCK_WORDS;
 pub(crate) const BLOCK_BYTES: usize = BLOCK_WORDS * 8;
 /// Bytes of the epoch tag that follows every block.
 pub(crate) const TAG_BYTES: usize = 8;
-/// Bytes one block occupies in its shard: bits, then tag.
-pub(crate) const STRIDE: usize = BLOCK_BYTES + TAG_BYTES;
+
+/// What a block's cells are: a bit per position, or a 4-bit saturating counter per
+/// position (the counting variant, whose keys can be removed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cells {
+    /// 512 bits: 64 bytes per block.
+    Bits,
+    /// 512 counters of 4 bits: 256 bytes per block.
+    Counters,
+}
+
+impl Cells {
+    /// Bytes of cells in one block.
+    #[inline]
+    pub(crate) fn payload(self) -> u64 {
+        match self {
+            Cells::Bits => BLOCK_BYTES as u64,
+            Cells::Counters => BLOCK_BYTES as u64 * 4,
+        }
+    }
+
+    /// Bytes one block occupies in its shard: cells, then tag.
+    #[inline]
+    pub(crate) fn stride(self) -> u64 {
+        self.payload() + TAG_BYTES as u64
+    }
+
+    /// Blocks per write or read command when copying whole shards (about 1 MiB).
+    pub(crate) fn chunk_blocks(self) -> u64 {
+        (1 << 20) / self.stride()
+    }
+}
 
 /// The largest Redis string (`proto-max-bulk-len` and the string limit): 512 MiB.
 pub(crate) const MAX_SHARD_BYTES: u64 = 512 << 20;
@@ -52,6 +85,8 @@ pub(crate) struct Layout {
     pub shard_blocks: u64,
     /// Number of shard keys.
     pub shards: u64,
+    /// Bits or counters.
+    pub cells: Cells,
     /// Key of each shard, computed once.
     keys: Vec<String>,
 }
@@ -63,6 +98,8 @@ pub(crate) struct BlockAddr {
     pub shard: usize,
     /// Byte offset of the block's first byte in the shard string.
     pub byte: u64,
+    /// Bytes of cells before the tag ([`Cells::payload`]).
+    pub payload: u64,
 }
 
 impl BlockAddr {
@@ -72,16 +109,29 @@ impl BlockAddr {
         self.byte * 8 + redis_bit(p)
     }
 
+    /// Redis bit offset of the `u4` counter of position `p` (0..512) of this block (counting
+    /// filters): see [`redis_counter`].
+    #[inline]
+    pub fn counter_bit(self, p: usize) -> u64 {
+        self.byte * 8 + redis_counter(p)
+    }
+
+    /// Byte offset of the block's epoch tag.
+    #[inline]
+    pub fn tag_byte(self) -> u64 {
+        self.byte + self.payload
+    }
+
     /// Redis bit offset of the block's epoch tag.
     #[inline]
     pub fn tag_bit(self) -> u64 {
-        (self.byte + BLOCK_BYTES as u64) * 8
+        self.tag_byte() * 8
     }
 
     /// Last byte (inclusive) of the block and its tag, for `GETRANGE`.
     #[inline]
     pub fn last_byte(self) -> u64 {
-        self.byte + STRIDE as u64 - 1
+        self.tag_byte() + TAG_BYTES as u64 - 1
     }
 }
 
@@ -90,6 +140,20 @@ impl BlockAddr {
 #[inline]
 pub(crate) fn redis_bit(p: usize) -> u64 {
     ((p & !7) | (7 - (p & 7))) as u64
+}
+
+/// Redis bit offset, within a counting block, of the `u4` holding local counter `p`: the
+/// byte stays (`p / 2`), the nibble within it swaps (local even = low nibble, Redis even =
+/// high nibble).
+#[inline]
+pub(crate) fn redis_counter(p: usize) -> u64 {
+    4 * (p ^ 1) as u64
+}
+
+/// Local counter `p` of a counting block's cell bytes.
+#[inline]
+pub(crate) fn counter_at(cells: &[u8], p: usize) -> u8 {
+    (cells[p / 2] >> (4 * (p & 1))) & 0xf
 }
 
 /// A name may be used inside a Redis hash tag: non-empty, at most 200 bytes, no braces
@@ -119,9 +183,9 @@ pub(crate) fn config_key(name: &str) -> String {
     format!("bloomsled:{{{name}}}:config")
 }
 
-/// The default shard count for `num_blocks` blocks.
-pub(crate) fn default_shards(num_blocks: u64) -> u64 {
-    let bytes = num_blocks.saturating_mul(STRIDE as u64);
+/// The default shard count for `num_blocks` blocks of `cells`.
+pub(crate) fn default_shards(num_blocks: u64, cells: Cells) -> u64 {
+    let bytes = num_blocks.saturating_mul(cells.stride());
     bytes
         .div_ceil(DEFAULT_SHARD_BYTES)
         .max(MIN_SHARDS.min(num_blocks))
@@ -131,7 +195,7 @@ pub(crate) fn default_shards(num_blocks: u64) -> u64 {
 impl Layout {
     /// The layout of `num_blocks` blocks over (about) `shards` keys; the count is lowered if
     /// some shard would be empty. Errors if a shard would exceed Redis's 512 MiB string limit.
-    pub(crate) fn new(name: &str, num_blocks: u64, shards: u64) -> Result<Layout> {
+    pub(crate) fn new(name: &str, num_blocks: u64, shards: u64, cells: Cells) -> Result<Layout> {
         check_name(name)?;
         if num_blocks == 0 {
             return Err(Error::config("a shared filter needs at least one block"));
@@ -143,11 +207,11 @@ impl Layout {
         }
         let shard_blocks = num_blocks.div_ceil(shards.min(num_blocks));
         let shards = num_blocks.div_ceil(shard_blocks);
-        if shard_blocks * STRIDE as u64 > MAX_SHARD_BYTES {
+        if shard_blocks * cells.stride() > MAX_SHARD_BYTES {
             return Err(Error::config(format!(
                 "{shards} shards of {shard_blocks} blocks would be {} bytes each, over Redis's \
                  {MAX_SHARD_BYTES}-byte string limit; use more shards",
-                shard_blocks * STRIDE as u64
+                shard_blocks * cells.stride()
             )));
         }
         let keys = (0..shards).map(|i| shard_key(name, i, shards)).collect();
@@ -156,6 +220,7 @@ impl Layout {
             num_blocks,
             shard_blocks,
             shards,
+            cells,
             keys,
         })
     }
@@ -165,7 +230,23 @@ impl Layout {
     pub(crate) fn addr(&self, b: u64) -> BlockAddr {
         BlockAddr {
             shard: (b / self.shard_blocks) as usize,
-            byte: (b % self.shard_blocks) * STRIDE as u64,
+            byte: (b % self.shard_blocks) * self.stride(),
+            payload: self.cells.payload(),
+        }
+    }
+
+    /// Bytes per block in a shard, tag included.
+    #[inline]
+    pub(crate) fn stride(&self) -> u64 {
+        self.cells.stride()
+    }
+
+    /// Where block `j` of shard `s` lives.
+    pub(crate) fn addr_in(&self, shard: usize, j: u64) -> BlockAddr {
+        BlockAddr {
+            shard,
+            byte: j * self.stride(),
+            payload: self.cells.payload(),
         }
     }
 
@@ -183,7 +264,7 @@ impl Layout {
 
     /// Length in bytes of shard `i`'s string.
     pub(crate) fn shard_len(&self, shard: usize) -> u64 {
-        self.blocks_in(shard) * STRIDE as u64
+        self.blocks_in(shard) * self.stride()
     }
 
     /// First global block of shard `i`.
@@ -240,6 +321,25 @@ mod tests {
     }
 
     #[test]
+    fn redis_counter_numbering_matches_local_counter_words() {
+        // A Redis `u4` at `redis_counter(p)` must be local counter p of the block read back
+        // as little-endian words (counter j in bits 4·(j % 16) of word j / 16).
+        for p in 0..512 {
+            let mut bytes = [0u8; BLOCK_BYTES * 4];
+            let r = redis_counter(p) as usize;
+            assert_eq!(r % 4, 0);
+            // Redis: the u4 at bit offset r is bits r..r+4 counted from each byte's MSB.
+            bytes[r / 8] |= if r.is_multiple_of(8) { 0x90 } else { 0x09 }; // the value 9
+            let word = u64::from_le_bytes(bytes[p / 16 * 8..p / 16 * 8 + 8].try_into().unwrap());
+            assert_eq!(word, 9u64 << (4 * (p % 16)), "counter {p}");
+            assert_eq!(counter_at(&bytes, p), 9);
+        }
+        let a = Layout::new("c", 10, 2, Cells::Counters).unwrap().addr(7);
+        assert_eq!((a.shard, a.byte, a.payload), (1, 2 * 264, 256));
+        assert_eq!((a.tag_byte(), a.last_byte()), (2 * 264 + 256, 3 * 264 - 1));
+    }
+
+    #[test]
     fn slot_matches_redis_reference_values() {
         // From the Redis Cluster specification: CRC16 of "123456789" is 0x31C3, below 16384,
         // so the slot is the CRC itself.
@@ -251,13 +351,13 @@ mod tests {
 
     #[test]
     fn shards_cover_every_block_once_and_spread_over_slot_ranges() {
-        let l = Layout::new("urls", 1000, 16).unwrap();
+        let l = Layout::new("urls", 1000, 16, Cells::Bits).unwrap();
         assert_eq!(l.shards, 16);
         assert_eq!((0..16).map(|s| l.blocks_in(s)).sum::<u64>(), 1000);
         for b in 0..1000 {
             let a = l.addr(b);
-            assert_eq!(l.first_block(a.shard) + a.byte / STRIDE as u64, b);
-            assert!(a.byte + STRIDE as u64 <= l.shard_len(a.shard));
+            assert_eq!(l.first_block(a.shard) + a.byte / l.stride(), b);
+            assert!(a.byte + l.stride() <= l.shard_len(a.shard));
         }
         for s in 0..16 {
             let key = l.key(s);
@@ -269,13 +369,13 @@ mod tests {
             );
         }
         // Fewer blocks than shards: one block each, no empty shard.
-        let small = Layout::new("x", 3, 16).unwrap();
+        let small = Layout::new("x", 3, 16, Cells::Bits).unwrap();
         assert_eq!((small.shards, small.shard_blocks), (3, 1));
         // An uneven split never leaves an empty last shard.
-        let odd = Layout::new("x", 10, 4).unwrap();
+        let odd = Layout::new("x", 10, 4, Cells::Bits).unwrap();
         assert_eq!((odd.shards, odd.shard_blocks), (4, 3));
         assert_eq!(odd.blocks_in(3), 1);
-        let odd = Layout::new("x", 10, 6).unwrap();
+        let odd = Layout::new("x", 10, 6, Cells::Counters).unwrap();
         assert!(odd.blocks_in(odd.shards as usize - 1) > 0);
     }
 
@@ -283,11 +383,15 @@ mod tests {
     fn a_filter_over_512_mib_is_split_under_the_string_limit() {
         // 10 billion bits = 19.5M blocks = 1.4 GB with tags.
         let blocks = 10_000_000_000u64.div_ceil(512);
-        let shards = default_shards(blocks);
-        let l = Layout::new("big", blocks, shards).unwrap();
-        assert!(l.shard_blocks * STRIDE as u64 <= MAX_SHARD_BYTES);
-        assert!(l.shards * l.shard_blocks >= blocks);
-        assert!(Layout::new("big", blocks, 2).is_err());
+        for cells in [Cells::Bits, Cells::Counters] {
+            let shards = default_shards(blocks, cells);
+            let l = Layout::new("big", blocks, shards, cells).unwrap();
+            assert!(l.shard_blocks * l.stride() <= MAX_SHARD_BYTES);
+            assert!(l.shards * l.shard_blocks >= blocks);
+            assert!(Layout::new("big", blocks, 2, cells).is_err());
+        }
+        // Counters take four times the bytes: more shards by default.
+        assert!(default_shards(blocks, Cells::Counters) > default_shards(blocks, Cells::Bits));
     }
 
     #[test]

@@ -28,6 +28,7 @@ mod conn;
 mod filter;
 mod init;
 mod layout;
+mod ops;
 mod record;
 mod resp;
 mod session;
@@ -37,7 +38,7 @@ mod value;
 
 pub use classic::ClassicFilter;
 pub use conn::Endpoint;
-pub use filter::SharedFilter;
+pub use filter::{SharedFilter, SharedOptions};
 pub use record::SharedShape;
 pub use stats::SharedStats;
 

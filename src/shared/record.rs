@@ -17,7 +17,7 @@ use std::fmt;
 
 use crate::error::{DecodeError, Error, Result};
 
-use super::layout::STRIDE;
+use super::layout::Cells;
 
 /// The record format this build writes and reads.
 pub(crate) const VERSION: u32 = 1;
@@ -25,6 +25,8 @@ const MAGIC: &str = "bloomsled-shared";
 /// The local filter's block layout (`filter::layout`, snapshot hash kind 2): a filter made
 /// with another layout sets other bits per key, so its record is refused.
 const LAYOUT: &str = "blocked512-k2";
+/// The same layout with a 4-bit counter per position (the counting variant).
+const LAYOUT_COUNTING: &str = "blocked512-k2-count4";
 const HASH: &str = "xxh3-64";
 
 /// Whether the creator has finished writing the blocks.
@@ -51,19 +53,43 @@ pub struct SharedShape {
     pub shard_blocks: u64,
     /// Items the filter was sized for.
     pub capacity: u64,
+    /// A 4-bit saturating counter per position instead of a bit, so that keys can be
+    /// removed ([`crate::shared::SharedFilter::remove`]).
+    pub counting: bool,
+}
+
+impl SharedShape {
+    /// Bits or counters.
+    pub(crate) fn cells(&self) -> Cells {
+        if self.counting {
+            Cells::Counters
+        } else {
+            Cells::Bits
+        }
+    }
+
+    fn layout_name(&self) -> &'static str {
+        if self.counting {
+            LAYOUT_COUNTING
+        } else {
+            LAYOUT
+        }
+    }
 }
 
 impl fmt::Display for SharedShape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "layout={LAYOUT} hash={HASH} seed={:#x} k={} blocks={} shards={} shard_blocks={} \
-             stride={STRIDE} capacity={}",
+            "layout={} hash={HASH} seed={:#x} k={} blocks={} shards={} shard_blocks={} \
+             stride={} capacity={}",
+            self.layout_name(),
             self.seed,
             self.num_hashes,
             self.num_blocks,
             self.shards,
             self.shard_blocks,
+            self.cells().stride(),
             self.capacity
         )
     }
@@ -121,11 +147,18 @@ impl Record {
                 got: version,
             }));
         }
-        for (k, want) in [("layout", LAYOUT), ("hash", HASH)] {
-            let got = take(k)?;
-            if got != want {
-                return Err(bad(format!("{k}={got}, this build knows only {want}")));
+        let counting = match take("layout")? {
+            LAYOUT => false,
+            LAYOUT_COUNTING => true,
+            got => {
+                return Err(bad(format!(
+                    "layout={got}, this build knows only {LAYOUT} and {LAYOUT_COUNTING}"
+                )))
             }
+        };
+        let got = take("hash")?;
+        if got != HASH {
+            return Err(bad(format!("hash={got}, this build knows only {HASH}")));
         }
         let mut field = |k: &str| -> Result<u64> {
             let v = take(k)?;
@@ -147,7 +180,12 @@ impl Record {
         if let Some(k) = fields.keys().next() {
             return Err(bad(format!("unknown field {k}")));
         }
-        let consistent = stride == STRIDE as u64
+        let cells = if counting {
+            Cells::Counters
+        } else {
+            Cells::Bits
+        };
+        let consistent = stride == cells.stride()
             && (1..=32).contains(&num_hashes)
             && num_blocks > 0
             && shard_blocks > 0
@@ -165,6 +203,7 @@ impl Record {
                 shards,
                 shard_blocks,
                 capacity,
+                counting,
             },
             epoch,
             state,
@@ -181,19 +220,22 @@ fn num<T: TryFrom<u64>>(s: &str) -> Option<T> {
     T::try_from(v).ok()
 }
 
-/// A random non-zero epoch: the OS-seeded keys of std's `RandomState`, mixed with the time
-/// and the process id, so two creators racing in one process or across hosts differ.
+/// A random non-zero epoch from the operating system's generator, so two creators racing
+/// in one process or across hosts differ. Should the generator fail (it does not on the
+/// platforms Redis runs on), the time and process id stand in, mixed by xxh3.
 pub(crate) fn new_epoch() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
+    let mut b = [0u8; 8];
+    if getrandom::fill(&mut b).is_ok() {
+        return u64::from_le_bytes(b).max(1);
+    }
     use std::time::{SystemTime, UNIX_EPOCH};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    h.write_u128(now);
-    h.write_u32(std::process::id());
-    h.finish().max(1)
+    let mut seed = now.to_le_bytes().to_vec();
+    seed.extend_from_slice(&std::process::id().to_le_bytes());
+    crate::hash::hash_key(&seed, 0).max(1)
 }
 
 #[cfg(test)]
@@ -209,6 +251,7 @@ mod tests {
                 shards: 16,
                 shard_blocks: 118,
                 capacity: 100_000,
+                counting: false,
             },
             epoch: 0xdead_beef,
             state: State::Ready,
@@ -224,6 +267,15 @@ mod tests {
             ..r
         };
         assert_eq!(Record::decode(init.encode().as_bytes()).unwrap(), init);
+        let mut counting = r;
+        counting.shape.counting = true;
+        let text = counting.encode();
+        assert!(text.contains("layout=blocked512-k2-count4") && text.contains("stride=264"));
+        assert_eq!(Record::decode(text.as_bytes()).unwrap(), counting);
+        // The counting layout with the bits' stride (or the reverse) is inconsistent.
+        assert!(Record::decode(text.replace("stride=264", "stride=72").as_bytes()).is_err());
+        let bits = r.encode().replace("blocked512-k2", "blocked512-k2-count4");
+        assert!(Record::decode(bits.as_bytes()).is_err());
     }
 
     #[test]
@@ -249,6 +301,7 @@ mod tests {
             good.replace("epoch=0xdeadbeef", "epoch=0x0"),
             good.replace("state=ready", "state=gone"),
             good.replace("hash=xxh3-64", "hash=md5"),
+            good.replace("layout=blocked512-k2", "layout=blocked512-k3"),
             format!("{good} extra=1"),
             format!("{good} k=7"),
             good.replace("k=7", "k"),

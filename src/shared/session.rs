@@ -7,7 +7,7 @@ use redis::{Cmd, Value};
 use crate::error::{Error, Result};
 
 use super::conn::{Conn, Endpoint};
-use super::resp::Packer;
+use super::resp::{Cmds, Packer, Sink};
 
 /// The endpoint and its current connection (none after a dropped connection, until the
 /// next call reconnects).
@@ -48,18 +48,16 @@ impl Session {
         }
     }
 
-    /// Like [`Session::run`], for a single server: `pack` writes the commands into one RESP
-    /// buffer (see [`super::resp`]); on a cluster `build` makes them as `Cmd`s instead.
-    pub(crate) fn run_fast(
-        &self,
-        pack: impl Fn(&mut Packer),
-        build: impl Fn() -> Vec<Cmd>,
-    ) -> Result<Vec<Value>> {
+    /// Like [`Session::run`], with the commands written by `write`: into one RESP buffer on
+    /// a single server, as `Cmd`s on a cluster (see [`super::resp`]).
+    pub(crate) fn run_fast(&self, write: impl Fn(&mut dyn Sink)) -> Result<Vec<Value>> {
         if self.endpoint.is_cluster() {
-            return self.run(build);
+            let mut c = Cmds::default();
+            write(&mut c);
+            return self.run(|| c.0.clone());
         }
         let mut p = Packer::default();
-        pack(&mut p);
+        write(&mut p);
         let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let attempt = |slot: &mut Option<Conn>| -> Result<Vec<Value>> {
             let conn = match slot {

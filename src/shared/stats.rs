@@ -4,7 +4,7 @@ use crate::error::Result;
 use crate::filter::math::blocked_fpr;
 
 use super::filter::SharedFilter;
-use super::layout::{BlockAddr, BLOCK_BYTES, STRIDE};
+use super::layout::Cells;
 use super::record::SharedShape;
 use super::{lost, value};
 
@@ -43,43 +43,31 @@ pub(crate) fn items_estimate(ones: u64, bits: u64, shape: SharedShape) -> u64 {
 }
 
 impl SharedFilter {
-    /// Counts the set bits of every shard with `BITCOUNT` (one pipeline), after checking
-    /// each shard's length and the epoch of its first and last block.
+    /// Fill and estimates: the set bits of every shard are counted in Redis with `BITCOUNT`
+    /// (one pipeline), after checking each shard's length and the epoch of its first and
+    /// last block.
+    ///
+    /// On a counting filter "bits set" are the non-zero counters, counted as the shards are
+    /// read through (`GETRANGE`, about 16 MiB at a time): Redis has no command that counts
+    /// non-zero nibbles.
     pub fn stats(&self) -> Result<SharedStats> {
+        let (ones, redis_bytes) = match self.layout.cells {
+            Cells::Bits => self.count_bits()?,
+            Cells::Counters => {
+                let mut ones = 0u64;
+                self.read_blocks(|_, cells| {
+                    ones += cells
+                        .iter()
+                        .map(|&b| u64::from(b & 0xf != 0) + u64::from(b >> 4 != 0))
+                        .sum::<u64>();
+                })?;
+                let bytes = (0..self.layout.shards as usize)
+                    .map(|s| self.layout.shard_len(s))
+                    .sum();
+                (ones, bytes)
+            }
+        };
         let l = &self.layout;
-        let tag_ones = u64::from(self.epoch.count_ones());
-        let cmds: Vec<_> = (0..l.shards as usize)
-            .flat_map(|s| {
-                let last = l.shard_len(s) - STRIDE as u64;
-                [
-                    redis::cmd("STRLEN").arg(l.key(s)).clone(),
-                    redis::cmd("BITCOUNT").arg(l.key(s)).clone(),
-                    tag_range(l.key(s), 0),
-                    tag_range(l.key(s), last),
-                ]
-            })
-            .collect();
-        let replies = self.session.run(|| cmds.clone())?;
-        let mut ones = 0u64;
-        let mut redis_bytes = 0u64;
-        for (s, r) in replies.chunks_exact(4).enumerate() {
-            let key = l.key(s);
-            let len = value::int(r[0].clone(), key)? as u64;
-            if len != l.shard_len(s) {
-                return Err(lost(
-                    self,
-                    s,
-                    format!("shard is {len} bytes, expected {}", l.shard_len(s)),
-                ));
-            }
-            for (reply, at) in [(&r[2], 0), (&r[3], len - STRIDE as u64)] {
-                let tag = value::bytes(reply.clone(), key)?;
-                self.check_tag(BlockAddr { shard: s, byte: at }, &tag)?;
-            }
-            let counted = value::int(r[1].clone(), key)? as u64;
-            ones += counted.saturating_sub(tag_ones * l.blocks_in(s));
-            redis_bytes += len;
-        }
         let num_bits = self.shape.num_blocks * 512;
         let estimated_items = items_estimate(ones, num_bits, self.shape);
         let per_key = |n: u64| num_bits as f64 / n.max(1) as f64;
@@ -102,12 +90,51 @@ impl SharedFilter {
     }
 }
 
-/// `GETRANGE` of the tag of the block at byte `at`.
-fn tag_range(key: &str, at: u64) -> redis::Cmd {
-    let first = at + BLOCK_BYTES as u64;
-    redis::cmd("GETRANGE")
-        .arg(key)
-        .arg(first)
-        .arg(first + 7)
-        .clone()
+impl SharedFilter {
+    /// Set bits and bytes of a plain filter, by `BITCOUNT` of every shard (one pipeline),
+    /// after checking each shard's length and the epoch of its first and last block.
+    fn count_bits(&self) -> Result<(u64, u64)> {
+        let l = &self.layout;
+        let tag_ones = u64::from(self.epoch.count_ones());
+        let tag_range = |s: usize, j: u64| {
+            let a = l.addr_in(s, j);
+            redis::cmd("GETRANGE")
+                .arg(l.key(s))
+                .arg(a.tag_byte())
+                .arg(a.last_byte())
+                .clone()
+        };
+        let cmds: Vec<_> = (0..l.shards as usize)
+            .flat_map(|s| {
+                [
+                    redis::cmd("STRLEN").arg(l.key(s)).clone(),
+                    redis::cmd("BITCOUNT").arg(l.key(s)).clone(),
+                    tag_range(s, 0),
+                    tag_range(s, l.blocks_in(s) - 1),
+                ]
+            })
+            .collect();
+        let replies = self.session.run(|| cmds.clone())?;
+        let mut ones = 0u64;
+        let mut redis_bytes = 0u64;
+        for (s, r) in replies.chunks_exact(4).enumerate() {
+            let key = l.key(s);
+            let len = value::int(r[0].clone(), key)? as u64;
+            if len != l.shard_len(s) {
+                return Err(lost(
+                    self,
+                    s,
+                    format!("shard is {len} bytes, expected {}", l.shard_len(s)),
+                ));
+            }
+            for (reply, j) in [(&r[2], 0), (&r[3], l.blocks_in(s) - 1)] {
+                let tag = value::bytes(reply.clone(), key)?;
+                self.check_tag(l.addr_in(s, j), &tag)?;
+            }
+            let counted = value::int(r[1].clone(), key)? as u64;
+            ones += counted.saturating_sub(tag_ones * l.blocks_in(s));
+            redis_bytes += len;
+        }
+        Ok((ones, redis_bytes))
+    }
 }

@@ -1,17 +1,18 @@
-//! Push and pull: copying bits between a local [`Filter`] and a shared one.
+//! Push and pull: copying cells between a local filter and a shared one.
 //!
 //! Both are byte copies: a shard holds each block's little-endian bytes as the local filter
-//! does, plus the 8-byte epoch tag after each block.
+//! does, plus the 8-byte epoch tag after each block. Both stream: at most one pipeline of
+//! about 16 MiB is in memory besides the local filter.
 
 use redis::Value;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, FilterShape, Result};
 use crate::filter::layout::BLOCK_WORDS;
-use crate::filter::Filter;
+use crate::filter::{CountingFilter, Filter};
 
 use super::filter::SharedFilter;
-use super::init::CHUNK_BLOCKS;
-use super::layout::{BlockAddr, BLOCK_BYTES, STRIDE};
+use super::init::PIPELINE_BYTES;
+use super::layout::{Cells, BLOCK_BYTES, TAG_BYTES};
 use super::{lost, value};
 
 /// ORs the temporary copy into the shard, but only if the shard's first block still
@@ -30,33 +31,55 @@ impl SharedFilter {
     /// shard's epoch and ORs them in with `BITOP`, atomically with respect to concurrent
     /// adds. `local` must have the same blocks, `k` and seed
     /// ([`Error::RedisShapeMismatch`] otherwise). Returns the number of shards written.
+    ///
+    /// A counting shared filter cannot take bits (they carry no counts): add the keys with
+    /// [`SharedFilter::add_many`] instead ([`Error::InvalidConfig`]).
     pub fn push(&self, local: &Filter) -> Result<u64> {
-        self.check_local_shape(local)?;
-        let words = local.words();
+        self.check_local_shape(&local.shape())?;
+        if self.layout.cells == Cells::Counters {
+            return Err(Error::config(format!(
+                "shared filter {:?} counts: push its keys with add_many, a filter's bits \
+                 carry no counts",
+                self.layout.name
+            )));
+        }
+        let stride = self.layout.stride() as usize;
+        let chunk_blocks = self.layout.cells.chunk_blocks();
         let mut written = 0;
         for s in 0..self.layout.shards as usize {
-            let first = self.layout.first_block(s) as usize * BLOCK_WORDS;
+            let first = self.layout.first_block(s) as usize;
             let n = self.layout.blocks_in(s) as usize;
-            let mine = &words[first..first + n * BLOCK_WORDS];
-            if mine.iter().all(|&w| w == 0) {
+            let block = |j: usize| local.block_words(first + j);
+            if (0..n).all(|j| block(j) == [0; BLOCK_WORDS]) {
                 continue;
             }
             let shard = self.layout.key(s);
             let tmp = format!("{shard}:push:{:x}", super::record::new_epoch());
             let mut cmds = Vec::new();
-            for (c, blocks) in mine.chunks(CHUNK_BLOCKS as usize * BLOCK_WORDS).enumerate() {
-                let mut bytes = Vec::with_capacity(blocks.len() / BLOCK_WORDS * STRIDE);
-                for block in blocks.chunks_exact(BLOCK_WORDS) {
-                    for w in block {
+            let mut pending = 0u64;
+            let mut at = 0u64;
+            for start in (0..n).step_by(chunk_blocks as usize) {
+                let end = (start + chunk_blocks as usize).min(n);
+                let mut bytes = Vec::with_capacity((end - start) * stride);
+                for j in start..end {
+                    for w in block(j) {
                         bytes.extend_from_slice(&w.to_le_bytes());
                     }
-                    bytes.extend_from_slice(&[0; STRIDE - BLOCK_BYTES]);
+                    bytes.extend_from_slice(&[0; TAG_BYTES]);
                 }
-                let at = c as u64 * CHUNK_BLOCKS * STRIDE as u64;
+                pending += bytes.len() as u64;
                 cmds.push(redis::cmd("SETRANGE").arg(&tmp).arg(at).arg(bytes).clone());
+                at += ((end - start) * stride) as u64;
+                if start == 0 {
+                    // A push cut short leaves no garbage behind for long.
+                    cmds.push(redis::cmd("EXPIRE").arg(&tmp).arg(3600).clone());
+                }
+                if pending >= PIPELINE_BYTES {
+                    let batch = std::mem::take(&mut cmds);
+                    self.session.run(|| batch.clone())?;
+                    pending = 0;
+                }
             }
-            // A push cut short leaves no garbage behind for long.
-            cmds.push(redis::cmd("EXPIRE").arg(&tmp).arg(3600).clone());
             let tag = BLOCK_BYTES as u64;
             cmds.push(
                 redis::cmd("EVAL")
@@ -82,68 +105,123 @@ impl SharedFilter {
         Ok(written)
     }
 
-    /// A local [`Filter`] bit-identical to the shared one, read shard by shard with
-    /// `GETRANGE`; every block's epoch is checked, so a filter lost in part is an error.
+    /// A local [`Filter`] bit-identical to the shared one (for a counting shared filter:
+    /// its bits, set where a counter is non-zero, as [`CountingFilter::bits`] holds them),
+    /// read shard by shard with `GETRANGE`; every block's epoch is checked, so a filter lost
+    /// in part is an error.
     pub fn pull(&self) -> Result<Filter> {
-        let mut words = Vec::with_capacity(self.shape.num_blocks as usize * BLOCK_WORDS);
-        for s in 0..self.layout.shards as usize {
-            let len = self.layout.shard_len(s);
-            let step = CHUNK_BLOCKS * STRIDE as u64;
-            let key = self.layout.key(s);
-            let cmds: Vec<_> = (0..len)
-                .step_by(step as usize)
-                .map(|at| {
-                    redis::cmd("GETRANGE")
-                        .arg(key)
-                        .arg(at)
-                        .arg((at + step).min(len) - 1)
-                        .clone()
-                })
-                .collect();
-            let mut bytes = Vec::with_capacity(len as usize);
-            for r in self.session.run(|| cmds.clone())? {
-                bytes.extend_from_slice(&value::bytes(r, key)?);
-            }
-            if bytes.len() as u64 != len {
-                return Err(lost(
-                    self,
-                    s,
-                    format!(
-                        "shard holds {} of its {len} bytes: deleted, flushed, evicted or expired",
-                        bytes.len()
-                    ),
-                ));
-            }
-            for (j, block) in bytes.chunks_exact(STRIDE).enumerate() {
-                let addr = BlockAddr {
-                    shard: s,
-                    byte: (j * STRIDE) as u64,
-                };
-                self.check_tag(addr, &block[BLOCK_BYTES..])?;
-                words.extend(
-                    block[..BLOCK_BYTES]
-                        .chunks_exact(8)
-                        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))),
-                );
-            }
-        }
-        let ones: u64 = words.iter().map(|w| u64::from(w.count_ones())).sum();
-        let items = super::stats::items_estimate(ones, words.len() as u64 * 64, self.shape);
-        Filter::from_parts(
-            &words,
-            self.shape.num_hashes,
-            self.shape.seed,
-            self.shape.capacity,
-            items,
-        )
+        let f = Filter::with_shape(self.local_shape(), self.shape.capacity)?;
+        let mut ones = 0u64;
+        self.read_blocks(|b, cells| {
+            let words: [u64; BLOCK_WORDS] = match self.layout.cells {
+                Cells::Bits => std::array::from_fn(|j| le_word(cells, j)),
+                Cells::Counters => {
+                    let mut bits = [0u64; BLOCK_WORDS];
+                    for j in 0..BLOCK_WORDS * 4 {
+                        bits[j / 4] |=
+                            crate::filter::nonzero_nibbles(le_word(cells, j)) << (16 * (j % 4));
+                    }
+                    bits
+                }
+            };
+            ones += words.iter().map(|w| u64::from(w.count_ones())).sum::<u64>();
+            f.store_block(b as usize, &words);
+        })?;
+        f.set_items(super::stats::items_estimate(
+            ones,
+            self.shape.num_blocks * 512,
+            self.shape,
+        ));
+        Ok(f)
     }
 
-    fn check_local_shape(&self, local: &Filter) -> Result<()> {
-        let theirs = local.shape();
-        if theirs.num_blocks != self.shape.num_blocks
-            || theirs.num_hashes != self.shape.num_hashes
-            || theirs.seed != self.shape.seed
-        {
+    /// A local [`CountingFilter`] with exactly the shared counting filter's counters (and
+    /// so its bits); [`Error::InvalidConfig`] for a filter without counters.
+    pub fn pull_counting(&self) -> Result<CountingFilter> {
+        if self.layout.cells != Cells::Counters {
+            return Err(Error::config(format!(
+                "shared filter {:?} has bits, not counters: use pull",
+                self.layout.name
+            )));
+        }
+        let f = CountingFilter::with_shape(self.local_shape(), self.shape.capacity)?;
+        let mut nonzero = 0u64;
+        let mut words = [0u64; BLOCK_WORDS * 4];
+        self.read_blocks(|b, cells| {
+            for (j, w) in words.iter_mut().enumerate() {
+                *w = le_word(cells, j);
+                nonzero += u64::from(crate::filter::nonzero_nibbles(*w).count_ones());
+            }
+            f.store_counter_block(b as usize, &words);
+        })?;
+        f.set_items(super::stats::items_estimate(
+            nonzero,
+            self.shape.num_blocks * 512,
+            self.shape,
+        ));
+        Ok(f)
+    }
+
+    /// Calls `visit(global block, cells)` for every block in order, reading each shard with
+    /// `GETRANGE`s of about 1 MiB in pipelines of about 16 MiB; checks every shard's
+    /// length and every block's epoch.
+    pub(super) fn read_blocks(&self, mut visit: impl FnMut(u64, &[u8])) -> Result<()> {
+        let l = &self.layout;
+        let stride = l.stride();
+        let step = l.cells.chunk_blocks() * stride;
+        let per_pipeline = (PIPELINE_BYTES / step).max(1);
+        for s in 0..l.shards as usize {
+            let len = l.shard_len(s);
+            let key = l.key(s);
+            let starts: Vec<u64> = (0..len).step_by(step as usize).collect();
+            for batch in starts.chunks(per_pipeline as usize) {
+                let cmds: Vec<_> = batch
+                    .iter()
+                    .map(|&at| {
+                        redis::cmd("GETRANGE")
+                            .arg(key)
+                            .arg(at)
+                            .arg((at + step).min(len) - 1)
+                            .clone()
+                    })
+                    .collect();
+                for (&at, r) in batch.iter().zip(self.session.run(|| cmds.clone())?) {
+                    let bytes = value::bytes(r, key)?;
+                    let want = (at + step).min(len) - at;
+                    if bytes.len() as u64 != want {
+                        return Err(lost(
+                            self,
+                            s,
+                            format!(
+                                "shard holds {} of its {len} bytes: deleted, flushed, evicted \
+                                 or expired",
+                                at + bytes.len() as u64
+                            ),
+                        ));
+                    }
+                    for (j, block) in bytes.chunks_exact(stride as usize).enumerate() {
+                        let j = at / stride + j as u64;
+                        let (cells, tag) = block.split_at(block.len() - TAG_BYTES);
+                        self.check_tag(l.addr_in(s, j), tag)?;
+                        visit(l.first_block(s) + j, cells);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The local filter shape of this shared filter.
+    fn local_shape(&self) -> FilterShape {
+        FilterShape {
+            num_blocks: self.shape.num_blocks,
+            num_hashes: self.shape.num_hashes,
+            seed: self.shape.seed,
+        }
+    }
+
+    fn check_local_shape(&self, theirs: &FilterShape) -> Result<()> {
+        if *theirs != self.local_shape() {
             return Err(Error::RedisShapeMismatch {
                 name: self.layout.name.clone(),
                 asked: format!("local filter: {theirs}"),
@@ -152,4 +230,10 @@ impl SharedFilter {
         }
         Ok(())
     }
+}
+
+/// Little-endian word `j` of `bytes`.
+#[inline]
+fn le_word(bytes: &[u8], j: usize) -> u64 {
+    u64::from_le_bytes(bytes[j * 8..j * 8 + 8].try_into().unwrap_or([0; 8]))
 }

@@ -194,23 +194,24 @@ pub struct Cluster {
     pub nodes: Vec<Server>,
 }
 
+/// The arguments of a cluster node without persistence.
+const CLUSTER_NODE: &[&str] = &[
+    "--save",
+    "",
+    "--appendonly",
+    "no",
+    "--cluster-enabled",
+    "yes",
+    "--cluster-config-file",
+    "nodes.conf",
+    "--cluster-node-timeout",
+    "2000",
+];
+
 impl Cluster {
     pub fn start(masters: usize) -> Cluster {
         let nodes: Vec<Server> = (0..masters)
-            .map(|_| {
-                Server::start_with(&[
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                ])
-            })
+            .map(|_| Server::start_with(CLUSTER_NODE))
             .collect();
         let addrs: Vec<String> = nodes.iter().map(|n| n.addr()).collect();
         let out = Command::new("redis-cli")
@@ -252,6 +253,59 @@ impl Cluster {
 
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.url()).collect()
+    }
+
+    /// A new node that joins as a replica of master `i` but never receives its data: the
+    /// master is told to wait an hour before its (diskless) full sync. The replica is
+    /// pushed as the last of `nodes`.
+    pub fn add_empty_replica(&mut self, i: usize) -> usize {
+        for (k, v) in [
+            ("repl-diskless-sync", "yes"),
+            ("repl-diskless-sync-delay", "3600"),
+        ] {
+            self.nodes[i].cli(&["config", "set", k, v]);
+        }
+        let r = Server::start_with(CLUSTER_NODE);
+        // Every node is told to meet the new one: nodes ignore pings from nodes they do
+        // not know, so gossip alone may not reach them before master `i` is gone.
+        for n in &self.nodes {
+            n.cli(&["cluster", "meet", "127.0.0.1", &r.port.to_string()]);
+        }
+        let id = self.node_id(i);
+        let rid = r.cli(&["cluster", "myid"]).trim().to_owned();
+        let start = Instant::now();
+        loop {
+            // REPLICATE needs the new node to know the master and its slots first.
+            let known = self
+                .nodes
+                .iter()
+                .all(|n| n.cli(&["cluster", "nodes"]).contains(&rid))
+                && r.cli(&["cluster", "info"]).contains("cluster_state:ok");
+            if known && r.cli(&["cluster", "replicate", &id]).trim() == "OK" {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the new node never joined next to master {i}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Every node (the new one included) must list it as the master's replica.
+        let as_replica = format!("slave {id}");
+        let start = Instant::now();
+        while !self.nodes.iter().chain([&r]).all(|n| {
+            n.cli(&["cluster", "nodes"])
+                .lines()
+                .any(|l| l.starts_with(&rid) && l.contains(&as_replica))
+        }) {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the cluster never listed the new node as a replica of master {i}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.nodes.push(r);
+        self.nodes.len() - 1
     }
 
     /// The node id (40 hex digits) of node `i`.

@@ -1,0 +1,404 @@
+//! Adds, lookups and removes, in batches: what goes over the wire for each key and how the
+//! replies are read.
+//!
+//! - **Lookup**: one `GETRANGE` of the key's block and its tag per key.
+//! - **Add**: one `BITFIELD` per shard a batch touches (split past [`MAX_OPS`] cells): a
+//!   `GET i64` of one block's tag, then for every key of the batch in that shard its cells,
+//!   `SET u1 <bit> 1` (bits) or `INCRBY u4 <counter> 1` under `OVERFLOW SAT` (counters). The
+//!   replies are the old bits or the new counts, key after key, so each key learns whether
+//!   it was new. One command per shard instead of one per key: the server parses, looks up
+//!   and replies once per shard (the cost that bounded batched adds when each key was its own
+//!   command).
+//! - **Remove** (counting filters): one script per shard a batch touches. For each key in
+//!   order it reads the key's counters and, only if none is zero, lowers each one that is
+//!   not stuck at 15. A replayed script (a pipeline re-sent after a dropped connection or a
+//!   cluster redirection) returns its first answer and changes nothing: a remove applied
+//!   twice could take a counter another key needs down to zero.
+//!
+//! **Why one tag per command is enough.** A command runs atomically on its shard key. The
+//! only ways a shard key loses its blocks are to vanish (flush, eviction, expiry, restart,
+//! failover, `DEL`) or to be replaced whole by a new `create` (a `SET` of fresh blocks).
+//! A vanished key reads as zeros wherever a late writer may have recreated it, and a
+//! replaced one carries the new epoch in every block: so the tag of any one block of the
+//! shard, read in the same command, tells whether all of them are this filter's.
+
+use redis::Value;
+
+use crate::error::Result;
+use crate::filter::layout::{block_index, block_masks, BLOCK_WORDS};
+use crate::hash::hash_key;
+
+use super::filter::SharedFilter;
+use super::layout::{counter_at, BlockAddr, Cells, TAG_BYTES};
+use super::resp::{INCRBY_U4, ONE, SET_U1};
+use super::{lost, value};
+
+/// Cells written by one `BITFIELD` (or script) at most: bounds how long one command holds
+/// the server (a few hundred microseconds) and the size of its reply.
+const MAX_OPS: usize = 4096;
+
+/// Counters stick at this value (4-bit saturating).
+const COUNTER_MAX: i64 = 15;
+
+/// The remove script. KEYS: the shard, a marker key in the same slot. ARGV: the byte offset
+/// of the first key's tag, the epoch (8 bytes), then per key the number of its counters and
+/// their `u4` bit offsets. Returns `L<tag>` if the shard is not this filter's, else `R`
+/// followed by `1` (removed) or `0` (a counter was zero: not in the filter, nothing changed)
+/// per key, which it keeps in the marker for an hour so that a replay returns it again.
+const REMOVE_SCRIPT: &str = "\
+local done = redis.call('GET', KEYS[2]) \
+if done then return done end \
+local t = redis.call('GETRANGE', KEYS[1], ARGV[1], ARGV[1] + 7) \
+if t ~= ARGV[2] then return 'L' .. t end \
+local out = {'R'} \
+local i = 3 \
+while i <= #ARGV do \
+  local n = tonumber(ARGV[i]) \
+  local get = {} \
+  for j = 1, n do \
+    get[#get + 1] = 'GET' get[#get + 1] = 'u4' get[#get + 1] = ARGV[i + j] \
+  end \
+  local c = redis.call('BITFIELD', KEYS[1], unpack(get)) \
+  local ok = '1' \
+  for j = 1, n do if c[j] == 0 then ok = '0' end end \
+  if ok == '1' then \
+    local dec = {} \
+    for j = 1, n do \
+      if c[j] < 15 then \
+        dec[#dec + 1] = 'INCRBY' dec[#dec + 1] = 'u4' dec[#dec + 1] = ARGV[i + j] \
+        dec[#dec + 1] = '-1' \
+      end \
+    end \
+    if #dec > 0 then redis.call('BITFIELD', KEYS[1], unpack(dec)) end \
+  end \
+  out[#out + 1] = ok \
+  i = i + n + 1 \
+end \
+local r = table.concat(out) \
+redis.call('SET', KEYS[2], r, 'EX', 3600) \
+return r";
+
+/// A key's block and its cells.
+pub(super) struct Probe {
+    pub addr: BlockAddr,
+    pub masks: [u64; BLOCK_WORDS],
+}
+
+impl Probe {
+    /// The block positions the key uses, distinct, ascending.
+    fn positions(&self) -> impl Iterator<Item = usize> + '_ {
+        self.masks.iter().enumerate().flat_map(|(w, &m)| {
+            let mut m = m;
+            std::iter::from_fn(move || {
+                (m != 0).then(|| {
+                    let p = w * 64 + m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    p
+                })
+            })
+        })
+    }
+
+    fn cells(&self) -> usize {
+        self.masks.iter().map(|m| m.count_ones() as usize).sum()
+    }
+}
+
+/// One write command: keys of one shard, in batch order.
+struct Group {
+    shard: usize,
+    keys: Vec<usize>,
+    cells: usize,
+}
+
+/// The keys of `plan` by shard, each shard's run cut into commands of at most [`MAX_OPS`]
+/// cells.
+fn groups(plan: &[Probe], shards: usize) -> Vec<Group> {
+    let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
+    for (i, p) in plan.iter().enumerate() {
+        by_shard[p.addr.shard].push(i);
+    }
+    let mut out = Vec::new();
+    for (shard, keys) in by_shard.into_iter().enumerate() {
+        let mut g = Group {
+            shard,
+            keys: Vec::new(),
+            cells: 0,
+        };
+        for i in keys {
+            let n = plan[i].cells();
+            if g.cells + n > MAX_OPS && !g.keys.is_empty() {
+                let next = Group {
+                    shard,
+                    keys: Vec::new(),
+                    cells: 0,
+                };
+                out.push(std::mem::replace(&mut g, next));
+            }
+            g.keys.push(i);
+            g.cells += n;
+        }
+        if !g.keys.is_empty() {
+            out.push(g);
+        }
+    }
+    out
+}
+
+impl SharedFilter {
+    pub(super) fn probe(&self, key: &[u8]) -> Probe {
+        let h = hash_key(key, self.shape.seed);
+        let block = block_index(h, self.shape.num_blocks) as u64;
+        Probe {
+            addr: self.layout.addr(block),
+            masks: block_masks(h, self.shape.num_hashes),
+        }
+    }
+
+    fn plan<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Probe> {
+        keys.iter().map(|k| self.probe(k.as_ref())).collect()
+    }
+
+    /// Adds one pipeline's worth of keys: see the module documentation.
+    pub(super) fn add_batch<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut Vec<bool>) -> Result<()> {
+        let plan = self.plan(keys);
+        let groups = groups(&plan, self.layout.shards as usize);
+        let counting = self.layout.cells == Cells::Counters;
+        let replies = self.session.run_fast(|w| {
+            for g in &groups {
+                let first = plan[g.keys[0]].addr;
+                w.command(5 + usize::from(counting) * 2 + 4 * g.cells);
+                w.arg(b"BITFIELD");
+                w.arg(self.layout.key(g.shard).as_bytes());
+                w.arg(b"GET");
+                w.arg(b"i64");
+                w.uint(first.tag_bit());
+                if counting {
+                    w.arg(b"OVERFLOW");
+                    w.arg(b"SAT");
+                }
+                for &i in &g.keys {
+                    let p = &plan[i];
+                    for pos in p.positions() {
+                        if counting {
+                            w.words(&INCRBY_U4);
+                            w.uint(p.addr.counter_bit(pos));
+                        } else {
+                            w.words(&SET_U1);
+                            w.uint(p.addr.bit(pos));
+                        }
+                        w.words(&ONE);
+                    }
+                }
+            }
+        })?;
+        let base = out.len();
+        out.resize(base + plan.len(), false);
+        for (g, reply) in groups.iter().zip(replies) {
+            let key = self.layout.key(g.shard);
+            let ints = value::ints(reply, key)?;
+            let (&tag, mut cells) = ints
+                .split_first()
+                .ok_or_else(|| value::unexpected(key, "an empty BITFIELD reply"))?;
+            self.check_tag(plan[g.keys[0]].addr, &tag.to_be_bytes())?;
+            if cells.len() != g.cells {
+                return Err(value::unexpected(
+                    key,
+                    format!("{} BITFIELD values for {} cells", cells.len(), g.cells),
+                ));
+            }
+            for &i in &g.keys {
+                let (mine, rest) = cells.split_at(plan[i].cells());
+                cells = rest;
+                // New if this add turned some cell from 0: an old bit of 0, or a count of 1.
+                out[base + i] = if counting {
+                    mine.contains(&1)
+                } else {
+                    mine.contains(&0)
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Looks up one pipeline's worth of keys: one `GETRANGE` of block and tag per key.
+    pub(super) fn contains_batch<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+        out: &mut Vec<bool>,
+    ) -> Result<()> {
+        let plan = self.plan(keys);
+        let replies = self.session.run_fast(|w| {
+            for p in &plan {
+                w.command(4);
+                w.arg(b"GETRANGE");
+                w.arg(self.layout.key(p.addr.shard).as_bytes());
+                w.uint(p.addr.byte);
+                w.uint(p.addr.last_byte());
+            }
+        })?;
+        for (p, r) in plan.iter().zip(replies) {
+            out.push(self.check_block(p, r)?);
+        }
+        Ok(())
+    }
+
+    /// Removes one pipeline's worth of keys from a counting filter: see the module
+    /// documentation.
+    pub(super) fn remove_batch<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+        out: &mut Vec<bool>,
+    ) -> Result<()> {
+        let plan = self.plan(keys);
+        let groups = groups(&plan, self.layout.shards as usize);
+        let markers: Vec<String> = groups
+            .iter()
+            .map(|g| {
+                format!(
+                    "{}:rm:{:016x}",
+                    self.layout.key(g.shard),
+                    super::record::new_epoch()
+                )
+            })
+            .collect();
+        let epoch = self.epoch.to_be_bytes();
+        let replies = self.session.run_fast(|w| {
+            for (g, marker) in groups.iter().zip(&markers) {
+                w.command(7 + g.keys.len() + g.cells);
+                w.arg(b"EVAL");
+                w.arg(REMOVE_SCRIPT.as_bytes());
+                w.arg(b"2");
+                w.arg(self.layout.key(g.shard).as_bytes());
+                w.arg(marker.as_bytes());
+                w.uint(plan[g.keys[0]].addr.tag_byte());
+                w.arg(&epoch);
+                for &i in &g.keys {
+                    let p = &plan[i];
+                    w.uint(p.cells() as u64);
+                    for pos in p.positions() {
+                        w.uint(p.addr.counter_bit(pos));
+                    }
+                }
+            }
+        })?;
+        let base = out.len();
+        out.resize(base + plan.len(), false);
+        for (g, reply) in groups.iter().zip(replies) {
+            let key = self.layout.key(g.shard);
+            let r = value::bytes(reply, key)?;
+            match r.split_first() {
+                Some((b'L', tag)) => self.check_tag(plan[g.keys[0]].addr, tag)?,
+                Some((b'R', answers)) if answers.len() == g.keys.len() => {
+                    for (&i, &a) in g.keys.iter().zip(answers) {
+                        out[base + i] = a == b'1';
+                    }
+                }
+                _ => {
+                    return Err(value::unexpected(
+                        key,
+                        format!("{:?} from the remove script", String::from_utf8_lossy(&r)),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The block's epoch, then whether every cell of the key's pattern is set (bits) or
+    /// non-zero (counters).
+    fn check_block(&self, p: &Probe, reply: Value) -> Result<bool> {
+        let key = self.layout.key(p.addr.shard);
+        let bytes = value::bytes(reply, key)?;
+        let stride = self.layout.stride() as usize;
+        if bytes.len() != stride {
+            return Err(lost(
+                self,
+                p.addr.shard,
+                format!(
+                    "block at byte {} is missing ({} of {stride} bytes): the key was deleted, \
+                     flushed, evicted or expired",
+                    p.addr.byte,
+                    bytes.len()
+                ),
+            ));
+        }
+        let (cells, tag) = bytes.split_at(stride - TAG_BYTES);
+        self.check_tag(p.addr, tag)?;
+        Ok(match self.layout.cells {
+            Cells::Bits => p.masks.iter().enumerate().all(|(w, &m)| {
+                let word = u64::from_le_bytes(cells[w * 8..w * 8 + 8].try_into().unwrap_or([0; 8]));
+                word & m == m
+            }),
+            Cells::Counters => p.positions().all(|pos| counter_at(cells, pos) != 0),
+        })
+    }
+
+    /// The counts of `key`'s cells, smallest first (counting filters; 15 means stuck).
+    pub(super) fn counts_of(&self, key: &[u8]) -> Result<Vec<u8>> {
+        let p = self.probe(key);
+        let replies = self.session.run_fast(|w| {
+            w.command(4);
+            w.arg(b"GETRANGE");
+            w.arg(self.layout.key(p.addr.shard).as_bytes());
+            w.uint(p.addr.byte);
+            w.uint(p.addr.last_byte());
+        })?;
+        let reply = replies.into_iter().next().unwrap_or(Value::Nil);
+        // Validates length and tag.
+        self.check_block(&p, reply.clone())?;
+        let bytes = value::bytes(reply, self.layout.key(p.addr.shard))?;
+        let mut counts: Vec<u8> = p.positions().map(|pos| counter_at(&bytes, pos)).collect();
+        counts.sort_unstable();
+        debug_assert!(counts.iter().all(|&c| i64::from(c) <= COUNTER_MAX));
+        Ok(counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shared::layout::Layout;
+
+    fn probe(layout: &Layout, block: u64, masks: [u64; BLOCK_WORDS]) -> Probe {
+        Probe {
+            addr: layout.addr(block),
+            masks,
+        }
+    }
+
+    #[test]
+    fn positions_are_the_mask_bits_in_order() {
+        let l = Layout::new("t", 10, 2, Cells::Bits).unwrap();
+        let mut masks = [0u64; BLOCK_WORDS];
+        masks[0] = 0b1001;
+        masks[7] = 1 << 63;
+        let p = probe(&l, 3, masks);
+        assert_eq!(p.positions().collect::<Vec<_>>(), vec![0, 3, 511]);
+        assert_eq!(p.cells(), 3);
+    }
+
+    #[test]
+    fn groups_keep_batch_order_per_shard_and_cap_the_cells() {
+        let l = Layout::new("t", 100, 4, Cells::Bits).unwrap();
+        let mut masks = [0u64; BLOCK_WORDS];
+        masks[1] = 0x7f; // 7 cells per key
+                         // Keys alternate between blocks 0 (shard 0) and 99 (shard 3).
+        let plan: Vec<Probe> = (0..2000)
+            .map(|i| probe(&l, if i % 2 == 0 { 0 } else { 99 }, masks))
+            .collect();
+        let gs = groups(&plan, 4);
+        let mut seen: Vec<usize> = Vec::new();
+        for g in &gs {
+            assert!(g.cells <= MAX_OPS && !g.keys.is_empty());
+            assert_eq!(g.cells, g.keys.len() * 7);
+            assert!(g.keys.windows(2).all(|w| w[0] < w[1]));
+            assert!(g.keys.iter().all(|&i| plan[i].addr.shard == g.shard));
+            seen.extend(&g.keys);
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..2000).collect::<Vec<_>>());
+        // 1000 keys × 7 cells per shard, at most 4096 cells per command: 2 commands each.
+        assert_eq!(gs.len(), 4);
+    }
+}

@@ -1,0 +1,285 @@
+//! The counting shared filter (4-bit saturating counters, `BITFIELD … OVERFLOW SAT INCRBY
+//! u4`) against a real `redis-server`: removes are exact and never cost another key its
+//! answer, the counters are the local `CountingFilter`'s counters bit for bit, saturation
+//! sticks, concurrent adders and removers leave no false negative, and a lost filter is an
+//! error for adds, lookups and removes alike.
+#![cfg(feature = "redis")]
+
+mod redis_support;
+
+use std::collections::HashSet;
+
+use bloomsled::shared::{Endpoint, SharedFilter, SharedOptions};
+use bloomsled::{CountingFilter, Error, Filter, FilterConfig};
+use redis_support::Server;
+
+fn keys(prefix: &str, n: usize) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| format!("https://{prefix}.example/{i}").into_bytes())
+        .collect()
+}
+
+/// A local counting filter of the shared filter's shape.
+fn local_twin(f: &SharedFilter, cfg: &FilterConfig) -> CountingFilter {
+    CountingFilter::with_shape(cfg.shape().unwrap(), f.shape().capacity).unwrap()
+}
+
+/// `a` and `b` set the same bits: equal counts of ones, and their union adds none.
+fn assert_same_bits(a: &Filter, b: &Filter) {
+    let u = Filter::with_shape(a.shape(), a.capacity()).unwrap();
+    u.union(a).unwrap();
+    u.union(b).unwrap();
+    assert!(
+        a.fill_ratio() == b.fill_ratio() && u.fill_ratio() == a.fill_ratio(),
+        "bits differ: fill {} / {} / union {}",
+        a.fill_ratio(),
+        b.fill_ratio(),
+        u.fill_ratio()
+    );
+}
+
+#[test]
+fn removes_are_exact_and_the_counters_match_a_local_counting_filter() {
+    require_redis!();
+    let s = Server::start();
+    let ep = Endpoint::url(s.url());
+    let cfg = FilterConfig::new(10_000);
+    let f = SharedFilter::create_counting(&ep, "sessions", &cfg).unwrap();
+    assert!(f.shape().counting);
+    let local = local_twin(&f, &cfg);
+
+    let all = keys("k", 10_000);
+    let news = f.add_many(&all).unwrap();
+    assert!(news.iter().filter(|&&n| n).count() > 9_800);
+    // Some keys twice: their counters go to 2 (or more), and re-adding is not new.
+    let twice = &all[..1_000];
+    assert!(f.add_many(twice).unwrap().iter().all(|&n| !n));
+    for k in all.iter().chain(twice) {
+        local.insert(k);
+    }
+    assert!(f.contains_many(&all).unwrap().iter().all(|&b| b));
+
+    // Remove one add of the first half: the twice-added stay, the rest of the half go.
+    let (gone, kept) = all.split_at(5_000);
+    let removed = f.remove_many(gone).unwrap();
+    assert!(removed.iter().all(|&r| r), "every removed key was present");
+    for k in gone {
+        assert!(local.remove(k));
+    }
+    let answers = f.contains_many(&all).unwrap();
+    let fn_kept = kept
+        .iter()
+        .zip(&answers[5_000..])
+        .filter(|(_, &a)| !a)
+        .count();
+    assert_eq!(fn_kept, 0, "a remove cost a kept key its answer");
+    assert!(
+        answers[..1_000].iter().all(|&a| a),
+        "added twice, removed once"
+    );
+    let still = answers[1_000..5_000].iter().filter(|&&a| a).count();
+    assert!(
+        still < 400,
+        "{still} of 4,000 removed keys still answer maybe"
+    );
+
+    // The same counters as the local filter, key by key and bit for bit.
+    let pulled = f.pull_counting().unwrap();
+    for k in &all {
+        assert_eq!(pulled.count(k), local.count(k));
+        assert_eq!(f.counts(k).unwrap()[0], local.count(k));
+        assert_eq!(pulled.contains(k), local.contains(k));
+    }
+    assert_same_bits(&f.pull().unwrap(), local.bits());
+    assert_same_bits(pulled.bits(), local.bits());
+
+    let st = f.stats().unwrap();
+    assert_eq!(st.redis_bytes, st.shape.num_blocks * 264);
+    let nonzero = local.nonzero_counters();
+    assert_eq!(st.ones, nonzero, "{st:?}");
+    assert!(
+        (st.estimated_items as f64 - 6_000.0).abs() < 600.0,
+        "{st:?}"
+    );
+}
+
+#[test]
+fn removing_an_absent_key_changes_nothing_and_saturated_counters_stick() {
+    require_redis!();
+    let s = Server::start();
+    let ep = Endpoint::url(s.url());
+    let f = SharedFilter::create_counting(&ep, "c", &FilterConfig::new(1_000)).unwrap();
+    f.add_many(&keys("in", 500)).unwrap();
+    let before = f.pull_counting().unwrap();
+    // Keys never added: those the filter rejects are refused, and nothing moves.
+    let strangers: Vec<Vec<u8>> = keys("out", 2_000)
+        .into_iter()
+        .filter(|k| !before.contains(k))
+        .collect();
+    assert!(strangers.len() > 1_900);
+    assert!(f.remove_many(&strangers).unwrap().iter().all(|&r| !r));
+    let after = f.pull_counting().unwrap();
+    assert_same_bits(after.bits(), before.bits());
+    for k in keys("in", 500) {
+        assert_eq!(after.count(&k), before.count(&k));
+    }
+
+    // Twenty adds of one key: its counters stick at 15, and twenty removes keep it.
+    let hot = b"hot key";
+    for _ in 0..20 {
+        f.add(hot).unwrap();
+    }
+    assert!(f.counts(hot).unwrap().iter().all(|&c| c == 15));
+    for _ in 0..20 {
+        assert!(f.remove(hot).unwrap());
+    }
+    assert!(
+        f.contains(hot).unwrap(),
+        "a stuck counter never drops a key"
+    );
+    // Every other key is still there.
+    assert!(f
+        .contains_many(&keys("in", 500))
+        .unwrap()
+        .iter()
+        .all(|&b| b));
+}
+
+#[test]
+fn concurrent_adders_and_removers_leave_no_false_negative() {
+    require_redis!();
+    let s = Server::start();
+    let ep = Endpoint::url(s.url());
+    let cfg = FilterConfig::new(40_000);
+    SharedFilter::create_counting(&ep, "busy", &cfg).unwrap();
+    // Four threads, each with its own handle: each adds its keys, removes every third, and
+    // adds some of those back.
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let ep = ep.clone();
+            std::thread::spawn(move || {
+                let f = SharedFilter::open(&ep, "busy").unwrap();
+                let mine = keys(&format!("t{t}"), 8_000);
+                for chunk in mine.chunks(500) {
+                    f.add_many(chunk).unwrap();
+                }
+                let out: Vec<Vec<u8>> = mine.iter().step_by(3).cloned().collect();
+                for chunk in out.chunks(300) {
+                    assert!(f.remove_many(chunk).unwrap().iter().all(|&r| r));
+                }
+                let back: Vec<Vec<u8>> = out.iter().step_by(2).cloned().collect();
+                f.add_many(&back).unwrap();
+                let gone: HashSet<Vec<u8>> = out.into_iter().collect();
+                let back: HashSet<Vec<u8>> = back.into_iter().collect();
+                mine.into_iter()
+                    .filter(|k| !gone.contains(k) || back.contains(k))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let present: Vec<Vec<u8>> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    let f = SharedFilter::open(&ep, "busy").unwrap();
+    let answers = f.contains_many(&present).unwrap();
+    let misses = answers.iter().filter(|&&a| !a).count();
+    assert_eq!(
+        misses,
+        0,
+        "{misses} false negatives among {}",
+        present.len()
+    );
+}
+
+#[test]
+fn a_lost_counting_filter_is_an_error_for_every_operation() {
+    require_redis!();
+    let s = Server::start();
+    let ep = Endpoint::url(s.url());
+    let f = SharedFilter::create_counting(&ep, "lost", &FilterConfig::new(1_000)).unwrap();
+    let ks = keys("k", 200);
+    f.add_many(&ks).unwrap();
+    let mut con = s.client();
+    redis::cmd("FLUSHALL").query::<()>(&mut con).unwrap();
+    let lost = |r: Result<Vec<bool>, Error>| {
+        assert!(
+            matches!(r, Err(Error::SharedFilterLost { .. })),
+            "expected a lost filter, got {r:?}"
+        )
+    };
+    lost(f.contains_many(&ks));
+    lost(f.remove_many(&ks));
+    lost(f.add_many(&ks));
+    // The add above recreated nothing usable: still lost, never "absent".
+    lost(f.contains_many(&ks));
+    assert!(f.pull_counting().is_err() && f.stats().is_err());
+}
+
+#[test]
+fn counting_and_plain_are_different_shapes_and_misuse_is_a_typed_error() {
+    require_redis!();
+    let s = Server::start();
+    let ep = Endpoint::url(s.url());
+    let cfg = FilterConfig::new(1_000);
+    let plain = SharedFilter::create(&ep, "plain", &cfg).unwrap();
+    let counting = SharedFilter::create_counting(&ep, "counting", &cfg).unwrap();
+    // Same name, other variant: the record says which it is.
+    assert!(matches!(
+        SharedFilter::create_counting(&ep, "plain", &cfg),
+        Err(Error::RedisShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        SharedFilter::create(&ep, "counting", &cfg),
+        Err(Error::RedisShapeMismatch { .. })
+    ));
+    let opened = SharedFilter::open(&ep, "counting").unwrap();
+    assert!(opened.shape().counting);
+    assert!(opened.shape().to_string().contains("blocked512-k2-count4"));
+    // Removes and counts need counters; bits cannot be pushed into counters.
+    assert!(matches!(
+        plain.remove(b"x"),
+        Err(Error::InvalidConfig { .. })
+    ));
+    assert!(matches!(
+        plain.counts(b"x"),
+        Err(Error::InvalidConfig { .. })
+    ));
+    assert!(matches!(
+        plain.pull_counting(),
+        Err(Error::InvalidConfig { .. })
+    ));
+    let local = Filter::with_shape(cfg.shape().unwrap(), 1_000).unwrap();
+    local.insert(b"x");
+    assert!(matches!(
+        counting.push(&local),
+        Err(Error::InvalidConfig { .. })
+    ));
+    // Explicit options: a counting filter over 3 shards.
+    let three = SharedFilter::create_with(
+        &ep,
+        "three",
+        &cfg,
+        &SharedOptions {
+            shards: Some(3),
+            counting: true,
+        },
+    )
+    .unwrap();
+    assert_eq!(three.shape().shards, 3);
+    three.add_many(&keys("a", 300)).unwrap();
+    assert!(three
+        .contains_many(&keys("a", 300))
+        .unwrap()
+        .iter()
+        .all(|&b| b));
+    assert_eq!(
+        three
+            .remove_many(&keys("a", 300))
+            .unwrap()
+            .iter()
+            .filter(|&&r| r)
+            .count(),
+        300
+    );
+}
