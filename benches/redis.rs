@@ -5,8 +5,10 @@
 //! own on a free port without persistence and kills it at the end).
 //!
 //! Contenders, batched (1,000 keys per pipeline) and single-key (one round trip each):
-//! - bloomsled: `GETRANGE` of the key's block + epoch tag / one `BITFIELD` (tag `GET` and
-//!   k `SET u1`);
+//! - bloomsled: `GETRANGE` of the key's block + epoch tag per key / one `BITFIELD` per shard
+//!   a batch touches (one tag `GET`, then k `SET u1` per key);
+//! - bloomsled counting: the same with `OVERFLOW SAT INCRBY u4` per cell, and removes (one
+//!   script per shard a batch touches);
 //! - classic (the PHP class's pattern): `MULTI` + k `SETBIT`/`GETBIT` + `EXEC` per key;
 //! - classic without MULTI: k bare `GETBIT` per key (the cheapest classic lookup);
 //! - classic, raw RESP: the classic batches written as raw protocol bytes, as bloomsled
@@ -43,6 +45,9 @@ fn main() {
     let server = redis_support::Server::start();
     let ep = Endpoint::url(server.url());
     let f = SharedFilter::create(&ep, "bench", &FilterConfig::new(KEYS as u64 * 2)).unwrap();
+    let fc =
+        SharedFilter::create_counting(&ep, "bench-counting", &FilterConfig::new(KEYS as u64 * 2))
+            .unwrap();
     let k = f.shape().num_hashes;
     let m = f.shape().num_blocks * 512;
     let mut con = server.client();
@@ -93,6 +98,26 @@ fn main() {
             f.add_many(chunk).unwrap();
         }
         record("bloomsled add (batched)", t.elapsed().as_secs_f64(), KEYS);
+
+        // Counting: add every key, then remove every key (back to zero for the next round).
+        let t = Instant::now();
+        for chunk in keys.chunks(BATCH) {
+            fc.add_many(chunk).unwrap();
+        }
+        record(
+            "bloomsled counting add (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
+        let t = Instant::now();
+        for chunk in keys.chunks(BATCH) {
+            assert!(fc.remove_many(chunk).unwrap().iter().all(|&r| r));
+        }
+        record(
+            "bloomsled counting remove (batched)",
+            t.elapsed().as_secs_f64(),
+            KEYS,
+        );
 
         let t = Instant::now();
         for chunk in keys.chunks(BATCH) {
@@ -346,6 +371,14 @@ fn main() {
         (
             "bloomsled add (batched)",
             "redisson-style EVALSHA add (batched)",
+        ),
+        (
+            "bloomsled counting add (batched)",
+            "classic MULTI+SETBIT add (batched)",
+        ),
+        (
+            "bloomsled counting remove (batched)",
+            "classic MULTI+SETBIT add (batched)",
         ),
         (
             "bloomsled lookup (single key)",

@@ -278,3 +278,76 @@ fn php_layout_add_and_check() {
         assert!(!out.status.success() && out.stdout.is_empty(), "{bad:?}");
     }
 }
+
+#[test]
+fn counting_create_add_remove_check_and_stats() {
+    require_redis!();
+    let s = Server::start();
+    let url = s.url();
+    let ok = |args: &[&str], stdin: &[u8]| {
+        let out = run(args, stdin);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let created = ok(
+        &[
+            "--json",
+            "redis",
+            "create",
+            "n",
+            "--url",
+            &url,
+            "--items",
+            "5000",
+            "--fpr",
+            "0.01",
+            "--counting",
+        ],
+        b"",
+    );
+    let v: serde_json::Value = serde_json::from_str(&created).unwrap();
+    assert_eq!(v["counting"], true);
+    ok(
+        &["redis", "add", "n", "--url", &url],
+        lines("k", 4_000).as_bytes(),
+    );
+    // Remove the first half, plus keys that were never added.
+    let mut gone = lines("k", 2_000);
+    gone += &lines("never", 500);
+    let removed = ok(
+        &["--json", "redis", "remove", "n", "--url", &url],
+        gone.as_bytes(),
+    );
+    let v: serde_json::Value = serde_json::from_str(&removed).unwrap();
+    assert_eq!(v["read"], 2_500);
+    let r = v["removed"].as_u64().unwrap();
+    assert!((2_000..2_020).contains(&r), "removed {r}");
+    let out = ok(
+        &["redis", "check", "n", "--url", &url],
+        lines("k", 4_000).as_bytes(),
+    );
+    let rows: Vec<&str> = out.lines().collect();
+    assert_eq!(rows.len(), 4_000);
+    assert!(
+        rows[2_000..].iter().all(|l| l.starts_with("maybe\t")),
+        "a kept key answered absent"
+    );
+    let absent = rows[..2_000]
+        .iter()
+        .filter(|l| l.starts_with("absent\t"))
+        .count();
+    assert!(absent > 1_900, "only {absent} of 2,000 removed keys absent");
+    let stats = ok(&["--json", "redis", "stats", "n", "--url", &url], b"");
+    let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    assert_eq!(v["counting"], true);
+    let items = v["estimated_items"].as_u64().unwrap();
+    assert!((1_800..2_300).contains(&items), "{items}");
+    // A plain filter cannot remove: an error and a non-zero exit.
+    ok(
+        &["redis", "create", "plain", "--url", &url, "--items", "100"],
+        b"",
+    );
+    let out = run(&["redis", "remove", "plain", "--url", &url], b"x\n");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("counting"));
+}

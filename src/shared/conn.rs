@@ -12,6 +12,8 @@ use redis::{Cmd, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 
+use super::resp::{Packer, Sink, Words};
+
 /// Default time allowed to establish a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time allowed for one reply (or one pipeline's replies).
@@ -140,20 +142,67 @@ impl Conn {
 }
 
 impl Conn {
-    /// Sends `packed` (`count` commands written by [`super::resp::Packer`]) as one pipeline
-    /// to a single server and reads the `count` replies; `None` on a cluster, whose commands
-    /// must be routed one by one (use [`Conn::run`]).
-    pub(crate) fn run_packed(
+    /// Runs the commands `write` writes as one pipeline to a single server, sent while they
+    /// are being written (every [`SEND_BYTES`], so the server works on the first commands
+    /// while the client writes the next), then reads every reply; `None` on a cluster, whose
+    /// commands must be routed one by one (use [`Conn::run`]).
+    pub(crate) fn run_streamed(
         &mut self,
-        packed: &[u8],
-        count: usize,
+        write: &dyn Fn(&mut dyn Sink),
     ) -> Option<redis::RedisResult<Vec<Value>>> {
-        use redis::ConnectionLike;
-        match self {
-            Conn::Single(con) if count > 0 => Some(con.req_packed_commands(packed, 0, count)),
-            Conn::Single(_) => Some(Ok(Vec::new())),
-            Conn::Cluster(_) => None,
+        let Conn::Single(con) = self else {
+            return None;
+        };
+        let mut s = Streamer {
+            p: Packer::default(),
+            con,
+            failed: None,
+        };
+        write(&mut s);
+        let Streamer { p, con, failed } = s;
+        if let Some(e) = failed {
+            return Some(Err(e));
         }
+        Some((|| {
+            if !p.buf.is_empty() {
+                con.send_packed_command(&p.buf)?;
+            }
+            (0..p.count).map(|_| con.recv_response()).collect()
+        })())
+    }
+}
+
+/// Bytes of commands written before they are sent.
+const SEND_BYTES: usize = 32 << 10;
+
+/// A RESP writer that sends what it has written at command boundaries.
+struct Streamer<'a> {
+    p: Packer,
+    con: &'a mut redis::Connection,
+    failed: Option<redis::RedisError>,
+}
+
+impl Sink for Streamer<'_> {
+    fn command(&mut self, args: usize) {
+        if self.p.buf.len() >= SEND_BYTES && self.failed.is_none() {
+            if let Err(e) = self.con.send_packed_command(&self.p.buf) {
+                self.failed = Some(e);
+            }
+            self.p.buf.clear();
+        }
+        self.p.command(args);
+    }
+
+    fn arg(&mut self, bytes: &[u8]) {
+        self.p.arg(bytes);
+    }
+
+    fn uint(&mut self, v: u64) {
+        self.p.uint(v);
+    }
+
+    fn words(&mut self, w: &Words) {
+        Sink::words(&mut self.p, w);
     }
 }
 

@@ -7,7 +7,7 @@ use redis::{Cmd, Value};
 use crate::error::{Error, Result};
 
 use super::conn::{Conn, Endpoint};
-use super::resp::{Cmds, Packer, Sink};
+use super::resp::{Cmds, Sink};
 
 /// The endpoint and its current connection (none after a dropped connection, until the
 /// next call reconnects).
@@ -56,17 +56,13 @@ impl Session {
             write(&mut c);
             return self.run(|| c.0.clone());
         }
-        let mut p = Packer::default();
-        write(&mut p);
         let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let attempt = |slot: &mut Option<Conn>| -> Result<Vec<Value>> {
             let conn = match slot {
                 Some(c) => c,
                 None => slot.insert(self.endpoint.connect()?),
             };
-            let r = conn
-                .run_packed(&p.buf, p.count)
-                .unwrap_or_else(|| Ok(Vec::new()));
+            let r = conn.run_streamed(&write).unwrap_or_else(|| Ok(Vec::new()));
             if let Err(e) = &r {
                 if e.is_connection_dropped() || e.is_io_error() || e.is_timeout() {
                     *slot = None;

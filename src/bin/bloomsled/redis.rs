@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use crate::output::progress;
 use bloomsled::hash::classic::ClassicHash;
-use bloomsled::shared::{ClassicFilter, Endpoint, SharedFilter, SharedStats};
+use bloomsled::shared::{ClassicFilter, Endpoint, SharedFilter, SharedOptions, SharedStats};
 use bloomsled::{Filter, FilterConfig};
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -132,6 +132,10 @@ pub enum RedisCommand {
         /// least 16).
         #[arg(long)]
         shards: Option<u64>,
+        /// A 4-bit counter per position instead of a bit (four times the memory), so that
+        /// `redis remove` can take keys out again.
+        #[arg(long)]
+        counting: bool,
     },
     /// Add keys, one per line, from FILE or `-` (standard input).
     Add {
@@ -153,9 +157,18 @@ pub enum RedisCommand {
         #[arg(default_value = "-")]
         file: String,
     },
+    /// Remove keys, one per line, from FILE or `-` (a filter made with `create --counting`;
+    /// remove only keys that were added).
+    Remove {
+        #[command(flatten)]
+        target: Target,
+        /// Input file, or `-` for standard input.
+        #[arg(default_value = "-")]
+        file: String,
+    },
     /// Shape, fill and estimated items and false-positive rate.
-    #[command(alias = "stats")]
-    Info {
+    #[command(alias = "info")]
+    Stats {
         #[command(flatten)]
         target: Target,
     },
@@ -189,18 +202,24 @@ pub fn run(cmd: &RedisCommand, json_mode: bool) -> Result<ExitCode, String> {
             fpr,
             bits_per_key,
             shards,
+            counting,
         } => {
             let mut cfg = FilterConfig::new(*items).false_positive_rate(*fpr);
             if let Some(b) = bits_per_key {
                 cfg = cfg.bits_per_key(*b);
             }
-            let f = SharedFilter::create_sharded(&target.endpoint()?, &target.name, &cfg, *shards)
+            let options = SharedOptions {
+                shards: *shards,
+                counting: *counting,
+            };
+            let f = SharedFilter::create_with(&target.endpoint()?, &target.name, &cfg, &options)
                 .map_err(|e| e.to_string())?;
             let s = f.shape();
             report(
                 json_mode,
                 json!({"name": f.name(), "blocks": s.num_blocks, "k": s.num_hashes,
-                       "shards": s.shards, "capacity": s.capacity, "epoch": f.epoch()}),
+                       "shards": s.shards, "capacity": s.capacity, "counting": s.counting,
+                       "epoch": f.epoch()}),
                 || format!("{}: {s}", f.name()),
             );
         }
@@ -214,7 +233,8 @@ pub fn run(cmd: &RedisCommand, json_mode: bool) -> Result<ExitCode, String> {
             layout,
             file,
         } => check(&AnyShared::open(target, layout)?, file)?,
-        RedisCommand::Info { target } => info(
+        RedisCommand::Remove { target, file } => remove(&target.open()?, file, json_mode)?,
+        RedisCommand::Stats { target } => stats(
             &target.open()?.stats().map_err(|e| e.to_string())?,
             json_mode,
         ),
@@ -289,6 +309,22 @@ fn add(f: &AnyShared, file: &str, json_mode: bool) -> Result<(), String> {
     Ok(())
 }
 
+fn remove(f: &SharedFilter, file: &str, json_mode: bool) -> Result<(), String> {
+    let mut removed = 0u64;
+    let n = for_each_batch(file, "removing", |keys| {
+        let done = f.remove_many(keys).map_err(|e| e.to_string())?;
+        removed += done.iter().filter(|&&b| b).count() as u64;
+        Ok(())
+    })?;
+    let absent = n - removed;
+    report(
+        json_mode,
+        json!({"read": n, "removed": removed, "absent": absent}),
+        || format!("removed {removed} of {n} keys ({absent} were not in the filter)"),
+    );
+    Ok(())
+}
+
 fn check(f: &AnyShared, file: &str) -> Result<(), String> {
     let mut out = BufWriter::new(io::stdout().lock());
     for_each_batch(file, "checking", |keys| {
@@ -306,12 +342,13 @@ fn check(f: &AnyShared, file: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn info(s: &SharedStats, json_mode: bool) {
+fn stats(s: &SharedStats, json_mode: bool) {
     report(
         json_mode,
         json!({
             "name": s.name, "blocks": s.shape.num_blocks, "k": s.shape.num_hashes,
             "seed": s.shape.seed, "shards": s.shape.shards, "capacity": s.shape.capacity,
+            "counting": s.shape.counting,
             "epoch": s.epoch, "bits": s.num_bits, "ones": s.ones, "fill_ratio": s.fill_ratio,
             "estimated_items": s.estimated_items, "estimated_fpr": s.estimated_fpr,
             "target_fpr": s.target_fpr, "redis_bytes": s.redis_bytes,
@@ -348,9 +385,11 @@ fn push(db: &PathBuf, tree: Option<&str>, target: &Target, json_mode: bool) -> R
     let shared = target.open()?;
     let local = t.filter_snapshot();
     let s = shared.shape();
+    // Bits can be ORed into a plain filter of the same shape; counters need every key.
     let same = local.num_blocks() == s.num_blocks
         && local.num_hashes() == s.num_hashes
-        && local.seed() == s.seed;
+        && local.seed() == s.seed
+        && !s.counting;
     let (how, n) = if same {
         let shards = shared.push(&local).map_err(|e| e.to_string())?;
         ("bits", shards)
@@ -377,7 +416,7 @@ fn push(db: &PathBuf, tree: Option<&str>, target: &Target, json_mode: bool) -> R
         if how == "bits" {
             format!("pushed the filter's bits ({n} shards written)")
         } else {
-            format!("shapes differ: pushed {n} keys one by one")
+            format!("pushed {n} keys one by one (the shapes differ, or the shared filter counts)")
         }
     });
     Ok(())
