@@ -1,12 +1,16 @@
 //! `bloomsled redis …` against a real redis-server: the output contract scripts rely on,
-//! several processes adding at once, and errors that never print "absent".
+//! several processes adding at once, errors that never print "absent", and a creator
+//! killed mid-creation.
 #![cfg(all(feature = "redis", feature = "cli"))]
 
 mod redis_support;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
+use bloomsled::shared::{Endpoint, SharedFilter};
+use bloomsled::FilterConfig;
 use redis_support::Server;
 
 fn bin() -> Command {
@@ -350,4 +354,64 @@ fn counting_create_add_remove_check_and_stats() {
     let out = run(&["redis", "remove", "plain", "--url", &url], b"x\n");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("counting"));
+}
+
+#[test]
+fn a_creator_killed_mid_creation_does_not_block_the_name() {
+    require_redis!();
+    let s = Server::start();
+    let url = s.url();
+    let mut con = s.client();
+    // A creator of a big filter (about 280 MB of blocks), killed while it writes them.
+    let mut child = bin()
+        .args([
+            "redis",
+            "create",
+            "big",
+            "--url",
+            &url,
+            "--items",
+            "200000000",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let record = loop {
+        let r: Option<String> = redis::cmd("GET")
+            .arg("bloomsled:{big}:config")
+            .query(&mut con)
+            .unwrap();
+        if let Some(r) = r {
+            break r;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no record");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(record.contains("state=init"), "{record}");
+    std::thread::sleep(Duration::from_millis(200));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Its record is a lease that runs out, not a lock held forever.
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("bloomsled:{big}:config")
+        .query(&mut con)
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 20_000, "PTTL {ttl}");
+    // Another creator (another shape) waits for the lease, then creates the name afresh.
+    let t = Instant::now();
+    let f = SharedFilter::create(&Endpoint::url(&url), "big", &FilterConfig::new(1_000)).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(25));
+    assert_eq!(f.shape().capacity, 1_000);
+    let ks: Vec<Vec<u8>> = (0..1_000).map(|i| format!("k{i}").into_bytes()).collect();
+    f.add_many(&ks).unwrap();
+    assert!(f.contains_many(&ks).unwrap().iter().all(|&b| b));
+    // The finished record has no deadline.
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("bloomsled:{big}:config")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(ttl, -1);
+    assert!(f.stats().is_ok());
 }

@@ -17,8 +17,13 @@ use super::{init, lost, value};
 /// keeping round trips rare (one per node per this many keys).
 const PIPELINE_KEYS: usize = 8192;
 
-/// How long `open` waits for a filter that another process is still creating.
-const READY_WAIT: Duration = Duration::from_secs(30);
+/// How long `open` waits for a filter that another process is still creating (a live
+/// creator keeps its lease, see [`init::LEASE`]; a dead one's record expires sooner).
+const READY_WAIT: Duration = Duration::from_secs(120);
+
+/// Times `create` tries again when the record it waited on vanished (its creator died and
+/// the lease expired, or it was deleted).
+const CREATE_ATTEMPTS: u32 = 3;
 
 /// Options of [`SharedFilter::create_with`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -143,52 +148,67 @@ impl SharedFilter {
             counting: options.counting,
         };
         let session = Session::open(endpoint)?;
-        let record = Record {
-            shape,
-            epoch: new_epoch(),
-            state: State::Init,
-        };
         let key = layout::config_key(name);
-        let set = session.one(
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(record.encode())
-                .arg("NX")
-                .clone(),
-        )?;
-        if matches!(set, Value::Nil) {
-            // Someone else created it (or is creating it): use theirs if it is ours.
-            let f = Self::open_session(session, name)?;
-            if f.shape != shape {
-                return Err(Error::RedisShapeMismatch {
-                    name: name.into(),
-                    asked: shape.to_string(),
-                    found: f.shape.to_string(),
+        for attempt in 1.. {
+            let record = Record {
+                shape,
+                epoch: new_epoch(),
+                state: State::Init,
+            };
+            // The init record is a lease: it expires unless its creator renews it while it
+            // writes the blocks, so a creator that dies mid-way does not block the name.
+            let set = session.one(
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg(record.encode())
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(init::LEASE.as_millis() as u64)
+                    .clone(),
+            )?;
+            if !matches!(set, Value::Nil) {
+                init::write_blocks(&session, &layout, &record)?;
+                init::mark_ready(&session, name, &record)?;
+                return Ok(SharedFilter {
+                    session,
+                    layout,
+                    shape,
+                    epoch: record.epoch,
                 });
             }
-            return Ok(f);
+            // Someone else created it (or is creating it): use theirs if it is ours.
+            match Self::wait_ready(&session, name) {
+                Ok(r) if r.shape != shape => {
+                    return Err(Error::RedisShapeMismatch {
+                        name: name.into(),
+                        asked: shape.to_string(),
+                        found: r.shape.to_string(),
+                    })
+                }
+                Ok(r) => return Self::from_record(session, name, r),
+                // The record vanished while we waited: its creator died (the lease ran
+                // out) or it was deleted. Create it ourselves.
+                Err(Error::SharedFilterNotFound { .. }) if attempt < CREATE_ATTEMPTS => continue,
+                Err(e) => return Err(e),
+            }
         }
-        init::write_blocks(&session, &layout, record.epoch)?;
-        init::mark_ready(&session, name, &record)?;
-        Ok(SharedFilter {
-            session,
-            layout,
-            shape,
-            epoch: record.epoch,
-        })
+        unreachable!("the loop returns")
     }
 
     /// Opens the existing filter `name`, whatever its shape; [`Error::SharedFilterNotFound`]
     /// if there is none. Waits (up to 30 s) for a filter another process is still creating.
     pub fn open(endpoint: &Endpoint, name: &str) -> Result<Self> {
         layout::check_name(name)?;
-        Self::open_session(Session::open(endpoint)?, name)
+        let session = Session::open(endpoint)?;
+        let record = Self::wait_ready(&session, name)?;
+        Self::from_record(session, name, record)
     }
 
-    fn open_session(session: Session, name: &str) -> Result<Self> {
+    /// The filter's record once it is ready (waiting while another process creates it).
+    fn wait_ready(session: &Session, name: &str) -> Result<Record> {
         let key = layout::config_key(name);
         let start = Instant::now();
-        let record = loop {
+        loop {
             let text = match session.one(redis::cmd("GET").arg(&key).clone())? {
                 Value::Nil => {
                     return Err(Error::SharedFilterNotFound {
@@ -200,19 +220,23 @@ impl SharedFilter {
             };
             let r = Record::decode(&text)?;
             if r.state == State::Ready {
-                break r;
+                return Ok(r);
             }
             if start.elapsed() > READY_WAIT {
                 return Err(Error::SharedFilterNotFound {
                     name: name.into(),
                     why: format!(
-                        "still being created after {READY_WAIT:?} (its creator may have died; \
-                         delete {key:?} and create it again)"
+                        "still being created after {READY_WAIT:?} (a record without a lease, \
+                         left by an older version whose creator died? delete {key:?} and \
+                         create it again)"
                     ),
                 });
             }
             std::thread::sleep(Duration::from_millis(20));
-        };
+        }
+    }
+
+    fn from_record(session: Session, name: &str, record: Record) -> Result<Self> {
         let layout = Layout::new(
             name,
             record.shape.num_blocks,

@@ -12,15 +12,31 @@ use super::session::Session;
 /// copy holds besides the filter itself.
 pub(crate) const PIPELINE_BYTES: u64 = 16 << 20;
 
+/// How long an `init` record lives unless its creator renews it (after every pipeline of
+/// blocks it writes): a creator that dies leaves the name free again within this time.
+pub(crate) const LEASE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Renews the lease only if the record is still this creator's `init` record: never puts a
+/// deadline on another creator's record, least of all a ready one.
+const RENEW_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+                            return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
+
 /// Writes every shard in full: zero bits and the epoch in every block's tag. The first
 /// write of a shard is a `SET`, which replaces whatever the key held (a stale shard of a
 /// lost incarnation, bits a late client set after a flush).
-pub(crate) fn write_blocks(session: &Session, layout: &Layout, epoch: u64) -> Result<()> {
+pub(crate) fn write_blocks(session: &Session, layout: &Layout, record: &Record) -> Result<()> {
     let chunk = tagged_zeros(
         layout.cells.chunk_blocks().min(layout.shard_blocks),
         layout,
-        epoch,
+        record.epoch,
     );
+    let renew = redis::cmd("EVAL")
+        .arg(RENEW_SCRIPT)
+        .arg(1)
+        .arg(super::layout::config_key(&layout.name))
+        .arg(record.encode())
+        .arg(LEASE.as_millis() as u64)
+        .clone();
     let mut cmds = Vec::new();
     let mut pending = 0u64;
     for s in 0..layout.shards as usize {
@@ -44,6 +60,7 @@ pub(crate) fn write_blocks(session: &Session, layout: &Layout, epoch: u64) -> Re
             pending += n as u64;
             at += n as u64;
             if pending >= PIPELINE_BYTES {
+                cmds.push(renew.clone());
                 let batch = std::mem::take(&mut cmds);
                 session.run(|| batch.clone())?;
                 pending = 0;
