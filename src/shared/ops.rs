@@ -30,15 +30,12 @@ use crate::hash::hash_key;
 
 use super::filter::SharedFilter;
 use super::layout::{counter_at, BlockAddr, Cells, TAG_BYTES};
-use super::resp::{INCRBY_U4, ONE, SET_U1};
+use super::resp::{Sink, INCRBY_U4, ONE, SET_U1};
 use super::{lost, value};
 
 /// Cells written by one `BITFIELD` (or script) at most: bounds how long one command holds
 /// the server (a few hundred microseconds) and the size of its reply.
 const MAX_OPS: usize = 4096;
-
-/// Counters stick at this value (4-bit saturating).
-const COUNTER_MAX: i64 = 15;
 
 /// The remove script. KEYS: the shard, a marker key in the same slot. ARGV: the byte offset
 /// of the first key's tag, the epoch (8 bytes), then per key the number of its counters and
@@ -228,15 +225,9 @@ impl SharedFilter {
         out: &mut Vec<bool>,
     ) -> Result<()> {
         let plan = self.plan(keys);
-        let replies = self.session.run_fast(|w| {
-            for p in &plan {
-                w.command(4);
-                w.arg(b"GETRANGE");
-                w.arg(self.layout.key(p.addr.shard).as_bytes());
-                w.uint(p.addr.byte);
-                w.uint(p.addr.last_byte());
-            }
-        })?;
+        let replies = self
+            .session
+            .run_fast(|w| plan.iter().for_each(|p| self.write_getrange(w, p)))?;
         for (p, r) in plan.iter().zip(replies) {
             out.push(self.check_block(p, r)?);
         }
@@ -305,11 +296,20 @@ impl SharedFilter {
         Ok(())
     }
 
-    /// The block's epoch, then whether every cell of the key's pattern is set (bits) or
-    /// non-zero (counters).
-    fn check_block(&self, p: &Probe, reply: Value) -> Result<bool> {
+    /// `GETRANGE` of the key's block and its tag.
+    fn write_getrange(&self, w: &mut dyn Sink, p: &Probe) {
+        w.command(4);
+        w.arg(b"GETRANGE");
+        w.arg(self.layout.key(p.addr.shard).as_bytes());
+        w.uint(p.addr.byte);
+        w.uint(p.addr.last_byte());
+    }
+
+    /// The cells of a block read by [`SharedFilter::write_getrange`], once its length and
+    /// epoch are checked.
+    fn block_cells(&self, p: &Probe, reply: Value) -> Result<Vec<u8>> {
         let key = self.layout.key(p.addr.shard);
-        let bytes = value::bytes(reply, key)?;
+        let mut bytes = value::bytes(reply, key)?;
         let stride = self.layout.stride() as usize;
         if bytes.len() != stride {
             return Err(lost(
@@ -323,34 +323,35 @@ impl SharedFilter {
                 ),
             ));
         }
-        let (cells, tag) = bytes.split_at(stride - TAG_BYTES);
-        self.check_tag(p.addr, tag)?;
+        self.check_tag(p.addr, &bytes[stride - TAG_BYTES..])?;
+        bytes.truncate(stride - TAG_BYTES);
+        Ok(bytes)
+    }
+
+    /// Whether every cell of the key's pattern is set (bits) or non-zero (counters).
+    fn check_block(&self, p: &Probe, reply: Value) -> Result<bool> {
+        let cells = self.block_cells(p, reply)?;
         Ok(match self.layout.cells {
             Cells::Bits => p.masks.iter().enumerate().all(|(w, &m)| {
                 let word = u64::from_le_bytes(cells[w * 8..w * 8 + 8].try_into().unwrap_or([0; 8]));
                 word & m == m
             }),
-            Cells::Counters => p.positions().all(|pos| counter_at(cells, pos) != 0),
+            Cells::Counters => p.positions().all(|pos| counter_at(&cells, pos) != 0),
         })
     }
 
     /// The counts of `key`'s cells, smallest first (counting filters; 15 means stuck).
     pub(super) fn counts_of(&self, key: &[u8]) -> Result<Vec<u8>> {
         let p = self.probe(key);
-        let replies = self.session.run_fast(|w| {
-            w.command(4);
-            w.arg(b"GETRANGE");
-            w.arg(self.layout.key(p.addr.shard).as_bytes());
-            w.uint(p.addr.byte);
-            w.uint(p.addr.last_byte());
-        })?;
-        let reply = replies.into_iter().next().unwrap_or(Value::Nil);
-        // Validates length and tag.
-        self.check_block(&p, reply.clone())?;
-        let bytes = value::bytes(reply, self.layout.key(p.addr.shard))?;
-        let mut counts: Vec<u8> = p.positions().map(|pos| counter_at(&bytes, pos)).collect();
+        let reply = self
+            .session
+            .run_fast(|w| self.write_getrange(w, &p))?
+            .into_iter()
+            .next()
+            .unwrap_or(Value::Nil);
+        let cells = self.block_cells(&p, reply)?;
+        let mut counts: Vec<u8> = p.positions().map(|pos| counter_at(&cells, pos)).collect();
         counts.sort_unstable();
-        debug_assert!(counts.iter().all(|&c| i64::from(c) <= COUNTER_MAX));
         Ok(counts)
     }
 }
