@@ -149,7 +149,9 @@ impl SharedFilter {
         };
         let session = Session::open(endpoint)?;
         let key = layout::config_key(name);
-        for attempt in 1.. {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
             let record = Record {
                 shape,
                 epoch: new_epoch(),
@@ -192,7 +194,6 @@ impl SharedFilter {
                 Err(e) => return Err(e),
             }
         }
-        unreachable!("the loop returns")
     }
 
     /// Opens the existing filter `name`, whatever its shape; [`Error::SharedFilterNotFound`]
