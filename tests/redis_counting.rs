@@ -283,3 +283,106 @@ fn counting_and_plain_are_different_shapes_and_misuse_is_a_typed_error() {
         300
     );
 }
+
+/// A TCP proxy in front of a server that, when armed, forwards the client's request but
+/// cuts the connection when the server's reply comes back: the server has done the work,
+/// the client never hears of it and sends the request again on a new connection.
+struct CuttingProxy {
+    port: u16,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cuts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CuttingProxy {
+    fn start(upstream: String) -> CuttingProxy {
+        use std::io::{Read, Write};
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(AtomicBool::new(false));
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let (a, c) = (armed.clone(), cuts.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let server = TcpStream::connect(&upstream).unwrap();
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = c_in.read(&mut buf) {
+                        if n == 0 || s_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = s_out.shutdown(Shutdown::Both);
+                });
+                let (a, c) = (a.clone(), c.clone());
+                std::thread::spawn(move || {
+                    let (mut s_in, mut c_out) = (server, client);
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = s_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        if a.swap(false, Ordering::SeqCst) {
+                            c.fetch_add(1, Ordering::SeqCst);
+                            break; // the reply is dropped with the connection
+                        }
+                        if c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = c_out.shutdown(Shutdown::Both);
+                    let _ = s_in.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        CuttingProxy { port, armed, cuts }
+    }
+}
+
+#[test]
+fn a_remove_replayed_after_a_lost_reply_is_applied_once() {
+    use std::sync::atomic::Ordering;
+    require_redis!();
+    let s = Server::start();
+    let proxy = CuttingProxy::start(s.addr());
+    let ep = Endpoint::url(format!("redis://127.0.0.1:{}/", proxy.port));
+    // One shard, so a batch is one script: the whole reply is lost at once.
+    let f = SharedFilter::create_with(
+        &ep,
+        "replay",
+        &FilterConfig::new(1_000),
+        &SharedOptions {
+            shards: Some(1),
+            counting: true,
+        },
+    )
+    .unwrap();
+    let twice = keys("twice", 100);
+    f.add_many(&twice).unwrap();
+    f.add_many(&twice).unwrap();
+    let before: Vec<u8> = twice.iter().map(|k| f.counts(k).unwrap()[0]).collect();
+    assert!(before.iter().all(|&c| c >= 2));
+
+    // The server runs the remove; its reply is cut; bloomsled reconnects and sends it again.
+    proxy.armed.store(true, Ordering::SeqCst);
+    let removed = f.remove_many(&twice).unwrap();
+    assert_eq!(
+        proxy.cuts.load(Ordering::SeqCst),
+        1,
+        "the reply was not cut"
+    );
+    assert!(
+        removed.iter().all(|&r| r),
+        "the replay must give the first answer"
+    );
+    // Lowered once, not twice: every key added twice and removed once is still there.
+    for (k, b) in twice.iter().zip(&before) {
+        assert_eq!(f.counts(k).unwrap()[0], b - 1);
+    }
+    assert!(f.contains_many(&twice).unwrap().iter().all(|&m| m));
+}
