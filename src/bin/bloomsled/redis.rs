@@ -76,6 +76,18 @@ pub struct LayoutArgs {
     hashes: Option<String>,
 }
 
+/// A filter of either layout and the keys to give it, one per line.
+#[derive(Args, Debug)]
+pub struct KeyInput {
+    #[command(flatten)]
+    target: Target,
+    #[command(flatten)]
+    layout: LayoutArgs,
+    /// Input file, or `-` for standard input.
+    #[arg(default_value = "-")]
+    file: String,
+}
+
 /// The filter a command works on: either layout answers the same two questions.
 enum AnyShared {
     Blocked(SharedFilter),
@@ -138,25 +150,9 @@ pub enum RedisCommand {
         counting: bool,
     },
     /// Add keys, one per line, from FILE or `-` (standard input).
-    Add {
-        #[command(flatten)]
-        target: Target,
-        #[command(flatten)]
-        layout: LayoutArgs,
-        /// Input file, or `-` for standard input.
-        #[arg(default_value = "-")]
-        file: String,
-    },
+    Add(KeyInput),
     /// Print `maybe<TAB>key` or `absent<TAB>key` for each line of FILE or `-`.
-    Check {
-        #[command(flatten)]
-        target: Target,
-        #[command(flatten)]
-        layout: LayoutArgs,
-        /// Input file, or `-` for standard input.
-        #[arg(default_value = "-")]
-        file: String,
-    },
+    Check(KeyInput),
     /// Remove keys, one per line, from FILE or `-` (a filter made with `create --counting`;
     /// remove only keys that were added).
     Remove {
@@ -223,16 +219,8 @@ pub fn run(cmd: &RedisCommand, json_mode: bool) -> Result<ExitCode, String> {
                 || format!("{}: {s}", f.name()),
             );
         }
-        RedisCommand::Add {
-            target,
-            layout,
-            file,
-        } => add(&AnyShared::open(target, layout)?, file, json_mode)?,
-        RedisCommand::Check {
-            target,
-            layout,
-            file,
-        } => check(&AnyShared::open(target, layout)?, file)?,
+        RedisCommand::Add(k) => add(&AnyShared::open(&k.target, &k.layout)?, &k.file, json_mode)?,
+        RedisCommand::Check(k) => check(&AnyShared::open(&k.target, &k.layout)?, &k.file)?,
         RedisCommand::Remove { target, file } => remove(&target.open()?, file, json_mode)?,
         RedisCommand::Stats { target } => stats(
             &target.open()?.stats().map_err(|e| e.to_string())?,
