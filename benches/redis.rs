@@ -79,8 +79,11 @@ fn main() {
     );
 
     let mut results: Vec<(&str, Vec<f64>)> = Vec::new();
-    let mut record = |name: &'static str, secs: f64, n: usize| {
-        let rate = n as f64 / secs;
+    // Runs `work` (n keys' worth) and records its rate under `name`.
+    let mut timed = |name: &'static str, n: usize, work: &mut dyn FnMut()| {
+        let t = Instant::now();
+        work();
+        let rate = n as f64 / t.elapsed().as_secs_f64();
         match results.iter_mut().find(|(x, _)| *x == name) {
             Some((_, v)) => v.push(rate),
             None => results.push((name, vec![rate])),
@@ -93,228 +96,184 @@ fn main() {
             .arg("redisson")
             .exec(&mut con)
             .unwrap();
-        let t = Instant::now();
-        for chunk in keys.chunks(BATCH) {
-            f.add_many(chunk).unwrap();
-        }
-        record("bloomsled add (batched)", t.elapsed().as_secs_f64(), KEYS);
+        timed("bloomsled add (batched)", KEYS, &mut || {
+            for chunk in keys.chunks(BATCH) {
+                f.add_many(chunk).unwrap();
+            }
+        });
 
         // Counting: add every key, then remove every key (back to zero for the next round).
-        let t = Instant::now();
-        for chunk in keys.chunks(BATCH) {
-            fc.add_many(chunk).unwrap();
-        }
-        record(
-            "bloomsled counting add (batched)",
-            t.elapsed().as_secs_f64(),
-            KEYS,
-        );
-        let t = Instant::now();
-        for chunk in keys.chunks(BATCH) {
-            assert!(fc.remove_many(chunk).unwrap().iter().all(|&r| r));
-        }
-        record(
-            "bloomsled counting remove (batched)",
-            t.elapsed().as_secs_f64(),
-            KEYS,
-        );
-
-        let t = Instant::now();
-        for chunk in keys.chunks(BATCH) {
-            let mut p = redis::pipe();
-            for key in chunk {
-                p.cmd("MULTI");
-                for o in offsets(key) {
-                    p.cmd("SETBIT").arg("classic").arg(o).arg(1);
-                }
-                p.cmd("EXEC");
+        timed("bloomsled counting add (batched)", KEYS, &mut || {
+            for chunk in keys.chunks(BATCH) {
+                fc.add_many(chunk).unwrap();
             }
-            let _: Vec<Value> = p.query(&mut con).unwrap();
-        }
-        record(
-            "classic MULTI+SETBIT add (batched)",
-            t.elapsed().as_secs_f64(),
-            KEYS,
-        );
+        });
+        timed("bloomsled counting remove (batched)", KEYS, &mut || {
+            for chunk in keys.chunks(BATCH) {
+                assert!(fc.remove_many(chunk).unwrap().iter().all(|&r| r));
+            }
+        });
+
+        timed("classic MULTI+SETBIT add (batched)", KEYS, &mut || {
+            for chunk in keys.chunks(BATCH) {
+                let mut p = redis::pipe();
+                for key in chunk {
+                    p.cmd("MULTI");
+                    for o in offsets(key) {
+                        p.cmd("SETBIT").arg("classic").arg(o).arg(1);
+                    }
+                    p.cmd("EXEC");
+                }
+                let _: Vec<Value> = p.query(&mut con).unwrap();
+            }
+        });
 
         // The same commands written as raw RESP (as bloomsled writes its own), so the ratio
         // is not about the redis crate's command builder.
-        let t = Instant::now();
-        for chunk in keys.chunks(BATCH) {
-            let mut w = Resp::default();
-            for key in chunk {
-                w.cmd(&[b"MULTI"]);
-                for o in offsets(key) {
-                    w.cmd(&[b"SETBIT", b"classic", o.to_string().as_bytes(), b"1"]);
-                }
-                w.cmd(&[b"EXEC"]);
-            }
-            w.send(&mut con);
-        }
-        record(
+        timed(
             "classic MULTI+SETBIT add, raw RESP (batched)",
-            t.elapsed().as_secs_f64(),
             KEYS,
+            &mut || {
+                for chunk in keys.chunks(BATCH) {
+                    let mut w = Resp::default();
+                    for key in chunk {
+                        w.cmd(&[b"MULTI"]);
+                        for o in offsets(key) {
+                            w.cmd(&[b"SETBIT", b"classic", o.to_string().as_bytes(), b"1"]);
+                        }
+                        w.cmd(&[b"EXEC"]);
+                    }
+                    w.send(&mut con);
+                }
+            },
         );
 
-        let t = Instant::now();
-        for chunk in keys.chunks(BATCH) {
-            let mut p = redis::pipe();
-            for key in chunk {
-                p.cmd("EVALSHA")
-                    .arg(&add_sha)
-                    .arg(1)
-                    .arg("redisson")
-                    .arg(offsets(key));
+        timed("redisson-style EVALSHA add (batched)", KEYS, &mut || {
+            for chunk in keys.chunks(BATCH) {
+                let mut p = redis::pipe();
+                for key in chunk {
+                    p.cmd("EVALSHA")
+                        .arg(&add_sha)
+                        .arg(1)
+                        .arg("redisson")
+                        .arg(offsets(key));
+                }
+                let _: Vec<Value> = p.query(&mut con).unwrap();
             }
-            let _: Vec<Value> = p.query(&mut con).unwrap();
-        }
-        record(
-            "redisson-style EVALSHA add (batched)",
-            t.elapsed().as_secs_f64(),
-            KEYS,
-        );
+        });
 
-        let t = Instant::now();
         let mut found = 0;
-        for chunk in keys.chunks(BATCH) {
-            found += f
-                .contains_many(chunk)
-                .unwrap()
-                .iter()
-                .filter(|&&b| b)
-                .count();
-        }
-        record(
-            "bloomsled lookup (batched)",
-            t.elapsed().as_secs_f64(),
-            KEYS,
-        );
+        timed("bloomsled lookup (batched)", KEYS, &mut || {
+            for chunk in keys.chunks(BATCH) {
+                found += f
+                    .contains_many(chunk)
+                    .unwrap()
+                    .iter()
+                    .filter(|&&b| b)
+                    .count();
+            }
+        });
         assert_eq!(found, KEYS);
 
-        let t = Instant::now();
-        for chunk in keys.chunks(BATCH) {
-            let mut p = redis::pipe();
-            for key in chunk {
-                p.cmd("MULTI");
-                for o in offsets(key) {
-                    p.cmd("GETBIT").arg("classic").arg(o);
+        timed("classic MULTI+GETBIT lookup (batched)", KEYS, &mut || {
+            for chunk in keys.chunks(BATCH) {
+                let mut p = redis::pipe();
+                for key in chunk {
+                    p.cmd("MULTI");
+                    for o in offsets(key) {
+                        p.cmd("GETBIT").arg("classic").arg(o);
+                    }
+                    p.cmd("EXEC");
                 }
-                p.cmd("EXEC");
+                let v: Vec<Value> = p.query(&mut con).unwrap();
+                assert!(v.len() >= chunk.len());
             }
-            let v: Vec<Value> = p.query(&mut con).unwrap();
-            assert!(v.len() >= chunk.len());
-        }
-        record(
-            "classic MULTI+GETBIT lookup (batched)",
-            t.elapsed().as_secs_f64(),
-            KEYS,
-        );
+        });
 
-        let t = Instant::now();
-        for chunk in keys.chunks(BATCH) {
-            let mut w = Resp::default();
-            for key in chunk {
-                w.cmd(&[b"MULTI"]);
-                for o in offsets(key) {
-                    w.cmd(&[b"GETBIT", b"classic", o.to_string().as_bytes()]);
-                }
-                w.cmd(&[b"EXEC"]);
-            }
-            let v = w.send(&mut con);
-            assert_eq!(v.len(), chunk.len() * (k as usize + 2));
-        }
-        record(
+        timed(
             "classic MULTI+GETBIT lookup, raw RESP (batched)",
-            t.elapsed().as_secs_f64(),
             KEYS,
-        );
-
-        let t = Instant::now();
-        for chunk in keys.chunks(BATCH) {
-            let mut p = redis::pipe();
-            for key in chunk {
-                for o in offsets(key) {
-                    p.cmd("GETBIT").arg("classic").arg(o);
+            &mut || {
+                for chunk in keys.chunks(BATCH) {
+                    let mut w = Resp::default();
+                    for key in chunk {
+                        w.cmd(&[b"MULTI"]);
+                        for o in offsets(key) {
+                            w.cmd(&[b"GETBIT", b"classic", o.to_string().as_bytes()]);
+                        }
+                        w.cmd(&[b"EXEC"]);
+                    }
+                    let v = w.send(&mut con);
+                    assert_eq!(v.len(), chunk.len() * (k as usize + 2));
                 }
-            }
-            let v: Vec<i64> = p.query(&mut con).unwrap();
-            assert!(v.iter().all(|&b| b == 1));
-        }
-        record(
-            "classic bare GETBIT lookup (batched)",
-            t.elapsed().as_secs_f64(),
-            KEYS,
+            },
         );
 
-        let t = Instant::now();
-        for chunk in keys.chunks(BATCH) {
-            let mut p = redis::pipe();
-            for key in chunk {
-                p.cmd("EVALSHA")
-                    .arg(&has_sha)
-                    .arg(1)
-                    .arg("redisson")
-                    .arg(offsets(key));
+        timed("classic bare GETBIT lookup (batched)", KEYS, &mut || {
+            for chunk in keys.chunks(BATCH) {
+                let mut p = redis::pipe();
+                for key in chunk {
+                    for o in offsets(key) {
+                        p.cmd("GETBIT").arg("classic").arg(o);
+                    }
+                }
+                let v: Vec<i64> = p.query(&mut con).unwrap();
+                assert!(v.iter().all(|&b| b == 1));
             }
-            let v: Vec<i64> = p.query(&mut con).unwrap();
-            assert!(v.iter().all(|&b| b == 1));
-        }
-        record(
-            "redisson-style EVALSHA lookup (batched)",
-            t.elapsed().as_secs_f64(),
-            KEYS,
-        );
+        });
+
+        timed("redisson-style EVALSHA lookup (batched)", KEYS, &mut || {
+            for chunk in keys.chunks(BATCH) {
+                let mut p = redis::pipe();
+                for key in chunk {
+                    p.cmd("EVALSHA")
+                        .arg(&has_sha)
+                        .arg(1)
+                        .arg("redisson")
+                        .arg(offsets(key));
+                }
+                let v: Vec<i64> = p.query(&mut con).unwrap();
+                assert!(v.iter().all(|&b| b == 1));
+            }
+        });
 
         // Single keys: one round trip per operation for every contender.
         let few = &keys[round * SINGLE..(round + 1) * SINGLE];
-        let t = Instant::now();
-        for key in few {
-            assert!(f.contains(key).unwrap());
-        }
-        record(
-            "bloomsled lookup (single key)",
-            t.elapsed().as_secs_f64(),
-            SINGLE,
-        );
-        let t = Instant::now();
-        for key in few {
-            let mut p = redis::pipe();
-            p.atomic();
-            for o in offsets(key) {
-                p.cmd("GETBIT").arg("classic").arg(o);
+        timed("bloomsled lookup (single key)", SINGLE, &mut || {
+            for key in few {
+                assert!(f.contains(key).unwrap());
             }
-            let v: Vec<i64> = p.query(&mut con).unwrap();
-            assert!(v.iter().all(|&b| b == 1));
-        }
-        record(
+        });
+        timed(
             "classic MULTI+GETBIT lookup (single key)",
-            t.elapsed().as_secs_f64(),
             SINGLE,
+            &mut || {
+                for key in few {
+                    let mut p = redis::pipe();
+                    p.atomic();
+                    for o in offsets(key) {
+                        p.cmd("GETBIT").arg("classic").arg(o);
+                    }
+                    let v: Vec<i64> = p.query(&mut con).unwrap();
+                    assert!(v.iter().all(|&b| b == 1));
+                }
+            },
         );
-        let t = Instant::now();
-        for key in few {
-            f.add(key).unwrap();
-        }
-        record(
-            "bloomsled add (single key)",
-            t.elapsed().as_secs_f64(),
-            SINGLE,
-        );
-        let t = Instant::now();
-        for key in few {
-            let mut p = redis::pipe();
-            p.atomic();
-            for o in offsets(key) {
-                p.cmd("SETBIT").arg("classic").arg(o).arg(1);
+        timed("bloomsled add (single key)", SINGLE, &mut || {
+            for key in few {
+                f.add(key).unwrap();
             }
-            let _: Vec<i64> = p.query(&mut con).unwrap();
-        }
-        record(
-            "classic MULTI+SETBIT add (single key)",
-            t.elapsed().as_secs_f64(),
-            SINGLE,
-        );
+        });
+        timed("classic MULTI+SETBIT add (single key)", SINGLE, &mut || {
+            for key in few {
+                let mut p = redis::pipe();
+                p.atomic();
+                for o in offsets(key) {
+                    p.cmd("SETBIT").arg("classic").arg(o).arg(1);
+                }
+                let _: Vec<i64> = p.query(&mut con).unwrap();
+            }
+        });
     }
 
     // Commands the server runs per single-key operation (round trips = commands here).
