@@ -24,6 +24,50 @@ pub fn hash_key(key: &[u8], seed: u64) -> u64 {
     xxh3_64_with_seed(key, seed)
 }
 
+/// [`hash_key`] for one fixed seed, with the seed's part of the work done once.
+///
+/// xxh3 mixes the seed into its 192-byte secret; `hash_key` redoes that for every key (an
+/// add or subtract per secret word the key uses, a 64-bit constant each). For 17..=128-byte
+/// keys, hashing with the secret derived from the seed once (`const_custom_default_secret`)
+/// gives exactly `hash_key`'s value, because those lengths read the secret only at 8-byte
+/// aligned offsets, where the derived secret holds the seeded words. Other lengths read it
+/// at other offsets (129..=240) or fold the seed in differently (0..=16), so they keep
+/// `hash_key`. The tests check every length from 0 to 1,100 bytes against `hash_key`.
+///
+/// On the stream benchmark's URL keys this measured 0.63–0.64× fastbloom's time for absent
+/// keys and 0.86–0.89× for present ones, against 0.76–0.70× and 0.94–0.98× with the seed
+/// mixed in per key (scratch harness, 41 interleaved passes, 2M-key filter).
+#[derive(Clone)]
+pub(crate) struct SeededHash {
+    seed: u64,
+    secret: [u8; 192],
+}
+
+impl SeededHash {
+    pub(crate) fn new(seed: u64) -> SeededHash {
+        SeededHash {
+            seed,
+            secret: xxhash_rust::const_xxh3::const_custom_default_secret(seed),
+        }
+    }
+
+    /// The seed.
+    #[inline(always)]
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// `hash_key(key, self.seed())`.
+    #[inline(always)]
+    pub(crate) fn hash(&self, key: &[u8]) -> u64 {
+        if (17..=128).contains(&key.len()) {
+            xxhash_rust::xxh3::xxh3_64_with_secret(key, &self.secret)
+        } else {
+            xxh3_64_with_seed(key, self.seed)
+        }
+    }
+}
+
 /// The default seed of a new filter when none is configured: a fixed, documented value so that
 /// filters built by different processes from the same keys are identical (and can be `union`ed).
 pub const DEFAULT_SEED: u64 = 0x626c_6f6f_6d73_6c64; // "bloomsld"
@@ -53,6 +97,37 @@ mod tests {
         for (i, (key, seed, want)) in cases.iter().enumerate() {
             assert_eq!(hash_key(key, *seed), *want, "golden case {i}");
         }
+    }
+
+    /// The once-derived secret gives `hash_key`'s value at every length, for the default
+    /// seed, zero, and seeds with high bits set (the derivation adds and subtracts the seed).
+    #[test]
+    fn seeded_hash_equals_hash_key_at_every_length() {
+        let data: Vec<u8> = (0..1_100u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for seed in [0, 1, DEFAULT_SEED, u64::MAX, 0x8000_0000_0000_0001, 42] {
+            let s = SeededHash::new(seed);
+            assert_eq!(s.seed(), seed);
+            for len in 0..=data.len() {
+                for start in [0, 1, 7] {
+                    let key = &data[start..(start + len).min(data.len())];
+                    assert_eq!(
+                        s.hash(key),
+                        hash_key(key, seed),
+                        "seed {seed:#x}, len {len}"
+                    );
+                }
+            }
+        }
+        // The golden cases through the derived secret too.
+        let long: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        assert_eq!(
+            SeededHash::new(42).hash(b"https://example.com/some/path?query=1"),
+            GOLDEN[4]
+        );
+        assert_eq!(SeededHash::new(7).hash(&long[..200]), GOLDEN[5]);
+        assert_eq!(SeededHash::new(7).hash(&long[..]), GOLDEN[6]);
     }
 
     const GOLDEN: [u64; 7] = [

@@ -3,7 +3,6 @@
 
 use super::layout::block_index;
 use super::Filter;
-use crate::hash::hash_key;
 
 /// How many keys a batched probe hashes and prefetches before it tests them: enough misses
 /// in flight to cover DRAM latency, few enough that the blocks are still in L1 when tested
@@ -25,7 +24,7 @@ impl Filter {
             let mut hashes = [0u64; BATCH];
             let n = chunk.len();
             for (h, k) in hashes.iter_mut().zip(chunk) {
-                *h = hash_key(k.as_ref(), self.seed);
+                *h = self.hash(k.as_ref());
                 self.blocks
                     .prefetch(block_index(*h, self.blocks.len() as u64));
             }
@@ -79,7 +78,7 @@ impl Filter {
     fn hash_prefetch<K: AsRef<[u8]>>(&self, keys: &[K], hashes: &mut [u64; BATCH]) {
         let n_blocks = self.blocks.len() as u64;
         for (h, k) in hashes.iter_mut().zip(keys) {
-            *h = hash_key(k.as_ref(), self.seed);
+            *h = self.hash(k.as_ref());
             self.blocks.prefetch(block_index(*h, n_blocks));
         }
     }

@@ -14,6 +14,37 @@ use super::layout::{self, BLOCK_WORDS};
 #[derive(Default, zerocopy::FromZeros)]
 pub(crate) struct Block([AtomicU64; BLOCK_WORDS]);
 
+impl Block {
+    /// True if every one of hash `h`'s `K` bits is set (see [`layout::all_set_k`]: no early
+    /// exit, no data-dependent branch). `K` is fixed at compile time; `filter::kernel` picks
+    /// the copy of a filter's `k`.
+    #[inline(always)]
+    pub(crate) fn contains_k<const K: usize>(&self, h: u64) -> bool {
+        layout::all_set_k::<K>(h, |j| self.0[j & (BLOCK_WORDS - 1)].load(Relaxed))
+    }
+
+    /// Sets hash `h`'s `K` bits; returns true if any of them was unset.
+    ///
+    /// Draw by draw: a bit already set is only read, and an unset one gets a locked `or`
+    /// whose result is not needed (`lock or`, not a compare-and-swap loop), so a key seen
+    /// before writes nothing and never takes the line away from other cores. The answer
+    /// comes from the reads: when several threads insert the same new key at once, each
+    /// bit is unset when the first of them reads it (a thread's read of a word comes before
+    /// its own `or` into it), so at least one of them is told the key is new.
+    #[inline(always)]
+    pub(crate) fn insert_k<const K: usize>(&self, h: u64) -> bool {
+        let mut new = false;
+        layout::for_each_bit_k::<K>(h, |j, bit| {
+            let w = &self.0[j & (BLOCK_WORDS - 1)];
+            if w.load(Relaxed) & bit == 0 {
+                w.fetch_or(bit, Relaxed);
+                new = true;
+            }
+        });
+        new
+    }
+}
+
 pub(crate) struct Blocks {
     blocks: Box<[Block]>,
 }
@@ -76,12 +107,10 @@ impl Blocks {
         changed
     }
 
-    /// True if every one of hash `h`'s `k` bits is set in block `i` (see
-    /// [`layout::all_set`]: no early exit, no data-dependent branch).
+    /// Block `i`.
     #[inline(always)]
-    pub(crate) fn contains(&self, i: usize, h: u64, k: u32) -> bool {
-        let block = &self.blocks[i].0;
-        layout::all_set(h, k, |j| block[j & (BLOCK_WORDS - 1)].load(Relaxed))
+    pub(crate) fn block(&self, i: usize) -> &Block {
+        &self.blocks[i]
     }
 
     /// Clears the bits of `masks` in block `i` (counting mode: their counters reached zero).

@@ -21,7 +21,6 @@ use std::sync::{Mutex, MutexGuard};
 use super::layout::{block_index, block_masks, BLOCK_BITS, BLOCK_WORDS};
 use super::{Filter, FilterConfig};
 use crate::error::{Error, FilterShape, Result};
-use crate::hash::hash_key;
 
 /// Counter words per 512-bit block: one 4-bit counter per bit.
 pub(crate) const COUNTER_WORDS: usize = BLOCK_BITS * 4 / 64;
@@ -146,7 +145,7 @@ impl CountingFilter {
     /// Inserts `key`: raises its counters and sets its bits.
     #[inline]
     pub fn insert(&self, key: &[u8]) {
-        self.insert_hash(hash_key(key, self.bits.seed()))
+        self.insert_hash(self.bits.hash(key))
     }
 
     /// [`CountingFilter::insert`] by hash (see [`Filter::insert_hash`]).
@@ -170,7 +169,7 @@ impl CountingFilter {
     /// counters is zero).
     #[inline]
     pub fn remove(&self, key: &[u8]) -> bool {
-        self.remove_hash(hash_key(key, self.bits.seed()))
+        self.remove_hash(self.bits.hash(key))
     }
 
     /// [`CountingFilter::remove`] by hash.
@@ -220,7 +219,7 @@ impl CountingFilter {
     /// The smallest of `key`'s counters: an upper bound on how many times it is in the
     /// filter (0 means absent; [`COUNTER_MAX`] means at least that many, or stuck).
     pub fn count(&self, key: &[u8]) -> u8 {
-        let h = hash_key(key, self.bits.seed());
+        let h = self.bits.hash(key);
         let i = block_index(h, self.bits.num_blocks());
         let masks = block_masks(h, self.bits.num_hashes());
         positions(&masks)

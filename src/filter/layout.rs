@@ -77,13 +77,39 @@ pub(crate) fn block_masks(h: u64, k: u32) -> [u64; BLOCK_WORDS] {
 /// True if every one of `h`'s `k` bits is set in `block` (its 8 words, read through `word`).
 /// No early exit and no data-dependent branch: all `k` bits are read and ANDed, so the
 /// CPU never waits on a guess about what a load returned and runs on into the next key.
-#[inline(always)]
+///
+/// The filters probe with [`all_set_k`], the same test with `k` fixed at compile time; this
+/// run-time-`k` form is the reference the tests hold it to.
+#[cfg(test)]
 pub(crate) fn all_set(h: u64, k: u32, word: impl Fn(usize) -> u64) -> bool {
     let mut all = 1u64;
     for p in bit_positions(h, k) {
         all &= word(p >> 6) >> (p & 63);
     }
     all & 1 != 0
+}
+
+/// [`all_set`] with `k` fixed at compile time: the `K` draws unrolled, with no loop, no
+/// trip count and no bound on `k` to check (see `filter::kernel`, which picks the `K` of a
+/// filter once, when it is made).
+#[inline(always)]
+pub(crate) fn all_set_k<const K: usize>(h: u64, word: impl Fn(usize) -> u64) -> bool {
+    let mut all = 1u64;
+    for &g in &GOLDEN_POWERS[..K] {
+        let p = (h.wrapping_mul(g) >> 55) as usize;
+        all &= word(p >> 6) >> (p & 63);
+    }
+    all & 1 != 0
+}
+
+/// Calls `set(word, bit)` for each of the `K` draws of `h` (repeats included), in draw
+/// order, with `bit` the draw's single-bit mask in word `word` (0..8). No loop at run time.
+#[inline(always)]
+pub(crate) fn for_each_bit_k<const K: usize>(h: u64, mut set: impl FnMut(usize, u64)) {
+    for &g in &GOLDEN_POWERS[..K] {
+        let p = (h.wrapping_mul(g) >> 55) as usize;
+        set(p >> 6, 1u64 << (p & 63));
+    }
 }
 
 /// Appends the bytes of `words` (whole blocks or any run of words of the bitset) to `out`:
@@ -169,6 +195,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn fixed_k_versions_agree_with_the_generic_ones() {
+        fn check<const K: usize>() {
+            for i in 0..2_000u64 {
+                let h = crate::hash::hash_key(&i.to_le_bytes(), 11);
+                let masks = block_masks(h, K as u32);
+                let mut built = [0u64; BLOCK_WORDS];
+                for_each_bit_k::<K>(h, |w, bit| built[w] |= bit);
+                assert_eq!(built, masks, "K = {K}, h = {h:#x}");
+                assert!(all_set_k::<K>(h, |j| masks[j]));
+                // Against a block holding some other key's bits: the same answer both ways.
+                let other = block_masks(h.rotate_left(17) ^ 0x55, 2 * K as u32 + 3);
+                assert_eq!(
+                    all_set_k::<K>(h, |j| other[j]),
+                    all_set(h, K as u32, |j| other[j])
+                );
+            }
+        }
+        check::<1>();
+        check::<2>();
+        check::<6>();
+        check::<7>();
+        check::<16>();
+        check::<32>();
     }
 
     /// Values computed independently in Python 3 from the documented definition:

@@ -10,6 +10,7 @@ mod batch;
 mod bits;
 mod config;
 mod counting;
+mod kernel;
 pub(crate) mod layout;
 pub mod math;
 
@@ -23,9 +24,10 @@ use std::fmt;
 
 use crate::counters::Counters;
 use crate::error::{Error, FilterShape, Result};
-use crate::hash::hash_key;
+use crate::hash::SeededHash;
 use bits::Blocks;
-use layout::{block_index, block_masks, BLOCK_WORDS};
+use kernel::Kernel;
+use layout::{block_index, BLOCK_WORDS};
 
 /// Bits in one block: one 64-byte cache line (see the block layout, `filter::layout`).
 pub const BLOCK_BITS: u64 = layout::BLOCK_BITS as u64;
@@ -52,8 +54,11 @@ pub(crate) const MAX_BITS: u64 = 1 << 40;
 /// ```
 pub struct Filter {
     blocks: Blocks,
+    /// The probe and insert compiled for `num_hashes` (see `filter::kernel`).
+    kernel: Kernel,
     num_hashes: u32,
-    seed: u64,
+    /// xxh3 with the filter's seed, its secret derived once (see [`SeededHash`]).
+    hasher: SeededHash,
     capacity: u64,
     items: Counters<1>,
 }
@@ -75,7 +80,7 @@ impl Filter {
 
     /// An empty filter of exactly this shape, sized for `capacity` items.
     pub fn with_shape(shape: FilterShape, capacity: u64) -> Result<Filter> {
-        check_shape(&shape)?;
+        let kernel = check_shape(&shape)?;
         let blocks = usize::try_from(shape.num_blocks)
             .ok()
             .and_then(Blocks::zeroed)
@@ -85,8 +90,9 @@ impl Filter {
             })?;
         Ok(Filter {
             blocks,
+            kernel,
             num_hashes: shape.num_hashes,
-            seed: shape.seed,
+            hasher: SeededHash::new(shape.seed),
             capacity: capacity.max(1),
             items: Counters::default(),
         })
@@ -114,15 +120,16 @@ impl Filter {
                 words.len()
             )));
         }
-        check_shape(&shape).map_err(|e| Error::Corrupt(e.to_string()))?;
+        let kernel = check_shape(&shape).map_err(|e| Error::Corrupt(e.to_string()))?;
         let blocks = Blocks::from_words(words).ok_or(Error::OutOfMemory {
             what: "a filter",
             bytes: words.len() as u64 * 8,
         })?;
         let f = Filter {
             blocks,
+            kernel,
             num_hashes,
-            seed,
+            hasher: SeededHash::new(seed),
             capacity,
             items: Counters::default(),
         };
@@ -167,7 +174,7 @@ impl Filter {
     /// ```
     #[inline]
     pub fn insert(&self, key: &[u8]) -> bool {
-        self.insert_hash(hash_key(key, self.seed))
+        self.insert_hash(self.hash(key))
     }
 
     /// Same as [`Filter::insert`], under the name classic Bloom filter classes use.
@@ -181,17 +188,17 @@ impl Filter {
     #[inline]
     pub fn insert_hash(&self, h: u64) -> bool {
         let i = block_index(h, self.blocks.len() as u64);
-        let changed = self.blocks.set(i, &block_masks(h, self.num_hashes));
-        if changed {
+        let new = (self.kernel.insert)(self.blocks.block(i), h);
+        if new {
             self.items.add(0, 1);
         }
-        !changed
+        !new
     }
 
     /// True if `key` may have been inserted; false means it certainly was not.
     #[inline]
     pub fn contains(&self, key: &[u8]) -> bool {
-        self.contains_hash(hash_key(key, self.seed))
+        self.contains_hash(self.hash(key))
     }
 
     /// [`Filter::contains`] for a key's hash (see [`Filter::insert_hash`]).
@@ -201,13 +208,13 @@ impl Filter {
     }
 
     /// Tests hash `h` against block `i`: all `k` bits read and ANDed, no early exit (see
-    /// [`layout::all_set`]). With no branch on what the loads return, consecutive keys'
+    /// [`layout::all_set_k`]), by the copy of the probe compiled for this filter's `k`
+    /// (`filter::kernel`). With no branch on what the loads return, consecutive keys'
     /// cache misses overlap; an early-exit probe that stopped at the first unset bit measured
-    /// (stream of URL keys, 2M-key filter) slower for absent keys and far slower for
-    /// present ones, whose every probe then ran a loop and a pattern build on loaded data.
+    /// (stream of URL keys, 2M-key filter) slower for absent keys.
     #[inline(always)]
     fn probe(&self, h: u64, i: usize) -> bool {
-        self.blocks.contains(i, h, self.num_hashes)
+        (self.kernel.contains)(self.blocks.block(i), h)
     }
 
     /// Merges `other` into `self`, so that `self` contains every key of both. The two must
@@ -229,7 +236,7 @@ impl Filter {
         FilterShape {
             num_blocks: self.blocks.len() as u64,
             num_hashes: self.num_hashes,
-            seed: self.seed,
+            seed: self.seed(),
         }
     }
 
@@ -250,7 +257,13 @@ impl Filter {
 
     /// The hash seed.
     pub fn seed(&self) -> u64 {
-        self.seed
+        self.hasher.seed()
+    }
+
+    /// `key`'s hash under this filter's seed: [`crate::hash::hash_key`]`(key, self.seed())`.
+    #[inline(always)]
+    pub(crate) fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash(key)
     }
 
     /// The number of items the filter was sized for.
@@ -319,7 +332,8 @@ impl Filter {
     }
 }
 
-fn check_shape(shape: &FilterShape) -> Result<()> {
+/// Checks a shape's block count and `k`, and gives the kernels of its `k`.
+fn check_shape(shape: &FilterShape) -> Result<Kernel> {
     if shape.num_blocks == 0 || shape.num_blocks.saturating_mul(BLOCK_BITS) > MAX_BITS {
         return Err(Error::config(format!(
             "block count must be between 1 and {}, got {}",
@@ -327,13 +341,12 @@ fn check_shape(shape: &FilterShape) -> Result<()> {
             shape.num_blocks
         )));
     }
-    if !(1..=MAX_HASHES).contains(&shape.num_hashes) {
-        return Err(Error::config(format!(
+    Kernel::for_k(shape.num_hashes).ok_or_else(|| {
+        Error::config(format!(
             "num_hashes must be between 1 and {MAX_HASHES}, got {}",
             shape.num_hashes
-        )));
-    }
-    Ok(())
+        ))
+    })
 }
 
 impl Clone for Filter {
@@ -342,7 +355,7 @@ impl Clone for Filter {
         Filter::from_parts(
             &self.words(),
             self.num_hashes,
-            self.seed,
+            self.seed(),
             self.capacity,
             self.items(),
         )
@@ -355,7 +368,7 @@ impl fmt::Debug for Filter {
         f.debug_struct("Filter")
             .field("num_bits", &self.num_bits())
             .field("num_hashes", &self.num_hashes)
-            .field("seed", &self.seed)
+            .field("seed", &self.seed())
             .field("capacity", &self.capacity)
             .field("items", &self.items())
             .finish()

@@ -30,7 +30,6 @@ use sled::IVec;
 
 use crate::error::{Error, Result};
 use crate::filter::any::AnyFilter;
-use crate::hash::hash_key;
 
 /// Most filters a tree may allocate over its life. Rebuilds reuse a retired filter of the
 /// same shape and capacities grow by doubling, so a tree needs about one slot per size it
@@ -280,7 +279,7 @@ impl Entered<'_> {
     /// the scan has passed `key`.
     #[inline]
     fn each(&self, key: &[u8], f: impl Fn(&AnyFilter, u64)) {
-        let h = hash_key(key, self.current().bits().seed());
+        let h = self.current().bits().hash(key);
         f(self.current(), h);
         if let Some(b) = self.building_for(key) {
             f(b, h);

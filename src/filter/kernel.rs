@@ -1,0 +1,134 @@
+//! The probe and the insert of one block, compiled once for every `k` and picked once per
+//! filter.
+//!
+//! `k` is a filter's constant, but a run-time value to the compiler: a probe written over
+//! `0..k` keeps a loop, its trip count and a bound on `k` in every lookup. Here each `k` in
+//! `1..=MAX_HASHES` has its own copy with the draws unrolled ([`layout::all_set_k`]), and a
+//! filter keeps pointers to the two copies of its `k`. A lookup makes one indirect call,
+//! whose target never changes and is always predicted.
+//!
+//! Measured on the stream benchmark's keys (1M URL keys, 2M-key filter, 10 bits/key, k = 6;
+//! AMD EPYC, 41 interleaved passes, ratio to fastbloom 0.17 + xxh3 in the same passes): the
+//! loop over `0..k` took 1.26–1.29× fastbloom's time on present keys and 0.87–0.88× on
+//! absent ones; the unrolled copy called through a pointer 0.87–0.89× and 0.60–0.65×. A
+//! `match` on `k` at every lookup measured the same as the pointer.
+//!
+//! Inserts: setting the bits draw by draw, each unset bit with a locked `or` whose result is
+//! unused, measured 0.75× fastbloom's (non-atomic) insert, against 1.24–1.32× for building
+//! the block's masks and `fetch_or`-ing each word with its result read (a compare-and-swap
+//! loop on x86).
+
+use super::bits::Block;
+#[cfg(test)]
+use super::bits::Blocks;
+use super::layout::MAX_HASHES;
+
+/// Tests hash `h` against its block.
+pub(crate) type ContainsFn = fn(&Block, u64) -> bool;
+/// Sets hash `h`'s bits in its block; true if any was unset.
+pub(crate) type InsertFn = fn(&Block, u64) -> bool;
+
+/// The two kernels of one `k`.
+#[derive(Clone, Copy)]
+pub(crate) struct Kernel {
+    pub(crate) contains: ContainsFn,
+    pub(crate) insert: InsertFn,
+}
+
+fn contains_k<const K: usize>(b: &Block, h: u64) -> bool {
+    b.contains_k::<K>(h)
+}
+
+fn insert_k<const K: usize>(b: &Block, h: u64) -> bool {
+    b.insert_k::<K>(h)
+}
+
+macro_rules! kernels {
+    ($k:expr; $($n:literal)*) => {
+        match $k {
+            $($n => Some(Kernel { contains: contains_k::<$n>, insert: insert_k::<$n> }),)*
+            _ => None,
+        }
+    };
+}
+
+impl Kernel {
+    /// The kernels for `k` bits per key; `None` outside `1..=MAX_HASHES`.
+    pub(crate) fn for_k(k: u32) -> Option<Kernel> {
+        const _: () = assert!(MAX_HASHES == 32, "one arm per k below");
+        kernels!(k; 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::layout::{self, block_index};
+    use crate::hash::hash_key;
+
+    /// Every `k`'s kernels set exactly the documented bits and test them like the generic
+    /// probe does, on blocks full of other keys too.
+    #[test]
+    fn every_k_sets_and_tests_the_layouts_bits() {
+        assert!(Kernel::for_k(0).is_none());
+        assert!(Kernel::for_k(MAX_HASHES + 1).is_none());
+        for k in 1..=MAX_HASHES {
+            let kern = Kernel::for_k(k).expect("a kernel for every valid k");
+            let b = Blocks::zeroed(4).unwrap();
+            for i in 0..300u64 {
+                let h = hash_key(&i.to_le_bytes(), u64::from(k));
+                let blk = block_index(h, 4);
+                let before: Vec<u64> = b.words().collect();
+                let generic = layout::all_set(h, k, |j| before[blk * 8 + j]);
+                assert_eq!((kern.contains)(b.block(blk), h), generic, "k = {k}");
+                let new = (kern.insert)(b.block(blk), h);
+                assert_eq!(new, !generic, "insert says new iff a bit was unset");
+                let after: Vec<u64> = b.words().collect();
+                let masks = layout::block_masks(h, k);
+                for j in 0..8 {
+                    assert_eq!(after[blk * 8 + j], before[blk * 8 + j] | masks[j]);
+                }
+                assert!((kern.contains)(b.block(blk), h));
+                assert!(
+                    !(kern.insert)(b.block(blk), h),
+                    "a second insert is not new"
+                );
+            }
+        }
+    }
+
+    /// Threads inserting the same new keys at once: every key is then present, and each
+    /// key was reported new by at least one thread. Keys are picked one per block, so no
+    /// other key can have set their bits: "new" is the only right answer for the first.
+    #[test]
+    fn concurrent_inserts_of_one_key_tell_at_least_one_thread_it_is_new() {
+        use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+        const BLOCKS: usize = 4096;
+        let kern = Kernel::for_k(6).unwrap();
+        let b = Blocks::zeroed(BLOCKS).unwrap();
+        let mut taken = vec![false; BLOCKS];
+        let keys: Vec<u64> = (0..100_000u64)
+            .map(|i| hash_key(&i.to_le_bytes(), 5))
+            .filter(|&h| !std::mem::replace(&mut taken[block_index(h, BLOCKS as u64)], true))
+            .collect();
+        assert!(keys.len() > 4_000);
+        let told_new: Vec<AtomicU32> = keys.iter().map(|_| AtomicU32::new(0)).collect();
+        let start = std::sync::Barrier::new(4);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    start.wait();
+                    for (h, t) in keys.iter().zip(&told_new) {
+                        if (kern.insert)(b.block(block_index(*h, BLOCKS as u64)), *h) {
+                            t.fetch_add(1, Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        for (h, t) in keys.iter().zip(&told_new) {
+            assert!((kern.contains)(b.block(block_index(*h, BLOCKS as u64)), *h));
+            assert!(t.load(Relaxed) >= 1, "no thread was told {h:#x} is new");
+        }
+    }
+}
