@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use super::layout::{self, BLOCK_WORDS};
 
 /// One 512-bit block, aligned to a cache line so that a probe touches exactly one line.
+///
+/// `filter::simd` relies on the alignment and size: it loads a block as one 64-byte vector.
 #[repr(C, align(64))]
 #[derive(Default, zerocopy::FromZeros)]
 pub(crate) struct Block([AtomicU64; BLOCK_WORDS]);

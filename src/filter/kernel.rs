@@ -53,8 +53,19 @@ macro_rules! kernels {
 }
 
 impl Kernel {
-    /// The kernels for `k` bits per key; `None` outside `1..=MAX_HASHES`.
+    /// The kernels for `k` bits per key; `None` outside `1..=MAX_HASHES`. The probe is the
+    /// AVX-512 one where the CPU has it (`filter::simd`), the unrolled scalar one elsewhere.
     pub(crate) fn for_k(k: u32) -> Option<Kernel> {
+        let scalar = Kernel::for_scalar(k)?;
+        #[cfg(target_arch = "x86_64")]
+        if let Some(contains) = super::simd::contains_for(k) {
+            return Some(Kernel { contains, ..scalar });
+        }
+        Some(scalar)
+    }
+
+    /// The scalar kernels for `k`, on any CPU.
+    pub(crate) fn for_scalar(k: u32) -> Option<Kernel> {
         const _: () = assert!(MAX_HASHES == 32, "one arm per k below");
         kernels!(k; 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32)
     }
@@ -72,8 +83,10 @@ mod tests {
     fn every_k_sets_and_tests_the_layouts_bits() {
         assert!(Kernel::for_k(0).is_none());
         assert!(Kernel::for_k(MAX_HASHES + 1).is_none());
-        for k in 1..=MAX_HASHES {
-            let kern = Kernel::for_k(k).expect("a kernel for every valid k");
+        let both =
+            (1..=MAX_HASHES).flat_map(|k| [(k, Kernel::for_k(k)), (k, Kernel::for_scalar(k))]);
+        for (k, kern) in both {
+            let kern = kern.expect("a kernel for every valid k");
             let b = Blocks::zeroed(4).unwrap();
             for i in 0..300u64 {
                 let h = hash_key(&i.to_le_bytes(), u64::from(k));

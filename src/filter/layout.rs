@@ -36,7 +36,7 @@ pub(crate) const MAX_HASHES: u32 = 32;
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// `GOLDEN^1 ..= GOLDEN^MAX_HASHES` (mod 2^64): the multiplier of each draw.
-const GOLDEN_POWERS: [u64; MAX_HASHES as usize] = {
+pub(crate) const GOLDEN_POWERS: [u64; MAX_HASHES as usize] = {
     let mut p = [0u64; MAX_HASHES as usize];
     let mut acc = GOLDEN;
     let mut i = 0;

@@ -13,6 +13,8 @@ mod counting;
 mod kernel;
 pub(crate) mod layout;
 pub mod math;
+#[cfg(target_arch = "x86_64")]
+mod simd;
 
 pub use any::FilterMode;
 pub use config::{FilterConfig, Sizing};

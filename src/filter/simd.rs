@@ -1,0 +1,187 @@
+//! The probe with AVX-512, for CPUs that have it (checked at run time).
+//!
+//! The same test as [`layout::all_set_k`](super::layout::all_set_k), eight draws per vector
+//! instruction: the `K` products `h · G^(i+1)` in one `vpmullq`, their top 9 bits the bit
+//! positions, `vpermq` brings each draw's word of the block into its lane, and one
+//! `vptestmq` checks every bit at once. About a dozen instructions for the whole probe
+//! against about 45 for the unrolled scalar one at k = 6, so more keys fit in the CPU's
+//! reorder window and more of their cache misses are in flight at once.
+//!
+//! `k` up to 16 (two vectors); larger `k` keeps the scalar probe.
+//!
+//! Measured (scratch harness, 1M URL keys, 2M-key filter, 10 bits/key, AMD EPYC under
+//! other tenants' load, 31 interleaved passes, ratio to fastbloom 0.17 + xxh3 in the same
+//! passes): absent keys 0.71–0.95× against 1.10–1.23× for the scalar probe, present keys
+//! 0.97–1.07× against 1.45×, a 50/50 mix 0.73–0.87× against 1.10–1.31×.
+
+#![allow(unsafe_code)]
+
+use std::arch::asm;
+use std::arch::x86_64::{
+    __m512i, _mm512_and_si512, _mm512_loadu_si512, _mm512_mask_test_epi64_mask, _mm512_mullo_epi64,
+    _mm512_permutexvar_epi64, _mm512_set1_epi64, _mm512_sllv_epi64, _mm512_srli_epi64,
+};
+
+use super::bits::Block;
+use super::kernel::ContainsFn;
+use super::layout::GOLDEN_POWERS;
+
+/// The probe of `k` bits per key with AVX-512, if this CPU has AVX-512 F and DQ and
+/// `k <= 16`.
+pub(super) fn contains_for(k: u32) -> Option<ContainsFn> {
+    if !(std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq")) {
+        return None;
+    }
+    macro_rules! arms {
+        ($($n:literal)*) => {
+            match k {
+                $($n => Some(contains_k::<$n> as ContainsFn),)*
+                _ => None,
+            }
+        };
+    }
+    arms!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+}
+
+fn contains_k<const K: usize>(b: &Block, h: u64) -> bool {
+    // SAFETY: `contains_for` hands out this function only after checking that the CPU has
+    // AVX-512 F and DQ, the features `all_set` is compiled for.
+    unsafe { all_set::<K>(b, h) }
+}
+
+/// The block's 64 bytes in one register.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn load_block(b: &Block) -> __m512i {
+    let words: __m512i;
+    // SAFETY: `b` is a live, 64-byte aligned (`repr(align(64))`), 64-byte `Block`, so the
+    // aligned load reads only its memory. The block's words are atomics that other threads
+    // may `lock or` into at the same time: the load is an asm block, not a plain Rust read,
+    // and on x86-64 a vector load reads each aligned 8-byte word single-copy atomically
+    // (Intel SDM vol. 3 §9.1.1, AMD APM vol. 2 §7.3.2), so it behaves as the eight relaxed
+    // atomic loads of the scalar probe, in some order. The asm writes no memory and leaves
+    // the flags and the stack alone.
+    unsafe {
+        asm!(
+            "vmovdqa64 {w}, zmmword ptr [{p}]",
+            w = out(zmm_reg) words,
+            p = in(reg) std::ptr::from_ref(b),
+            options(nostack, preserves_flags, readonly),
+        );
+    }
+    words
+}
+
+/// True if every one of `h`'s `K` bits is set in `b`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and DQ.
+#[target_feature(enable = "avx512f,avx512dq")]
+#[inline]
+unsafe fn all_set<const K: usize>(b: &Block, h: u64) -> bool {
+    const { assert!(K >= 1 && K <= 16) };
+    // SAFETY: the caller guarantees AVX-512 F and DQ, all that these need.
+    unsafe {
+        let words = load_block(b);
+        let first = draws_set(words, h, 0, lane_mask(K.min(8)));
+        if K <= 8 {
+            first
+        } else {
+            // Both halves, ANDed without a branch between them.
+            first & draws_set(words, h, 8, lane_mask(K - 8))
+        }
+    }
+}
+
+/// True if the draws `from..from + 8` of `h` that `lanes` selects all hit set bits of
+/// `words` (a block).
+///
+/// # Safety
+/// The CPU must have AVX-512 F and DQ.
+#[target_feature(enable = "avx512f,avx512dq")]
+#[inline]
+unsafe fn draws_set(words: __m512i, h: u64, from: usize, lanes: u8) -> bool {
+    let g = &GOLDEN_POWERS[from..from + 8];
+    // SAFETY: `g` is 8 `u64`s, the 64 bytes the unaligned load reads; the caller guarantees
+    // the CPU features.
+    unsafe {
+        let pos = _mm512_srli_epi64::<55>(_mm512_mullo_epi64(
+            _mm512_set1_epi64(h as i64),
+            _mm512_loadu_si512(g.as_ptr().cast()),
+        ));
+        let bit = _mm512_sllv_epi64(
+            _mm512_set1_epi64(1),
+            _mm512_and_si512(pos, _mm512_set1_epi64(63)),
+        );
+        let word = _mm512_permutexvar_epi64(_mm512_srli_epi64::<6>(pos), words);
+        _mm512_mask_test_epi64_mask(lanes, word, bit) == lanes
+    }
+}
+
+/// The mask of the first `n` (1..=8) lanes.
+const fn lane_mask(n: usize) -> u8 {
+    (((1u16) << n) - 1) as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::bits::Blocks;
+    use crate::filter::kernel::Kernel;
+    use crate::filter::layout::{self, block_index};
+    use crate::hash::hash_key;
+
+    /// On a CPU with AVX-512, every `k`'s vector probe answers exactly as the scalar
+    /// reference, on empty, sparse, half-full and saturated blocks. (Elsewhere there is no
+    /// vector probe to test: `contains_for` says so, and the filter keeps the scalar one.)
+    #[test]
+    fn vector_probe_equals_the_scalar_reference() {
+        let has =
+            std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq");
+        // The vector probe is offered exactly where the CPU can run it (and `Kernel::for_k`
+        // then takes it: `filter::kernel`'s tests run it on this CPU)...
+        assert_eq!(contains_for(6).is_some(), has);
+        if !has {
+            // ...so on this CPU filters keep the scalar probe, tested in `filter::kernel`.
+            return;
+        }
+        assert!(contains_for(17).is_none() && contains_for(0).is_none());
+        for k in 1..=16u32 {
+            let probe = contains_for(k).unwrap();
+            let insert = Kernel::for_scalar(k).unwrap().insert;
+            for fill in [0usize, 3, 40, 200, 4_000] {
+                let b = Blocks::zeroed(8).unwrap();
+                for i in 0..fill as u64 {
+                    let h = hash_key(&i.to_le_bytes(), 99);
+                    insert(b.block(block_index(h, 8)), h);
+                }
+                let words: Vec<u64> = b.words().collect();
+                let (mut yes, mut no) = (0, 0);
+                // The inserted keys (all present) and 3,000 others (mostly absent).
+                let inserted = (0..fill.min(1_000) as u64).map(|i| hash_key(&i.to_le_bytes(), 99));
+                let others = (0..3_000u64).map(|i| hash_key(&i.to_be_bytes(), u64::from(k)));
+                for h in inserted.chain(others) {
+                    let blk = block_index(h, 8);
+                    let want = layout::all_set(h, k, |j| words[blk * 8 + j]);
+                    assert_eq!(
+                        probe(b.block(blk), h),
+                        want,
+                        "k = {k}, fill {fill}, h = {h:#x}"
+                    );
+                    if want {
+                        yes += 1;
+                    } else {
+                        no += 1;
+                    }
+                }
+                // The comparison saw both answers wherever both can occur.
+                if (1..=200).contains(&fill) {
+                    assert!(yes > 0 && no > 0, "k = {k}: {yes} yes, {no} no");
+                }
+            }
+        }
+    }
+}
