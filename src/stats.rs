@@ -5,25 +5,36 @@ use crate::counters::Counters;
 /// A tree's lookup and write counters: what [`Stats`] reports about the filter's work.
 /// Each event bumps one striped counter, so the lookup path pays one add and no shared
 /// cache line.
+///
+/// A lookup bumps `LOOKUPS` whatever the filter said, and only the lookups passed on to the
+/// store bump `PASSED` (on the store's path, which waits for the filter's answer anyway):
+/// which counter a lookup bumps never depends on the filter's answer, so the next lookups
+/// run on without waiting for this one's cache miss. Skipped = lookups − passed.
 #[derive(Default)]
 pub(crate) struct LookupCounters(Counters<4>);
 
-const SKIPPED: usize = 0;
+const LOOKUPS: usize = 0;
 const PASSED: usize = 1;
 const FALSE_POSITIVES: usize = 2;
 const STALE: usize = 3;
 
 impl LookupCounters {
-    /// One lookup: the filter said "maybe" (`true`) or "absent".
+    /// One lookup, before the filter answers.
     #[inline]
-    pub(crate) fn lookup(&self, maybe: bool) {
-        self.0.add(if maybe { PASSED } else { SKIPPED }, 1);
+    pub(crate) fn lookup(&self) {
+        self.0.add(LOOKUPS, 1);
+    }
+
+    /// The filter said "maybe": the lookup goes on to the store.
+    #[inline]
+    pub(crate) fn passed_on(&self) {
+        self.0.add(PASSED, 1);
     }
 
     /// Many lookups at once: `absent` of them answered by the filter, `maybe` passed on.
     #[inline]
     pub(crate) fn lookups(&self, absent: u64, maybe: u64) {
-        self.0.add(SKIPPED, absent);
+        self.0.add(LOOKUPS, absent + maybe);
         self.0.add(PASSED, maybe);
     }
 
@@ -39,14 +50,12 @@ impl LookupCounters {
         self.0.add(STALE, n);
     }
 
-    /// Lookups answered by the filter alone.
-    pub(crate) fn skipped(&self) -> u64 {
-        self.0.sum(SKIPPED)
-    }
-
-    /// Lookups passed on to the store.
-    pub(crate) fn passed(&self) -> u64 {
-        self.0.sum(PASSED)
+    /// Lookups of every kind, and those answered by the filter alone (lookups − passed).
+    pub(crate) fn lookups_and_skipped(&self) -> (u64, u64) {
+        // `PASSED` is read second: a lookup that lands between the two reads can only make
+        // "skipped" smaller than it was, never negative or larger than the lookups.
+        let lookups = self.0.sum(LOOKUPS);
+        (lookups, lookups.saturating_sub(self.0.sum(PASSED)))
     }
 
     /// False positives seen.

@@ -167,9 +167,12 @@ impl TreeState {
     /// The filter's verdict for a store lookup, counted.
     #[inline]
     pub(crate) fn probe(&self, key: &[u8]) -> bool {
-        let maybe = self.filters.contains(key);
-        self.counters.lookup(maybe);
-        maybe || self.dropped.load(Ordering::Relaxed)
+        self.counters.lookup();
+        if self.filters.contains(key) || self.dropped.load(Ordering::Relaxed) {
+            self.counters.passed_on();
+            return true;
+        }
+        false
     }
 
     /// [`TreeState::probe`] for many keys, counted by the caller.

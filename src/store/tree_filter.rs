@@ -118,6 +118,7 @@ impl Tree {
         let gate = s.filters.enter();
         let current = gate.current();
         let f = current.bits();
+        let (lookups, store_lookups_skipped) = s.counters.lookups_and_skipped();
         Stats {
             items: current.items(),
             capacity: f.capacity(),
@@ -127,8 +128,8 @@ impl Tree {
             fill_ratio: f.fill_ratio(),
             estimated_fpr: f.estimated_fpr(),
             target_fpr: f.target_fpr(),
-            lookups: s.counters.skipped() + s.counters.passed(),
-            store_lookups_skipped: s.counters.skipped(),
+            lookups,
+            store_lookups_skipped,
             false_positives: s.counters.false_positives(),
             stale_entries: s.stale(),
             mode: s.mode,
