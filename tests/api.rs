@@ -322,6 +322,33 @@ fn stats_count_what_the_filter_saved() {
     assert!(s.items <= 1_000 && s.items > 990);
 }
 
+/// `get_unfiltered` is sled's answer alone: the same values as `get`, the false positives'
+/// `None`s included, and it leaves the lookup counters alone.
+#[test]
+fn get_unfiltered_reads_the_store_alone_and_counts_nothing() {
+    let db = tmp();
+    for i in 0..2_000u32 {
+        db.insert(i.to_le_bytes(), i.to_be_bytes().to_vec()).unwrap();
+    }
+    db.remove(7u32.to_le_bytes()).unwrap();
+    let before = db.stats();
+    for i in 0..20_000u32 {
+        let k = i.to_le_bytes();
+        let raw = db.get_unfiltered(k).unwrap();
+        assert_eq!(raw.is_some(), i < 2_000 && i != 7, "key {i}");
+        if let Some(v) = &raw {
+            assert_eq!(&v[..], &i.to_be_bytes());
+            assert!(db.may_contain(k), "a stored key the filter rejects: {i}");
+        }
+    }
+    let after = db.stats();
+    assert_eq!(after.lookups, before.lookups);
+    assert_eq!(after.false_positives, before.false_positives);
+    // Removed key 7 still passes the filter (plain mode keeps its bits): `get` asks sled too.
+    assert!(db.may_contain(7u32.to_le_bytes()));
+    assert_eq!(db.get(7u32.to_le_bytes()).unwrap(), None);
+}
+
 #[test]
 fn filter_union_and_serialization() {
     let a = Filter::new(1_000, 0.01).unwrap();

@@ -140,6 +140,24 @@ impl Tree {
         self.shared.filters.contains(key.as_ref())
     }
 
+    /// The store's answer alone: sled's own `get`, without asking the filter first and
+    /// without counting in [`Stats`](crate::Stats). Read-only.
+    ///
+    /// For checking the filter (every key this finds, [`Tree::may_contain`] must accept)
+    /// and for measuring what it saves: `get` against this on the same store.
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// db.insert("k", "v")?;
+    /// assert_eq!(db.get_unfiltered("k")?, db.get("k")?);
+    /// assert_eq!(db.get_unfiltered("other")?, None);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    #[inline]
+    pub fn get_unfiltered<K: AsRef<[u8]>>(&self, key: K) -> Result<Option<IVec>> {
+        Ok(self.inner.get(key)?)
+    }
+
     /// `contains_key` for many keys: one batched, prefetched filter probe, then the store
     /// only for the keys the filter could not rule out.
     ///
