@@ -2,16 +2,23 @@
 //!
 //! Query keys are separately allocated `Vec<u8>`s (URL-like, 40..=80 bytes), made before any
 //! filter or store is built, and iterated in order: each pass hashes every key with xxh3-64
-//! and probes it, one after the other. In one process, for absent and present keys:
+//! and probes it, one after the other. In one process, for absent keys, present keys and a
+//! 50/50 mix of the two in random order (where a probe that branches on what it loads
+//! guesses wrong half the time):
 //!
 //! * `fastbloom` 0.17 fed the same xxh3-64 hash (`contains_hash`), the baseline of every ratio;
 //! * `bloomsled::Filter::contains`, and the `bloomfilter` crate (its own SipHash), the same
 //!   number of bits;
 //! * with a store (sizes up to `BLOOMSLED_STREAM_STORE_UPTO`, default 2,000,000):
 //!   `Tree::may_contain`, `Tree::get` (absent keys, the absent keys the filter rejects, present
-//!   keys) and plain sled's `get`, all loaded with the same keys;
+//!   keys), sled's own `get` on the same store (`Tree::get_unfiltered`), and plain sled's
+//!   `get` on a second store loaded with the same keys;
+//! * the absent-`get` bound two ways: `may_contain` + FPR × sled's absent `get` (tight loop,
+//!   same store), and measured on the same keys: `may_contain`, then sled's `get` for the keys
+//!   it passes (those false positives' sled lookups run as cold as they do inside `get`);
 //! * the by-hash hot loop (hashes computed beforehand), the second view;
-//! * inserts of fresh keys: `Filter::insert` beside fastbloom's and bloomfilter's, and
+//! * inserts of fresh keys: `Filter::insert` beside fastbloom's (`BloomFilter`, `&mut self`,
+//!   plain stores, and `AtomicBloomFilter`, `&self` like ours) and bloomfilter's, and
 //!   `Tree::insert` beside sled's.
 //!
 //! Every contender runs once per round, the first one rotating (`BLOOMSLED_STREAM_ROUNDS`,
@@ -112,6 +119,13 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
     let present: Vec<Vec<u8>> = (0..Q as u64)
         .map(|j| key(splitmix64(j ^ 0xA5A5_5A5A) % n))
         .collect();
+    // Half absent (ids past the absent set's), half present, in random order.
+    let mixed: Vec<Vec<u8>> = (0..Q as u64)
+        .map(|j| match splitmix64(j ^ 0x3C3C) & 1 {
+            0 => key(ABSENT_BASE + Q as u64 + j),
+            _ => key(splitmix64(j ^ 0x5A5A_A5A5) % n),
+        })
+        .collect();
     let fresh: Vec<Vec<Vec<u8>>> = (0..rounds as u64)
         .map(|r| {
             (0..Q_INSERT as u64)
@@ -148,6 +162,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
     );
     let ah: Vec<u64> = absent.iter().map(|k| hash_key(k, seed)).collect();
     let ph: Vec<u64> = present.iter().map(|k| hash_key(k, seed)).collect();
+    let mh: Vec<u64> = mixed.iter().map(|k| hash_key(k, seed)).collect();
     assert_eq!(
         count(&present, |k| f.contains(k)),
         Q as u64,
@@ -165,7 +180,11 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
     };
     let mut names: Vec<String> = Vec::new();
     let mut runs: Vec<Box<dyn FnMut() -> f64 + '_>> = Vec::new();
-    for (tag, keys, hashes) in [("absent", &absent, &ah), ("present", &present, &ph)] {
+    for (tag, keys, hashes) in [
+        ("absent", &absent, &ah),
+        ("present", &present, &ph),
+        ("mixed", &mixed, &mh),
+    ] {
         let (f, fb, bf) = (&f, &fb, &bf);
         names.push(format!("fastbloom/{tag}"));
         runs.push(Box::new(move || {
@@ -194,6 +213,9 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             runs.push(Box::new(move || {
                 ns_per(Q, || count(keys, |k| db.may_contain(k)))
             }));
+            if tag == "mixed" {
+                continue;
+            }
             names.push(format!("get/{tag}"));
             let q = if tag == "absent" { Q } else { Q_SLED };
             runs.push(Box::new(move || {
@@ -205,9 +227,25 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
                     count(&keys[..Q_SLED], |k| raw.get(k).unwrap().is_some())
                 })
             }));
+            names.push(format!("unfiltered/{tag}"));
+            runs.push(Box::new(move || {
+                ns_per(Q_SLED, || {
+                    count(&keys[..Q_SLED], |k| db.get_unfiltered(k).unwrap().is_some())
+                })
+            }));
         }
     }
     if let Some((db, _)) = &stores {
+        // The bound, measured: the filter, then sled's own get for the keys it passes.
+        let absent = &absent;
+        names.push("composed/absent".into());
+        runs.push(Box::new(move || {
+            ns_per(Q, || {
+                count(absent, |k| {
+                    db.may_contain(k) && db.get_unfiltered(k).unwrap().is_some()
+                })
+            })
+        }));
         let negatives = &negatives;
         names.push("get/rejected".into());
         runs.push(Box::new(move || {
@@ -227,14 +265,22 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
     };
 
     // --- inserts of fresh keys -----------------------------------------------------------
-    let mut round = [0usize; 5];
-    // Contenders: fastbloom, filter, bloomfilter, then (with a store) tree and sled.
+    // Contenders: fastbloom, fastbloom atomic, filter, bloomfilter, then (with a store) tree
+    // and sled. The atomic fastbloom is loaded like the others first.
+    let fba = fastbloom::AtomicBloomFilter::with_num_bits(bits).hashes(f.num_hashes());
+    load_chunks(n, CHUNK, |ids, buf| {
+        for i in ids {
+            write_key(buf, i);
+            fba.insert_hash(hash_key(buf, seed));
+        }
+    });
+    let mut round = [0usize; 6];
     let fbm = std::cell::RefCell::new(fb);
     let bfm = std::cell::RefCell::new(bf);
     let mut ins_runs: Vec<Box<dyn FnMut() -> f64 + '_>> = Vec::new();
     for (c, r) in round.iter_mut().enumerate() {
-        let (f, fbm, bfm, fresh, stores) = (&f, &fbm, &bfm, &fresh, &stores);
-        if c >= 3 && stores.is_none() {
+        let (f, fba, fbm, bfm, fresh, stores) = (&f, &fba, &fbm, &bfm, &fresh, &stores);
+        if c >= 4 && stores.is_none() {
             break;
         }
         ins_runs.push(Box::new(move || {
@@ -245,12 +291,13 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
                     let mut fb = fbm.borrow_mut();
                     count(keys, |k| fb.insert_hash(hash_key(k, seed)))
                 }
-                1 => count(keys, |k| f.insert(k)),
-                2 => {
+                1 => count(keys, |k| fba.insert_hash(hash_key(k, seed))),
+                2 => count(keys, |k| f.insert(k)),
+                3 => {
                     let mut bf = bfm.borrow_mut();
                     count(keys, |k| bf.check_and_set(k))
                 }
-                3 => {
+                4 => {
                     let db = &stores.as_ref().unwrap().0;
                     count(keys, |k| db.insert(k, VALUE).unwrap().is_some())
                 }
@@ -268,50 +315,45 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
     drop(ins_runs);
 
     // --- the table -----------------------------------------------------------------------
+    const TAGS: [&str; 3] = ["absent", "present", "mixed"];
     let fb_of = |tag: &str| get(&format!("fastbloom/{tag}"));
+    // One cell per column, each against fastbloom's figure of that column.
+    let vs_fastbloom = |name: &str| -> Vec<String> {
+        TAGS.iter()
+            .map(|t| match get(&format!("{name}/{t}")) {
+                Some(v) => cell(v, fb_of(t)),
+                None => String::new(),
+            })
+            .collect()
+    };
     let mut rows = vec![
         Row {
             what: "fastbloom 0.17 + xxh3-64 (`contains_hash`), baseline".into(),
-            cells: ["absent", "present"]
-                .iter()
-                .map(|t| cell(fb_of(t).unwrap(), None))
-                .collect(),
+            cells: TAGS.iter().map(|t| cell(fb_of(t).unwrap(), None)).collect(),
         },
         Row {
             what: "**bloomsled `Filter::contains`**".into(),
-            cells: ["absent", "present"]
-                .iter()
-                .map(|t| cell(get(&format!("filter/{t}")).unwrap(), fb_of(t)))
-                .collect(),
+            cells: vs_fastbloom("filter"),
         },
     ];
     if stores.is_some() {
         rows.push(Row {
             what: "**bloomsled `Tree::may_contain`**".into(),
-            cells: ["absent", "present"]
-                .iter()
-                .map(|t| cell(get(&format!("may_contain/{t}")).unwrap(), fb_of(t)))
-                .collect(),
+            cells: vs_fastbloom("may_contain"),
         });
     }
     rows.push(Row {
         what: "`bloomfilter` 3 (SipHash, its own k)".into(),
-        cells: ["absent", "present"]
-            .iter()
-            .map(|t| cell(get(&format!("bloomfilter/{t}")).unwrap(), fb_of(t)))
-            .collect(),
+        cells: vs_fastbloom("bloomfilter"),
     });
     let fbh = |t: &str| get(&format!("fastbloom_hash/{t}"));
     rows.push(Row {
         what: "by hash (hashes made beforehand): fastbloom `contains_hash`".into(),
-        cells: ["absent", "present"]
-            .iter()
-            .map(|t| cell(fbh(t).unwrap(), None))
-            .collect(),
+        cells: TAGS.iter().map(|t| cell(fbh(t).unwrap(), None)).collect(),
     });
     rows.push(Row {
         what: "by hash: bloomsled `Filter::contains_hash`".into(),
-        cells: ["absent", "present"]
+        cells: TAGS
             .iter()
             .map(|t| cell(get(&format!("filter_hash/{t}")).unwrap(), fbh(t)))
             .collect(),
@@ -320,42 +362,80 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
     if let Some((db, _)) = &stores {
         let sled_abs = get("sled_get/absent").unwrap();
         let sled_pre = get("sled_get/present").unwrap();
+        let own_abs = get("unfiltered/absent").unwrap();
+        let own_pre = get("unfiltered/present").unwrap();
+        let (get_abs, get_pre) = (get("get/absent").unwrap(), get("get/present").unwrap());
         rows.push(Row {
-            what: "sled 0.34 `get`".into(),
-            cells: vec![cell(sled_abs, None), cell(sled_pre, None)],
+            what: "sled's `get` on bloomsled's store (`Tree::get_unfiltered`)".into(),
+            cells: vec![cell(own_abs, None), cell(own_pre, None), String::new()],
         });
         rows.push(Row {
-            what: "**bloomsled `Tree::get`** (ratio: to sled)".into(),
+            what: "**bloomsled `Tree::get`** (ratio: to sled's `get` on the same store)".into(),
             cells: vec![
-                cell(get("get/absent").unwrap(), Some(sled_abs)),
-                cell(get("get/present").unwrap(), Some(sled_pre)),
+                cell(get_abs, Some(own_abs)),
+                cell(get_pre, Some(own_pre)),
+                String::new(),
+            ],
+        });
+        rows.push(Row {
+            what: "plain sled 0.34 `get`, a second store of the same keys (ratio: \
+                   bloomsled `Tree::get` to it)"
+                .into(),
+            cells: vec![
+                format!(
+                    "{} ({:.2}×)",
+                    fmt_ns(median(sled_abs.to_vec())),
+                    median_ratio(sled_abs, get_abs)
+                ),
+                format!(
+                    "{} ({:.2}×)",
+                    fmt_ns(median(sled_pre.to_vec())),
+                    median_ratio(sled_pre, get_pre)
+                ),
+                String::new(),
             ],
         });
         rows.push(Row {
             what: "bloomsled `Tree::get`, absent keys the filter rejects".into(),
-            cells: vec![cell(get("get/rejected").unwrap(), None), String::new()],
+            cells: vec![
+                cell(get("get/rejected").unwrap(), None),
+                String::new(),
+                String::new(),
+            ],
         });
         // The absent-get bound: filter path + FPR × sled's absent get, per round.
         let store_fpr = 1.0 - negatives.len() as f64 / Q as f64;
         let bound: Vec<f64> = get("may_contain/absent")
             .unwrap()
             .iter()
-            .zip(sled_abs)
+            .zip(own_abs)
             .map(|(m, s)| m + store_fpr * s)
             .collect();
         rows.push(Row {
             what: format!(
-                "bound: `may_contain` + FPR ({:.3}%) × sled's absent `get` (ratio: `get` to it)",
+                "bound: `may_contain` + FPR ({:.3}%) × sled's absent `get` in a tight loop \
+                 (ratio: `get` to it)",
                 100.0 * store_fpr
             ),
+            cells: vec![bound_cell(&bound, get_abs), String::new(), String::new()],
+        });
+        rows.push(Row {
+            what: "bound measured: `may_contain`, then sled's `get` for the keys it passes \
+                   (ratio: `get` to it)"
+                .into(),
             cells: vec![
-                bound_cell(&bound, get("get/absent").unwrap()),
+                bound_cell(get("composed/absent").unwrap(), get_abs),
+                String::new(),
                 String::new(),
             ],
         });
         rows.push(Row {
             what: "`insert` of a fresh key: sled / **bloomsled `Tree::insert`**".into(),
-            cells: vec![cell(&ins[4], None), cell(&ins[3], Some(&ins[4]))],
+            cells: vec![
+                cell(&ins[5], None),
+                cell(&ins[4], Some(&ins[5])),
+                String::new(),
+            ],
         });
         let s = db.stats();
         extra += &format!(
@@ -363,24 +443,41 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             s.items, s.bits_per_key, s.num_hashes
         );
         for &bpk in bpk_extra {
-            extra += &bpk_row(bpk as f64, n, &absent, median(sled_abs.to_vec()), rounds);
+            extra += &bpk_row(bpk as f64, n, &absent, median(own_abs.to_vec()), rounds);
         }
     }
     rows.push(Row {
-        what: "`insert` of a fresh key: fastbloom / **bloomsled `Filter::insert`**".into(),
-        cells: vec![cell(&ins[0], None), cell(&ins[1], Some(&ins[0]))],
+        what: "`insert` of a fresh key: fastbloom `BloomFilter` (`&mut self`) / **bloomsled \
+               `Filter::insert`**"
+            .into(),
+        cells: vec![
+            cell(&ins[0], None),
+            cell(&ins[2], Some(&ins[0])),
+            String::new(),
+        ],
     });
     rows.push(Row {
-        what: "`insert`: `bloomfilter` `check_and_set` (ratio: to fastbloom)".into(),
-        cells: vec![cell(&ins[2], Some(&ins[0])), String::new()],
+        what: "`insert` of a fresh key: fastbloom `AtomicBloomFilter` (`&self`, like ours) / \
+               **bloomsled `Filter::insert`**"
+            .into(),
+        cells: vec![
+            cell(&ins[1], None),
+            cell(&ins[2], Some(&ins[1])),
+            String::new(),
+        ],
+    });
+    rows.push(Row {
+        what: "`insert`: `bloomfilter` `check_and_set` (ratio: to fastbloom `BloomFilter`)".into(),
+        cells: vec![cell(&ins[3], Some(&ins[0])), String::new(), String::new()],
     });
     let mut table = format!(
-        "#### {} keys in the filter, 10 bits/key, {} absent and {} present query keys\n\n\
+        "#### {} keys in the filter, 10 bits/key, {} absent, {} present and {} mixed query keys\n\n\
          Medians of {rounds} interleaved rounds; in brackets the median per-round ratio to \
          the baseline of its section and its min–max. False-positive rate: bloomsled \
          {:.3}%, fastbloom {:.3}%, bloomfilter {:.3}%.\n\n\
-         | per key | absent keys | present keys |\n|---|---:|---:|\n",
+         | per key | absent keys | present keys | 50/50 mix |\n|---|---:|---:|---:|\n",
         size_label(n),
+        Q,
         Q,
         Q,
         100.0 * fpr_bs,
