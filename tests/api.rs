@@ -328,7 +328,8 @@ fn stats_count_what_the_filter_saved() {
 fn get_unfiltered_reads_the_store_alone_and_counts_nothing() {
     let db = tmp();
     for i in 0..2_000u32 {
-        db.insert(i.to_le_bytes(), i.to_be_bytes().to_vec()).unwrap();
+        db.insert(i.to_le_bytes(), i.to_be_bytes().to_vec())
+            .unwrap();
     }
     db.remove(7u32.to_le_bytes()).unwrap();
     let before = db.stats();

@@ -25,25 +25,14 @@ impl Block {
         layout::all_set_k::<K>(h, |j| self.0[j & (BLOCK_WORDS - 1)].load(Relaxed))
     }
 
-    /// Sets hash `h`'s `K` bits; returns true if any of them was unset.
-    ///
-    /// Draw by draw: a bit already set is only read, and an unset one gets a locked `or`
-    /// whose result is not needed (`lock or`, not a compare-and-swap loop), so a key seen
-    /// before writes nothing and never takes the line away from other cores. The answer
-    /// comes from the reads: when several threads insert the same new key at once, each
-    /// bit is unset when the first of them reads it (a thread's read of a word comes before
-    /// its own `or` into it), so at least one of them is told the key is new.
+    /// Sets hash `h`'s `K` bits, each with a locked `or` whose result is unused (`lock or`,
+    /// not a compare-and-swap loop), with no branch on what the words held. The caller
+    /// probes first (`Kernel::insert`), so a key seen before writes nothing.
     #[inline(always)]
-    pub(crate) fn insert_k<const K: usize>(&self, h: u64) -> bool {
-        let mut new = false;
+    pub(crate) fn set_k<const K: usize>(&self, h: u64) {
         layout::for_each_bit_k::<K>(h, |j, bit| {
-            let w = &self.0[j & (BLOCK_WORDS - 1)];
-            if w.load(Relaxed) & bit == 0 {
-                w.fetch_or(bit, Relaxed);
-                new = true;
-            }
+            self.0[j & (BLOCK_WORDS - 1)].fetch_or(bit, Relaxed);
         });
-        new
     }
 }
 

@@ -190,7 +190,7 @@ impl Filter {
     #[inline]
     pub fn insert_hash(&self, h: u64) -> bool {
         let i = block_index(h, self.blocks.len() as u64);
-        let new = (self.kernel.insert)(self.blocks.block(i), h);
+        let new = self.kernel.insert(self.blocks.block(i), h);
         if new {
             self.items.add(0, 1);
         }

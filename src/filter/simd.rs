@@ -151,12 +151,12 @@ mod tests {
         assert!(contains_for(17).is_none() && contains_for(0).is_none());
         for k in 1..=16u32 {
             let probe = contains_for(k).unwrap();
-            let insert = Kernel::for_scalar(k).unwrap().insert;
+            let scalar = Kernel::for_scalar(k).unwrap();
             for fill in [0usize, 3, 40, 200, 4_000] {
                 let b = Blocks::zeroed(8).unwrap();
                 for i in 0..fill as u64 {
                     let h = hash_key(&i.to_le_bytes(), 99);
-                    insert(b.block(block_index(h, 8)), h);
+                    scalar.insert(b.block(block_index(h, 8)), h);
                 }
                 let words: Vec<u64> = b.words().collect();
                 let (mut yes, mut no) = (0, 0);
