@@ -117,10 +117,12 @@ impl Filters {
             let Some(f) = f else { return true };
             let maybe = f.bits().contains(key);
             // Validated whatever the answer (a "maybe" needs no check, but checking costs one
-            // load of a cached line), so that the only branch here is almost always taken:
-            // branching on the answer first mispredicts on every change between present and
-            // absent keys (a 50/50 stream measured 38.5 against 17.4 ns for the bare filter).
-            if maybe | self.unchanged(s) {
+            // load of a cached line, and retrying one after a swap is merely redundant), so
+            // the only branch here is on the state, never on the answer: branching on the
+            // answer mispredicts on every change between present and absent keys (a 50/50
+            // stream measured 38.5 against 17.4 ns for the bare filter). Written as
+            // `maybe || unchanged`, the compiler turns it back into a branch on `maybe`.
+            if self.unchanged(s) {
                 return maybe;
             }
         }
