@@ -105,6 +105,13 @@ impl Tree {
         if !self.shared.probe(key) {
             return Ok(None);
         }
+        self.get_from_store(key)
+    }
+
+    /// The store's part of [`Tree::get`], out of line: the filter's part stays small enough
+    /// to inline into the caller's loop, and a rejected key pays no prologue for sled's call.
+    #[inline(never)]
+    fn get_from_store(&self, key: &[u8]) -> Result<Option<IVec>> {
         let v = self.inner.get(key)?;
         if v.is_none() {
             self.shared.note_store_miss();
@@ -119,6 +126,12 @@ impl Tree {
         if !self.shared.probe(key) {
             return Ok(false);
         }
+        self.contains_in_store(key)
+    }
+
+    /// The store's part of [`Tree::contains_key`] (see [`Tree::get_from_store`]).
+    #[inline(never)]
+    fn contains_in_store(&self, key: &[u8]) -> Result<bool> {
         let found = self.inner.contains_key(key)?;
         if !found {
             self.shared.note_store_miss();
