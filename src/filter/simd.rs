@@ -23,8 +23,10 @@ use std::arch::x86_64::{
 };
 
 use super::bits::Block;
-use super::kernel::ContainsFn;
 use super::layout::GOLDEN_POWERS;
+
+/// The probe's signature, as `filter::kernel` calls it.
+type ContainsFn = fn(&Block, u64) -> bool;
 
 /// The probe of `k` bits per key with AVX-512, if this CPU has AVX-512 F and DQ and
 /// `k <= 16`.
@@ -130,8 +132,7 @@ const fn lane_mask(n: usize) -> u8 {
 mod tests {
     use super::*;
     use crate::filter::bits::Blocks;
-    use crate::filter::kernel::Kernel;
-    use crate::filter::layout::{self, block_index};
+    use crate::filter::layout::{self, block_index, BLOCK_WORDS};
     use crate::hash::hash_key;
 
     /// On a CPU with AVX-512, every `k`'s vector probe answers exactly as the scalar
@@ -151,14 +152,20 @@ mod tests {
         assert!(contains_for(17).is_none() && contains_for(0).is_none());
         for k in 1..=16u32 {
             let probe = contains_for(k).unwrap();
-            let scalar = Kernel::for_scalar(k).unwrap();
             for fill in [0usize, 3, 40, 200, 4_000] {
-                let b = Blocks::zeroed(8).unwrap();
+                // Eight blocks holding `fill` keys' bits, set by the layout's reference masks.
+                let mut words = vec![0u64; 8 * BLOCK_WORDS];
                 for i in 0..fill as u64 {
                     let h = hash_key(&i.to_le_bytes(), 99);
-                    scalar.insert(b.block(block_index(h, 8)), h);
+                    let blk = block_index(h, 8);
+                    for (w, m) in words[blk * BLOCK_WORDS..]
+                        .iter_mut()
+                        .zip(layout::block_masks(h, k))
+                    {
+                        *w |= m;
+                    }
                 }
-                let words: Vec<u64> = b.words().collect();
+                let b = Blocks::from_words(&words).unwrap();
                 let (mut yes, mut no) = (0, 0);
                 // The inserted keys (all present) and 3,000 others (mostly absent).
                 let inserted = (0..fill.min(1_000) as u64).map(|i| hash_key(&i.to_le_bytes(), 99));
