@@ -55,12 +55,19 @@ pub(crate) fn block_index(h: u64, num_blocks: u64) -> usize {
     ((u128::from(h) * u128::from(num_blocks)) >> 64) as usize
 }
 
+/// The bit (0..512) that the draw with multiplier `g` (one of [`GOLDEN_POWERS`]) of hash `h`
+/// names: the one definition of a position, which every probe and insert below uses.
+#[inline(always)]
+fn position(h: u64, g: u64) -> usize {
+    (h.wrapping_mul(g) >> 55) as usize
+}
+
 /// The `k` draws of `h` (`k` ≤ [`MAX_HASHES`]), repeats included: the bits it sets.
 #[inline(always)]
 pub(crate) fn bit_positions(h: u64, k: u32) -> impl Iterator<Item = usize> {
     GOLDEN_POWERS[..(k as usize).min(GOLDEN_POWERS.len())]
         .iter()
-        .map(move |&g| (h.wrapping_mul(g) >> 55) as usize)
+        .map(move |&g| position(h, g))
 }
 
 /// The bits `h` sets in its block, as the block's 8 words would hold them (`k` draws,
@@ -96,7 +103,7 @@ pub(crate) fn all_set(h: u64, k: u32, word: impl Fn(usize) -> u64) -> bool {
 pub(crate) fn all_set_k<const K: usize>(h: u64, word: impl Fn(usize) -> u64) -> bool {
     let mut all = 1u64;
     for &g in &GOLDEN_POWERS[..K] {
-        let p = (h.wrapping_mul(g) >> 55) as usize;
+        let p = position(h, g);
         all &= word(p >> 6) >> (p & 63);
     }
     all & 1 != 0
@@ -107,7 +114,7 @@ pub(crate) fn all_set_k<const K: usize>(h: u64, word: impl Fn(usize) -> u64) -> 
 #[inline(always)]
 pub(crate) fn for_each_bit_k<const K: usize>(h: u64, mut set: impl FnMut(usize, u64)) {
     for &g in &GOLDEN_POWERS[..K] {
-        let p = (h.wrapping_mul(g) >> 55) as usize;
+        let p = position(h, g);
         set(p >> 6, 1u64 << (p & 63));
     }
 }
