@@ -453,3 +453,22 @@ fn batched_probes_agree_with_single_probes() {
     let passed = by_key[5_000..].iter().filter(|b| **b).count();
     assert!(passed > 0 && passed < 15_000 / 10, "{passed}");
 }
+
+/// A handle to a dropped tree: `get_unfiltered` answers sled's `CollectionNotFound`, like
+/// `get`, never the dropped tree's old values.
+#[test]
+fn get_unfiltered_of_a_dropped_tree_is_collection_not_found() {
+    let db = tmp();
+    let t = db.open_tree("gone").unwrap();
+    t.insert("k", "v").unwrap();
+    assert_eq!(t.get_unfiltered("k").unwrap().as_deref(), Some(&b"v"[..]));
+    assert_eq!(db.drop_tree("gone"), Ok(true));
+    assert!(matches!(
+        t.get_unfiltered("k"),
+        Err(bloomsled::Error::CollectionNotFound(_))
+    ));
+    assert!(matches!(
+        t.get_unfiltered("never inserted"),
+        Err(bloomsled::Error::CollectionNotFound(_))
+    ));
+}
