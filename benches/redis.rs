@@ -67,6 +67,18 @@ fn main() {
     // The classic k offsets of a key: k seeded hashes mod m, as k hash functions would give.
     let offsets =
         |key: &[u8]| -> Vec<u64> { (0..u64::from(k)).map(|i| hash_key(key, i) % m).collect() };
+    // One pipeline of a Redisson-style script call per key of `chunk`.
+    let evalsha = |sha: &str, chunk: &[Vec<u8>]| {
+        let mut p = redis::pipe();
+        for key in chunk {
+            p.cmd("EVALSHA")
+                .arg(sha)
+                .arg(1)
+                .arg("redisson")
+                .arg(offsets(key));
+        }
+        p
+    };
     println!(
         "shared filter: {KEYS} keys, k = {k}, {m} bits; batches of {BATCH}, {ROUNDS} rounds, \
          redis-server {}",
@@ -150,15 +162,7 @@ fn main() {
 
         timed("redisson-style EVALSHA add (batched)", KEYS, &mut || {
             for chunk in keys.chunks(BATCH) {
-                let mut p = redis::pipe();
-                for key in chunk {
-                    p.cmd("EVALSHA")
-                        .arg(&add_sha)
-                        .arg(1)
-                        .arg("redisson")
-                        .arg(offsets(key));
-                }
-                let _: Vec<Value> = p.query(&mut con).unwrap();
+                let _: Vec<Value> = evalsha(&add_sha, chunk).query(&mut con).unwrap();
             }
         });
 
@@ -224,15 +228,7 @@ fn main() {
 
         timed("redisson-style EVALSHA lookup (batched)", KEYS, &mut || {
             for chunk in keys.chunks(BATCH) {
-                let mut p = redis::pipe();
-                for key in chunk {
-                    p.cmd("EVALSHA")
-                        .arg(&has_sha)
-                        .arg(1)
-                        .arg("redisson")
-                        .arg(offsets(key));
-                }
-                let v: Vec<i64> = p.query(&mut con).unwrap();
+                let v: Vec<i64> = evalsha(&has_sha, chunk).query(&mut con).unwrap();
                 assert!(v.iter().all(|&b| b == 1));
             }
         });
