@@ -423,13 +423,11 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             ],
         });
         // The absent-get bound: filter path + FPR × sled's absent get, per round.
+        let formula = |path: &[f64], fpr: f64| -> Vec<f64> {
+            path.iter().zip(own_abs).map(|(m, s)| m + fpr * s).collect()
+        };
         let store_fpr = 1.0 - negatives.len() as f64 / Q as f64;
-        let bound: Vec<f64> = get("may_contain/absent")
-            .unwrap()
-            .iter()
-            .zip(own_abs)
-            .map(|(m, s)| m + store_fpr * s)
-            .collect();
+        let bound = formula(get("may_contain/absent").unwrap(), store_fpr);
         rows.push(Row {
             what: format!(
                 "bound: `may_contain` + FPR ({:.3}%) × sled's absent `get` in a tight loop \
@@ -449,12 +447,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             ],
         });
         // fastbloom's own bound by the same formula, and its measured composition against it.
-        let fb_bound: Vec<f64> = fb_of("absent")
-            .unwrap()
-            .iter()
-            .zip(own_abs)
-            .map(|(m, s)| m + fpr_fb * s)
-            .collect();
+        let fb_bound = formula(fb_of("absent").unwrap(), fpr_fb);
         rows.push(Row {
             what: format!(
                 "for comparison: fastbloom + xxh3, then sled's `get` for the keys it passes \
