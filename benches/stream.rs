@@ -12,12 +12,19 @@
 //! * with a store (sizes up to `BLOOMSLED_STREAM_STORE_UPTO`, default 2,000,000):
 //!   `Tree::may_contain`, `Tree::get` (absent keys, the absent keys the filter rejects, present
 //!   keys), sled's own `get` on the same store (`Tree::get_unfiltered`), and plain sled's
-//!   `get` on a second store loaded with the same keys;
-//! * the absent-`get` bound two ways: `may_contain` + FPR × sled's absent `get` (tight loop,
-//!   same store), and measured on the same keys: `may_contain`, then sled's `get` for the keys
-//!   it passes (those false positives' sled lookups run as cold as they do inside `get`);
-//!   and fastbloom in front of the same store, against the same formula with its own figures,
-//!   to show what any filter's probes between two false positives do to sled's lookup;
+//!   `get` on a second store loaded with the same keys; past that size, `Tree::may_contain` on
+//!   a tree whose filter is sized for the same number of keys (the same bytes: the probe has
+//!   no branch on what it reads), holding the present query keys;
+//! * present `get` against sled's `get` on the same store, and absent `get` against its
+//!   measured bound, each pair run in alternating chunks of the same keys so that both see
+//!   the same cache state (as separate contenders each inherits whatever ran before it);
+//! * the absent-`get` bound three ways: `may_contain` + FPR × sled's absent `get` (tight loop,
+//!   same store); the same with sled's `get` as it costs in the stream (the keys the filter
+//!   passes, looked up where they come, after hashing the keys between them, no filter
+//!   probed); and measured: `may_contain`, then sled's `get` for the keys it passes. Beside
+//!   them, those keys' sled lookups back to back, in the stream with no filter, and after
+//!   bloomsled's probes, and fastbloom in front of the same store against the formula with
+//!   its own figures: whether the filter or the stream makes sled's lookups slower there;
 //! * the by-hash hot loop (hashes computed beforehand), the second view;
 //! * inserts of fresh keys: `Filter::insert` beside fastbloom's (`BloomFilter`, `&mut self`,
 //!   plain stores, and `AtomicBloomFilter`, `&self` like ours) and bloomfilter's, and
@@ -37,11 +44,11 @@
 //! `bench-stream` markers.
 
 use std::hint::black_box;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bloomsled::hash::hash_key;
 use bloomsled::{Config, Filter};
-use common::rounds::{fmt_ns, interleave, median, median_ratio, ns_per, spread};
+use common::rounds::{fmt_ns, interleave, median, median_ratio, ns_per, spread, timed};
 use common::{env_count, key, load_chunks, size_label, splitmix64, write_key};
 
 mod common;
@@ -139,6 +146,11 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
 
     // The store, then the filters, loaded with the keys 0..n.
     let stores = with_store.then(|| load_stores(n, 10.0));
+    // Past the store sizes, `Tree::may_contain` still gets a row: a tree whose filter is
+    // sized for `n` keys (the same bytes, so the same cache misses: the probe has no branch
+    // on what it reads), holding the present query keys.
+    let sized = (!with_store).then(|| load_sized(n, &present));
+    let tree: Option<&bloomsled::Db> = stores.as_ref().map(|(db, _)| db).or(sized.as_ref());
     let t = Instant::now();
     let f = Filter::with_bits_per_key(n, 10.0).expect("filter");
     let bits = f.num_bits() as usize;
@@ -176,10 +188,19 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
     let fpr_bf = fpr(&|k| bf.check(k));
 
     // --- lookups: absent and present streams, by key and by hash ------------------------
-    let negatives: Vec<&Vec<u8>> = match &stores {
-        Some((db, _)) => absent.iter().filter(|k| !db.may_contain(k)).collect(),
+    let passes: Vec<bool> = match &stores {
+        Some((db, _)) => absent.iter().map(|k| db.may_contain(k)).collect(),
         None => Vec::new(),
     };
+    let pick = |pass: bool| -> Vec<&Vec<u8>> {
+        absent
+            .iter()
+            .zip(&passes)
+            .filter(|&(_, &p)| p == pass)
+            .map(|(k, _)| k)
+            .collect()
+    };
+    let (negatives, fps) = (pick(false), pick(true));
     let mut names: Vec<String> = Vec::new();
     let mut runs: Vec<Box<dyn FnMut() -> f64 + '_>> = Vec::new();
     for (tag, keys, hashes) in [
@@ -210,11 +231,13 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
                 hashes.iter().filter(|&&h| f.contains_hash(h)).count() as u64
             })
         }));
-        if let Some((db, raw)) = &stores {
+        if let Some(db) = tree {
             names.push(format!("may_contain/{tag}"));
             runs.push(Box::new(move || {
                 ns_per(Q, || count(keys, |k| db.may_contain(k)))
             }));
+        }
+        if let Some((db, raw)) = &stores {
             if tag == "mixed" {
                 continue;
             }
@@ -259,6 +282,35 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
                 })
             })
         }));
+        // What the false positives' sled lookups cost, on the same keys: back to back, and
+        // spread through the stream as they come, after hashing the keys between them with
+        // no filter probed (minus the hashing alone). Against `composed` (after bloomsled's
+        // probes) this says whether the filter or the stream makes them slower.
+        let (passes, fps) = (&passes, &fps);
+        names.push("fp/tight".into());
+        runs.push(Box::new(move || {
+            ns_per(fps.len(), || {
+                count(fps, |k| db.get_unfiltered(k).unwrap().is_some())
+            })
+        }));
+        names.push("fp/hashed".into());
+        runs.push(Box::new(move || {
+            ns_per(Q, || {
+                let mut x = 0u64;
+                let mut found = 0u64;
+                for (k, &pass) in absent.iter().zip(passes) {
+                    x ^= hash_key(k, seed);
+                    if pass {
+                        found += db.get_unfiltered(k).unwrap().is_some() as u64;
+                    }
+                }
+                black_box(x) ^ found
+            })
+        }));
+        names.push("hash/absent".into());
+        runs.push(Box::new(move || {
+            ns_per(Q, || absent.iter().fold(0, |x, k| x ^ hash_key(k, seed)))
+        }));
         let negatives = &negatives;
         names.push("may_contain/rejected".into());
         runs.push(Box::new(move || {
@@ -280,6 +332,34 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
     let get = |name: &str| -> Option<&[f64]> {
         names.iter().position(|x| x == name).map(|i| &per[i][..])
     };
+
+    // --- `get` and what it is held to, in alternating chunks of the same keys ------------
+    // Run as separate contenders, each starts from the cache state the one before it left
+    // (a 1M-key stream, another store's lookups), and a 5% question drowns in that. Paired,
+    // each chunk follows a chunk of the other contender.
+    let pairs = stores.as_ref().map(|(db, _)| {
+        let t = Instant::now();
+        let present_get = paired(
+            &present[..Q_SLED],
+            256,
+            rounds,
+            |ks| count(ks, |k| db.get(k).unwrap().is_some()),
+            |ks| count(ks, |k| db.get_unfiltered(k).unwrap().is_some()),
+        );
+        let absent_get = paired(
+            &absent,
+            4096,
+            rounds,
+            |ks| count(ks, |k| db.get(k).unwrap().is_some()),
+            |ks| {
+                count(ks, |k| {
+                    db.may_contain(k) && db.get_unfiltered(k).unwrap().is_some()
+                })
+            },
+        );
+        eprintln!("[{}] paired rounds in {:.1?}", size_label(n), t.elapsed());
+        (present_get, absent_get)
+    });
 
     // --- inserts of fresh keys -----------------------------------------------------------
     // Contenders: fastbloom, fastbloom atomic, filter, bloomfilter, then (with a store) tree
@@ -353,9 +433,16 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             cells: vs_fastbloom("filter"),
         },
     ];
-    if stores.is_some() {
+    if tree.is_some() {
         rows.push(Row {
-            what: "**bloomsled `Tree::may_contain`**".into(),
+            what: match sized {
+                None => "**bloomsled `Tree::may_contain`**".into(),
+                Some(_) => format!(
+                    "**bloomsled `Tree::may_contain`**: a tree whose filter is sized for {} keys \
+                     (the same bytes), holding the present query keys",
+                    size_label(n)
+                ),
+            },
             cells: vs_fastbloom("may_contain"),
         });
     }
@@ -436,15 +523,61 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             ),
             cells: vec![bound_cell(&bound, get_abs), String::new(), String::new()],
         });
+        // The false positives' sled lookups, per false positive, round by round.
+        let per_fp = |with: &[f64], without: &[f64]| -> Vec<f64> {
+            let scale = Q as f64 / fps.len() as f64;
+            with.iter()
+                .zip(without)
+                .map(|(w, o)| (w - o) * scale)
+                .collect()
+        };
+        let fp_hashed = per_fp(get("fp/hashed").unwrap(), get("hash/absent").unwrap());
+        let fp_probed = per_fp(
+            get("composed/absent").unwrap(),
+            get("may_contain/absent").unwrap(),
+        );
+        let fp_tight = get("fp/tight").unwrap();
+        extra += &format!(
+            "- sled's `get` of the {} absent keys the filter passes: {} back to back; spread \
+             through the stream as they come, after hashing the keys between them with no filter \
+             probed, {} ({:.2}× back to back); after bloomsled's probes of those keys, {} \
+             ({:.2}×).\n",
+            fps.len(),
+            fmt_ns(median(fp_tight.to_vec())),
+            fmt_ns(median(fp_hashed.clone())),
+            median_ratio(fp_tight, &fp_hashed),
+            fmt_ns(median(fp_probed.clone())),
+            median_ratio(fp_tight, &fp_probed),
+        );
+        let stream_bound: Vec<f64> = get("may_contain/absent")
+            .unwrap()
+            .iter()
+            .zip(&fp_hashed)
+            .map(|(m, s)| m + store_fpr * s)
+            .collect();
         rows.push(Row {
-            what: "bound measured: `may_contain`, then sled's `get` for the keys it passes \
-                   (ratio: `get` to it)"
+            what: "bound with sled's `get` as it costs in the stream: `may_contain` + FPR × \
+                   sled's `get` of the passed keys after hashing the keys between them, no \
+                   filter probed (ratio: `get` to it)"
                 .into(),
             cells: vec![
-                bound_cell(get("composed/absent").unwrap(), get_abs),
+                bound_cell(&stream_bound, get_abs),
                 String::new(),
                 String::new(),
             ],
+        });
+        let ((pg, ps), (ag, ac)) = pairs.as_ref().unwrap();
+        rows.push(Row {
+            what: "bound measured: `may_contain`, then sled's `get` for the keys it passes; \
+                   paired with `get` in alternating chunks of 4,096 keys (ratio: `get` to it)"
+                .into(),
+            cells: vec![bound_cell(ac, ag), String::new(), String::new()],
+        });
+        rows.push(Row {
+            what: "**bloomsled `Tree::get`** paired with sled's `get` on the same store, \
+                   alternating chunks of 256 keys (ratio: to sled's)"
+                .into(),
+            cells: vec![String::new(), cell(pg, Some(ps)), String::new()],
         });
         // fastbloom's own bound by the same formula, and its measured composition against it.
         let fb_bound = formula(fb_of("absent").unwrap(), fpr_fb);
@@ -523,6 +656,37 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
     table
 }
 
+/// Two contenders on one key set, finely interleaved: the keys are cut into chunks of
+/// `chunk`, and in round `r` chunk `c` goes to contender `(c + r) % 2`. Each chunk then
+/// follows one of the other contender's, so both run in the same cache state, on disjoint
+/// halves of the keys in a round, every key going to each in alternate rounds. Per round,
+/// the ns per key of `a` and of `b`.
+fn paired<K>(
+    keys: &[K],
+    chunk: usize,
+    rounds: usize,
+    mut a: impl FnMut(&[K]) -> u64,
+    mut b: impl FnMut(&[K]) -> u64,
+) -> (Vec<f64>, Vec<f64>) {
+    let (mut va, mut vb) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for r in 0..rounds {
+        let (mut ta, mut tb) = (Duration::ZERO, Duration::ZERO);
+        let (mut na, mut nb) = (0usize, 0usize);
+        for (c, ks) in keys.chunks(chunk).enumerate() {
+            if (c + r) % 2 == 0 {
+                ta += timed(|| a(ks));
+                na += ks.len();
+            } else {
+                tb += timed(|| b(ks));
+                nb += ks.len();
+            }
+        }
+        va.push(ta.as_nanos() as f64 / na as f64);
+        vb.push(tb.as_nanos() as f64 / nb as f64);
+    }
+    (va, vb)
+}
+
 /// `bound (get 1.02×, 0.98–1.05)`: the bound's median, and `get`'s per-round ratio to it.
 fn bound_cell(bound: &[f64], get: &[f64]) -> String {
     let ratios: Vec<f64> = bound.iter().zip(get).map(|(b, g)| g / b).collect();
@@ -576,6 +740,35 @@ fn load_bloomsled(n: u64, bpk: f64) -> bloomsled::Db {
     });
     db.flush().expect("flush");
     black_box(db.iter().count());
+    db
+}
+
+/// A bloomsled tree whose filter is sized for `n` keys at 10 bits/key, holding `keys`.
+fn load_sized(n: u64, keys: &[Vec<u8>]) -> bloomsled::Db {
+    let t = Instant::now();
+    let db = Config::new()
+        .temporary(true)
+        .cache_capacity(4 << 30)
+        .expected_items(n)
+        .bits_per_key(10.0)
+        .auto_rebuild(false)
+        .open()
+        .expect("bloomsled");
+    for chunk in keys.chunks(CHUNK as usize) {
+        let mut b = bloomsled::Batch::default();
+        for k in chunk {
+            b.insert(&k[..], VALUE);
+        }
+        db.apply_batch(b).expect("bloomsled batch");
+    }
+    assert!(keys.iter().all(|k| db.may_contain(k)), "false negative");
+    eprintln!(
+        "[{}] tree with a filter sized for {} keys, {} keys in it, loaded in {:.1?}",
+        size_label(n),
+        size_label(n),
+        keys.len(),
+        t.elapsed()
+    );
     db
 }
 
