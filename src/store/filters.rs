@@ -35,6 +35,7 @@ use crate::filter::any::AnyFilter;
 /// same shape and capacities grow by doubling, so a tree needs about one slot per size it
 /// ever had, plus one.
 pub(crate) const MAX_SLOTS: usize = 64;
+const _: () = assert!(MAX_SLOTS.is_power_of_two() && MAX_SLOTS as u64 <= INDEX_MASK + 1);
 
 const INDEX_BITS: u32 = 8;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
@@ -68,7 +69,9 @@ thread_local! {
 }
 
 pub(crate) struct Filters {
-    slots: Box<[OnceLock<Box<AnyFilter>>]>,
+    /// Inline, with a power-of-two length: a lookup finds its slot from `state` alone, with
+    /// no load of a slice pointer and no bound to check.
+    slots: [OnceLock<Box<AnyFilter>>; MAX_SLOTS],
     state: State,
     gate: RwLock<Gate>,
     /// Writers blocked on the gate: the rebuild lets them in between chunks.
@@ -77,8 +80,7 @@ pub(crate) struct Filters {
 
 impl Filters {
     pub(crate) fn new(first: AnyFilter) -> Filters {
-        let slots: Box<[OnceLock<Box<AnyFilter>>]> =
-            (0..MAX_SLOTS).map(|_| OnceLock::new()).collect();
+        let slots: [OnceLock<Box<AnyFilter>>; MAX_SLOTS] = std::array::from_fn(|_| OnceLock::new());
         let _ = slots[0].set(Box::new(first));
         Filters {
             slots,
@@ -88,9 +90,11 @@ impl Filters {
         }
     }
 
+    /// The filter in slot `i`, where `i < MAX_SLOTS` (every index `state` holds is one:
+    /// [`Filters::swap`] is only given slots that exist).
     #[inline(always)]
     fn slot(&self, i: usize) -> Option<&AnyFilter> {
-        self.slots.get(i)?.get().map(|b| &**b)
+        self.slots[i % MAX_SLOTS].get().map(|b| &**b)
     }
 
     /// The current filter and the state it was read under. Lookups must validate a negative
@@ -232,11 +236,12 @@ impl Filters {
 
     /// The filter in slot `i` (for the rebuild, which owns the slot it is building).
     pub(crate) fn get(&self, i: usize) -> Option<&AnyFilter> {
-        self.slot(i)
+        self.slots.get(i)?.get().map(|b| &**b)
     }
 
     /// Makes slot `i` current. Must be called with the gate closed (`_gate`).
     pub(crate) fn swap(&self, _gate: &mut RwLockWriteGuard<'_, Gate>, i: usize) {
+        debug_assert!(i < MAX_SLOTS, "slot {i} does not exist");
         let s = self.state.0.load(Ordering::Relaxed);
         let next = ((s >> INDEX_BITS) + 1) << INDEX_BITS | i as u64;
         self.state.0.store(next, Ordering::SeqCst);
