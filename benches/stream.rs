@@ -37,7 +37,7 @@
 //! ```text
 //! cargo bench --bench stream                                   # 2M keys, with the store
 //! BLOOMSLED_STREAM_KEYS=50000000 cargo bench --bench stream    # 50M keys, filters only
-//! BLOOMSLED_STREAM_BPK=12,14,16 cargo bench --bench stream     # also absent get at 12/14/16
+//! BLOOMSLED_STREAM_BPK=12,14,16 cargo bench --bench stream     # also stores at 12/14/16 bits/key
 //! ```
 //! `BLOOMSLED_STREAM_KEYS` is a comma list of sizes (default 2,000,000). The table is
 //! printed; `BLOOMSLED_STREAM_README=1` also writes it into README.md between the
@@ -150,6 +150,23 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
     // sized for `n` keys (the same bytes, so the same cache misses: the probe has no branch
     // on what it reads), holding the present query keys.
     let sized = (!with_store).then(|| load_sized(n, &present));
+    // Stores at more bits per key, measured in the same rounds as the 10 bits/key one.
+    let denser: Vec<(u64, bloomsled::Db)> = match with_store {
+        true => bpk_extra
+            .iter()
+            .map(|&b| {
+                let t = Instant::now();
+                let db = load_bloomsled(n, b as f64);
+                eprintln!(
+                    "[{}] store at {b} bits/key in {:.1?}",
+                    size_label(n),
+                    t.elapsed()
+                );
+                (b, db)
+            })
+            .collect(),
+        false => Vec::new(),
+    };
     let tree: Option<&bloomsled::Db> = stores.as_ref().map(|(db, _)| db).or(sized.as_ref());
     let t = Instant::now();
     let f = Filter::with_bits_per_key(n, 10.0).expect("filter");
@@ -321,6 +338,25 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             ns_per(negatives.len(), || {
                 count(negatives, |k| db.get(k).unwrap().is_some())
             })
+        }));
+        // The same calls, the answer matched in place instead of moved out by `unwrap`:
+        // what the caller's handling of the 40-byte `Result<Option<IVec>>` costs.
+        names.push("get_matched/rejected".into());
+        runs.push(Box::new(move || {
+            ns_per(negatives.len(), || {
+                count(negatives, |k| matches!(db.get(k), Ok(Some(_))))
+            })
+        }));
+    }
+    for (b, db) in &denser {
+        let absent = &absent;
+        names.push(format!("may_contain@{b}/absent"));
+        runs.push(Box::new(move || {
+            ns_per(Q, || count(absent, |k| db.may_contain(k)))
+        }));
+        names.push(format!("get@{b}/absent"));
+        runs.push(Box::new(move || {
+            ns_per(Q, || count(absent, |k| db.get(k).unwrap().is_some()))
         }));
     }
     let mut refs: Vec<&mut dyn FnMut() -> f64> = runs.iter_mut().map(|b| &mut **b as _).collect();
@@ -500,11 +536,24 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             ],
         });
         rows.push(Row {
-            what: "bloomsled `Tree::get`, absent keys the filter rejects (ratio: to \
-                   `may_contain` on the same keys)"
+            what: "bloomsled `Tree::get`, absent keys the filter rejects, `.unwrap().is_some()` \
+                   (ratio: to `may_contain` on the same keys)"
                 .into(),
             cells: vec![
                 cell(get("get/rejected").unwrap(), get("may_contain/rejected")),
+                String::new(),
+                String::new(),
+            ],
+        });
+        rows.push(Row {
+            what: "the same, the answer matched in place: `matches!(get(k), Ok(Some(_)))` \
+                   (ratio: to `may_contain` on the same keys)"
+                .into(),
+            cells: vec![
+                cell(
+                    get("get_matched/rejected").unwrap(),
+                    get("may_contain/rejected"),
+                ),
                 String::new(),
                 String::new(),
             ],
@@ -606,8 +655,32 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             "- Store: {} keys, {:.2} bits/key, k = {}.\n",
             s.items, s.bits_per_key, s.num_hashes
         );
-        for &bpk in bpk_extra {
-            extra += &bpk_row(bpk as f64, n, &absent, median(own_abs.to_vec()), rounds);
+        // What more bits per key buy, every store in the same rounds.
+        extra += "\n| bits/key | k | filter | FPR | `may_contain` | absent `get` | bound: \
+                  `may_contain` + FPR × sled's absent `get` in a tight loop (`get` ÷ it) | \
+                  absent `get`: speed-up over sled's |\n\
+                  |---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        let mut bpk_line = |d: &bloomsled::Db, mc: &[f64], g: &[f64], fpr: f64| {
+            let s = d.stats();
+            let bound: Vec<f64> = mc.iter().zip(own_abs).map(|(m, o)| m + fpr * o).collect();
+            extra += &format!(
+                "| {:.0} | {} | {:.1} MB | {:.3}% | {} | {} | {} | {:.0}× |\n",
+                s.bits_per_key,
+                s.num_hashes,
+                s.num_bits as f64 / 8e6,
+                100.0 * fpr,
+                fmt_ns(median(mc.to_vec())),
+                fmt_ns(median(g.to_vec())),
+                bound_cell(&bound, g),
+                median_ratio(g, own_abs),
+            );
+        };
+        bpk_line(db, get("may_contain/absent").unwrap(), get_abs, store_fpr);
+        for (b, d) in &denser {
+            let fpr = count(&absent, |k| d.may_contain(k)) as f64 / Q as f64;
+            let mc = get(&format!("may_contain@{b}/absent")).unwrap();
+            let g = get(&format!("get@{b}/absent")).unwrap();
+            bpk_line(d, mc, g, fpr);
         }
     }
     rows.push(Row {
@@ -770,32 +843,6 @@ fn load_sized(n: u64, keys: &[Vec<u8>]) -> bloomsled::Db {
         t.elapsed()
     );
     db
-}
-
-/// Absent `get` at `bpk` bits per key: a store of its own, measured alone.
-fn bpk_row(bpk: f64, n: u64, absent: &[Vec<u8>], sled_absent: f64, rounds: usize) -> String {
-    let db = load_bloomsled(n, bpk);
-    let passed = count(absent, |k| db.may_contain(k));
-    let fpr = passed as f64 / absent.len() as f64;
-    let mut probe = || ns_per(absent.len(), || count(absent, |k| db.may_contain(k)));
-    let mut get = || {
-        ns_per(absent.len(), || {
-            count(absent, |k| db.get(k).unwrap().is_some())
-        })
-    };
-    let per = interleave(rounds, &mut [&mut probe, &mut get]);
-    let s = db.stats();
-    format!(
-        "- At {bpk} bits/key (k = {}, {:.1} MB): FPR {:.3}%, absent `get` {} (`may_contain` {}; \
-         bound with sled's absent get {}: {}).\n",
-        s.num_hashes,
-        s.num_bits as f64 / 8e6,
-        100.0 * fpr,
-        fmt_ns(median(per[1].clone())),
-        fmt_ns(median(per[0].clone())),
-        fmt_ns(sled_absent),
-        fmt_ns(median(per[0].clone()) + fpr * sled_absent),
-    )
 }
 
 fn write_readme(table: &str) {
