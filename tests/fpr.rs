@@ -10,21 +10,65 @@ fn url(i: u64, tag: &str) -> String {
     )
 }
 
-/// Four filters of 250k keys at 10 bits/key, 1M absent queries each: 4M queries, so the
-/// measured rate's standard error is ~0.005 percentage points.
+/// The blocked layout's false-positive rate without the mean-fill approximation of
+/// [`blocked_fpr`], and the standard deviation of one block's rate. A block's load is
+/// Poisson with mean `lambda`; for each load, the number of set bits has its exact
+/// distribution (every key draws `k` of the 512 bits, repeats allowed), and a query's `k`
+/// draws all hit set bits with probability (set/512)^k. The mean-fill model puts the mean of
+/// the set bits in that power, which by Jensen's inequality reads low.
+fn exact_blocked_fpr(lambda: f64, k: u32) -> (f64, f64) {
+    const B: usize = 512;
+    // set[x]: the chance that a block of the current load has x bits set.
+    let mut set = vec![0.0f64; B + 1];
+    set[0] = 1.0;
+    let (mut m1, mut m2) = (0.0, 0.0);
+    let mut load_p = (-lambda).exp();
+    let upper = (lambda + 12.0 * lambda.sqrt() + 40.0) as usize;
+    for load in 0..=upper {
+        if load > 0 {
+            load_p *= lambda / load as f64;
+            for _ in 0..k {
+                for x in (0..=B).rev() {
+                    let grow = match x {
+                        0 => 0.0,
+                        _ => set[x - 1] * (B - x + 1) as f64 / B as f64,
+                    };
+                    set[x] = set[x] * x as f64 / B as f64 + grow;
+                }
+            }
+        }
+        for (x, &p) in set.iter().enumerate() {
+            let f = (x as f64 / B as f64).powi(k as i32);
+            m1 += load_p * p * f;
+            m2 += load_p * p * f * f;
+        }
+    }
+    (m1, (m2 - m1 * m1).max(0.0).sqrt())
+}
+
+/// Four filters of 250k keys at 10 bits/key, 1M absent queries each, against the exact
+/// model of the layout: within four standard deviations, counting both the queries'
+/// sampling error and how much a filter's rate varies with its keys (its blocks' loads).
+///
+/// At 10 bits/key and k = 6 the exact model gives 0.9665%, and the mean-fill model that
+/// sizes filters ([`blocked_fpr`]) 0.958%. So "≤ 0.96%" (RocksDB's cache-line figure,
+/// 0.957%, is the mean-fill one too) is not this layout's expectation, nor any one-line
+/// blocked filter's with independent positions: these four seeds measure 0.953%, other keys
+/// and seeds 0.956–0.981% (the stream bench prints its own), all within the exact model's
+/// spread.
 #[test]
-fn ten_bits_per_key_meets_rocksdb_bar_and_model() {
+fn ten_bits_per_key_matches_the_exact_blocked_model() {
     const N: u64 = 250_000;
     const Q: u64 = 1_000_000;
     let (mut fp, mut total) = (0u64, 0u64);
-    let mut k = 0;
+    let (mut k, mut bits) = (0, 0);
     for seed in [11u64, 22, 33, 44] {
         let f = FilterConfig::new(N)
             .bits_per_key(10.0)
             .seed(seed)
             .build()
             .unwrap();
-        k = f.num_hashes();
+        (k, bits) = (f.num_hashes(), f.num_bits());
         for i in 0..N {
             f.insert(url(i, "in").as_bytes());
         }
@@ -38,18 +82,28 @@ fn ten_bits_per_key_meets_rocksdb_bar_and_model() {
     }
     let measured = fp as f64 / total as f64;
     let model = blocked_fpr(10.0, k);
+    let blocks = bits / 512;
+    let (exact, block_sd) = exact_blocked_fpr(N as f64 / blocks as f64, k);
+    let sd = (block_sd.powi(2) / (4 * blocks) as f64 + exact * (1.0 - exact) / total as f64).sqrt();
     eprintln!(
-        "k={k} measured {:.4}% model {:.4}%",
+        "k={k} measured {:.4}%, exact model {:.4}% (sd {:.4}), mean-fill model {:.4}%",
         measured * 100.0,
+        exact * 100.0,
+        sd * 100.0,
         model * 100.0
     );
+    assert_eq!(k, 6);
     assert!(
-        measured <= 0.0096,
-        "measured {measured} above RocksDB's 0.96%"
+        (exact - 0.009665).abs() < 0.000005,
+        "exact model at 10 bits/key: {exact}"
+    );
+    assert!(
+        (measured - exact).abs() <= 4.0 * sd,
+        "measured {measured} vs exact model {exact} (sd {sd})"
     );
     assert!(
         (measured - model).abs() <= 0.1 * model,
-        "measured {measured} vs model {model}"
+        "measured {measured} vs mean-fill model {model}"
     );
 }
 
