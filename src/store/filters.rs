@@ -320,3 +320,43 @@ impl Drop for Entered<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::any::FilterMode;
+    use crate::filter::FilterConfig;
+
+    fn small() -> Result<AnyFilter> {
+        AnyFilter::new(FilterMode::Plain, FilterConfig::new(1_000).shape()?, 1_000)
+    }
+
+    /// Lookups find the current slot by its index modulo the slot count: at the last slot
+    /// they read that slot and no other, and a tree that has used every slot is told so
+    /// instead of wrapping onto slot 0.
+    #[test]
+    fn the_last_slot_is_read_as_itself_and_a_65th_filter_is_refused() {
+        let f = Filters::new(small().unwrap());
+        f.enter().admit(b"in slot 0");
+        assert!(f.contains(b"in slot 0"));
+        for i in 1..MAX_SLOTS {
+            assert_eq!(f.prepare(|_| false, small).unwrap(), i);
+        }
+        let err = f.prepare(|_| false, small).unwrap_err();
+        assert!(err.to_string().contains("no room"), "{err}");
+        assert!(f.get(MAX_SLOTS).is_none());
+
+        f.swap(&mut f.close_gate(), MAX_SLOTS - 1);
+        f.enter().admit(b"in the last slot");
+        assert!(f.contains(b"in the last slot"));
+        assert!(f
+            .get(MAX_SLOTS - 1)
+            .unwrap()
+            .bits()
+            .contains(b"in the last slot"));
+        assert!(
+            !f.contains(b"in slot 0"),
+            "a lookup read a slot other than the current one"
+        );
+    }
+}
