@@ -83,6 +83,29 @@ fn count<K: AsRef<[u8]>>(keys: &[K], mut f: impl FnMut(&[u8]) -> bool) -> u64 {
     keys.iter().filter(|k| f(k.as_ref())).count() as u64
 }
 
+/// One contender: times one pass and returns its ns per key.
+type Run<'a> = Box<dyn FnMut() -> f64 + 'a>;
+
+/// The lookup contenders, by name, in the order they run in a round.
+#[derive(Default)]
+struct Contenders<'a> {
+    names: Vec<String>,
+    runs: Vec<Run<'a>>,
+}
+
+impl<'a> Contenders<'a> {
+    /// Adds a contender under `name`.
+    fn add(&mut self, name: impl Into<String>, run: impl FnMut() -> f64 + 'a) {
+        self.names.push(name.into());
+        self.runs.push(Box::new(run));
+    }
+
+    /// The names and the contenders, in the same order.
+    fn into_parts(self) -> (Vec<String>, Vec<Run<'a>>) {
+        (self.names, self.runs)
+    }
+}
+
 /// One table row: a contender's medians (absent, present) and ratios against the baseline.
 struct Row {
     what: String,
@@ -218,100 +241,88 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             .collect()
     };
     let (negatives, fps) = (pick(false), pick(true));
-    let mut names: Vec<String> = Vec::new();
-    let mut runs: Vec<Box<dyn FnMut() -> f64 + '_>> = Vec::new();
+    let mut c = Contenders::default();
     for (tag, keys, hashes) in [
         ("absent", &absent, &ah),
         ("present", &present, &ph),
         ("mixed", &mixed, &mh),
     ] {
         let (f, fb, bf) = (&f, &fb, &bf);
-        names.push(format!("fastbloom/{tag}"));
-        runs.push(Box::new(move || {
+        c.add(format!("fastbloom/{tag}"), move || {
             ns_per(Q, || count(keys, |k| fb.contains_hash(hash_key(k, seed))))
-        }));
-        names.push(format!("filter/{tag}"));
-        runs.push(Box::new(move || {
+        });
+        c.add(format!("filter/{tag}"), move || {
             ns_per(Q, || count(keys, |k| f.contains(k)))
-        }));
-        names.push(format!("bloomfilter/{tag}"));
-        runs.push(Box::new(move || ns_per(Q, || count(keys, |k| bf.check(k)))));
-        names.push(format!("fastbloom_hash/{tag}"));
-        runs.push(Box::new(move || {
+        });
+        c.add(format!("bloomfilter/{tag}"), move || {
+            ns_per(Q, || count(keys, |k| bf.check(k)))
+        });
+        c.add(format!("fastbloom_hash/{tag}"), move || {
             ns_per(Q, || {
                 hashes.iter().filter(|&&h| fb.contains_hash(h)).count() as u64
             })
-        }));
-        names.push(format!("filter_hash/{tag}"));
-        runs.push(Box::new(move || {
+        });
+        c.add(format!("filter_hash/{tag}"), move || {
             ns_per(Q, || {
                 hashes.iter().filter(|&&h| f.contains_hash(h)).count() as u64
             })
-        }));
+        });
         if let Some(db) = tree {
-            names.push(format!("may_contain/{tag}"));
-            runs.push(Box::new(move || {
+            c.add(format!("may_contain/{tag}"), move || {
                 ns_per(Q, || count(keys, |k| db.may_contain(k)))
-            }));
+            });
         }
         if let Some((db, raw)) = &stores {
             if tag == "mixed" {
                 continue;
             }
-            names.push(format!("get/{tag}"));
             let q = if tag == "absent" { Q } else { Q_SLED };
-            runs.push(Box::new(move || {
+            c.add(format!("get/{tag}"), move || {
                 ns_per(q, || count(&keys[..q], |k| db.get(k).unwrap().is_some()))
-            }));
-            names.push(format!("sled_get/{tag}"));
-            runs.push(Box::new(move || {
+            });
+            c.add(format!("sled_get/{tag}"), move || {
                 ns_per(Q_SLED, || {
                     count(&keys[..Q_SLED], |k| raw.get(k).unwrap().is_some())
                 })
-            }));
-            names.push(format!("unfiltered/{tag}"));
-            runs.push(Box::new(move || {
+            });
+            c.add(format!("unfiltered/{tag}"), move || {
                 ns_per(Q_SLED, || {
                     count(&keys[..Q_SLED], |k| db.get_unfiltered(k).unwrap().is_some())
                 })
-            }));
+            });
         }
     }
     if let Some((db, _)) = &stores {
         // The bound, measured: the filter, then sled's own get for the keys it passes.
         let absent = &absent;
-        names.push("composed/absent".into());
-        runs.push(Box::new(move || {
+        c.add("composed/absent", move || {
             ns_per(Q, || {
                 count(absent, |k| {
                     db.may_contain(k) && db.get_unfiltered(k).unwrap().is_some()
                 })
             })
-        }));
+        });
         // The same for fastbloom in front of the same store: what any filter's false
         // positives cost sled once the filter's probes run between them.
         let fb = &fb;
-        names.push("fastbloom_composed/absent".into());
-        runs.push(Box::new(move || {
+        c.add("fastbloom_composed/absent", move || {
             ns_per(Q, || {
                 count(absent, |k| {
                     fb.contains_hash(hash_key(k, seed)) && db.get_unfiltered(k).unwrap().is_some()
                 })
             })
-        }));
+        });
         // What the false positives' sled lookups cost, on the same keys: back to back, and
         // spread through the stream as they come, after hashing the keys between them with
         // no filter probed (minus the hashing alone). Against `composed` (after bloomsled's
         // probes) this says whether the filter or the stream makes them slower.
         let (passes, fps) = (&passes, &fps);
-        names.push("fp/tight".into());
-        runs.push(Box::new(move || {
+        c.add("fp/tight", move || {
             ns_per(fps.len(), || {
                 count(fps, |k| db.get_unfiltered(k).unwrap().is_some())
             })
-        }));
-        names.push("fp/hashed".into());
-        runs.push(Box::new(move || {
+        });
+        c.add("fp/hashed", move || {
             ns_per(Q, || {
                 let mut x = 0u64;
                 let mut found = 0u64;
@@ -323,42 +334,37 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
                 }
                 black_box(x) ^ found
             })
-        }));
-        names.push("hash/absent".into());
-        runs.push(Box::new(move || {
+        });
+        c.add("hash/absent", move || {
             ns_per(Q, || absent.iter().fold(0, |x, k| x ^ hash_key(k, seed)))
-        }));
+        });
         let negatives = &negatives;
-        names.push("may_contain/rejected".into());
-        runs.push(Box::new(move || {
+        c.add("may_contain/rejected", move || {
             ns_per(negatives.len(), || count(negatives, |k| db.may_contain(k)))
-        }));
-        names.push("get/rejected".into());
-        runs.push(Box::new(move || {
+        });
+        c.add("get/rejected", move || {
             ns_per(negatives.len(), || {
                 count(negatives, |k| db.get(k).unwrap().is_some())
             })
-        }));
+        });
         // The same calls, the answer matched in place instead of moved out by `unwrap`:
         // what the caller's handling of the 40-byte `Result<Option<IVec>>` costs.
-        names.push("get_matched/rejected".into());
-        runs.push(Box::new(move || {
+        c.add("get_matched/rejected", move || {
             ns_per(negatives.len(), || {
                 count(negatives, |k| matches!(db.get(k), Ok(Some(_))))
             })
-        }));
+        });
     }
     for (b, db) in &denser {
         let absent = &absent;
-        names.push(format!("may_contain@{b}/absent"));
-        runs.push(Box::new(move || {
+        c.add(format!("may_contain@{b}/absent"), move || {
             ns_per(Q, || count(absent, |k| db.may_contain(k)))
-        }));
-        names.push(format!("get@{b}/absent"));
-        runs.push(Box::new(move || {
+        });
+        c.add(format!("get@{b}/absent"), move || {
             ns_per(Q, || count(absent, |k| db.get(k).unwrap().is_some()))
-        }));
+        });
     }
+    let (names, mut runs) = c.into_parts();
     let mut refs: Vec<&mut dyn FnMut() -> f64> = runs.iter_mut().map(|b| &mut **b as _).collect();
     let t = Instant::now();
     let per = interleave(rounds, &mut refs);
@@ -410,7 +416,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
     let mut round = [0usize; 6];
     let fbm = std::cell::RefCell::new(fb);
     let bfm = std::cell::RefCell::new(bf);
-    let mut ins_runs: Vec<Box<dyn FnMut() -> f64 + '_>> = Vec::new();
+    let mut ins_runs: Vec<Run<'_>> = Vec::new();
     for (c, r) in round.iter_mut().enumerate() {
         let (f, fba, fbm, bfm, fresh, stores) = (&f, &fba, &fbm, &bfm, &fresh, &stores);
         if c >= 4 && stores.is_none() {
@@ -559,11 +565,12 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             ],
         });
         // The absent-get bound: filter path + FPR × sled's absent get, per round.
-        let formula = |path: &[f64], fpr: f64| -> Vec<f64> {
-            path.iter().zip(own_abs).map(|(m, s)| m + fpr * s).collect()
+        // `path` + `fpr` × `sled`, round by round.
+        let formula = |path: &[f64], fpr: f64, sled: &[f64]| -> Vec<f64> {
+            path.iter().zip(sled).map(|(m, s)| m + fpr * s).collect()
         };
         let store_fpr = 1.0 - negatives.len() as f64 / Q as f64;
-        let bound = formula(get("may_contain/absent").unwrap(), store_fpr);
+        let bound = formula(get("may_contain/absent").unwrap(), store_fpr, own_abs);
         rows.push(Row {
             what: format!(
                 "bound: `may_contain` + FPR ({:.3}%) × sled's absent `get` in a tight loop \
@@ -598,12 +605,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             fmt_ns(median(fp_probed.clone())),
             median_ratio(fp_tight, &fp_probed),
         );
-        let stream_bound: Vec<f64> = get("may_contain/absent")
-            .unwrap()
-            .iter()
-            .zip(&fp_hashed)
-            .map(|(m, s)| m + store_fpr * s)
-            .collect();
+        let stream_bound = formula(get("may_contain/absent").unwrap(), store_fpr, &fp_hashed);
         rows.push(Row {
             what: "bound with sled's `get` as it costs in the stream: `may_contain` + FPR × \
                    sled's `get` of the passed keys after hashing the keys between them, no \
@@ -629,7 +631,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             cells: vec![String::new(), cell(pg, Some(ps)), String::new()],
         });
         // fastbloom's own bound by the same formula, and its measured composition against it.
-        let fb_bound = formula(fb_of("absent").unwrap(), fpr_fb);
+        let fb_bound = formula(fb_of("absent").unwrap(), fpr_fb, own_abs);
         rows.push(Row {
             what: format!(
                 "for comparison: fastbloom + xxh3, then sled's `get` for the keys it passes \
@@ -662,7 +664,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
                   |---:|---:|---:|---:|---:|---:|---:|---:|\n";
         let mut bpk_line = |d: &bloomsled::Db, mc: &[f64], g: &[f64], fpr: f64| {
             let s = d.stats();
-            let bound: Vec<f64> = mc.iter().zip(own_abs).map(|(m, o)| m + fpr * o).collect();
+            let bound = formula(mc, fpr, own_abs);
             extra += &format!(
                 "| {:.0} | {} | {:.1} MB | {:.3}% | {} | {} | {} | {:.0}× |\n",
                 s.bits_per_key,
@@ -794,15 +796,20 @@ fn load_stores(n: u64, bpk: f64) -> (bloomsled::Db, sled::Db) {
     (db, raw)
 }
 
-fn load_bloomsled(n: u64, bpk: f64) -> bloomsled::Db {
-    let db = Config::new()
+/// An empty bloomsled store sized for `n` keys at `bpk` bits per key.
+fn open_store(n: u64, bpk: f64) -> bloomsled::Db {
+    Config::new()
         .temporary(true)
         .cache_capacity(4 << 30)
         .expected_items(n)
         .bits_per_key(bpk)
         .auto_rebuild(false)
         .open()
-        .expect("bloomsled");
+        .expect("bloomsled")
+}
+
+fn load_bloomsled(n: u64, bpk: f64) -> bloomsled::Db {
+    let db = open_store(n, bpk);
     load_chunks(n, CHUNK, |ids, buf| {
         let mut b = bloomsled::Batch::default();
         for i in ids {
@@ -819,14 +826,7 @@ fn load_bloomsled(n: u64, bpk: f64) -> bloomsled::Db {
 /// A bloomsled tree whose filter is sized for `n` keys at 10 bits/key, holding `keys`.
 fn load_sized(n: u64, keys: &[Vec<u8>]) -> bloomsled::Db {
     let t = Instant::now();
-    let db = Config::new()
-        .temporary(true)
-        .cache_capacity(4 << 30)
-        .expected_items(n)
-        .bits_per_key(10.0)
-        .auto_rebuild(false)
-        .open()
-        .expect("bloomsled");
+    let db = open_store(n, 10.0);
     for chunk in keys.chunks(CHUNK as usize) {
         let mut b = bloomsled::Batch::default();
         for k in chunk {
