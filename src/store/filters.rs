@@ -4,13 +4,19 @@
 //! ## Lookups: lock-free, and never misled by a swap
 //! Filters live in a fixed array of write-once slots that lives as long as the tree, so a
 //! reference to a slot is always valid memory. `state` packs a version and the index of the
-//! current slot. A lookup reads `state`, probes that slot, and, only if the answer is
-//! "absent", checks that `state` has not moved (a seqlock read): a retired filter is only
-//! ever zeroed and refilled (reused by a later rebuild of the same shape) *after* `state`
-//! moved past it, so a lookup that raced a reuse sees the change and probes again. "Maybe"
-//! answers need no check: a false positive is harmless. This costs one load of a read-mostly
-//! cache line, not the locked instructions an `Arc` swap would put on every lookup (measured
-//! 4 ns vs 20 ns per probe of a hot filter).
+//! current slot; beside it, on the same cache line, is a pointer to that slot's filter. A
+//! lookup reads both, probes the filter, then checks that `state` has not moved (a seqlock
+//! read): a retired filter is only ever zeroed and refilled (reused by a later rebuild of the
+//! same shape) *after* `state` moved past it, so a lookup that raced a reuse sees the change
+//! and probes again. (Only an "absent" answer needs the check, a false positive being
+//! harmless, but checking every answer keeps the lookup free of a branch on it.) This costs
+//! one load of a read-mostly cache line, not the locked instructions an `Arc` swap would put
+//! on every lookup (measured 4 ns vs 20 ns per probe of a hot filter).
+//!
+//! The pointer saves the lookup a chain of dependent loads (slot index, the slot's
+//! `OnceLock`, its box) before the filter's own fields. Stream benchmark, 50M-key filter
+//! (past L3), 9 rounds: `Tree::may_contain` 58.4 ns against 53.2 ns with the pointer, the bare
+//! `Filter::contains` 46.7 and 46.8 ns in the same runs.
 //!
 //! ## Writers and the rebuild scan: the gate
 //! Writers hold the `gate` (a read lock) for their whole operation: the filter update before
@@ -23,13 +29,14 @@
 //! behave under concurrent writes.
 
 use std::cell::RefCell;
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use sled::IVec;
 
 use crate::error::{Error, Result};
 use crate::filter::any::AnyFilter;
+use crate::filter::Filter;
 
 /// Most filters a tree may allocate over its life. Rebuilds reuse a retired filter of the
 /// same shape and capacities grow by doubling, so a tree needs about one slot per size it
@@ -42,7 +49,16 @@ const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 
 /// `state` on a cache line of its own: every lookup reads it, only a swap writes it.
 #[repr(align(128))]
-struct State(AtomicU64);
+struct State {
+    /// The version and the index of the current slot.
+    word: AtomicU64,
+    /// The bits of the current slot's filter, on the same line as `word`: a lookup reaches
+    /// the filter with two independent loads of this line, not a chain of loads through the
+    /// slot index, the slot's `OnceLock` and its box. Always the address of the [`Filter`]
+    /// inside a filled slot's box (set in [`Filters::new`] and [`Filters::swap`], before
+    /// `word`, so a lookup that reads a new `word` reads the new pointer too).
+    bits: AtomicPtr<Filter>,
+}
 
 /// What the rebuild has published; changed only under the gate's write side.
 #[derive(Debug, Default)]
@@ -82,9 +98,15 @@ impl Filters {
     pub(crate) fn new(first: AnyFilter) -> Filters {
         let slots: [OnceLock<Box<AnyFilter>>; MAX_SLOTS] = std::array::from_fn(|_| OnceLock::new());
         let _ = slots[0].set(Box::new(first));
+        // Taken from the slot, after the box moved into it (a pointer taken from the box
+        // before the move would not be the slot's).
+        let bits: *const Filter = slots[0].get().expect("slot 0 was just filled").bits();
         Filters {
             slots,
-            state: State(AtomicU64::new(0)),
+            state: State {
+                word: AtomicU64::new(0),
+                bits: AtomicPtr::new(bits.cast_mut()),
+            },
             gate: RwLock::new(Gate::default()),
             waiting: AtomicUsize::new(0),
         }
@@ -101,7 +123,7 @@ impl Filters {
     /// answer with [`Filters::unchanged`]; writers and snapshots use [`Filters::enter`].
     #[inline(always)]
     fn current_racy(&self) -> (u64, Option<&AnyFilter>) {
-        let s = self.state.0.load(Ordering::Acquire);
+        let s = self.state.word.load(Ordering::Acquire);
         (s, self.slot((s & INDEX_MASK) as usize))
     }
 
@@ -110,16 +132,25 @@ impl Filters {
     #[inline(always)]
     fn unchanged(&self, s: u64) -> bool {
         fence(Ordering::Acquire);
-        self.state.0.load(Ordering::Relaxed) == s
+        self.state.word.load(Ordering::Relaxed) == s
     }
 
     /// The filter's answer for `key`: `false` only if the key is certainly absent.
     #[inline]
     pub(crate) fn contains(&self, key: &[u8]) -> bool {
         loop {
-            let (s, f) = self.current_racy();
-            let Some(f) = f else { return true };
-            let maybe = f.bits().contains(key);
+            let s = self.state.word.load(Ordering::Acquire);
+            let p = self.state.bits.load(Ordering::Relaxed);
+            // SAFETY: `bits` only ever holds the address of the `Filter` inside the box of a
+            // filled slot (see `State::bits`), and a filled slot is never emptied, refilled
+            // nor freed while `self` lives: slots are write-once `OnceLock`s, nothing takes
+            // `&mut` to them, and a box's contents do not move. So the reference is valid for
+            // this borrow of `self`. `Filter` is `Sync` (its bits are atomics), so reading it
+            // while a writer admits a key or a rebuild zeroes a retired filter races on
+            // atomics only; the state check below catches a filter retired meanwhile.
+            #[allow(unsafe_code)]
+            let f = unsafe { &*p };
+            let maybe = f.contains(key);
             // Validated whatever the answer (a "maybe" needs no check, but checking costs one
             // load of a cached line, and retrying one after a swap is merely redundant), so
             // the only branch here is on the state, never on the answer: branching on the
@@ -174,7 +205,7 @@ impl Filters {
             }
         };
         let view = View {
-            current: (self.state.0.load(Ordering::Acquire) & INDEX_MASK) as usize,
+            current: (self.state.word.load(Ordering::Acquire) & INDEX_MASK) as usize,
             building: guard.building,
             cursor: if guard.building.is_some() {
                 guard.cursor.clone()
@@ -210,7 +241,7 @@ impl Filters {
         accept: impl Fn(&AnyFilter) -> bool,
         make: impl FnOnce() -> Result<AnyFilter>,
     ) -> Result<usize> {
-        let current = (self.state.0.load(Ordering::Acquire) & INDEX_MASK) as usize;
+        let current = (self.state.word.load(Ordering::Acquire) & INDEX_MASK) as usize;
         for (i, s) in self.slots.iter().enumerate() {
             match s.get() {
                 Some(f) if i != current && accept(f) => {
@@ -242,9 +273,20 @@ impl Filters {
     /// Makes slot `i` current. Must be called with the gate closed (`_gate`).
     pub(crate) fn swap(&self, _gate: &mut RwLockWriteGuard<'_, Gate>, i: usize) {
         debug_assert!(i < MAX_SLOTS, "slot {i} does not exist");
-        let s = self.state.0.load(Ordering::Relaxed);
+        // The rebuild swaps only to the slot `prepare` filled for it; anything else leaves
+        // the current filter, which holds every key, in place.
+        let Some(f) = self.slots.get(i).and_then(|s| s.get()) else {
+            debug_assert!(false, "swap to slot {i}, which holds no filter");
+            return;
+        };
+        let s = self.state.word.load(Ordering::Relaxed);
         let next = ((s >> INDEX_BITS) + 1) << INDEX_BITS | i as u64;
-        self.state.0.store(next, Ordering::SeqCst);
+        // The pointer before the word (SeqCst, so also a release): a lookup that reads
+        // `next` reads this pointer or a later one, never the retired filter's.
+        self.state
+            .bits
+            .store((f.bits() as *const Filter).cast_mut(), Ordering::Relaxed);
+        self.state.word.store(next, Ordering::SeqCst);
     }
 
     /// Bytes of every filter allocated, the current one included.
@@ -357,6 +399,56 @@ mod tests {
         assert!(
             !f.contains(b"in slot 0"),
             "a lookup read a slot other than the current one"
+        );
+    }
+
+    /// Readers probing while the current filter is swapped back and forth between two slots,
+    /// each retired one zeroed and refilled right after the swap away from it: a reader that
+    /// probed a filter being zeroed must notice and probe again, so no key is ever missed.
+    /// Also checks that every swap publishes the pointer lookups follow: a lookup that saw a
+    /// swap's new state but the old filter's pointer would read zeroed bits unnoticed.
+    #[test]
+    fn readers_never_miss_a_key_while_filters_are_swapped_and_recycled() {
+        use std::sync::atomic::AtomicBool;
+        let keys: Vec<Vec<u8>> = (0..400u32)
+            .map(|i| format!("key {i}").into_bytes())
+            .collect();
+        let f = Filters::new(small().unwrap());
+        let fill = |slot: &AnyFilter| {
+            for k in &keys {
+                slot.admit_hash(slot.bits().hash(k));
+            }
+        };
+        fill(f.get(0).unwrap());
+        let done = AtomicBool::new(false);
+        let checks = std::thread::scope(|s| {
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut n = 0u64;
+                        while !done.load(Ordering::Relaxed) {
+                            for k in &keys {
+                                assert!(f.contains(k), "false negative for {k:?}");
+                                n += 1;
+                            }
+                        }
+                        n
+                    })
+                })
+                .collect();
+            for _ in 0..3_000 {
+                // Take the retired slot (zeroed by `prepare`), refill it, make it current.
+                let i = f.prepare(|_| true, small).unwrap();
+                fill(f.get(i).unwrap());
+                f.swap(&mut f.close_gate(), i);
+            }
+            done.store(true, Ordering::Relaxed);
+            readers.into_iter().map(|r| r.join().unwrap()).sum::<u64>()
+        });
+        assert!(checks > 0);
+        assert!(
+            f.get(2).is_none(),
+            "two slots were enough: retired ones were reused"
         );
     }
 }
