@@ -23,7 +23,8 @@
 //!   passes, looked up where they come, after hashing the keys between them, no filter
 //!   probed); and measured: `may_contain`, then sled's `get` for the keys it passes. Beside
 //!   them, those keys' sled lookups back to back, in the stream with no filter, and after
-//!   bloomsled's probes, and fastbloom in front of the same store against the formula with
+//!   bloomsled's probes; as many other absent keys' back to back, contiguous in memory or
+//!   spread like them; and fastbloom in front of the same store against the formula with
 //!   its own figures: whether the filter or the stream makes sled's lookups slower there;
 //! * the by-hash hot loop (hashes computed beforehand), the second view;
 //! * inserts of fresh keys: `Filter::insert` beside fastbloom's (`BloomFilter`, `&mut self`,
@@ -322,6 +323,28 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
                 count(fps, |k| db.get_unfiltered(k).unwrap().is_some())
             })
         });
+        // As many other absent keys, back to back: the first ones (contiguous in memory,
+        // like the tight loop's) and every `Q / n`-th (spread through memory like the passed
+        // keys). Whether the passed keys' back-to-back cost is about how many lookups run,
+        // or about where their bytes live.
+        let (first, spread_keys) = (
+            &absent[..fps.len()],
+            absent
+                .iter()
+                .step_by((Q / fps.len().max(1)).max(1))
+                .take(fps.len())
+                .collect::<Vec<_>>(),
+        );
+        c.add("fp/first", move || {
+            ns_per(first.len(), || {
+                count(first, |k| db.get_unfiltered(k).unwrap().is_some())
+            })
+        });
+        c.add("fp/spread", move || {
+            ns_per(spread_keys.len(), || {
+                count(&spread_keys, |k| db.get_unfiltered(k).unwrap().is_some())
+            })
+        });
         c.add("fp/hashed", move || {
             ns_per(Q, || {
                 let mut x = 0u64;
@@ -604,6 +627,16 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             median_ratio(fp_tight, &fp_hashed),
             fmt_ns(median(fp_probed.clone())),
             median_ratio(fp_tight, &fp_probed),
+        );
+        extra += &format!(
+            "- sled's `get` of as many other absent keys, back to back: the first {} (contiguous \
+             in memory, like the tight loop's {}) {}; every {}th (spread through memory like the \
+             passed keys) {}.\n",
+            fps.len(),
+            Q_SLED,
+            fmt_ns(median(get("fp/first").unwrap().to_vec())),
+            (Q / fps.len().max(1)).max(1),
+            fmt_ns(median(get("fp/spread").unwrap().to_vec())),
         );
         let stream_bound = formula(get("may_contain/absent").unwrap(), store_fpr, &fp_hashed);
         rows.push(Row {
