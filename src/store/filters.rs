@@ -373,9 +373,10 @@ mod tests {
         AnyFilter::new(FilterMode::Plain, FilterConfig::new(1_000).shape()?, 1_000)
     }
 
-    /// Lookups find the current slot by its index modulo the slot count: at the last slot
-    /// they read that slot and no other, and a tree that has used every slot is told so
-    /// instead of wrapping onto slot 0.
+    /// Single lookups find the current filter through the pointer `swap` publishes, batched
+    /// ones (and writers) by its slot index modulo the slot count: at the last slot both read
+    /// that slot and no other, and a tree that has used every slot is told so instead of
+    /// wrapping onto slot 0.
     #[test]
     fn the_last_slot_is_read_as_itself_and_a_65th_filter_is_refused() {
         let f = Filters::new(small().unwrap());
@@ -399,6 +400,11 @@ mod tests {
         assert!(
             !f.contains(b"in slot 0"),
             "a lookup read a slot other than the current one"
+        );
+        assert_eq!(
+            f.contains_many(&[&b"in the last slot"[..], &b"in slot 0"[..]]),
+            vec![true, false],
+            "a batched lookup read a slot other than the current one"
         );
     }
 
