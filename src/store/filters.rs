@@ -272,7 +272,6 @@ impl Filters {
 
     /// Makes slot `i` current. Must be called with the gate closed (`_gate`).
     pub(crate) fn swap(&self, _gate: &mut RwLockWriteGuard<'_, Gate>, i: usize) {
-        debug_assert!(i < MAX_SLOTS, "slot {i} does not exist");
         // The rebuild swaps only to the slot `prepare` filled for it; anything else leaves
         // the current filter, which holds every key, in place.
         let Some(f) = self.slots.get(i).and_then(|s| s.get()) else {
