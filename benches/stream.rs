@@ -371,7 +371,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             })
         });
         // The same calls, the answer matched in place instead of moved out by `unwrap`:
-        // what the caller's handling of the 40-byte `Result<Option<IVec>>` costs.
+        // what the caller's copy of the 40-byte `Option<IVec>` out of the `Result` costs.
         c.add("get_matched/rejected", move || {
             ns_per(negatives.len(), || {
                 count(negatives, |k| matches!(db.get(k), Ok(Some(_))))
