@@ -242,6 +242,8 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             .collect()
     };
     let (negatives, fps) = (pick(false), pick(true));
+    // Every `spread_step`-th absent key: as many keys as the filter passes, spread like them.
+    let spread_step = (Q / fps.len().max(1)).max(1);
     let mut c = Contenders::default();
     for (tag, keys, hashes) in [
         ("absent", &absent, &ah),
@@ -324,14 +326,14 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             })
         });
         // As many other absent keys, back to back: the first ones (contiguous in memory,
-        // like the tight loop's) and every `Q / n`-th (spread through memory like the passed
-        // keys). Whether the passed keys' back-to-back cost is about how many lookups run,
-        // or about where their bytes live.
+        // like the tight loop's) and every `spread_step`-th (spread through memory like the
+        // passed keys). Whether the passed keys' back-to-back cost is about how many lookups
+        // run, or about where their bytes live.
         let (first, spread_keys) = (
             &absent[..fps.len()],
             absent
                 .iter()
-                .step_by((Q / fps.len().max(1)).max(1))
+                .step_by(spread_step)
                 .take(fps.len())
                 .collect::<Vec<_>>(),
         );
@@ -630,12 +632,12 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
         );
         extra += &format!(
             "- sled's `get` of as many other absent keys, back to back: the first {} (contiguous \
-             in memory, like the tight loop's {}) {}; every {}th (spread through memory like the \
+             in memory, like the tight loop's {}) {}; one in {} (spread through memory like the \
              passed keys) {}.\n",
             fps.len(),
             Q_SLED,
             fmt_ns(median(get("fp/first").unwrap().to_vec())),
-            (Q / fps.len().max(1)).max(1),
+            spread_step,
             fmt_ns(median(get("fp/spread").unwrap().to_vec())),
         );
         let stream_bound = formula(get("may_contain/absent").unwrap(), store_fpr, &fp_hashed);
