@@ -21,8 +21,9 @@
 //! * the absent-`get` bound three ways: `may_contain` + FPR × sled's absent `get` (tight loop,
 //!   same store); the same with sled's `get` as it costs in the stream (the keys the filter
 //!   passes, looked up where they come, after hashing the keys between them, no filter
-//!   probed); and measured: `may_contain`, then sled's `get` for the keys it passes. Beside
-//!   them, those keys' sled lookups back to back, in the stream with no filter, and after
+//!   probed); and measured: `may_contain`, then sled's `get` for the keys it passes, paired
+//!   with `get` and, as its own contender, against the first bound (what a `get` adding
+//!   nothing to its two parts would read). Beside them, those keys' sled lookups back to back, in the stream with no filter, and after
 //!   bloomsled's probes; as many other absent keys' back to back, contiguous in memory or
 //!   spread like them; and fastbloom in front of the same store against the formula with
 //!   its own figures: whether the filter or the stream makes sled's lookups slower there;
@@ -664,6 +665,20 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
                    alternating chunks of 256 keys (ratio: to sled's)"
                 .into(),
             cells: vec![String::new(), cell(pg, Some(ps)), String::new()],
+        });
+        // The composition itself against the formula: what a `get` that added nothing to
+        // `may_contain` and sled's `get` would read, so how much of the bound is left for it.
+        rows.push(Row {
+            what: format!(
+                "bloomsled `may_contain`, then sled's `get` for the keys it passes (ratio: to \
+                 `may_contain` + FPR ({:.3}%) × sled's absent `get` in a tight loop)",
+                100.0 * store_fpr
+            ),
+            cells: vec![
+                cell(get("composed/absent").unwrap(), Some(&bound)),
+                String::new(),
+                String::new(),
+            ],
         });
         // fastbloom's own bound by the same formula, and its measured composition against it.
         let fb_bound = formula(fb_of("absent").unwrap(), fpr_fb, own_abs);
