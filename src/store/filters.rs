@@ -274,7 +274,7 @@ impl Filters {
     pub(crate) fn swap(&self, _gate: &mut RwLockWriteGuard<'_, Gate>, i: usize) {
         // The rebuild swaps only to the slot `prepare` filled for it; anything else leaves
         // the current filter, which holds every key, in place.
-        let Some(f) = self.slots.get(i).and_then(|s| s.get()) else {
+        let Some(f) = self.get(i) else {
             debug_assert!(false, "swap to slot {i}, which holds no filter");
             return;
         };
