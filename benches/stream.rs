@@ -85,6 +85,14 @@ fn count<K: AsRef<[u8]>>(keys: &[K], mut f: impl FnMut(&[u8]) -> bool) -> u64 {
     keys.iter().filter(|k| f(k.as_ref())).count() as u64
 }
 
+/// ns per key of sled's own `get` on `db`'s store (`Tree::get_unfiltered`), the keys back
+/// to back.
+fn sled_gets<K: AsRef<[u8]>>(db: &bloomsled::Db, keys: &[K]) -> f64 {
+    ns_per(keys.len(), || {
+        count(keys, |k| db.get_unfiltered(k).unwrap().is_some())
+    })
+}
+
 /// One contender: times one pass and returns its ns per key.
 type Run<'a> = Box<dyn FnMut() -> f64 + 'a>;
 
@@ -290,9 +298,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
                 })
             });
             c.add(format!("unfiltered/{tag}"), move || {
-                ns_per(Q_SLED, || {
-                    count(&keys[..Q_SLED], |k| db.get_unfiltered(k).unwrap().is_some())
-                })
+                sled_gets(db, &keys[..Q_SLED])
             });
         }
     }
@@ -321,11 +327,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
         // no filter probed (minus the hashing alone). Against `composed` (after bloomsled's
         // probes) this says whether the filter or the stream makes them slower.
         let (passes, fps) = (&passes, &fps);
-        c.add("fp/tight", move || {
-            ns_per(fps.len(), || {
-                count(fps, |k| db.get_unfiltered(k).unwrap().is_some())
-            })
-        });
+        c.add("fp/tight", move || sled_gets(db, fps));
         // As many other absent keys, back to back: the first ones (contiguous in memory,
         // like the tight loop's) and every `spread_step`-th (spread through memory like the
         // passed keys). Whether the passed keys' back-to-back cost is about how many lookups
@@ -338,16 +340,8 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
                 .take(fps.len())
                 .collect::<Vec<_>>(),
         );
-        c.add("fp/first", move || {
-            ns_per(first.len(), || {
-                count(first, |k| db.get_unfiltered(k).unwrap().is_some())
-            })
-        });
-        c.add("fp/spread", move || {
-            ns_per(spread_keys.len(), || {
-                count(&spread_keys, |k| db.get_unfiltered(k).unwrap().is_some())
-            })
-        });
+        c.add("fp/first", move || sled_gets(db, first));
+        c.add("fp/spread", move || sled_gets(db, &spread_keys));
         c.add("fp/hashed", move || {
             ns_per(Q, || {
                 let mut x = 0u64;
