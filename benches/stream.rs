@@ -23,10 +23,11 @@
 //!   passes, looked up where they come, after hashing the keys between them, no filter
 //!   probed); and measured: `may_contain`, then sled's `get` for the keys it passes, paired
 //!   with `get` and, as its own contender, against the first bound (what a `get` adding
-//!   nothing to its two parts would read). Beside them, those keys' sled lookups back to back, in the stream with no filter, and after
-//!   bloomsled's probes; as many other absent keys' back to back, contiguous in memory or
-//!   spread like them; and fastbloom in front of the same store against the formula with
-//!   its own figures: whether the filter or the stream makes sled's lookups slower there;
+//!   nothing to its two parts would read). Beside them, those keys' sled lookups back to
+//!   back, in the stream with no filter, and after bloomsled's probes; as many other absent
+//!   keys' back to back, contiguous in memory or spread like them; and fastbloom in front of
+//!   the same store against the formula with its own figures: whether the filter or the
+//!   stream makes sled's lookups slower there;
 //! * the by-hash hot loop (hashes computed beforehand), the second view;
 //! * inserts of fresh keys: `Filter::insert` beside fastbloom's (`BloomFilter`, `&mut self`,
 //!   plain stores, and `AtomicBloomFilter`, `&self` like ours) and bloomfilter's, and
