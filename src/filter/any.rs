@@ -120,7 +120,7 @@ impl AnyFilter {
     }
 
     /// The words a snapshot stores: the bits (plain) or the counters (counting).
-    pub(crate) fn snapshot_words(&self) -> Result<Vec<u64>> {
+    pub(crate) fn image_words(&self) -> Result<Vec<u64>> {
         let words = match self {
             AnyFilter::Plain(f) => f.try_words(),
             AnyFilter::Counting(c) => c.try_counter_words(),

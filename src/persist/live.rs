@@ -55,7 +55,7 @@ pub(crate) fn settings_of(r: &TreeRecord) -> FilterConfig {
 
 /// What a snapshot copies from the filter: its parameters (ids and generation are filled
 /// in here) and its words.
-pub(crate) type Copy = (SnapshotMeta, Vec<u64>);
+pub(crate) type FilterImage = (SnapshotMeta, Vec<u64>);
 
 /// The persistence state of one tree (see the protocol in [`crate::persist`]).
 pub(crate) struct Persistence {
@@ -197,7 +197,7 @@ impl Persistence {
     /// (one flush for many trees) and until then the previous snapshot stays the trusted one.
     pub(crate) fn snapshot(
         &self,
-        copy: impl FnOnce() -> Result<Copy>,
+        copy: impl FnOnce() -> Result<FilterImage>,
         durable: bool,
     ) -> Result<SnapshotInfo> {
         let _one = self.snapshotting.lock().unwrap_or_else(|p| p.into_inner());
@@ -220,7 +220,7 @@ impl Persistence {
     fn write_snapshot(
         &self,
         generation: u64,
-        copy: impl FnOnce() -> Result<Copy>,
+        copy: impl FnOnce() -> Result<FilterImage>,
         durable: bool,
     ) -> Result<SnapshotInfo> {
         let start = Instant::now();

@@ -62,7 +62,7 @@ pub use meta::META_TREE;
 
 pub(crate) use live::Persistence;
 pub(crate) use meta::Meta;
-pub(crate) use recover::{recover, snapshot_copy, Opening};
+pub(crate) use recover::{filter_image, recover, Opening};
 
 /// What `open` does with a snapshot it cannot trust.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -206,7 +206,7 @@ pub(crate) fn recover(
     let (filter, scanned) = build(&sizing, mode)?;
     let persistence = new_persistence(record);
     // The copy is exact (nothing writes yet) and holds sled's recovered keys.
-    let generation = match persistence.snapshot(|| snapshot_copy(&filter), true) {
+    let generation = match persistence.snapshot(|| filter_image(&filter), true) {
         Ok(info) => info.generation,
         Err(e) => {
             // The filter in memory is complete; only the next open's fast path is lost.
@@ -237,9 +237,9 @@ pub(crate) fn recover(
 }
 
 /// What a snapshot of `f` stores: its parameters and a copy of its words.
-pub(crate) fn snapshot_copy(f: &AnyFilter) -> Result<super::live::Copy> {
+pub(crate) fn filter_image(f: &AnyFilter) -> Result<super::live::FilterImage> {
     let meta = format::SnapshotMeta::of(f.bits(), format::filter_kind(f.mode()), f.items());
-    Ok((meta, f.snapshot_words()?))
+    Ok((meta, f.image_words()?))
 }
 
 /// The empty filter of a sizing.

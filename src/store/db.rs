@@ -51,10 +51,10 @@ pub fn open<P: AsRef<Path>>(path: P) -> Result<Db> {
 pub struct Db {
     inner: sled::Db,
     default: Tree,
-    shared: Arc<DbShared>,
+    state: Arc<DbState>,
 }
 
-struct DbShared {
+struct DbState {
     config: Config,
     /// bloomsled's records in sled; `None` for a temporary database.
     meta: Option<Arc<Meta>>,
@@ -66,7 +66,7 @@ impl fmt::Debug for Db {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Db")
             .field("default", &self.default)
-            .field("filter_config", &self.shared.config.filter)
+            .field("filter_config", &self.state.config.filter)
             .finish()
     }
 }
@@ -98,24 +98,24 @@ impl Db {
         } else {
             Some(Meta::open(&inner)?)
         };
-        let default_shared = open_filter(&inner, &config, meta.as_ref(), DEFAULT_TREE, None)?;
-        let default = Tree::new(inner.deref().clone(), default_shared.clone());
+        let default_state = open_filter(&inner, &config, meta.as_ref(), DEFAULT_TREE, None)?;
+        let default = Tree::new(inner.deref().clone(), default_state.clone());
         let mut trees = HashMap::new();
-        trees.insert(IVec::from(DEFAULT_TREE), default_shared);
-        let shared = Arc::new(DbShared {
+        trees.insert(IVec::from(DEFAULT_TREE), default_state);
+        let state = Arc::new(DbState {
             config,
             meta,
             trees: Mutex::new(trees),
         });
-        if let Some(every) = shared.config.snapshot_interval {
-            if !shared.config.temporary {
-                spawn_snapshotter(Arc::downgrade(&shared), every);
+        if let Some(every) = state.config.snapshot_interval {
+            if !state.config.temporary {
+                spawn_snapshotter(Arc::downgrade(&state), every);
             }
         }
         Ok(Db {
             inner,
             default,
-            shared,
+            state,
         })
     }
 
@@ -139,8 +139,8 @@ impl Db {
                 }
             }
         }
-        if self.shared.meta.is_some() {
-            persist::sync_snapshot_dir(&self.shared.config.path)?;
+        if self.state.meta.is_some() {
+            persist::sync_snapshot_dir(&self.state.config.path)?;
         }
         self.inner.flush()?;
         result.map(|()| out)
@@ -194,22 +194,22 @@ impl Db {
             c.validate()?;
         }
         let mut trees = self.lock_trees();
-        if let Some(shared) = trees.get(name) {
+        if let Some(state) = trees.get(name) {
             if let Some(c) = &config {
-                shared.set_settings(c.mode, &c.filter)?;
+                state.set_settings(c.mode, &c.filter)?;
             }
-            return Ok(Tree::new(self.inner.open_tree(name)?, shared.clone()));
+            return Ok(Tree::new(self.inner.open_tree(name)?, state.clone()));
         }
         let inner = self.inner.open_tree(name)?;
-        let shared = open_filter(
+        let state = open_filter(
             &inner,
-            &self.shared.config,
-            self.shared.meta.as_ref(),
+            &self.state.config,
+            self.state.meta.as_ref(),
             name,
             config.as_ref(),
         )?;
-        trees.insert(IVec::from(name), shared.clone());
-        Ok(Tree::new(inner, shared))
+        trees.insert(IVec::from(name), state.clone());
+        Ok(Tree::new(inner, state))
     }
 
     /// Drops the tree `name` and its filter; `Ok(false)` if it did not exist. The default
@@ -221,8 +221,8 @@ impl Db {
         let dropped = self.inner.drop_tree(name)?;
         if let Some(t) = trees.remove(name) {
             t.forget_snapshot()?;
-        } else if let Some(meta) = &self.shared.meta {
-            persist::forget_closed(meta, &self.shared.config.path, name)?;
+        } else if let Some(meta) = &self.state.meta {
+            persist::forget_closed(meta, &self.state.config.path, name)?;
         }
         Ok(dropped)
     }
@@ -339,7 +339,7 @@ impl Db {
     fn lock_trees(&self) -> std::sync::MutexGuard<'_, HashMap<IVec, Arc<TreeState>>> {
         // The map is only ever replaced whole-entry, so a panic elsewhere cannot leave it
         // half-updated: recover from poisoning instead of propagating it.
-        self.shared
+        self.state
             .trees
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -356,7 +356,7 @@ fn check_user_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
-impl Drop for DbShared {
+impl Drop for DbState {
     /// The database is closing: background rebuilds stop (the filters in use stay valid),
     /// and this waits for them, so that nothing writes bloomsled's files once the last
     /// `Db` handle is gone.
@@ -428,7 +428,7 @@ fn open_filter(
         build_filter(tree, mode, &policy(config, sizing.clone()))
     })?;
     let policy = policy(config, recovered.sizing);
-    let shared = TreeState::new(
+    let state = TreeState::new(
         recovered.filter,
         tree.clone(),
         Some(recovered.persistence),
@@ -438,12 +438,12 @@ fn open_filter(
     );
     // A filter loaded past its capacity (a bulk load closed before its resize finished)
     // starts the resize now rather than serving a high false-positive rate for good.
-    Rebuild(&shared).check();
-    Ok(shared)
+    Rebuild(&state).check();
+    Ok(state)
 }
 
 /// Background snapshots every `every`, until the database is dropped.
-fn spawn_snapshotter(db: Weak<DbShared>, every: Duration) {
+fn spawn_snapshotter(db: Weak<DbState>, every: Duration) {
     let spawned = thread::Builder::new()
         .name("bloomsled-snapshot".into())
         .spawn(move || {

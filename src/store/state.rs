@@ -9,7 +9,7 @@ use super::filters::Filters;
 use super::policy::{RebuildPolicy, RebuildState};
 use crate::error::{Error, Result};
 use crate::filter::any::{AnyFilter, FilterMode};
-use crate::persist::{snapshot_copy, Persistence, RecoveryReport, SnapshotInfo};
+use crate::persist::{filter_image, Persistence, RecoveryReport, SnapshotInfo};
 use crate::stats::LookupCounters;
 
 /// Per-tree state shared by every handle of the tree.
@@ -104,7 +104,7 @@ impl TreeState {
         let info = p.snapshot(
             || {
                 let gate = self.filters.enter();
-                snapshot_copy(gate.current())
+                filter_image(gate.current())
             },
             durable,
         )?;

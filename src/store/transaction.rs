@@ -42,7 +42,7 @@ struct Journal {
 
 /// One tree of a running transaction.
 struct TxTree {
-    shared: Arc<TreeState>,
+    state: Arc<TreeState>,
     journal: Mutex<Journal>,
 }
 
@@ -87,7 +87,7 @@ impl TransactionalTree {
         let k = IVec::from(key.as_ref());
         if !self.ctx.journal().counted.contains(&k) {
             // Nested in the transaction's own hold of the gate: no lock is taken here.
-            let w = Writing::new(&self.ctx.shared);
+            let w = Writing::new(&self.ctx.state);
             w.count_in(&k);
             w.mark_dirty().map_err(storage)?;
             self.ctx.journal().counted.insert(k.clone());
@@ -103,7 +103,7 @@ impl TransactionalTree {
         K: AsRef<[u8]> + Into<IVec>,
     {
         let k = IVec::from(key.as_ref());
-        Writing::new(&self.ctx.shared)
+        Writing::new(&self.ctx.state)
             .mark_dirty_for_remove()
             .map_err(storage)?;
         let old = self.inner.remove(key)?;
@@ -168,16 +168,16 @@ struct Run<'t> {
 
 impl<'t> Run<'t> {
     fn new(trees: &[&'t Tree]) -> Self {
-        let id = |t: &Tree| Arc::as_ptr(&t.shared) as usize;
+        let id = |t: &Tree| Arc::as_ptr(&t.state) as usize;
         let mut order: Vec<&'t Tree> = trees.to_vec();
         order.sort_by_key(|t| id(t));
         order.dedup_by_key(|t| id(t));
-        let holds = order.iter().map(|t| Writing::new(&t.shared)).collect();
+        let holds = order.iter().map(|t| Writing::new(&t.state)).collect();
         let distinct: Vec<Arc<TxTree>> = order
             .iter()
             .map(|t| {
                 Arc::new(TxTree {
-                    shared: t.shared.clone(),
+                    state: t.state.clone(),
                     journal: Mutex::default(),
                 })
             })

@@ -44,21 +44,21 @@ thread_local! {
 #[derive(Clone)]
 pub struct Tree {
     pub(crate) inner: sled::Tree,
-    pub(crate) shared: Arc<TreeState>,
+    pub(crate) state: Arc<TreeState>,
 }
 
 impl fmt::Debug for Tree {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tree")
             .field("name", &String::from_utf8_lossy(&self.inner.name()))
-            .field("mode", &self.shared.mode)
+            .field("mode", &self.state.mode)
             .finish()
     }
 }
 
 impl Tree {
-    pub(crate) fn new(inner: sled::Tree, shared: Arc<TreeState>) -> Self {
-        Tree { inner, shared }
+    pub(crate) fn new(inner: sled::Tree, state: Arc<TreeState>) -> Self {
+        Tree { inner, state }
     }
 
     /// Inserts a key to a new value, returning the last value if it was set.
@@ -75,15 +75,15 @@ impl Tree {
         V: Into<IVec>,
     {
         let key = key.as_ref();
-        let w = Writing::new(&self.shared);
+        let w = Writing::new(&self.state);
         // Counting mode: a key sled holds but the filter does not (written by plain sled
         // behind bloomsled's back) stays counted once, instead of being counted in and
         // straight back out into a false negative.
-        let counted = self.shared.mode == FilterMode::Counting && self.shared.filters.contains(key);
+        let counted = self.state.mode == FilterMode::Counting && self.state.filters.contains(key);
         w.count_in(key);
         w.mark_dirty()?;
         let old = self.inner.insert(key, value)?;
-        if old.is_some() && (counted || self.shared.mode == FilterMode::Plain) {
+        if old.is_some() && (counted || self.state.mode == FilterMode::Plain) {
             w.undo_count_in(key);
         }
         w.finish(1);
@@ -102,7 +102,7 @@ impl Tree {
     #[inline]
     pub fn get<K: AsRef<[u8]>>(&self, key: K) -> Result<Option<IVec>> {
         let key = key.as_ref();
-        if !self.shared.probe(key) {
+        if !self.state.probe(key) {
             return Ok(None);
         }
         self.get_from_store(key)
@@ -114,7 +114,7 @@ impl Tree {
     fn get_from_store(&self, key: &[u8]) -> Result<Option<IVec>> {
         let v = self.inner.get(key)?;
         if v.is_none() {
-            self.shared.note_store_miss();
+            self.state.note_store_miss();
         }
         Ok(v)
     }
@@ -123,7 +123,7 @@ impl Tree {
     #[inline]
     pub fn contains_key<K: AsRef<[u8]>>(&self, key: K) -> Result<bool> {
         let key = key.as_ref();
-        if !self.shared.probe(key) {
+        if !self.state.probe(key) {
             return Ok(false);
         }
         self.contains_in_store(key)
@@ -134,7 +134,7 @@ impl Tree {
     fn contains_in_store(&self, key: &[u8]) -> Result<bool> {
         let found = self.inner.contains_key(key)?;
         if !found {
-            self.shared.note_store_miss();
+            self.state.note_store_miss();
         }
         Ok(found)
     }
@@ -150,7 +150,7 @@ impl Tree {
     /// ```
     #[inline]
     pub fn may_contain<K: AsRef<[u8]>>(&self, key: K) -> bool {
-        self.shared.filters.contains(key.as_ref())
+        self.state.filters.contains(key.as_ref())
     }
 
     /// The store's answer alone: sled's own `get`, without asking the filter first and
@@ -181,13 +181,13 @@ impl Tree {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        let mut out = self.shared.probe_many(keys);
+        let mut out = self.state.probe_many(keys);
         self.count_batch(&out);
         for (key, maybe) in keys.iter().zip(out.iter_mut()) {
             if *maybe {
                 *maybe = self.inner.contains_key(key)?;
                 if !*maybe {
-                    self.shared.note_store_miss();
+                    self.state.note_store_miss();
                 }
             }
         }
@@ -205,7 +205,7 @@ impl Tree {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<IVec>>> {
-        let maybe = self.shared.probe_many(keys);
+        let maybe = self.state.probe_many(keys);
         self.count_batch(&maybe);
         keys.iter()
             .zip(maybe)
@@ -215,7 +215,7 @@ impl Tree {
                 }
                 let v = self.inner.get(key)?;
                 if v.is_none() {
-                    self.shared.note_store_miss();
+                    self.state.note_store_miss();
                 }
                 Ok(v)
             })
@@ -224,7 +224,7 @@ impl Tree {
 
     fn count_batch(&self, maybe: &[bool]) {
         let negatives = maybe.iter().filter(|m| !**m).count() as u64;
-        self.shared
+        self.state
             .counters
             .lookups(negatives, maybe.len() as u64 - negatives);
     }
@@ -235,7 +235,7 @@ impl Tree {
     /// trigger a rebuild.
     pub fn remove<K: AsRef<[u8]>>(&self, key: K) -> Result<Option<IVec>> {
         let key = key.as_ref();
-        let w = Writing::new(&self.shared);
+        let w = Writing::new(&self.state);
         w.mark_dirty_for_remove()?;
         let old = self.inner.remove(key)?;
         if old.is_some() {
@@ -250,7 +250,7 @@ impl Tree {
     /// In counting mode the batch runs as a sled transaction, which tells which keys
     /// existed before, so that each key is counted exactly once.
     pub fn apply_batch(&self, batch: Batch) -> Result<()> {
-        if self.shared.mode == FilterMode::Counting {
+        if self.state.mode == FilterMode::Counting {
             let r: transaction::TransactionResult<()> = self.transaction(|tx| {
                 tx.apply_batch(&batch)?;
                 Ok(())
@@ -263,7 +263,7 @@ impl Tree {
                 }
             });
         }
-        let w = Writing::new(&self.shared);
+        let w = Writing::new(&self.state);
         let mut removes = 0;
         for (key, value) in &batch.ops {
             if value.is_some() {
@@ -304,7 +304,7 @@ impl Tree {
         let key = key.as_ref();
         let inserts = new.is_some();
         let existed = old.is_some();
-        let w = Writing::new(&self.shared);
+        let w = Writing::new(&self.state);
         if inserts {
             w.count_in(key);
             w.mark_dirty()?;
@@ -384,7 +384,7 @@ impl Tree {
         V: AsRef<[u8]>,
     {
         let key = key.as_ref();
-        let w = Writing::new(&self.shared);
+        let w = Writing::new(&self.state);
         w.count_in(key);
         w.mark_dirty()?;
         MERGED_OVER.with(|c| c.set(None));
@@ -499,7 +499,7 @@ impl Tree {
         &self,
         pop: impl FnOnce(&sled::Tree) -> sled::Result<Option<(IVec, IVec)>>,
     ) -> Result<Option<(IVec, IVec)>> {
-        let w = Writing::new(&self.shared);
+        let w = Writing::new(&self.state);
         w.mark_dirty_for_remove()?;
         let kv = pop(&self.inner)?;
         if let Some((k, _)) = &kv {

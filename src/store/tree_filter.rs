@@ -15,7 +15,7 @@ impl Tree {
     /// serialization with [`Filter::to_bytes`]). O(filter size). In counting mode these
     /// are the bits lookups read (a counter is non-zero exactly where its bit is set).
     pub fn filter_snapshot(&self) -> Filter {
-        self.shared.filters.enter().current().bits().clone()
+        self.state.filters.enter().current().bits().clone()
     }
 
     /// Rebuilds the filter from the keys now, while reads and writes go on, and returns
@@ -41,12 +41,12 @@ impl Tree {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn rebuild(&self) -> Result<RebuildReport> {
-        Rebuild(&self.shared).now(false)
+        Rebuild(&self.state).now(false)
     }
 
     /// Blocks until no rebuild of this tree is running or pending.
     pub fn wait_for_rebuild(&self) {
-        Rebuild(&self.shared).wait()
+        Rebuild(&self.state).wait()
     }
 
     /// Writes a snapshot of this tree's filter now, so the next open loads it without a scan
@@ -60,13 +60,13 @@ impl Tree {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn snapshot(&self) -> Result<SnapshotInfo> {
-        self.shared.snapshot()
+        self.state.snapshot()
     }
 
     /// How this tree's filter was obtained when it was opened: loaded from its snapshot, or
     /// rebuilt from a key scan and why.
     pub fn recovery_report(&self) -> RecoveryReport {
-        self.shared.report.clone()
+        self.state.report.clone()
     }
 
     /// Checks the tree end to end: every CRC of its snapshot file, and every stored key
@@ -87,11 +87,11 @@ impl Tree {
         for key in self.inner.iter().keys() {
             let key = key?;
             keys_checked += 1;
-            if !self.shared.filters.contains(&key) {
+            if !self.state.filters.contains(&key) {
                 false_negatives += 1;
                 log::error!(
                     "bloomsled: tree {:?}: stored key {:?} denied by the filter",
-                    self.shared.report.tree,
+                    self.state.report.tree,
                     String::from_utf8_lossy(&key)
                 );
             }
@@ -100,21 +100,21 @@ impl Tree {
             keys_checked,
             false_negatives,
             snapshot: self
-                .shared
+                .state
                 .persist
                 .as_ref()
-                .map(|p| p.verify(self.shared.mode)),
+                .map(|p| p.verify(self.state.mode)),
         })
     }
 
     /// The file holding this tree's filter snapshot (`None` for a temporary database).
     pub fn snapshot_path(&self) -> Option<&std::path::Path> {
-        self.shared.persist.as_ref().map(|p| p.snapshot_path())
+        self.state.persist.as_ref().map(|p| p.snapshot_path())
     }
 
     /// Filter and lookup statistics. Reads every filter word: O(filter size).
     pub fn stats(&self) -> Stats {
-        let s = &self.shared;
+        let s = &self.state;
         let gate = s.filters.enter();
         let current = gate.current();
         let f = current.bits();

@@ -10,15 +10,15 @@ use crate::filter::any::FilterMode;
 /// A write in progress: holds the tree's gate (see [`super::filters`]) from the filter
 /// update before the sled write to the corrections after it.
 pub(crate) struct Writing<'a> {
-    shared: &'a TreeState,
+    state: &'a TreeState,
     gate: Entered<'a>,
 }
 
 impl<'a> Writing<'a> {
-    pub(crate) fn new(shared: &'a TreeState) -> Self {
+    pub(crate) fn new(state: &'a TreeState) -> Self {
         Writing {
-            shared,
-            gate: shared.filters.enter(),
+            state,
+            gate: state.filters.enter(),
         }
     }
 
@@ -33,15 +33,15 @@ impl<'a> Writing<'a> {
     /// Makes the tree's dirty mark durable before the write reaches sled (see
     /// [`crate::persist`]). An error means the write must not be made.
     pub(crate) fn mark_dirty(&self) -> Result<()> {
-        self.shared.mark_dirty()
+        self.state.mark_dirty()
     }
 
     /// [`Writing::mark_dirty`] before a write that may remove a key: counting mode only
     /// (the filter will change after it); plain-mode removes leave the filter alone.
     #[inline]
     pub(crate) fn mark_dirty_for_remove(&self) -> Result<()> {
-        if self.shared.mode == FilterMode::Counting {
-            self.shared.mark_dirty()?;
+        if self.state.mode == FilterMode::Counting {
+            self.state.mark_dirty()?;
         }
         Ok(())
     }
@@ -50,7 +50,7 @@ impl<'a> Writing<'a> {
     /// already, or the write lost a race). Counting mode only; plain bits stay.
     #[inline]
     pub(crate) fn undo_count_in(&self, key: &[u8]) {
-        if self.shared.mode == FilterMode::Counting {
+        if self.state.mode == FilterMode::Counting {
             self.gate.release(key);
         }
     }
@@ -58,17 +58,17 @@ impl<'a> Writing<'a> {
     /// `key` left the store (after sled removed it): counted out, or counted stale.
     #[inline]
     pub(crate) fn count_out(&self, key: &[u8]) {
-        match self.shared.mode {
+        match self.state.mode {
             FilterMode::Counting => self.gate.release(key),
-            FilterMode::Plain => self.shared.counters.stale(1),
+            FilterMode::Plain => self.state.counters.stale(1),
         }
     }
 
     /// `n` keys left the store, in plain mode counted stale (counting mode counts each out
     /// with [`Writing::count_out`] instead).
     pub(crate) fn count_out_plain(&self, n: u64) {
-        if self.shared.mode == FilterMode::Plain {
-            self.shared.counters.stale(n);
+        if self.state.mode == FilterMode::Plain {
+            self.state.counters.stale(n);
         }
     }
 
@@ -76,18 +76,15 @@ impl<'a> Writing<'a> {
     /// the filter while this write was between its two halves is marked untrusted, so that
     /// a crash can never reload a count this write was still correcting.
     pub(crate) fn finish(self, keys: u64) {
-        let shared = self.shared;
-        if shared.mode == FilterMode::Counting {
-            if let Err(e) = shared.mark_dirty() {
-                log::warn!(
-                    "bloomsled: tree {:?}: dirty marker: {e}",
-                    shared.report.tree
-                );
+        let state = self.state;
+        if state.mode == FilterMode::Counting {
+            if let Err(e) = state.mark_dirty() {
+                log::warn!("bloomsled: tree {:?}: dirty marker: {e}", state.report.tree);
             }
         }
         drop(self.gate);
-        if shared.after_write(keys) {
-            Rebuild(shared).check();
+        if state.after_write(keys) {
+            Rebuild(state).check();
         }
     }
 }
