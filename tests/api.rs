@@ -354,8 +354,8 @@ fn get_unfiltered_reads_the_store_alone_and_counts_nothing() {
 fn filter_union_and_serialization() {
     let a = Filter::new(1_000, 0.01).unwrap();
     let b = Filter::new(1_000, 0.01).unwrap();
-    a.add(b"left");
-    b.add(b"right");
+    a.insert(b"left");
+    b.insert(b"right");
     a.union(&b).unwrap();
     assert!(a.contains(b"left") && a.contains(b"right"));
     let other_seed = bloomsled::FilterConfig::new(1_000).seed(7).build().unwrap();

@@ -49,7 +49,7 @@ pub(crate) const MAX_BITS: u64 = 1 << 40;
 /// ```
 /// use bloomsled::Filter;
 /// let f = Filter::new(1_000, 0.01)?;
-/// f.add(b"alice");
+/// f.insert(b"alice");
 /// assert!(f.contains(b"alice"));
 /// assert!(!f.contains(b"bob")); // false positives are possible, but rare at 1%
 /// # Ok::<(), bloomsled::Error>(())
@@ -161,17 +161,18 @@ impl Filter {
         self.items.add(0, n);
     }
 
-    /// Inserts `key`, and says whether it was new: returns `true` if the key was possibly
-    /// present already (every one of its bits was set), `false` if this insert set a bit —
-    /// check-and-set in one probe, as crawler dedup wants (`if !f.insert(url) { crawl }`).
+    /// Inserts `key`; returns `true` if it was new (this insert set at least one bit), `false`
+    /// if it was possibly present already — as `HashSet::insert`, `SharedFilter::add`
+    /// and Redis' `BF.ADD` answer. Check-and-set in one probe, as crawler dedup wants
+    /// (`if f.insert(url) { crawl(url) }`).
     ///
     /// Under concurrency the answer comes from the atomic `fetch_or`s themselves: of several
-    /// threads inserting the same new key at once, at least one gets `false`.
+    /// threads inserting the same new key at once, at least one gets `true`.
     ///
     /// ```
     /// let f = bloomsled::Filter::new(1_000, 0.01)?;
-    /// assert!(!f.insert(b"https://example.com/"), "new");
-    /// assert!(f.insert(b"https://example.com/"), "seen before");
+    /// assert!(f.insert(b"https://example.com/"), "new");
+    /// assert!(!f.insert(b"https://example.com/"), "seen before");
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     #[inline]
@@ -179,14 +180,16 @@ impl Filter {
         self.insert_hash(self.hash(key))
     }
 
-    /// Same as [`Filter::insert`], under the name classic Bloom filter classes use.
-    #[inline]
-    pub fn add(&self, key: &[u8]) -> bool {
-        self.insert(key)
-    }
-
     /// Inserts a key by its hash, as computed by [`crate::hash::hash_key`] with this
-    /// filter's [`seed`](Filter::seed); returns what [`Filter::insert`] returns.
+    /// filter's [`seed`](Filter::seed); returns what [`Filter::insert`] returns (`true`: new).
+    ///
+    /// ```
+    /// let f = bloomsled::Filter::new(1_000, 0.01)?;
+    /// let h = bloomsled::hash::hash_key(b"k", f.seed());
+    /// assert!(f.insert_hash(h));
+    /// assert!(f.contains(b"k"));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     #[inline]
     pub fn insert_hash(&self, h: u64) -> bool {
         let i = block_index(h, self.blocks.len() as u64);
@@ -194,7 +197,7 @@ impl Filter {
         if new {
             self.items.add(0, 1);
         }
-        !new
+        new
     }
 
     /// True if `key` may have been inserted; false means it certainly was not.
