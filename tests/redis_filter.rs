@@ -23,7 +23,12 @@ fn added_keys_are_found_and_absent_ones_mostly_rejected() {
     require_redis!();
     let s = Server::start();
     let ep = Endpoint::url(s.url());
-    let f = SharedFilter::create(&ep, "urls", &FilterConfig::new(20_000)).unwrap();
+    let f = SharedFilter::create(
+        &ep,
+        "urls",
+        &FilterConfig::new(20_000).false_positive_rate(0.01),
+    )
+    .unwrap();
     let added = keys("in", 20_000);
     let news = f.add_many(&added).unwrap();
     assert!(news.iter().filter(|&&n| n).count() > 19_800);

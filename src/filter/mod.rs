@@ -17,7 +17,7 @@ pub mod math;
 mod simd;
 
 pub use any::FilterMode;
-pub use config::{FilterConfig, Sizing};
+pub use config::{FilterConfig, Sizing, DEFAULT_FALSE_POSITIVE_RATE};
 #[cfg(feature = "redis")]
 pub(crate) use counting::nonzero_nibbles;
 pub use counting::{CountingFilter, COUNTER_MAX};

@@ -66,7 +66,8 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Defaults: sled's defaults, filters sized for 1M items at 1% false positives.
+    /// Defaults: sled's defaults, filters sized for 1M items at a 0.1% false-positive rate
+    /// ([`crate::DEFAULT_FALSE_POSITIVE_RATE`]).
     pub fn new() -> Config {
         Config::default()
     }
@@ -156,37 +157,6 @@ impl Config {
     /// automatically (default: twice the target rate).
     pub fn rebuild_false_positive_rate(mut self, p: f64) -> Config {
         self.rebuild_fpr = Some(p);
-        self
-    }
-
-    /// Items each tree's filter is sized for (default 1,000,000). A tree that already holds
-    /// more keys when it is opened gets a filter sized for its key count instead.
-    pub fn expected_items(mut self, n: u64) -> Config {
-        self.filter = self.filter.expected_items(n);
-        self
-    }
-
-    /// Target false-positive rate at capacity, in (0, 1) (default 0.01).
-    pub fn false_positive_rate(mut self, p: f64) -> Config {
-        self.filter = self.filter.false_positive_rate(p);
-        self
-    }
-
-    /// Bits of filter per expected item (≥ 1), instead of a target rate.
-    pub fn bits_per_key(mut self, bits: f64) -> Config {
-        self.filter = self.filter.bits_per_key(bits);
-        self
-    }
-
-    /// Bits set per key (1 to 32); by default the best value for the size.
-    pub fn num_hashes(mut self, k: u32) -> Config {
-        self.filter = self.filter.num_hashes(k);
-        self
-    }
-
-    /// Hash seed of new filters.
-    pub fn hash_seed(mut self, seed: u64) -> Config {
-        self.filter = self.filter.seed(seed);
         self
     }
 
@@ -388,9 +358,92 @@ fn unshared(c: &sled::Config) -> sled::Config {
         .idgen_persist_interval(c.idgen_persist_interval)
 }
 
+/// The filter-sizing setters of [`Config`] and [`TreeConfig`] (and of any builder that holds
+/// a `filter: FilterConfig`): one definition, so the two builders cannot drift apart. Each
+/// forwards to the [`FilterConfig`] setter of the same name.
+macro_rules! sizing_setters {
+    ($builder:ident) => {
+        impl $builder {
+            /// Items the filter is sized for (at least 1; default 1,000,000). A tree that
+            /// already holds more keys when it is opened gets a filter sized for its key count
+            /// instead.
+            ///
+            /// ```
+            #[doc = concat!("let cfg = bloomsled::", stringify!($builder), "::new().expected_items(5_000);")]
+            /// # let _ = cfg;
+            /// ```
+            pub fn expected_items(mut self, n: u64) -> $builder {
+                self.filter = self.filter.expected_items(n);
+                self
+            }
+
+            /// Target false-positive rate at capacity, in (0, 1) (default 0.001: see
+            /// [`crate::DEFAULT_FALSE_POSITIVE_RATE`]).
+            ///
+            /// ```
+            #[doc = concat!("let cfg = bloomsled::", stringify!($builder), "::new().false_positive_rate(0.01);")]
+            /// # let _ = cfg;
+            /// ```
+            pub fn false_positive_rate(mut self, p: f64) -> $builder {
+                self.filter = self.filter.false_positive_rate(p);
+                self
+            }
+
+            /// Bits of filter per expected item (at least 1), instead of a target rate.
+            ///
+            /// ```
+            #[doc = concat!("let cfg = bloomsled::", stringify!($builder), "::new().bits_per_key(16.0);")]
+            /// # let _ = cfg;
+            /// ```
+            pub fn bits_per_key(mut self, bits: f64) -> $builder {
+                self.filter = self.filter.bits_per_key(bits);
+                self
+            }
+
+            /// Bits set per key (1 to 32), instead of the best value for the size.
+            ///
+            /// ```
+            #[doc = concat!("let cfg = bloomsled::", stringify!($builder), "::new().num_hashes(6);")]
+            /// # let _ = cfg;
+            /// ```
+            pub fn num_hashes(mut self, k: u32) -> $builder {
+                self.filter = self.filter.num_hashes(k);
+                self
+            }
+
+            /// Hash seed of new filters (default [`crate::hash::DEFAULT_SEED`]).
+            ///
+            /// ```
+            #[doc = concat!("let cfg = bloomsled::", stringify!($builder), "::new().seed(42);")]
+            /// # let _ = cfg;
+            /// ```
+            pub fn seed(mut self, seed: u64) -> $builder {
+                self.filter = self.filter.seed(seed);
+                self
+            }
+
+            /// Every filter setting at once, as a [`FilterConfig`].
+            ///
+            /// ```
+            /// use bloomsled::FilterConfig;
+            #[doc = concat!("let cfg = bloomsled::", stringify!($builder), "::new()")]
+            ///     .filter(FilterConfig::new(5_000).bits_per_key(16.0));
+            /// # let _ = cfg;
+            /// ```
+            pub fn filter(mut self, filter: FilterConfig) -> $builder {
+                self.filter = filter;
+                self
+            }
+        }
+    };
+}
+
+sizing_setters!(Config);
+sizing_setters!(TreeConfig);
+
 /// One tree's own filter settings, for [`Db::open_tree_with`]: expected items, rate or bits
 /// per key, number of hashes, seed and mode. Unset, they are the defaults of a new
-/// [`Config`] (one million items at 1%, plain mode).
+/// [`Config`] (one million items at 0.1%, plain mode).
 ///
 /// ```
 /// use bloomsled::TreeConfig;
@@ -408,39 +461,9 @@ pub struct TreeConfig {
 }
 
 impl TreeConfig {
-    /// Defaults: one million items at 1% false positives; the tree's mode is kept.
+    /// Defaults: one million items at 0.1% false positives; the tree's mode is kept.
     pub fn new() -> TreeConfig {
         TreeConfig::default()
-    }
-
-    /// The number of items the tree's filter is sized for (at least 1).
-    pub fn expected_items(mut self, n: u64) -> TreeConfig {
-        self.filter = self.filter.expected_items(n);
-        self
-    }
-
-    /// The target false-positive rate, in (0, 1).
-    pub fn false_positive_rate(mut self, p: f64) -> TreeConfig {
-        self.filter = self.filter.false_positive_rate(p);
-        self
-    }
-
-    /// Bits per expected item (at least 1), instead of a rate.
-    pub fn bits_per_key(mut self, bits: f64) -> TreeConfig {
-        self.filter = self.filter.bits_per_key(bits);
-        self
-    }
-
-    /// Bits set per key (1 to 32), instead of the optimum.
-    pub fn num_hashes(mut self, k: u32) -> TreeConfig {
-        self.filter = self.filter.num_hashes(k);
-        self
-    }
-
-    /// The hash seed.
-    pub fn hash_seed(mut self, seed: u64) -> TreeConfig {
-        self.filter = self.filter.seed(seed);
-        self
     }
 
     /// Counting mode (`remove` takes keys out of the filter) or plain mode.

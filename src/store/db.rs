@@ -80,7 +80,7 @@ impl Deref for Db {
 }
 
 impl Db {
-    /// Opens (or creates) a database at `path`: 1M expected items per tree, 1% false
+    /// Opens (or creates) a database at `path`: 1M expected items per tree, 0.1% false
     /// positives, sled's defaults otherwise.
     pub fn open<P: AsRef<Path>>(path: P) -> Result<Db> {
         Config::new().path(path).open()

@@ -21,7 +21,7 @@ pub(crate) fn build_filter(
     mode: FilterMode,
     policy: &RebuildPolicy,
 ) -> Result<(AnyFilter, u64)> {
-    let seed = policy.base.hash_seed();
+    let seed = policy.base.get_seed();
     let threads = thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(8);

@@ -124,7 +124,7 @@ fn overfull(s: &Stats) -> bool {
 /// the sizing its record stores (and is resized after the load if the load overfilled it).
 fn config_for(expected: Option<u64>) -> Config {
     let config = Config::new().recovery(Recovery::Repair);
-    let default = config.filter_config().capacity();
+    let default = config.filter_config().get_expected_items();
     config.expected_items(expected.unwrap_or(default).max(1))
 }
 
