@@ -1,8 +1,8 @@
-//! The headline comparisons in one process, written as the markdown table in README.md
+//! The headline comparisons in one process, written as the markdown table in docs/benchmarks.md
 //! (between the `bench-report` markers) and printed.
 //!
 //! `cargo bench --bench report` (BLOOMSLED_REPORT_KEYS sets the key count, default 1,000,000;
-//! BLOOMSLED_REPORT_NO_WRITE=1 prints without touching README.md; BLOOMSLED_REPORT_DEBUG=1
+//! BLOOMSLED_REPORT_NO_WRITE=1 prints without touching docs/benchmarks.md; BLOOMSLED_REPORT_DEBUG=1
 //! also splits absent gets into false positives and filter negatives).
 //!
 //! Each figure is the median of 7 timed rounds over the same keys (21 interleaved rounds for
@@ -307,15 +307,5 @@ fn main() {
     if std::env::var_os("BLOOMSLED_REPORT_NO_WRITE").is_some() {
         return;
     }
-    let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
-    let text = std::fs::read_to_string(readme).unwrap();
-    let (start, end) = ("<!-- bench-report:start -->\n", "<!-- bench-report:end -->");
-    match (text.find(start), text.find(end)) {
-        (Some(a), Some(b)) if a < b => {
-            let new = format!("{}{start}{table}{}", &text[..a], &text[b..]);
-            std::fs::write(readme, new).unwrap();
-            eprintln!("README.md updated");
-        }
-        _ => eprintln!("README.md has no bench-report markers; table printed only"),
-    }
+    common::write_docs_table("bench-report", &table);
 }

@@ -40,11 +40,11 @@
 //! ```text
 //! cargo bench --bench stream                                   # 2M keys, with the store
 //! BLOOMSLED_STREAM_KEYS=50000000 cargo bench --bench stream    # 50M keys, filters only
-//! BLOOMSLED_STREAM_BPK=12,14,16 cargo bench --bench stream     # also stores at 12/14/16 bits/key
+//! BLOOMSLED_STREAM_BPK=0,12,16 cargo bench --bench stream       # stores at the default, 12, 16 bits/key
 //! ```
 //! `BLOOMSLED_STREAM_KEYS` is a comma list of sizes (default 2,000,000). The table is
-//! printed; `BLOOMSLED_STREAM_README=1` also writes it into README.md between the
-//! `bench-stream` markers.
+//! printed; `BLOOMSLED_STREAM_DOCS=1` also writes it into docs/benchmarks.md
+//! between the `bench-stream` markers.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -144,14 +144,15 @@ fn main() {
     let sizes = env_list("BLOOMSLED_STREAM_KEYS", "2000000");
     let store_upto = env_count("BLOOMSLED_STREAM_STORE_UPTO", 2_000_000);
     let rounds = env_count("BLOOMSLED_STREAM_ROUNDS", 9) as usize;
-    let bpk_extra = env_list("BLOOMSLED_STREAM_BPK", "");
+    // 0 stands for the default sizing (`DEFAULT_FALSE_POSITIVE_RATE`), measured by default.
+    let bpk_extra = env_list("BLOOMSLED_STREAM_BPK", "0");
     let mut out = String::new();
     for &n in &sizes {
         out += &run_size(n, n <= store_upto, rounds, &bpk_extra);
     }
     println!("{out}");
-    if std::env::var_os("BLOOMSLED_STREAM_README").is_some() {
-        write_readme(&out);
+    if std::env::var_os("BLOOMSLED_STREAM_DOCS").is_some() {
+        common::write_docs_table("bench-stream", &out);
     }
 }
 
@@ -707,12 +708,13 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
                   `may_contain` + FPR × sled's absent `get` in a tight loop (`get` ÷ it) | \
                   absent `get`: speed-up over sled's |\n\
                   |---:|---:|---:|---:|---:|---:|---:|---:|\n";
-        let mut bpk_line = |d: &bloomsled::Db, mc: &[f64], g: &[f64], fpr: f64| {
+        let mut bpk_line = |d: &bloomsled::Db, mc: &[f64], g: &[f64], fpr: f64, default: bool| {
             let s = d.stats();
             let bound = formula(mc, fpr, own_abs);
             extra += &format!(
-                "| {:.0} | {} | {:.1} MB | {:.3}% | {} | {} | {} | {:.0}× |\n",
+                "| {:.0}{} | {} | {:.1} MB | {:.3}% | {} | {} | {} | {:.0}× |\n",
                 s.bits_per_key,
+                if default { " (default)" } else { "" },
                 s.num_hashes,
                 s.num_bits as f64 / 8e6,
                 100.0 * fpr,
@@ -722,12 +724,18 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
                 median_ratio(g, own_abs),
             );
         };
-        bpk_line(db, get("may_contain/absent").unwrap(), get_abs, store_fpr);
+        bpk_line(
+            db,
+            get("may_contain/absent").unwrap(),
+            get_abs,
+            store_fpr,
+            false,
+        );
         for (b, d) in &denser {
             let fpr = count(&absent, |k| d.may_contain(k)) as f64 / Q as f64;
             let mc = get(&format!("may_contain@{b}/absent")).unwrap();
             let g = get(&format!("get@{b}/absent")).unwrap();
-            bpk_line(d, mc, g, fpr);
+            bpk_line(d, mc, g, fpr, *b == 0);
         }
     }
     rows.push(Row {
@@ -841,16 +849,20 @@ fn load_stores(n: u64, bpk: f64) -> (bloomsled::Db, sled::Db) {
     (db, raw)
 }
 
-/// An empty bloomsled store sized for `n` keys at `bpk` bits per key.
+/// An empty bloomsled store sized for `n` keys at `bpk` bits per key (0: the default rate,
+/// as `Config::new()` sizes a tree).
 fn open_store(n: u64, bpk: f64) -> bloomsled::Db {
-    Config::new()
+    let config = Config::new()
         .temporary(true)
         .cache_capacity(4 << 30)
         .expected_items(n)
-        .bits_per_key(bpk)
-        .auto_rebuild(false)
-        .open()
-        .expect("bloomsled")
+        .auto_rebuild(false);
+    let config = if bpk > 0.0 {
+        config.bits_per_key(bpk)
+    } else {
+        config
+    };
+    config.open().expect("bloomsled")
 }
 
 fn load_bloomsled(n: u64, bpk: f64) -> bloomsled::Db {
@@ -888,18 +900,4 @@ fn load_sized(n: u64, keys: &[Vec<u8>]) -> bloomsled::Db {
         t.elapsed()
     );
     db
-}
-
-fn write_readme(table: &str) {
-    let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
-    let text = std::fs::read_to_string(readme).expect("README.md");
-    let (start, end) = ("<!-- bench-stream:start -->\n", "<!-- bench-stream:end -->");
-    match (text.find(start), text.find(end)) {
-        (Some(a), Some(b)) if a < b => {
-            let new = format!("{}{start}{table}{}", &text[..a], &text[b..]);
-            std::fs::write(readme, new).expect("write README.md");
-            eprintln!("README.md updated");
-        }
-        _ => eprintln!("README.md has no bench-stream markers; table printed only"),
-    }
 }

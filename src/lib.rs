@@ -80,3 +80,18 @@ pub use store::{
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The guide's examples, compiled and run as doc tests.
+#[doc = include_str!("../docs/guide.md")]
+#[cfg(doctest)]
+pub struct GuideDoctests;
+
+/// The persistence document's examples, compiled and run as doc tests.
+#[doc = include_str!("../docs/persistence.md")]
+#[cfg(doctest)]
+pub struct PersistenceDoctests;
+
+/// The Redis document's examples, compiled and run as doc tests.
+#[doc = include_str!("../docs/redis.md")]
+#[cfg(doctest)]
+pub struct RedisDoctests;

@@ -68,3 +68,27 @@ pub fn load_chunks(n: u64, chunk: u64, mut apply: impl FnMut(std::ops::Range<u64
         apply(start..(start + chunk).min(n), &mut buf);
     }
 }
+
+/// Replaces what stands between `<!-- {marker}:start -->` and `<!-- {marker}:end -->` in
+/// `docs/benchmarks.md` with `table`, so the docs show the run a reader can repeat; says so
+/// on stderr, or that the markers are missing (the table is printed either way).
+#[allow(dead_code)] // each bench binary uses its own subset
+pub fn write_docs_table(marker: &str, table: &str) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/benchmarks.md");
+    let Ok(text) = std::fs::read_to_string(path) else {
+        eprintln!("{path} not found; table printed only");
+        return;
+    };
+    let start = format!("<!-- {marker}:start -->\n");
+    let end = format!("<!-- {marker}:end -->");
+    match (text.find(&start), text.find(&end)) {
+        (Some(a), Some(b)) if a < b => {
+            let new = format!("{}{start}{table}{}", &text[..a], &text[b..]);
+            match std::fs::write(path, new) {
+                Ok(()) => eprintln!("docs/benchmarks.md updated"),
+                Err(e) => eprintln!("cannot write {path}: {e}"),
+            }
+        }
+        _ => eprintln!("docs/benchmarks.md has no {marker} markers; table printed only"),
+    }
+}
