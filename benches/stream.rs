@@ -712,7 +712,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             let s = d.stats();
             let bound = formula(mc, fpr, own_abs);
             extra += &format!(
-                "| {:.0}{} | {} | {:.1} MB | {:.3}% | {} | {} | {} | {:.0}× |\n",
+                "| {:.1}{} | {} | {:.1} MB | {:.3}% | {} | {} | {} | {:.0}× |\n",
                 s.bits_per_key,
                 if default { " (default)" } else { "" },
                 s.num_hashes,
