@@ -4,8 +4,14 @@
 //! bytes, and every prefix of long keys so that each function's int→float overflow point is
 //! crossed. No expected value is written here: PHP computes them all at test time.
 //!
-//! Needs `php` on PATH (Debian: php-cli; `.ci/run` installs it). Under `CI=true` a missing
-//! php or reference file fails the test; elsewhere the test is skipped with a loud message.
+//! Needs `php` on PATH (Debian: php-cli; `.ci/run` installs it), so it belongs to the full
+//! suite (`cargo test --all-features`) with the other tests that need system packages: the
+//! classic hashes exist for the classic PHP layout on Redis, and the `redis` feature is the
+//! one a user turns on to use it. Gating on that feature rather than on a test-only feature
+//! or an environment variable keeps `cargo test` passing on a machine with only Rust, and
+//! keeps the full suite one command that runs everything. Under `CI=true` a missing php or
+//! reference file fails the test; elsewhere it is skipped with a loud message.
+#![cfg(feature = "redis")]
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -266,16 +272,4 @@ fn every_hash_matches_php_on_generated_keys() {
         keys.len(),
         ClassicHash::ALL.len()
     );
-}
-
-/// Mixed, repeated lists: the offsets follow the list, entry by entry.
-#[test]
-fn offsets_follow_the_list_order() {
-    let list = ClassicHash::parse_list("js,BKDRHash,ELEHash,js,FNV").unwrap();
-    for key in keys().iter().step_by(97) {
-        let offs = classic::offsets(key, &list);
-        let want: Vec<u64> = list.iter().map(|h| u64::from(h.hash(key))).collect();
-        assert_eq!(offs, want);
-        assert_eq!(offs[0], offs[3]);
-    }
 }
