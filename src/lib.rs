@@ -56,6 +56,7 @@ pub mod persist;
 pub mod shared;
 mod stats;
 mod store;
+mod sync;
 
 pub use error::{DecodeError, Distrust, Error, FilterShape, Result};
 pub use filter::math::{bits_for, blocked_fpr, optimal_k, standard_fpr};

@@ -13,7 +13,7 @@ mod counting;
 mod kernel;
 pub(crate) mod layout;
 pub mod math;
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(loom)))]
 mod simd;
 
 pub use any::FilterMode;
