@@ -1,4 +1,4 @@
-//! The atomics, locks and thread-locals of the filter's lock-free paths (the filter's words in
+//! The atomics and locks of the filter's lock-free paths (the filter's words in
 //! `filter::bits`, the seqlock and gate in `store::filters`), from std, or from loom when
 //! built with `--cfg loom` so that loom's model checker explores their interleavings
 //! (`RUSTFLAGS="--cfg loom" cargo test --release --lib loom`; see `store::filters`).
@@ -7,12 +7,8 @@
 pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub(crate) use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-#[cfg(loom)]
-pub(crate) use loom::thread_local;
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-#[cfg(not(loom))]
-pub(crate) use std::thread_local;

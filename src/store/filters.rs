@@ -37,8 +37,7 @@ use crate::error::{Error, Result};
 use crate::filter::any::AnyFilter;
 use crate::filter::Filter;
 use crate::sync::{
-    fence, thread_local, AtomicPtr, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockReadGuard,
-    RwLockWriteGuard,
+    fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
 /// Most filters a tree may allocate over its life. Rebuilds reuse a retired filter of the
@@ -80,10 +79,18 @@ struct View {
     cursor: Option<IVec>,
 }
 
+#[cfg(not(loom))]
 thread_local! {
     /// The gates this thread holds, with their views: an operation nested in another on the
     /// same tree (a write inside a transaction closure) reuses the outer hold instead of
     /// queueing behind a rebuild that waits for the outer one.
+    static HELD: RefCell<Vec<(usize, View)>> = const { RefCell::new(Vec::new()) };
+}
+
+// Under loom, one per loom thread (loom runs its threads on one OS thread); loom's macro
+// takes no `const` initializer.
+#[cfg(loom)]
+loom::thread_local! {
     static HELD: RefCell<Vec<(usize, View)>> = RefCell::new(Vec::new());
 }
 
