@@ -44,6 +44,7 @@
 //! [`persist`] for the protocol and why it never loses a key).
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
+#![warn(unreachable_pub)]
 
 mod counters;
 mod error;
