@@ -44,6 +44,7 @@
 //! [`persist`] for the protocol and why it never loses a key).
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
+#![warn(unreachable_pub)]
 
 mod counters;
 mod error;
@@ -56,6 +57,7 @@ pub mod persist;
 pub mod shared;
 mod stats;
 mod store;
+mod sync;
 
 pub use error::{DecodeError, Distrust, Error, FilterShape, Result};
 pub use filter::math::{bits_for, blocked_fpr, optimal_k, standard_fpr};

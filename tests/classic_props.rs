@@ -93,6 +93,16 @@ proptest! {
         prop_assert_eq!(classic::dek(&key), ClassicHash::Dek.hash(&key));
         prop_assert_eq!(classic::fnv(&key), ClassicHash::Fnv.hash(&key));
     }
+
+    /// Mixed, repeated lists: the offsets follow the list, entry by entry.
+    #[test]
+    fn offsets_follow_the_list_order(key in proptest::collection::vec(any::<u8>(), 0..300)) {
+        let list = ClassicHash::parse_list("js,BKDRHash,ELEHash,js,FNV").unwrap();
+        let offs = classic::offsets(&key, &list);
+        let want: Vec<u64> = list.iter().map(|h| u64::from(h.hash(&key))).collect();
+        prop_assert_eq!(&offs, &want);
+        prop_assert_eq!(offs[0], offs[3]);
+    }
 }
 
 #[test]

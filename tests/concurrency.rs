@@ -3,11 +3,14 @@
 //! `may_contain`, `contains_key` and `get`; keys found by iterating sled must be
 //! `may_contain` too. No false negatives, ever.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 
 use bloomsled::Config;
+use common::rng::Rng;
 
 const WRITERS: usize = 4;
 const READERS: usize = 4;
@@ -70,17 +73,14 @@ fn readers_never_miss_a_published_insert() {
             let done = done.clone();
             thread::spawn(move || {
                 let mut checks = 0u64;
-                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ r as u64;
+                let mut rng = Rng(r as u64);
                 while !done.load(Ordering::Acquire) {
                     for w in 0..WRITERS {
                         let published = progress[w].load(Ordering::Acquire);
                         if published == 0 {
                             continue;
                         }
-                        rng ^= rng << 13;
-                        rng ^= rng >> 7;
-                        rng ^= rng << 17;
-                        let i = (rng % published as u64) as usize;
+                        let i = rng.index(published);
                         let k = key(w, i);
                         assert!(tree.may_contain(&k), "false negative: writer {w} key {i}");
                         assert!(

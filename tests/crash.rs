@@ -12,31 +12,19 @@
 //! `cargo test` runs 50 cycles; `cargo test --test crash -- --ignored` runs 1,000
 //! (`BLOOMSLED_CRASH_CYCLES` overrides either).
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bloomsled::{Batch, Config, Db, RecoveryOutcome, Transactional};
+use common::child;
+use common::rng::Rng;
 
 const CHILD_ENV: &str = "BLOOMSLED_CRASH_CHILD_DIR";
 const SEED_ENV: &str = "BLOOMSLED_CRASH_SEED";
 const COUNTING_ENV: &str = "BLOOMSLED_CRASH_COUNTING";
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn config(dir: &Path, counting: bool) -> Config {
     Config::new()
@@ -174,7 +162,7 @@ fn verify(dir: &Path, counting: bool) -> Result<(usize, usize), String> {
 }
 
 fn main() {
-    if let Ok(dir) = std::env::var(CHILD_ENV) {
+    if let Some(dir) = child::role(CHILD_ENV) {
         let seed = std::env::var(SEED_ENV)
             .ok()
             .and_then(|s| s.parse().ok())
@@ -202,19 +190,17 @@ fn main() {
         .unwrap_or(if ignored { 1_000 } else { 50 });
 
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    let exe = std::env::current_exe().unwrap();
     let mut rng = Rng(0xC0FFEE);
     let started = Instant::now();
     let (mut passed, mut failed, mut keys, mut loads) = (0u64, 0u64, 0usize, 0usize);
     for cycle in 0..cycles {
         let counting = cycle % 2 == 1;
         let dir = &dirs[usize::from(counting)];
-        let mut cmd = Command::new(&exe);
+        let mut cmd = child::command(CHILD_ENV, dir.path(), None);
         if counting {
             cmd.env(COUNTING_ENV, "1");
         }
         let mut child = cmd
-            .env(CHILD_ENV, dir.path())
             .env(SEED_ENV, rng.next().to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -227,8 +213,7 @@ fn main() {
             failed += 1;
             continue;
         }
-        child.kill().expect("SIGKILL child");
-        child.wait().unwrap();
+        child::kill(&mut child);
         match verify(dir.path(), counting) {
             Ok((n, l)) => {
                 passed += 1;

@@ -3,9 +3,10 @@
 //! database; it must get `Error::OutOfMemory` and exit normally, and the data must be intact.
 #![cfg(target_os = "linux")]
 
-use std::process::Command;
+mod common;
 
 use bloomsled::Config;
+use common::child;
 
 const CHILD_ENV: &str = "BLOOMSLED_MEMLIMIT_CHILD";
 /// ~600 MB of filter (500M items at 1%); a few keys, so its snapshot is sparse and small.
@@ -20,7 +21,7 @@ fn vm_bytes() -> u64 {
 
 #[test]
 fn memory_limit_child() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else {
+    let Some(dir) = child::role(CHILD_ENV) else {
         return;
     };
     // Room for sled and the allocator's arenas, not for the 600 MB filter.
@@ -57,14 +58,7 @@ fn a_filter_too_large_for_the_memory_limit_is_an_error_not_an_abort() {
         }
         db.close().unwrap();
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "memory_limit_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, dir.path())
+    let out = child::command(CHILD_ENV, dir.path(), Some("memory_limit_child"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

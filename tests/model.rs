@@ -1,4 +1,4 @@
-//! Property test: random operation sequences against a `HashMap` model, in plain and in
+//! Property test: random operation sequences against a model (`common::model`), in plain and in
 //! counting mode.
 //!
 //! After every operation, every key the model holds must be `may_contain` (no false
@@ -6,9 +6,10 @@
 //! count must equal the model's size after every operation, and once every key is removed
 //! no counter may remain set except those stuck at their maximum.
 
-use std::collections::HashMap;
+mod common;
 
 use bloomsled::{Batch, Config, Tree};
+use common::model::{SledModel, Write};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -69,57 +70,28 @@ fn add_merge(_k: &[u8], old: Option<&[u8]>, new: &[u8]) -> Option<Vec<u8>> {
     Some(vec![sum])
 }
 
-fn apply(tree: &Tree, model: &mut HashMap<Vec<u8>, Vec<u8>>, op: &Op) {
+/// One write of an operation, with its key and value spelled out.
+fn write(&(k, v): &(u8, Option<u8>)) -> Write {
+    (key(k), v.map(|v| vec![v]))
+}
+
+fn apply(tree: &Tree, model: &mut SledModel, op: &Op) {
     match op {
-        Op::Insert(k, v) => {
-            let old = tree.insert(key(*k), vec![*v]).unwrap();
-            assert_eq!(old.map(|o| o.to_vec()), model.insert(key(*k), vec![*v]));
-        }
-        Op::Remove(k) => {
-            let old = tree.remove(key(*k)).unwrap();
-            assert_eq!(old.map(|o| o.to_vec()), model.remove(&key(*k)));
-        }
-        Op::Get(k) => {
-            let got = tree.get(key(*k)).unwrap();
-            assert_eq!(got.map(|o| o.to_vec()).as_ref(), model.get(&key(*k)));
-        }
+        Op::Insert(k, v) => model.insert(tree, key(*k), vec![*v]),
+        Op::Remove(k) => model.remove(tree, key(*k)),
+        Op::Get(k) => model.get(tree, &key(*k)),
         Op::ContainsKey(k) => {
             assert_eq!(
                 tree.contains_key(key(*k)).unwrap(),
-                model.contains_key(&key(*k))
+                model.map.contains_key(&key(*k))
             );
         }
         Op::Batch(writes) => {
-            let mut b = Batch::default();
-            for (k, v) in writes {
-                match v {
-                    Some(v) => {
-                        b.insert(key(*k), vec![*v]);
-                        model.insert(key(*k), vec![*v]);
-                    }
-                    None => {
-                        b.remove(key(*k));
-                        model.remove(&key(*k));
-                    }
-                }
-            }
-            tree.apply_batch(b).unwrap();
+            let writes: Vec<Write> = writes.iter().map(write).collect();
+            model.batch(tree, &writes);
         }
         Op::Cas(k, old, new) => {
-            let res = tree
-                .compare_and_swap(key(*k), old.map(|o| vec![o]), new.map(|n| vec![n]))
-                .unwrap();
-            let current = model.get(&key(*k)).cloned();
-            if current == old.map(|o| vec![o]) {
-                assert!(res.is_ok());
-                match new {
-                    Some(n) => model.insert(key(*k), vec![*n]),
-                    None => model.remove(&key(*k)),
-                };
-            } else {
-                let err = res.unwrap_err();
-                assert_eq!(err.current.map(|c| c.to_vec()), current);
-            }
+            model.cas(tree, key(*k), old.map(|o| vec![o]), new.map(|n| vec![n]));
         }
         Op::Update(k) => {
             let new = tree
@@ -129,26 +101,20 @@ fn apply(tree: &Tree, model: &mut HashMap<Vec<u8>, Vec<u8>>, op: &Op) {
                     None => Some(vec![1]),
                 })
                 .unwrap();
-            let cur = model.get(&key(*k)).cloned();
+            let cur = model.map.get(&key(*k)).cloned();
             let want = match cur {
                 Some(o) if o[0] % 3 == 0 => None,
                 Some(o) => Some(vec![o[0].wrapping_add(1)]),
                 None => Some(vec![1]),
             };
             assert_eq!(new.map(|n| n.to_vec()), want);
-            match want {
-                Some(w) => model.insert(key(*k), w),
-                None => model.remove(&key(*k)),
-            };
+            model.set(key(*k), want);
         }
         Op::Merge(k, v) => {
             let merged = tree.merge(key(*k), [*v]).unwrap();
-            let want = add_merge(&[], model.get(&key(*k)).map(|o| &o[..]), &[*v]);
+            let want = add_merge(&[], model.map.get(&key(*k)).map(|o| &o[..]), &[*v]);
             assert_eq!(merged.map(|m| m.to_vec()), want);
-            match want {
-                Some(w) => model.insert(key(*k), w),
-                None => model.remove(&key(*k)),
-            };
+            model.set(key(*k), want);
         }
         Op::Transaction(writes) => {
             tree.transaction(|tx| {
@@ -161,12 +127,7 @@ fn apply(tree: &Tree, model: &mut HashMap<Vec<u8>, Vec<u8>>, op: &Op) {
                 Ok::<_, bloomsled::transaction::ConflictableTransactionError<()>>(())
             })
             .unwrap();
-            for (k, v) in writes {
-                match v {
-                    Some(v) => model.insert(key(*k), vec![*v]),
-                    None => model.remove(&key(*k)),
-                };
-            }
+            model.apply(&writes.iter().map(write).collect::<Vec<_>>());
         }
         Op::AbortedTransaction(writes) => {
             let r = tree.transaction(|tx| {
@@ -185,27 +146,27 @@ fn apply(tree: &Tree, model: &mut HashMap<Vec<u8>, Vec<u8>>, op: &Op) {
         }
         Op::Clear => {
             tree.clear().unwrap();
-            model.clear();
+            model.map.clear();
         }
         Op::Rebuild => {
             let r = tree.rebuild().unwrap();
-            assert_eq!(r.keys_scanned, model.len() as u64);
+            assert_eq!(r.keys_scanned, model.map.len() as u64);
         }
         Op::GetMany(ks) => {
             let keys: Vec<Vec<u8>> = ks.iter().map(|k| key(*k)).collect();
             let got = tree.get_many(&keys).unwrap();
             let present = tree.contains_many(&keys).unwrap();
             for ((k, g), p) in keys.iter().zip(got).zip(present) {
-                assert_eq!(g.map(|g| g.to_vec()).as_ref(), model.get(k));
-                assert_eq!(p, model.contains_key(k));
+                assert_eq!(g.map(|g| g.to_vec()).as_ref(), model.map.get(k));
+                assert_eq!(p, model.map.contains_key(k));
             }
         }
         Op::PopMin => {
             let popped = tree.pop_min().unwrap();
-            let min = model.keys().min().cloned();
+            let min = model.map.keys().min().cloned();
             assert_eq!(popped.as_ref().map(|(k, _)| k.to_vec()), min);
             if let Some(k) = min {
-                model.remove(&k);
+                model.map.remove(&k);
             }
         }
     }
@@ -224,32 +185,21 @@ fn run(counting: bool, ops: &[Op]) -> Result<(), TestCaseError> {
         .unwrap();
     let tree = db.open_tree("t").unwrap();
     tree.set_merge_operator(add_merge);
-    let mut model = HashMap::new();
+    let mut model = SledModel::new();
     for op in ops {
         apply(&tree, &mut model, op);
-        for k in model.keys() {
-            prop_assert!(
-                tree.may_contain(k),
-                "false negative for {:?} after {:?}",
-                k,
-                op
-            );
-        }
+        model.check_filter(&tree, op)?;
         if counting {
             prop_assert_eq!(
                 tree.stats().items,
-                model.len() as u64,
+                model.map.len() as u64,
                 "count after {:?}",
                 op
             );
         }
     }
-    let stored: HashMap<Vec<u8>, Vec<u8>> = tree
-        .iter()
-        .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())))
-        .collect::<Result<_, _>>()
-        .unwrap();
-    prop_assert_eq!(&stored, &model);
+    model.check_contents(&tree)?;
+    let stored = model.map;
     if counting {
         // Remove everything through different paths; every counter must be back at zero
         // unless it got stuck at 15.

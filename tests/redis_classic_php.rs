@@ -6,6 +6,7 @@
 //! here: PHP computes them at test time.
 #![cfg(feature = "redis")]
 
+mod common;
 mod redis_support;
 
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ use std::process::Command;
 use bloomsled::hash::classic::ClassicHash;
 use bloomsled::shared::{ClassicFilter, Endpoint};
 use bloomsled::Error;
+use common::rng::Rng;
 use redis_support::Server;
 
 /// A subclass of the reference `BloomFilterRedis` with the bucket and list from the command
@@ -115,29 +117,22 @@ impl Php<'_> {
 
 /// Deterministic keys: empty, short and long ASCII, URLs, non-ASCII UTF-8, raw bytes.
 fn keys(seed: u64, n: usize) -> Vec<Vec<u8>> {
-    let mut x = seed;
-    let mut next = move || {
-        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = x;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
+    let mut rng = Rng(seed);
     let mut v = vec![Vec::new()];
     for i in 0..n {
-        let len = (next() % 300) as usize;
+        let len = (rng.next() % 300) as usize;
         let k = match i % 4 {
             0 => format!(
                 "https://www.example.com/{seed}/{i}/{}",
                 "p".repeat(len % 60)
             )
             .into_bytes(),
-            1 => (0..len).map(|_| b'!' + (next() % 94) as u8).collect(),
+            1 => (0..len).map(|_| b'!' + (rng.next() % 94) as u8).collect(),
             2 => (0..len % 40)
-                .map(|_| ['é', 'Ж', '漢', '🦀', 'a'][(next() % 5) as usize])
+                .map(|_| ['é', 'Ж', '漢', '🦀', 'a'][(rng.next() % 5) as usize])
                 .collect::<String>()
                 .into_bytes(),
-            _ => (0..len).map(|_| next() as u8).collect(),
+            _ => (0..len).map(|_| rng.next() as u8).collect(),
         };
         v.push(k);
     }

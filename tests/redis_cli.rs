@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bloomsled::shared::{Endpoint, SharedFilter};
 use bloomsled::FilterConfig;
-use redis_support::Server;
+use redis_support::{Cluster, Server};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bloomsled"))
@@ -110,6 +110,69 @@ fn create_add_check_info_pull() {
     );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("another shape"));
+}
+
+/// `--cluster` is a flag that never takes the next argument: in `add NAME --url U,U,U
+/// --cluster FILE`, FILE is the keys file and the nodes come through `--url`. The cluster is
+/// used as soon as `redis-cli --cluster create` returns, before its nodes agree that it is
+/// up, as a script would: create and open wait a converging cluster out (when the nodes
+/// are quicker than the first command, the run simply meets a settled cluster).
+#[test]
+fn cluster_is_a_flag_and_a_fresh_cluster_is_waited_for() {
+    require_redis!();
+    let c = Cluster::start_unsettled(3);
+    let urls = c.urls().join(",");
+    let out = run(
+        &[
+            "redis",
+            "create",
+            "cl",
+            "--url",
+            &urls,
+            "--cluster",
+            "--items",
+            "10000",
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("keys.txt");
+    std::fs::write(&file, lines("https://in.example", 2_000)).unwrap();
+    let out = run(
+        &[
+            "redis",
+            "add",
+            "cl",
+            "--url",
+            &urls,
+            "--cluster",
+            file.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("added 2000 keys"),
+        "{out:?}"
+    );
+    // The flag before --url, one node's URL enough to find the others.
+    let out = run(
+        &["redis", "check", "cl", "--cluster", "--url", &c.urls()[1]],
+        lines("https://in.example", 2_000).as_bytes(),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 2_000);
+    assert!(text.lines().all(|l| l.starts_with("maybe\t")), "{text}");
+    // Several URLs without --cluster: an error that says what is missing.
+    let out = run(&["redis", "check", "cl", "--url", &urls], b"k\n");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--cluster"),
+        "{out:?}"
+    );
+    assert!(out.stdout.is_empty(), "{out:?}");
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! `Config` knobs, a model-based test with restarts, transactions over several trees with
 //! `?` on bloomsled results, and `match` on sled's error variants.
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::io;
 use std::ops::Bound;
 
@@ -11,6 +12,7 @@ use bloomsled::transaction::{
     UnabortableTransactionError, UnabortableTransactionResult,
 };
 use bloomsled::{Batch, Config, Db, Error, IVec, Transactional, Tree};
+use common::model::{SledModel, Write};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -58,8 +60,6 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-type Model = BTreeMap<Vec<u8>, Vec<u8>>;
-
 fn pairs(it: impl Iterator<Item = bloomsled::Result<(IVec, IVec)>>) -> Vec<(Vec<u8>, Vec<u8>)> {
     it.map(|kv: bloomsled::Result<(IVec, IVec)>| {
         let (k, v) = kv.unwrap();
@@ -72,60 +72,28 @@ fn owned<'a>(it: impl Iterator<Item = (&'a Vec<u8>, &'a Vec<u8>)>) -> Vec<(Vec<u
     it.map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
-fn apply(db: &Db, model: &mut Model, op: &Op) {
+fn apply(db: &Db, m: &mut SledModel, op: &Op) {
     match op {
-        Op::Insert(k, v) => {
-            let old = db.insert(key(*k), vec![*v]).unwrap();
-            assert_eq!(old.map(|o| o.to_vec()), model.insert(key(*k), vec![*v]));
-        }
-        Op::Remove(k) => {
-            let old = db.remove(key(*k)).unwrap();
-            assert_eq!(old.map(|o| o.to_vec()), model.remove(&key(*k)));
-        }
-        Op::Get(k) => {
-            assert_eq!(
-                db.get(key(*k)),
-                Ok(model.get(&key(*k)).map(|v| IVec::from(&v[..])))
-            );
-        }
+        Op::Insert(k, v) => m.insert(db, key(*k), vec![*v]),
+        Op::Remove(k) => m.remove(db, key(*k)),
+        Op::Get(k) => m.get(db, &key(*k)),
         Op::Cas(k, old, new) => {
-            let res = db
-                .compare_and_swap(key(*k), old.map(|o| vec![o]), new.map(|n| vec![n]))
-                .unwrap();
-            let current = model.get(&key(*k)).cloned();
-            if current == old.map(|o| vec![o]) {
-                assert_eq!(res, Ok(()));
-                match new {
-                    Some(n) => model.insert(key(*k), vec![*n]),
-                    None => model.remove(&key(*k)),
-                };
-            } else {
-                assert_eq!(res.unwrap_err().current.map(|c| c.to_vec()), current);
-            }
+            m.cas(db, key(*k), old.map(|o| vec![o]), new.map(|n| vec![n]));
         }
         Op::Batch(writes) => {
-            let mut b = Batch::default();
-            for (k, v) in writes {
-                match v {
-                    Some(v) => {
-                        b.insert(key(*k), vec![*v]);
-                        model.insert(key(*k), vec![*v]);
-                    }
-                    None => {
-                        b.remove(key(*k));
-                        model.remove(&key(*k));
-                    }
-                }
-            }
-            db.apply_batch(b).unwrap();
+            let writes: Vec<Write> = writes
+                .iter()
+                .map(|&(k, v)| (key(k), v.map(|v| vec![v])))
+                .collect();
+            m.batch(db, &writes);
         }
-        Op::Iter { rev: false } => assert_eq!(pairs(db.iter()), owned(model.iter())),
+        Op::Iter { rev: false } => assert_eq!(pairs(db.iter()), owned(m.map.iter())),
         Op::Iter { rev: true } => {
             let got: Vec<IVec> = db.iter().keys().rev().map(Result::unwrap).collect();
-            let want: Vec<IVec> = model.keys().rev().map(|k| IVec::from(&k[..])).collect();
+            let want: Vec<IVec> = m.map.keys().rev().map(|k| IVec::from(&k[..])).collect();
             assert_eq!(got, want);
             let values: Vec<IVec> = db.iter().values().map(Result::unwrap).collect();
-            assert_eq!(values.len(), model.len());
+            assert_eq!(values.len(), m.map.len());
         }
         Op::Range(a, b, rev) => {
             let (lo, hi) = (key(*a), key(*b));
@@ -135,7 +103,7 @@ fn apply(db: &Db, model: &mut Model, op: &Op) {
                 return;
             }
             let bounds = (Bound::Included(lo.clone()), Bound::Excluded(hi.clone()));
-            let want = owned(model.range(bounds.clone()));
+            let want = owned(m.map.range(bounds.clone()));
             if *rev {
                 let mut got = pairs(db.range(lo..hi).rev());
                 got.reverse();
@@ -145,20 +113,20 @@ fn apply(db: &Db, model: &mut Model, op: &Op) {
             }
         }
         Op::Prefix(p) => {
-            let want = owned(model.iter().filter(|(k, _)| k.first() == Some(p)));
+            let want = owned(m.map.iter().filter(|(k, _)| k.first() == Some(p)));
             assert_eq!(pairs(db.scan_prefix([*p])), want);
         }
         Op::GetLt(k) => {
             let got = db.get_lt(key(*k)).unwrap().map(|(k, _)| k.to_vec());
             assert_eq!(
                 got,
-                model.range(..key(*k)).next_back().map(|(k, _)| k.clone())
+                m.map.range(..key(*k)).next_back().map(|(k, _)| k.clone())
             );
         }
         Op::GetGt(k) => {
             let got = db.get_gt(key(*k)).unwrap().map(|(k, _)| k.to_vec());
             let after = (Bound::Excluded(key(*k)), Bound::Unbounded);
-            assert_eq!(got, model.range(after).next().map(|(k, _)| k.clone()));
+            assert_eq!(got, m.map.range(after).next().map(|(k, _)| k.clone()));
         }
         Op::Restart => unreachable!("run() restarts"),
     }
@@ -176,7 +144,7 @@ fn run(ops: &[Op], segment_bits: u8, cache_bits: u8) -> Result<(), TestCaseError
         .expected_items(32)
         .bits_per_key(4.0);
     let mut db = config.open().unwrap();
-    let mut model = Model::new();
+    let mut model = SledModel::new();
     for op in ops {
         if let Op::Restart = op {
             // A clean close (the filter is snapshotted), then the same config reopens it.
@@ -185,17 +153,10 @@ fn run(ops: &[Op], segment_bits: u8, cache_bits: u8) -> Result<(), TestCaseError
         } else {
             apply(&db, &mut model, op);
         }
-        for k in model.keys() {
-            prop_assert!(
-                db.may_contain(k),
-                "false negative for {:?} after {:?}",
-                k,
-                op
-            );
-        }
+        model.check_filter(&db, op)?;
         config.global_error().unwrap();
     }
-    prop_assert_eq!(pairs(db.iter()), owned(model.iter()));
+    prop_assert_eq!(pairs(db.iter()), owned(model.map.iter()));
     Ok(())
 }
 

@@ -5,13 +5,15 @@
 //! sled holds (read back by iterating the tree with plain sled semantics) must still be found
 //! by `get` and `may_contain`: no false negatives, whatever the files say.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use bloomsled::{Config, Db, Recovery};
+use common::child;
+use common::rng::Rng;
 
 const TREES: [&str; 3] = ["__sled__default", "users", "urls"];
 const CHILD_ENV: &str = "BLOOMSLED_TAMPER_CHILD";
@@ -52,7 +54,7 @@ fn grow(dir: &Path, tag: &str, from: u64, to: u64) {
 /// data and no clean close.
 #[test]
 fn tamper_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
+    let Some(spec) = child::role(CHILD_ENV) else {
         return;
     };
     let mut parts = spec.split('|');
@@ -74,19 +76,11 @@ fn tamper_child() {
 }
 
 fn crash_after_flush(dir: &Path, tag: &str, from: u64, to: u64) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "tamper_child", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, format!("{}|{tag}|{from}|{to}", dir.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let flushed = BufReader::new(out)
-        .lines()
-        .any(|l| l.map(|l| l.contains("flushed")).unwrap_or(false));
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let spec = format!("{}|{tag}|{from}|{to}", dir.display());
+    let flushed = child::kill_after_line(
+        child::command(CHILD_ENV, spec, Some("tamper_child")),
+        "flushed",
+    );
     assert!(flushed, "child died before its flush");
 }
 
@@ -117,22 +111,6 @@ fn paths_by_tree(dir: &Path) -> BTreeMap<&'static str, PathBuf> {
         .collect();
     db.close().unwrap();
     out
-}
-
-/// xorshift64*: a small deterministic generator for the tampering choices.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
 }
 
 /// Opens the database and checks every key sled holds against `get` and `may_contain`;
@@ -179,7 +157,7 @@ fn no_tampering_with_snapshot_files_causes_a_false_negative() {
     let mut cases = 0;
     let mut loaded_cases = 0;
     for step in 0..14 {
-        let n = 40 + rng.below(80) as u64;
+        let n = 40 + rng.below(80);
         if step % 3 == 2 {
             crash_after_flush(&a, "a", next, next + n);
         } else {
@@ -191,13 +169,13 @@ fn no_tampering_with_snapshot_files_causes_a_false_negative() {
         // Every history step is tampered with three times (the data and the records in sled
         // are never touched: only bloomsled's files).
         for _ in 0..3 {
-            let victim = TREES[rng.below(TREES.len())];
+            let victim = TREES[rng.index(TREES.len())];
             let target = &paths[victim];
-            let what = rng.below(7);
+            let what = rng.index(7);
             match what {
                 // The whole snapshot directory rolled back to an older version.
                 0 => {
-                    let old = &history[rng.below(history.len())];
+                    let old = &history[rng.index(history.len())];
                     let d = a.join(bloomsled::persist::DIR_NAME);
                     fs::remove_dir_all(&d).unwrap();
                     fs::create_dir_all(&d).unwrap();
@@ -207,7 +185,7 @@ fn no_tampering_with_snapshot_files_causes_a_false_negative() {
                 }
                 // One tree's file replaced by an older version of itself.
                 1 => {
-                    let old = &history[rng.below(history.len())];
+                    let old = &history[rng.index(history.len())];
                     let name = target.file_name().unwrap().to_string_lossy().into_owned();
                     if let Some(bytes) = old.get(&name) {
                         fs::write(target, bytes).unwrap();
@@ -221,7 +199,7 @@ fn no_tampering_with_snapshot_files_causes_a_false_negative() {
                 3 => {
                     let other = TREES[(TREES.iter().position(|&t| t == victim).unwrap()
                         + 1
-                        + rng.below(TREES.len() - 1))
+                        + rng.index(TREES.len() - 1))
                         % TREES.len()];
                     let (x, y) = (fs::read(target).ok(), fs::read(&paths[other]).ok());
                     if let Some(y) = y {
@@ -238,7 +216,7 @@ fn no_tampering_with_snapshot_files_causes_a_false_negative() {
                 // Truncated.
                 5 => {
                     if let Ok(bytes) = fs::read(target) {
-                        let cut = rng.below(bytes.len().max(1));
+                        let cut = rng.index(bytes.len().max(1));
                         fs::write(target, &bytes[..cut]).unwrap();
                     }
                 }
@@ -246,8 +224,8 @@ fn no_tampering_with_snapshot_files_causes_a_false_negative() {
                 _ => {
                     if let Ok(mut bytes) = fs::read(target) {
                         if !bytes.is_empty() {
-                            let i = rng.below(bytes.len());
-                            bytes[i] ^= 1 << rng.below(8);
+                            let i = rng.index(bytes.len());
+                            bytes[i] ^= 1 << rng.index(8);
                             fs::write(target, bytes).unwrap();
                         }
                     }

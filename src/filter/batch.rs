@@ -10,11 +10,9 @@ use super::Filter;
 const BATCH: usize = 32;
 
 /// How many batches ahead `contains_hash_many` prefetches. With hashes given, testing a
-/// batch of 32 takes about 100 ns, less than a DRAM miss, so a prefetch issued one batch
-/// ahead is still in flight when its block is tested. Two batches ahead measured 7.0 ns per
-/// key against 8.4–8.5 for one at 50M keys, and 8.1–8.3 against 9.4 at 200M (AMD EPYC, 1M
-/// absent hashes); three or four gained nothing more. The 64 blocks in flight are 4 KiB,
-/// still far inside L1.
+/// batch takes less than a DRAM miss, so a prefetch issued one batch ahead may still be in
+/// flight when its block is tested; two ahead leave it time to land (more gain nothing).
+/// The 64 blocks in flight are 4 KiB, still far inside L1.
 const AHEAD: usize = 2;
 
 impl Filter {
@@ -55,10 +53,9 @@ impl Filter {
             keys.len()
         );
         // Batch c + 1 is hashed, each block prefetched as soon as its hash is known, before
-        // batch c is tested. Against prefetching batch c + 1 during the test of batch c (as
-        // `contains_hash_many` does), this measured 8.8 against 15.4 ns per key at 2M keys
-        // and 12.3 against 16.6 at 50M (AMD EPYC, 1M absent URL keys); hashing two or three
-        // batches ahead was no faster.
+        // batch c is tested: the hashing overlaps batch c's misses (rather than prefetching
+        // batch c + 1 during the test of batch c, as `contains_hash_many` does, whose hashes
+        // are given); hashing further ahead gains nothing.
         let (mut now, mut then) = ([0u64; BATCH], [0u64; BATCH]);
         let mut chunks = keys.chunks(BATCH).zip(out.chunks_mut(BATCH)).peekable();
         if let Some((keys, _)) = chunks.peek() {
@@ -116,10 +113,9 @@ impl Filter {
     ///
     /// Pipelining: the misses of a later batch are in flight while batch c is tested, and
     /// issuing them one per key, between the tests, keeps the line-fill buffers from
-    /// filling up and stalling on a burst of 32 prefetches. Against prefetching a batch and
-    /// then testing it, this measured 10.3–11.4 ns per key against 13.8–14.4 at 50M keys,
-    /// and 7.3–7.5 against 8.0–8.4 at 2M (`contains_hash_many`, 1M absent hashes, Xeon).
-    /// The probe itself has no branch on loaded data, so the tests of a batch overlap too.
+    /// filling up and stalling on a burst of 32 prefetches (as prefetching a whole batch,
+    /// then testing it, would). The probe itself has no branch on loaded data, so the tests
+    /// of a batch overlap too.
     #[inline(always)]
     fn probe_batch(&self, hashes: &[u64], ahead: &[u64], out: &mut [bool]) {
         let n_blocks = self.blocks.len() as u64;

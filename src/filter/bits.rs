@@ -5,7 +5,7 @@
 //! store is the caller's business (bits are set before the key is written to sled, and the
 //! store's own release/acquire publishes them along with the key).
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::sync::{AtomicU64, Ordering::Relaxed};
 
 use super::layout::{self, BLOCK_WORDS};
 
@@ -13,7 +13,8 @@ use super::layout::{self, BLOCK_WORDS};
 ///
 /// `filter::simd` relies on the alignment and size: it loads a block as one 64-byte vector.
 #[repr(C, align(64))]
-#[derive(Default, zerocopy::FromZeros)]
+#[derive(Default)]
+#[cfg_attr(not(loom), derive(zerocopy::FromZeros))]
 pub(crate) struct Block([AtomicU64; BLOCK_WORDS]);
 
 impl Block {
@@ -47,11 +48,20 @@ impl Blocks {
     /// The memory comes from the allocator already zeroed (`calloc`), so a large filter's
     /// pages are backed only when first written: a sparse filter (a new tree sized for a
     /// million keys that holds a few) costs what it touches, not its full size.
+    #[cfg(not(loom))]
     pub(crate) fn zeroed(n: usize) -> Option<Self> {
         use zerocopy::FromZeros;
         let blocks = <[Block]>::new_box_zeroed_with_elems(n).ok()?;
         advise_huge_pages(blocks.as_ptr() as usize, n * std::mem::size_of::<Block>());
         Some(Blocks { blocks })
+    }
+
+    /// Under loom, blocks of loom's atomics, made one by one (they are not plain zeroes).
+    #[cfg(loom)]
+    pub(crate) fn zeroed(n: usize) -> Option<Self> {
+        Some(Blocks {
+            blocks: (0..n).map(|_| Block::default()).collect(),
+        })
     }
 
     /// Blocks holding exactly `words` (8 per block); `None` on a length that is not a whole
@@ -186,6 +196,7 @@ impl Blocks {
 }
 
 /// Filters at least this large ask for transparent huge pages.
+#[cfg_attr(loom, allow(dead_code))]
 const HUGE_PAGE_MIN_BYTES: usize = 8 << 20;
 
 /// Asks the kernel to back the 2 MiB-aligned part of `[addr, addr + len)` with transparent
@@ -194,6 +205,7 @@ const HUGE_PAGE_MIN_BYTES: usize = 8 << 20;
 /// page walk on top of its cache miss; with 2 MiB pages a 64 MB filter needs 32 TLB entries
 /// instead of 16,384. Called before the memory is first written, so the first touch can
 /// allocate huge pages directly, which matters where THP is in `madvise` mode.
+#[cfg_attr(loom, allow(dead_code))]
 fn advise_huge_pages(addr: usize, len: usize) {
     #[cfg(target_os = "linux")]
     {

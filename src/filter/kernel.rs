@@ -5,22 +5,15 @@
 //! `0..k` keeps a loop, its trip count and a bound on `k` in every lookup. Here each `k` in
 //! `1..=MAX_HASHES` has its own copy with the draws unrolled ([`layout::all_set_k`]), and a
 //! filter keeps pointers to the two copies of its `k`. A lookup makes one indirect call,
-//! whose target never changes and is always predicted.
-//!
-//! Measured on the stream benchmark's keys (1M URL keys, 2M-key filter, 10 bits/key, k = 6;
-//! AMD EPYC, 41 interleaved passes, ratio to fastbloom 0.17 + xxh3 in the same passes): the
-//! loop over `0..k` took 1.26–1.29× fastbloom's time on present keys and 0.87–0.88× on
-//! absent ones; the unrolled copy called through a pointer 0.87–0.89× and 0.60–0.65×. A
-//! `match` on `k` at every lookup measured the same as the pointer.
+//! whose target never changes and is always predicted (a `match` on `k` at every lookup
+//! would do as well; the loop over `0..k` does not).
 //!
 //! Inserts ([`Kernel::insert`]) first run the probe: a key whose bits are all set writes
 //! nothing, and never takes the line away from other cores. Otherwise every draw's bit gets
 //! a locked `or` whose result is unused (`lock or`), with no branch on which bits were
-//! missing. Scratch harness, fresh URL keys into a full 2M-key filter, 41 interleaved passes,
-//! ratio to fastbloom's non-atomic insert: 0.81–0.88×; setting only the missing bits, one
-//! branch per draw, 0.97–1.12× (those branches go either way about half the time); building
-//! the block's masks and `fetch_or`-ing each word with its result read (a compare-and-swap
-//! loop on x86) 1.24–1.32×.
+//! missing: a branch per draw, to set only the missing bits, would go either way about half
+//! the time, and `fetch_or` with its result read compiles to a compare-and-swap loop on x86.
+//! (The insert's cost beside fastbloom's is in `benches/stream.rs`.)
 
 use super::bits::Block;
 #[cfg(test)]
@@ -76,7 +69,8 @@ impl Kernel {
     /// AVX-512 one where the CPU has it (`filter::simd`), the unrolled scalar one elsewhere.
     pub(crate) fn for_k(k: u32) -> Option<Kernel> {
         let scalar = Kernel::for_scalar(k)?;
-        #[cfg(target_arch = "x86_64")]
+        // (Not under loom: its atomics are not the 64 bytes the vector load reads.)
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
         if let Some(contains) = super::simd::contains_for(k) {
             return Some(Kernel { contains, ..scalar });
         }

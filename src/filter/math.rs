@@ -139,9 +139,9 @@ pub(crate) fn distinct_draws(k: u32) -> Vec<f64> {
 /// [`blocked_fpr`] is within 1% of the minimum over all `k`.
 ///
 /// Near the optimum the rate is flat (at 10 bits/key the model gives 0.9576% for k = 6 and
-/// 0.9571% for k = 7, and 4M measured queries gave 0.953% against 0.958%), while every bit
-/// more is work on each insert and lookup; the 1% is below the model's own error.
-pub fn blocked_optimal_k(bits_per_key: f64) -> u32 {
+/// 0.9571% for k = 7), while every bit more is work on each insert and lookup; the 1% is
+/// below the model's own error (`tests/fpr.rs` checks the model against measured rates).
+pub(crate) fn blocked_optimal_k(bits_per_key: f64) -> u32 {
     let rates: Vec<f64> = (1..=super::MAX_HASHES)
         .map(|k| blocked_fpr(bits_per_key, k))
         .collect();
@@ -154,7 +154,7 @@ pub fn blocked_optimal_k(bits_per_key: f64) -> u32 {
 
 /// Smallest bits-per-key (to 1/100) at which the blocked layout, with its best `k`, reaches
 /// false-positive rate `p`; `None` when no size up to [`MAX_BITS_PER_KEY`] reaches it.
-pub fn bits_per_key_for(p: f64) -> Option<f64> {
+pub(crate) fn bits_per_key_for(p: f64) -> Option<f64> {
     let reaches = |bpk: f64| blocked_fpr(bpk, blocked_optimal_k(bpk)) <= p;
     if !reaches(MAX_BITS_PER_KEY) {
         return None;
@@ -172,7 +172,7 @@ pub fn bits_per_key_for(p: f64) -> Option<f64> {
 }
 
 /// The largest bits-per-key bloomsled accepts (a 512-bit block then holds about 4 keys).
-pub const MAX_BITS_PER_KEY: f64 = 128.0;
+pub(crate) const MAX_BITS_PER_KEY: f64 = 128.0;
 
 #[cfg(test)]
 mod tests {

@@ -12,8 +12,8 @@ mod config;
 mod counting;
 mod kernel;
 pub(crate) mod layout;
-pub mod math;
-#[cfg(target_arch = "x86_64")]
+pub(crate) mod math;
+#[cfg(all(target_arch = "x86_64", not(loom)))]
 mod simd;
 
 pub use any::FilterMode;
@@ -32,10 +32,10 @@ use kernel::Kernel;
 use layout::{block_index, BLOCK_WORDS};
 
 /// Bits in one block: one 64-byte cache line (see the block layout, `filter::layout`).
-pub const BLOCK_BITS: u64 = layout::BLOCK_BITS as u64;
+pub(crate) const BLOCK_BITS: u64 = layout::BLOCK_BITS as u64;
 
 /// The most bits a key may set (`num_hashes`).
-pub const MAX_HASHES: u32 = layout::MAX_HASHES;
+pub(crate) const MAX_HASHES: u32 = layout::MAX_HASHES;
 
 /// Largest filter bloomsled will allocate: 2^40 bits (128 GiB).
 pub(crate) const MAX_BITS: u64 = 1 << 40;
@@ -215,8 +215,7 @@ impl Filter {
     /// Tests hash `h` against block `i`: all `k` bits read and ANDed, no early exit (see
     /// [`layout::all_set_k`]), by the copy of the probe compiled for this filter's `k`
     /// (`filter::kernel`). With no branch on what the loads return, consecutive keys'
-    /// cache misses overlap; an early-exit probe that stopped at the first unset bit measured
-    /// (stream of URL keys, 2M-key filter) slower for absent keys.
+    /// cache misses overlap, which an early exit at the first unset bit would prevent.
     #[inline(always)]
     fn probe(&self, h: u64, i: usize) -> bool {
         (self.kernel.contains)(self.blocks.block(i), h)

@@ -7,12 +7,8 @@
 //! against about 45 for the unrolled scalar one at k = 6, so more keys fit in the CPU's
 //! reorder window and more of their cache misses are in flight at once.
 //!
-//! `k` up to 16 (two vectors); larger `k` keeps the scalar probe.
-//!
-//! Measured (scratch harness, 1M URL keys, 2M-key filter, 10 bits/key, AMD EPYC under
-//! other tenants' load, 31 interleaved passes, ratio to fastbloom 0.17 + xxh3 in the same
-//! passes): absent keys 0.71–0.95× against 1.10–1.23× for the scalar probe, present keys
-//! 0.97–1.07× against 1.45×, a 50/50 mix 0.73–0.87× against 1.10–1.31×.
+//! `k` up to 16 (two vectors); larger `k` keeps the scalar probe. (Its cost against the
+//! scalar probe and fastbloom's is measured in `benches/stream.rs`.)
 
 #![allow(unsafe_code)]
 

@@ -105,32 +105,32 @@ pub(crate) struct BlockAddr {
 impl BlockAddr {
     /// Redis bit offset of local bit `p` (0..512) of this block: see [`redis_bit`].
     #[inline]
-    pub fn bit(self, p: usize) -> u64 {
+    pub(crate) fn bit(self, p: usize) -> u64 {
         self.byte * 8 + redis_bit(p)
     }
 
     /// Redis bit offset of the `u4` counter of position `p` (0..512) of this block (counting
     /// filters): see [`redis_counter`].
     #[inline]
-    pub fn counter_bit(self, p: usize) -> u64 {
+    pub(crate) fn counter_bit(self, p: usize) -> u64 {
         self.byte * 8 + redis_counter(p)
     }
 
     /// Byte offset of the block's epoch tag.
     #[inline]
-    pub fn tag_byte(self) -> u64 {
+    pub(crate) fn tag_byte(self) -> u64 {
         self.byte + self.payload
     }
 
     /// Redis bit offset of the block's epoch tag.
     #[inline]
-    pub fn tag_bit(self) -> u64 {
+    pub(crate) fn tag_bit(self) -> u64 {
         self.tag_byte() * 8
     }
 
     /// Last byte (inclusive) of the block and its tag, for `GETRANGE`.
     #[inline]
-    pub fn last_byte(self) -> u64 {
+    pub(crate) fn last_byte(self) -> u64 {
         self.tag_byte() + TAG_BYTES as u64 - 1
     }
 }

@@ -82,6 +82,16 @@ impl Deref for Db {
 impl Db {
     /// Opens (or creates) a database at `path`: 1M expected items per tree, 0.1% false
     /// positives, sled's defaults otherwise.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let db = bloomsled::Db::open(dir.path().join("db"))?;
+    /// db.insert("k", "v")?;
+    /// assert!(db.contains_key("k")?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open<P: AsRef<Path>>(path: P) -> Result<Db> {
         Config::new().path(path).open()
     }
@@ -121,6 +131,19 @@ impl Db {
 
     /// Snapshots every open tree written since its last snapshot, so that the next open
     /// loads all filters without a scan. Returns what was written.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// db.open_tree("users")?.insert("alice", "1")?;
+    /// let written = db.snapshot_all()?;
+    /// assert!(!written.is_empty());
+    /// // Nothing written since: nothing to snapshot.
+    /// assert!(db.snapshot_all()?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn snapshot_all(&self) -> Result<Vec<SnapshotInfo>> {
         let trees: Vec<Arc<TreeState>> = self.lock_trees().values().cloned().collect();
         let mut out = Vec::new();
@@ -148,6 +171,18 @@ impl Db {
 
     /// Snapshots every tree written since its last snapshot and flushes sled: what dropping
     /// the last handle does, with errors reported instead of logged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// db.insert("k", "v")?;
+    /// db.close()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// assert!(db.recovery_report().loaded() && db.contains_key("k")?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn close(self) -> Result<()> {
         self.snapshot_all()?;
         self.inner.flush()?;
@@ -155,6 +190,19 @@ impl Db {
     }
 
     /// The recovery report of every open tree.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// db.open_tree("users")?.insert("alice", "1")?;
+    /// db.close()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// db.open_tree("users")?;
+    /// assert!(db.recovery_reports().iter().all(|r| r.loaded()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn recovery_reports(&self) -> Vec<RecoveryReport> {
         self.lock_trees()
             .values()
@@ -165,6 +213,18 @@ impl Db {
     /// Opens (creating if needed) the tree `name`, with its own filter. Every handle to one
     /// tree shares one filter. An existing tree keeps the sizing and mode it was created
     /// with (see [`Db::open_tree_with`]); a new one gets the database's.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// let users = db.open_tree("users")?;
+    /// users.insert("alice", "1")?;
+    /// assert!(users.contains_key("alice")?);
+    /// assert!(!db.contains_key("alice")?); // the default tree is another tree
+    /// assert!(db.open_tree("users")?.contains_key("alice")?);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn open_tree<V: AsRef<[u8]>>(&self, name: V) -> Result<Tree> {
         self.open_tree_inner(name.as_ref(), None)
     }
@@ -174,6 +234,8 @@ impl Db {
     /// filters built from now on (a loaded filter keeps its shape until it is rebuilt or
     /// resized; a mode change rebuilds at once). A tree already open in this process keeps
     /// its filter and gets the settings for its next rebuild.
+    ///
+    /// # Examples
     ///
     /// ```
     /// use bloomsled::TreeConfig;
@@ -214,6 +276,17 @@ impl Db {
 
     /// Drops the tree `name` and its filter; `Ok(false)` if it did not exist. The default
     /// tree cannot be dropped (sled's rule).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// db.open_tree("scratch")?.insert("k", "v")?;
+    /// assert!(db.drop_tree("scratch")?);
+    /// assert!(!db.drop_tree("scratch")?);
+    /// assert!(db.open_tree("scratch")?.is_empty());
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn drop_tree<V: AsRef<[u8]>>(&self, name: V) -> Result<bool> {
         let name = name.as_ref();
         check_user_name(name)?;
@@ -228,6 +301,15 @@ impl Db {
     }
 
     /// Names of all trees, the default one included (bloomsled's own meta tree excluded).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// db.open_tree("users")?;
+    /// assert!(db.tree_names().contains(&bloomsled::IVec::from("users")));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn tree_names(&self) -> Vec<IVec> {
         self.inner
             .tree_names()
@@ -237,26 +319,84 @@ impl Db {
     }
 
     /// True if the database was opened from existing files (sled's `was_recovered`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// assert!(!db.was_recovered());
+    /// db.close()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// assert!(db.was_recovered());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn was_recovered(&self) -> bool {
         self.inner.was_recovered()
     }
 
     /// A monotonic id, unique across restarts (sled's `generate_id`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// let a = db.generate_id()?;
+    /// let b = db.generate_id()?;
+    /// assert!(b > a);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn generate_id(&self) -> Result<u64> {
         Ok(self.inner.generate_id()?)
     }
 
     /// CRC32 of all keys and values of all trees, in sled's definition (O(n)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// let other = bloomsled::Config::new().temporary(true).open()?;
+    /// for d in [&db, &other] {
+    ///     d.open_tree("users")?.insert("alice", "1")?;
+    /// }
+    /// assert_eq!(db.checksum()?, other.checksum()?);
+    /// other.insert("k", "v")?;
+    /// assert_ne!(db.checksum()?, other.checksum()?);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn checksum(&self) -> Result<u32> {
         Ok(self.inner.checksum()?)
     }
 
     /// Bytes the database occupies on disk.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// db.insert("k", vec![0u8; 4096])?;
+    /// db.flush()?;
+    /// assert!(db.size_on_disk()? > 4096);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn size_on_disk(&self) -> Result<u64> {
         Ok(self.inner.size_on_disk()?)
     }
 
     /// Space amplification reported by sled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// db.insert("k", vec![0u8; 4096])?;
+    /// db.flush()?;
+    /// assert!(db.space_amplification()? > 0.0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn space_amplification(&self) -> Result<f64> {
         Ok(self.inner.space_amplification()?)
     }
@@ -264,6 +404,8 @@ impl Db {
     /// Every tree's entries in sled's version-agnostic export format: `(collection type,
     /// name, iterator of [key, value])`. bloomsled's meta tree is left out (its records
     /// belong to this database only).
+    ///
+    /// # Examples
     ///
     /// ```
     /// let old = bloomsled::Config::new().temporary(true).open()?;
@@ -289,6 +431,18 @@ impl Db {
     /// # Panics
     /// Like sled's `import`: on a storage error, an unknown collection type, a malformed
     /// entry, or a key that already exists. [`Db::try_import`] returns those as errors.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let old = bloomsled::Config::new().temporary(true).open()?;
+    /// old.open_tree("users")?.insert("alice", "1")?;
+    /// let new = bloomsled::Config::new().temporary(true).open()?;
+    /// new.import(old.export());
+    /// let users = new.open_tree("users")?;
+    /// assert!(users.may_contain("alice") && users.contains_key("alice")?);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn import(&self, export: Vec<(Vec<u8>, Vec<u8>, impl Iterator<Item = Vec<Vec<u8>>>)>) {
         if let Err(e) = self.try_import(export) {
             panic!("import failed: {e}");
@@ -297,6 +451,19 @@ impl Db {
 
     /// [`Db::import`] that reports failures instead of panicking. Entries imported before a
     /// failure stay imported.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let old = bloomsled::Config::new().temporary(true).open()?;
+    /// old.insert("k", "v")?;
+    /// let new = bloomsled::Config::new().temporary(true).open()?;
+    /// new.insert("k", "mine")?;
+    /// // "k" exists in both: an error, and the existing value is kept.
+    /// assert!(new.try_import(old.export()).is_err());
+    /// assert_eq!(new.get("k")?.as_deref(), Some(&b"mine"[..]));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn try_import(
         &self,
         export: Vec<(Vec<u8>, Vec<u8>, impl Iterator<Item = Vec<Vec<u8>>>)>,

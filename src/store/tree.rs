@@ -63,6 +63,8 @@ impl Tree {
 
     /// Inserts a key to a new value, returning the last value if it was set.
     ///
+    /// # Examples
+    ///
     /// ```
     /// # let db = bloomsled::Config::new().temporary(true).open()?;
     /// assert_eq!(db.insert(&[1, 2, 3], vec![0]), Ok(None));
@@ -92,6 +94,8 @@ impl Tree {
 
     /// Retrieves a value; an absent key the filter rejects returns without a store access.
     ///
+    /// # Examples
+    ///
     /// ```
     /// # let db = bloomsled::Config::new().temporary(true).open()?;
     /// db.insert(&[0], vec![0])?;
@@ -120,6 +124,16 @@ impl Tree {
     }
 
     /// True if the tree holds `key`; filter first, then the store.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// db.insert("k", "v")?;
+    /// assert!(db.contains_key("k")?);
+    /// assert!(!db.contains_key("other")?);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     #[inline]
     pub fn contains_key<K: AsRef<[u8]>>(&self, key: K) -> Result<bool> {
         let key = key.as_ref();
@@ -142,6 +156,8 @@ impl Tree {
     /// The filter's answer alone, with no store access: `false` means the key is certainly
     /// absent, `true` that it may be present.
     ///
+    /// # Examples
+    ///
     /// ```
     /// # let db = bloomsled::Config::new().temporary(true).open()?;
     /// db.insert("seen", "")?;
@@ -159,6 +175,8 @@ impl Tree {
     /// For checking the filter (every key this finds, [`Tree::may_contain`] must accept)
     /// and for measuring what it saves: `get` against this on the same store.
     ///
+    /// # Examples
+    ///
     /// ```
     /// # let db = bloomsled::Config::new().temporary(true).open()?;
     /// db.insert("k", "v")?;
@@ -173,6 +191,8 @@ impl Tree {
 
     /// `contains_key` for many keys: one batched, prefetched filter probe, then the store
     /// only for the keys the filter could not rule out.
+    ///
+    /// # Examples
     ///
     /// ```
     /// # let db = bloomsled::Config::new().temporary(true).open()?;
@@ -195,6 +215,8 @@ impl Tree {
     }
 
     /// `get` for many keys, with the batched filter probe of [`Tree::contains_many`].
+    ///
+    /// # Examples
     ///
     /// ```
     /// # let db = bloomsled::Config::new().temporary(true).open()?;
@@ -233,6 +255,17 @@ impl Tree {
     /// the filter (only if sled actually removed it). In plain mode its bits stay set (other
     /// keys may share them) and the stale entry is counted in [`Stats`](crate::Stats); enough of them
     /// trigger a rebuild.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// db.insert("k", "v")?;
+    /// assert_eq!(db.remove("k")?.as_deref(), Some(&b"v"[..]));
+    /// assert_eq!(db.remove("k")?, None);
+    /// assert!(!db.contains_key("k")?);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn remove<K: AsRef<[u8]>>(&self, key: K) -> Result<Option<IVec>> {
         let key = key.as_ref();
         let w = Writing::new(&self.state);
@@ -249,6 +282,20 @@ impl Tree {
     ///
     /// In counting mode the batch runs as a sled transaction, which tells which keys
     /// existed before, so that each key is counted exactly once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// db.insert("a", "0")?;
+    /// let mut batch = bloomsled::Batch::default();
+    /// batch.insert("b", "1");
+    /// batch.remove("a");
+    /// db.apply_batch(batch)?;
+    /// assert_eq!(db.get("a")?, None);
+    /// assert!(db.may_contain("b") && db.contains_key("b")?);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn apply_batch(&self, batch: Batch) -> Result<()> {
         if self.state.mode == FilterMode::Counting {
             let r: transaction::TransactionResult<()> = self.transaction(|tx| {
@@ -283,6 +330,8 @@ impl Tree {
     /// Compare and swap, as in sled: sets `key` to `new` if its current value is `old`
     /// (`None` meaning absent). The key reaches the filter before the swap when `new` is
     /// `Some` (a lost race leaves only a false positive).
+    ///
+    /// # Examples
     ///
     /// ```
     /// # let db = bloomsled::Config::new().temporary(true).open()?;
@@ -326,6 +375,8 @@ impl Tree {
     /// Fetches the value, applies `f`, and stores the result with compare-and-swap, retrying
     /// on conflict; returns the new value. `f` returning `None` removes the key.
     ///
+    /// # Examples
+    ///
     /// ```
     /// # let db = bloomsled::Config::new().temporary(true).open()?;
     /// fn increment(old: Option<&[u8]>) -> Option<Vec<u8>> {
@@ -347,6 +398,19 @@ impl Tree {
     }
 
     /// Like [`Tree::update_and_fetch`], but returns the value before the update.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// fn increment(old: Option<&[u8]>) -> Option<Vec<u8>> {
+    ///     Some(vec![old.map_or(0, |b| b[0]) + 1])
+    /// }
+    /// assert_eq!(db.fetch_and_update("counter", increment)?, None);
+    /// assert_eq!(db.fetch_and_update("counter", increment)?.as_deref(), Some(&[1][..]));
+    /// assert_eq!(db.get("counter")?.as_deref(), Some(&[2][..]));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn fetch_and_update<K, V, F>(&self, key: K, mut f: F) -> Result<Option<IVec>>
     where
         K: AsRef<[u8]>,
@@ -378,6 +442,19 @@ impl Tree {
     /// [`Tree::set_merge_operator`]) and returns the new value (`None`: the operator
     /// removed the key). The key reaches the filter first; in counting mode the filter then
     /// learns from the operator's call whether the key existed, and corrects its count.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// fn add(_key: &[u8], old: Option<&[u8]>, new: &[u8]) -> Option<Vec<u8>> {
+    ///     Some(vec![old.map_or(0, |o| o[0]) + new[0]])
+    /// }
+    /// db.set_merge_operator(add);
+    /// assert_eq!(db.merge("total", [2])?.as_deref(), Some(&[2][..]));
+    /// assert_eq!(db.merge("total", [3])?.as_deref(), Some(&[5][..]));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn merge<K, V>(&self, key: K, value: V) -> Result<Option<IVec>>
     where
         K: AsRef<[u8]>,
@@ -406,6 +483,8 @@ impl Tree {
 
     /// Sets the merge operator used by [`Tree::merge`].
     ///
+    /// # Examples
+    ///
     /// ```
     /// # let db = bloomsled::Config::new().temporary(true).open()?;
     /// fn concat(_k: &[u8], old: Option<&[u8]>, new: &[u8]) -> Option<Vec<u8>> {
@@ -432,6 +511,8 @@ impl Tree {
     /// Runs `f` as a serializable transaction on this tree (sled may run it more than once).
     /// Keys it inserts reach the filter in every attempt, before the commit.
     ///
+    /// # Examples
+    ///
     /// ```
     /// use bloomsled::transaction::TransactionResult;
     /// # let db = bloomsled::Config::new().temporary(true).open()?;
@@ -451,46 +532,153 @@ impl Tree {
     }
 
     /// Subscribes to writes of keys starting with `prefix` (sled's `watch_prefix`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// let events = db.watch_prefix("user/");
+    /// db.insert("other", "x")?;
+    /// db.insert("user/1", "alice")?;
+    /// let event = events.next_timeout(std::time::Duration::from_secs(5)).unwrap();
+    /// assert_eq!(event.key(), b"user/1");
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn watch_prefix<P: AsRef<[u8]>>(&self, prefix: P) -> Subscriber {
         Subscriber::new(self.inner.watch_prefix(prefix))
     }
 
     /// Flushes the tree's database to disk; returns the bytes written.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// db.insert("k", "v")?;
+    /// // "k" is durable from here on, even if the process is killed next.
+    /// assert!(db.flush()? > 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn flush(&self) -> Result<usize> {
         Ok(self.inner.flush()?)
     }
 
     /// Asynchronous [`Tree::flush`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// async fn save(db: &bloomsled::Db) -> bloomsled::Result<usize> {
+    ///     db.insert("k", "v")?;
+    ///     db.flush_async().await
+    /// }
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub async fn flush_async(&self) -> Result<usize> {
         Ok(self.inner.flush_async().await?)
     }
 
     /// The entry with the greatest key strictly less than `key`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// for k in [1, 2, 3] {
+    ///     db.insert([k], "")?;
+    /// }
+    /// assert_eq!(db.get_lt([2])?.map(|(k, _)| k.to_vec()), Some(vec![1]));
+    /// assert_eq!(db.get_lt([1])?, None);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn get_lt<K: AsRef<[u8]>>(&self, key: K) -> Result<Option<(IVec, IVec)>> {
         Ok(self.inner.get_lt(key)?)
     }
 
     /// The entry with the smallest key strictly greater than `key`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// for k in [1, 2, 3] {
+    ///     db.insert([k], "")?;
+    /// }
+    /// assert_eq!(db.get_gt([2])?.map(|(k, _)| k.to_vec()), Some(vec![3]));
+    /// assert_eq!(db.get_gt([3])?, None);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn get_gt<K: AsRef<[u8]>>(&self, key: K) -> Result<Option<(IVec, IVec)>> {
         Ok(self.inner.get_gt(key)?)
     }
 
     /// The entry with the smallest key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// assert_eq!(db.first()?, None);
+    /// for k in [2, 1, 3] {
+    ///     db.insert([k], "")?;
+    /// }
+    /// assert_eq!(db.first()?.map(|(k, _)| k.to_vec()), Some(vec![1]));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn first(&self) -> Result<Option<(IVec, IVec)>> {
         Ok(self.inner.first()?)
     }
 
     /// The entry with the greatest key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// assert_eq!(db.last()?, None);
+    /// for k in [2, 3, 1] {
+    ///     db.insert([k], "")?;
+    /// }
+    /// assert_eq!(db.last()?.map(|(k, _)| k.to_vec()), Some(vec![3]));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn last(&self) -> Result<Option<(IVec, IVec)>> {
         Ok(self.inner.last()?)
     }
 
     /// Removes and returns the entry with the greatest key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// for k in [1, 2, 3] {
+    ///     db.insert([k], "")?;
+    /// }
+    /// assert_eq!(db.pop_max()?.map(|(k, _)| k.to_vec()), Some(vec![3]));
+    /// assert!(!db.contains_key([3])?);
+    /// assert_eq!(db.len(), 2);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn pop_max(&self) -> Result<Option<(IVec, IVec)>> {
         self.pop(sled::Tree::pop_max)
     }
 
     /// Removes and returns the entry with the smallest key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// for k in [1, 2, 3] {
+    ///     db.insert([k], "")?;
+    /// }
+    /// assert_eq!(db.pop_min()?.map(|(k, _)| k.to_vec()), Some(vec![1]));
+    /// assert!(!db.contains_key([1])?);
+    /// assert_eq!(db.len(), 2);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn pop_min(&self) -> Result<Option<(IVec, IVec)>> {
         self.pop(sled::Tree::pop_min)
     }
@@ -510,11 +698,37 @@ impl Tree {
     }
 
     /// A double-ended iterator over every entry, in key order.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// db.insert("b", "2")?;
+    /// db.insert("a", "1")?;
+    /// let keys: Vec<_> = db.iter().keys().collect::<Result<_, _>>()?;
+    /// assert_eq!(keys, ["a", "b"].map(bloomsled::IVec::from));
+    /// let (last, value) = db.iter().next_back().unwrap()?;
+    /// assert_eq!((&last[..], &value[..]), (&b"b"[..], &b"2"[..]));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn iter(&self) -> Iter {
         Iter::new(self.inner.iter())
     }
 
     /// A double-ended iterator over the entries whose keys fall in `range`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// for k in 0..10u8 {
+    ///     db.insert([k], "")?;
+    /// }
+    /// let keys: Vec<_> = db.range([2u8]..[5u8]).keys().collect::<Result<_, _>>()?;
+    /// assert_eq!(keys, [[2], [3], [4]].map(|k| bloomsled::IVec::from(&k)));
+    /// assert_eq!(db.range([8u8]..).count(), 2);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn range<K, R>(&self, range: R) -> Iter
     where
         K: AsRef<[u8]>,
@@ -524,16 +738,50 @@ impl Tree {
     }
 
     /// A double-ended iterator over the entries whose keys start with `prefix`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// db.insert("user/1", "alice")?;
+    /// db.insert("user/2", "bob")?;
+    /// db.insert("group/1", "admins")?;
+    /// let users: Vec<_> = db.scan_prefix("user/").values().collect::<Result<_, _>>()?;
+    /// assert_eq!(users, ["alice", "bob"].map(bloomsled::IVec::from));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn scan_prefix<P: AsRef<[u8]>>(&self, prefix: P) -> Iter {
         Iter::new(self.inner.scan_prefix(prefix))
     }
 
     /// Number of entries (O(n), as in sled: it walks the tree).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// assert_eq!(db.len(), 0);
+    /// db.insert("a", "1")?;
+    /// db.insert("b", "2")?;
+    /// db.insert("a", "3")?;
+    /// assert_eq!(db.len(), 2);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.inner.len()
     }
 
     /// True if the tree has no entries.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// assert!(db.is_empty());
+    /// db.insert("k", "v")?;
+    /// assert!(!db.is_empty());
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.inner.is_empty()
     }
@@ -541,6 +789,18 @@ impl Tree {
     /// Removes every entry, one key at a time as sled does. Counting mode counts each key
     /// out; in plain mode the bits stay set (false positives only) and count as stale, which
     /// triggers a rebuild once they weigh on the false-positive rate.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// db.insert("a", "1")?;
+    /// db.insert("b", "2")?;
+    /// db.clear()?;
+    /// assert!(db.is_empty());
+    /// assert_eq!(db.get("a")?, None);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn clear(&self) -> Result<()> {
         for key in self.inner.iter().keys() {
             self.remove(key?)?;
@@ -549,11 +809,33 @@ impl Tree {
     }
 
     /// The tree's name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// let users = db.open_tree("users")?;
+    /// assert_eq!(users.name(), bloomsled::IVec::from("users"));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn name(&self) -> IVec {
         self.inner.name()
     }
 
     /// CRC32 of all keys and values (O(n)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// let (a, b) = (db.open_tree("a")?, db.open_tree("b")?);
+    /// a.insert("k", "v")?;
+    /// b.insert("k", "v")?;
+    /// assert_eq!(a.checksum()?, b.checksum()?);
+    /// b.insert("k", "w")?;
+    /// assert_ne!(a.checksum()?, b.checksum()?);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn checksum(&self) -> Result<u32> {
         Ok(self.inner.checksum()?)
     }

@@ -14,6 +14,18 @@ impl Tree {
     /// A copy of this tree's filter bits as they are now (probing offline, statistics,
     /// serialization with [`Filter::to_bytes`]). O(filter size). In counting mode these
     /// are the bits lookups read (a counter is non-zero exactly where its bit is set).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// db.insert("k", "v")?;
+    /// let filter = db.filter_snapshot();
+    /// assert!(filter.contains(b"k"));
+    /// db.insert("later", "v")?;
+    /// assert!(db.may_contain("later")); // the copy does not follow the tree
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn filter_snapshot(&self) -> Filter {
         self.state.filters.enter().current().bits().clone()
     }
@@ -28,6 +40,8 @@ impl Tree {
     /// afterwards and reused by a later rebuild of the same size, so a tree holds at most
     /// one filter per size it has had (sizes double, so all of them together take less
     /// than twice the largest) plus one spare.
+    ///
+    /// # Examples
     ///
     /// ```
     /// let db = bloomsled::Config::new().temporary(true).expected_items(100).open()?;
@@ -45,12 +59,28 @@ impl Tree {
     }
 
     /// Blocks until no rebuild of this tree is running or pending.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let db = bloomsled::Config::new().temporary(true).expected_items(100).open()?;
+    /// // Far past the expected 100 keys: the filter is resized in the background.
+    /// for i in 0..20_000u32 {
+    ///     db.insert(i.to_be_bytes(), "")?;
+    /// }
+    /// db.wait_for_rebuild();
+    /// assert!(!db.stats().rebuild_in_progress);
+    /// assert!((0..20_000u32).all(|i| db.may_contain(i.to_be_bytes())));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn wait_for_rebuild(&self) {
         Rebuild(&self.state).wait()
     }
 
     /// Writes a snapshot of this tree's filter now, so the next open loads it without a scan
     /// (until the tree is written again). Writers are not held off.
+    ///
+    /// # Examples
     ///
     /// ```no_run
     /// let db = bloomsled::open("my_db")?;
@@ -65,12 +95,28 @@ impl Tree {
 
     /// How this tree's filter was obtained when it was opened: loaded from its snapshot, or
     /// rebuilt from a key scan and why.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// db.insert("k", "v")?;
+    /// db.close()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// // A clean close: the filter came back from its snapshot, without a key scan.
+    /// assert!(db.recovery_report().loaded());
+    /// assert_eq!(db.recovery_report().keys_scanned, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn recovery_report(&self) -> RecoveryReport {
         self.state.report.clone()
     }
 
     /// Checks the tree end to end: every CRC of its snapshot file, and every stored key
     /// against the filter (O(keys): it scans the tree).
+    ///
+    /// # Examples
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
@@ -108,11 +154,34 @@ impl Tree {
     }
 
     /// The file holding this tree's filter snapshot (`None` for a temporary database).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let temporary = bloomsled::Config::new().temporary(true).open()?;
+    /// assert_eq!(temporary.snapshot_path(), None);
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// assert!(db.snapshot_path().unwrap().starts_with(dir.path()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn snapshot_path(&self) -> Option<&std::path::Path> {
         self.state.persist.as_ref().map(|p| p.snapshot_path())
     }
 
     /// Filter and lookup statistics. Reads every filter word: O(filter size).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// db.insert("a", "1")?;
+    /// db.insert("b", "2")?;
+    /// let stats = db.stats();
+    /// assert_eq!(stats.items, 2);
+    /// assert!(stats.target_fpr > 0.0 && stats.memory_bytes > 0);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn stats(&self) -> Stats {
         let s = &self.state;
         let gate = s.filters.enter();

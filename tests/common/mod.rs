@@ -1,5 +1,10 @@
-//! Helpers shared by the integration tests that copy or measure database folders.
+//! Helpers shared by the integration tests: a deterministic generator ([`rng`]), a child
+//! process to kill ([`child`]), a model of a sled tree ([`model`]), and folder copies.
 #![allow(dead_code)] // each test binary uses its own subset
+
+pub mod child;
+pub mod model;
+pub mod rng;
 
 use std::fs;
 use std::path::Path;

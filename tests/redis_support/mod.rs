@@ -209,7 +209,16 @@ const CLUSTER_NODE: &[&str] = &[
 ];
 
 impl Cluster {
+    /// A cluster every node of which reports `cluster_state:ok`.
     pub fn start(masters: usize) -> Cluster {
+        let c = Self::start_unsettled(masters);
+        c.wait_ok();
+        c
+    }
+
+    /// A cluster straight after `redis-cli --cluster create` returns, before its nodes agree
+    /// that it is up: commands may still meet `CLUSTERDOWN`.
+    pub fn start_unsettled(masters: usize) -> Cluster {
         let nodes: Vec<Server> = (0..masters)
             .map(|_| Server::start_with(CLUSTER_NODE))
             .collect();
@@ -227,9 +236,7 @@ impl Cluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let c = Cluster { nodes };
-        c.wait_ok();
-        c
+        Cluster { nodes }
     }
 
     /// Waits until every node reports `cluster_state:ok` and agrees on the slots.

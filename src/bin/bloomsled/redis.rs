@@ -26,13 +26,14 @@ const BATCH: usize = 4096;
 pub struct Target {
     /// The shared filter's name.
     name: String,
-    /// Redis URL, e.g. redis://127.0.0.1:6379/ (with --cluster: one or more node URLs,
-    /// comma-separated).
+    /// Redis URL, e.g. redis://127.0.0.1:6379/; with --cluster, the URLs of one or more of
+    /// the cluster's nodes, comma-separated.
     #[arg(long)]
     url: Option<String>,
-    /// The filter is on a Redis Cluster; optionally the node URLs, comma-separated.
-    #[arg(long, num_args = 0..=1, default_missing_value = "")]
-    cluster: Option<String>,
+    /// The filter is on a Redis Cluster, reached through the nodes --url names. A flag: it
+    /// never takes the next argument.
+    #[arg(long)]
+    cluster: bool,
 }
 
 impl Target {
@@ -44,17 +45,13 @@ impl Target {
                 .map(str::to_owned)
                 .collect()
         };
-        match (&self.url, &self.cluster) {
-            (None, None) => Err("give --url URL or --cluster URL,URL,…".into()),
-            (Some(u), None) => Ok(Endpoint::url(u.clone())),
-            (url, Some(c)) => {
-                let mut urls = split(c);
-                urls.extend(url.iter().flat_map(|u| split(u)));
-                if urls.is_empty() {
-                    return Err("--cluster needs node URLs (--cluster URL,… or --url)".into());
-                }
-                Ok(Endpoint::cluster(urls))
-            }
+        let urls = self.url.as_deref().map(split).unwrap_or_default();
+        match (urls.len(), self.cluster) {
+            (0, false) => Err("give --url URL (a cluster: --url URL,URL,… --cluster)".into()),
+            (0, true) => Err("--cluster needs its nodes' URLs: --url URL,URL,…".into()),
+            (1, false) => Ok(Endpoint::url(urls[0].clone())),
+            (_, false) => Err("several URLs name a Redis Cluster's nodes: add --cluster".into()),
+            (_, true) => Ok(Endpoint::cluster(urls)),
         }
     }
 

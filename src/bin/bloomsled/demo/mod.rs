@@ -1,5 +1,12 @@
 //! `demo`: a database of URL-like keys beside a plain sled one, lookups timed on both, then
-//! a reopen; ends with the database's path and the commands to try on it next.
+//! a reopen; ends with the database's path, the commands to try on it next, and what the
+//! demo leaves on disk.
+//!
+//! The two stores are timed as the stream benchmark (`benches/stream.rs`) times its pairs:
+//! warm (one untimed pass of each over the keys first) and interleaved (alternating chunks
+//! of the same keys, the side that goes first swapping chunk by chunk), so neither side
+//! inherits a colder cache than the other. Present keys cost what sled costs on both sides
+//! (a ratio near 1.0x); absent keys are where the filter saves sled's lookup.
 
 pub mod folder;
 
@@ -15,6 +22,11 @@ use crate::output::{emit, outcome_text, progress, shell_word, RecoveryRow};
 
 /// Keys per batch.
 const BATCH: u64 = 10_000;
+/// Keys per chunk of the interleaved timing: long enough that reading the clock is noise,
+/// short enough that both sides see the same cache state.
+const CHUNK: usize = 1_000;
+/// Timed passes over the keys; the figures are medians over them.
+const PASSES: usize = 5;
 
 /// Nanoseconds per lookup in each store.
 #[derive(Serialize)]
@@ -32,6 +44,17 @@ impl Lookup {
             speedup: sled / bloomsled,
         }
     }
+}
+
+/// What the demo leaves on disk.
+#[derive(Serialize)]
+struct Disk {
+    /// The demo's folder.
+    folder: String,
+    /// Bytes under it (both databases).
+    bytes: u64,
+    /// The command that removes it.
+    remove: String,
 }
 
 /// Measured and target false-positive rates.
@@ -56,6 +79,8 @@ struct DemoRow {
     reopen_millis: f64,
     /// Commands to try on the database next.
     next_commands: Vec<String>,
+    /// What the demo leaves on disk.
+    disk: Disk,
 }
 
 fn demo_url(i: u64, tag: &str) -> String {
@@ -66,11 +91,58 @@ fn demo_url(i: u64, tag: &str) -> String {
     )
 }
 
-/// Mean nanoseconds per key of `f`, and how many keys it found.
-fn time(f: impl Fn(&str) -> bool, keys: &[String]) -> (f64, usize) {
-    let t = Instant::now();
-    let hits = keys.iter().filter(|k| f(k)).count();
-    (t.elapsed().as_nanos() as f64 / keys.len() as f64, hits)
+/// Nanoseconds per key of `bloomsled` and of `sled` over the same `keys`, with how many
+/// keys each found: one untimed pass of each first (both warm), then [`PASSES`] passes in
+/// alternating chunks (sled, bloomsled, sled, bloomsled, ... with the first of each chunk
+/// swapping), so both see the same keys in the same cache state. Medians over the passes.
+fn paired(
+    keys: &[String],
+    bloomsled: impl Fn(&str) -> bool,
+    sled: impl Fn(&str) -> bool,
+) -> (f64, f64, usize, usize) {
+    let sides: [&dyn Fn(&str) -> bool; 2] = [&sled, &bloomsled];
+    for side in sides {
+        for k in keys {
+            std::hint::black_box(side(k));
+        }
+    }
+    let mut ns = [Vec::with_capacity(PASSES), Vec::with_capacity(PASSES)];
+    let mut hits = [0; 2];
+    for pass in 0..PASSES {
+        let mut elapsed = [0u128; 2];
+        hits = [0; 2];
+        for (c, chunk) in keys.chunks(CHUNK).enumerate() {
+            for turn in 0..2 {
+                let s = (c + pass + turn) % 2;
+                let t = Instant::now();
+                hits[s] += chunk.iter().filter(|k| sides[s](k)).count();
+                elapsed[s] += t.elapsed().as_nanos();
+            }
+        }
+        for s in 0..2 {
+            ns[s].push(elapsed[s] as f64 / keys.len() as f64);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let [mut sl, mut bs] = ns;
+    (median(&mut bs), median(&mut sl), hits[1], hits[0])
+}
+
+/// Bytes of the files under `dir`, recursively (what `du --apparent-size` counts).
+fn bytes_under(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => bytes_under(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
 }
 
 pub fn run(dir: &Path, items: u64, json: bool) -> CliResult<ExitCode> {
@@ -107,10 +179,8 @@ pub fn run(dir: &Path, items: u64, json: bool) -> CliResult<ExitCode> {
         .collect();
     let in_bloomsled = |k: &str| db.get(k).is_ok_and(|v| v.is_some());
     let in_sled = |k: &str| plain.get(k).is_ok_and(|v| v.is_some());
-    let (bs_abs, _) = time(in_bloomsled, &absent);
-    let (sl_abs, _) = time(in_sled, &absent);
-    let (bs_pre, found) = time(in_bloomsled, &present);
-    let (sl_pre, _) = time(in_sled, &present);
+    let (bs_abs, sl_abs, _, _) = paired(&absent, in_bloomsled, in_sled);
+    let (bs_pre, sl_pre, found, _) = paired(&present, in_bloomsled, in_sled);
     if found != present.len() {
         return Err(CliError::DemoLostKeys(present.len() - found));
     }
@@ -124,6 +194,12 @@ pub fn run(dir: &Path, items: u64, json: bool) -> CliResult<ExitCode> {
     drop(db);
 
     let db_word = shell_word(&bs_path.to_string_lossy());
+    let folder = std::path::absolute(&dir).unwrap_or_else(|_| dir.clone());
+    let disk = Disk {
+        folder: folder.to_string_lossy().into_owned(),
+        bytes: bytes_under(&dir),
+        remove: format!("rm -r {}", shell_word(&folder.to_string_lossy())),
+    };
     let row = DemoRow {
         items,
         database: bs_path.to_string_lossy().into_owned(),
@@ -146,18 +222,22 @@ pub fn run(dir: &Path, items: u64, json: bool) -> CliResult<ExitCode> {
                 demo_url(0, "missing")
             ),
         ],
+        disk,
     };
     emit(json, &row, |v| {
         format!(
             "{} URL-like keys in {}\n\n\
              {:<22}{:>12}{:>12}{:>10}\n\
              {:<22}{:>9.0} ns{:>9.0} ns{:>9.1}x\n\
-             {:<22}{:>9.0} ns{:>9.0} ns{:>9.2}x\n\n\
+             {:<22}{:>9.0} ns{:>9.0} ns{:>9.2}x\n\
+             (both warm, timed in alternating chunks of the same keys; present keys cost a \
+             sled lookup either way)\n\n\
              store lookups skipped: {} of {}\n\
              false positives: {:.3}% measured, {:.3}% target\n\n\
              reopened in {:.1?}: filter {} ({} keys scanned, {} snapshot bytes verified)\n\n\
              database: {}\n\
-             next, try:\n  {}",
+             next, try:\n  {}\n\n\
+             left on disk: {:.0} MB in {} (both databases); remove it with:\n  {}",
             v.items,
             dir.display(),
             "lookup",
@@ -182,6 +262,9 @@ pub fn run(dir: &Path, items: u64, json: bool) -> CliResult<ExitCode> {
             v.reopen.bytes_verified,
             v.database,
             v.next_commands.join("\n  "),
+            v.disk.bytes as f64 / 1e6,
+            v.disk.folder,
+            v.disk.remove,
         )
     })?;
     Ok(ExitCode::SUCCESS)
