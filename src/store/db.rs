@@ -24,6 +24,11 @@ use crate::persist::{
 /// Name sled gives the default tree.
 const DEFAULT_TREE: &[u8] = b"__sled__default";
 
+/// First bytes of the name of every generation tree of a window (see `crate::window`):
+/// such trees are reserved, hidden from [`Db::tree_names`], and only a window opens or
+/// drops them.
+pub(crate) const GENERATION_PREFIX: &[u8] = b"__bloomsled_window:";
+
 /// Opens (or creates) a database at `path` with the default settings.
 ///
 /// ```no_run
@@ -166,6 +171,7 @@ impl Db {
     /// tree shares one filter. An existing tree keeps the sizing and mode it was created
     /// with (see [`Db::open_tree_with`]); a new one gets the database's.
     pub fn open_tree<V: AsRef<[u8]>>(&self, name: V) -> Result<Tree> {
+        check_user_name(name.as_ref())?;
         self.open_tree_inner(name.as_ref(), None)
     }
 
@@ -185,11 +191,12 @@ impl Db {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn open_tree_with<V: AsRef<[u8]>>(&self, name: V, config: TreeConfig) -> Result<Tree> {
+        check_user_name(name.as_ref())?;
         self.open_tree_inner(name.as_ref(), Some(config))
     }
 
-    fn open_tree_inner(&self, name: &[u8], config: Option<TreeConfig>) -> Result<Tree> {
-        check_user_name(name)?;
+    /// Opens a tree without the check of user names: for the reserved trees of windows.
+    pub(crate) fn open_tree_inner(&self, name: &[u8], config: Option<TreeConfig>) -> Result<Tree> {
         if let Some(c) = &config {
             c.validate()?;
         }
@@ -215,8 +222,13 @@ impl Db {
     /// Drops the tree `name` and its filter; `Ok(false)` if it did not exist. The default
     /// tree cannot be dropped (sled's rule).
     pub fn drop_tree<V: AsRef<[u8]>>(&self, name: V) -> Result<bool> {
-        let name = name.as_ref();
-        check_user_name(name)?;
+        check_user_name(name.as_ref())?;
+        self.drop_tree_inner(name.as_ref())
+    }
+
+    /// Drops a tree without the check of user names (a window's generations); also forgets
+    /// the record and snapshot of a tree sled no longer has.
+    pub(crate) fn drop_tree_inner(&self, name: &[u8]) -> Result<bool> {
         let mut trees = self.lock_trees();
         let dropped = self.inner.drop_tree(name)?;
         if let Some(t) = trees.remove(name) {
@@ -227,13 +239,30 @@ impl Db {
         Ok(dropped)
     }
 
-    /// Names of all trees, the default one included (bloomsled's own meta tree excluded).
+    /// Names of all trees, the default one included; bloomsled's own meta tree and the
+    /// generation trees of windows are left out (see [`Db::window_names`]).
     pub fn tree_names(&self) -> Vec<IVec> {
         self.inner
             .tree_names()
             .into_iter()
-            .filter(|n| n != META_TREE)
+            .filter(|n| n != META_TREE && !n.starts_with(GENERATION_PREFIX))
             .collect()
+    }
+
+    /// Every tree sled holds, reserved ones included (the window layer's reconciliation).
+    pub(crate) fn sled_tree_names(&self) -> Vec<IVec> {
+        self.inner.tree_names()
+    }
+
+    /// Tells apart the databases open in this process: equal for every handle of one
+    /// database, different for two databases open at once.
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.shared) as usize
+    }
+
+    /// bloomsled's records; `None` for a temporary database.
+    pub(crate) fn meta(&self) -> Option<&Arc<Meta>> {
+        self.shared.meta.as_ref()
     }
 
     /// True if the database was opened from existing files (sled's `was_recovered`).
@@ -312,6 +341,9 @@ impl Db {
             }
             let tree = if name == DEFAULT_TREE {
                 self.default.clone()
+            } else if name.starts_with(GENERATION_PREFIX) {
+                // A window's generation: the window adopts it when it is next opened.
+                self.open_tree_inner(&name, None)?
             } else {
                 self.open_tree(&name)?
             };
@@ -351,6 +383,12 @@ fn check_user_name(name: &[u8]) -> Result<()> {
         return Err(Error::ReservedName {
             name: String::from_utf8_lossy(META_TREE).into_owned(),
             why: "it is bloomsled's meta tree; users cannot open or drop it".into(),
+        });
+    }
+    if name.starts_with(GENERATION_PREFIX) {
+        return Err(Error::ReservedName {
+            name: String::from_utf8_lossy(name).into_owned(),
+            why: "it names a generation of a window; open the window with Db::open_window".into(),
         });
     }
     Ok(())

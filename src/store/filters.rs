@@ -138,6 +138,13 @@ impl Filters {
     /// The filter's answer for `key`: `false` only if the key is certainly absent.
     #[inline]
     pub(crate) fn contains(&self, key: &[u8]) -> bool {
+        self.read(|f| f.contains(key))
+    }
+
+    /// `probe`'s answer on the current filter, probed again if a swap raced it: `probe`
+    /// must say whether a key may be present (`false` only if certainly absent).
+    #[inline(always)]
+    pub(crate) fn read(&self, probe: impl Fn(&Filter) -> bool) -> bool {
         loop {
             let s = self.state.word.load(Ordering::Acquire);
             let p = self.state.bits.load(Ordering::Relaxed);
@@ -150,7 +157,7 @@ impl Filters {
             // atomics only; the state check below catches a filter retired meanwhile.
             #[allow(unsafe_code)]
             let f = unsafe { &*p };
-            let maybe = f.contains(key);
+            let maybe = probe(f);
             // Validated whatever the answer (a "maybe" needs no check, but checking costs one
             // load of a cached line, and retrying one after a swap is merely redundant), so
             // the only branch here is on the state, never on the answer: branching on the
@@ -174,6 +181,20 @@ impl Filters {
                 return out;
             }
         }
+    }
+
+    /// The current filter, for a probe the caller validates with [`Filters::unchanged`]
+    /// (given the first value) before trusting an "absent" answer.
+    #[inline]
+    pub(crate) fn pinned(&self) -> (u64, Option<&Filter>) {
+        let (s, f) = self.current_racy();
+        (s, f.map(AnyFilter::bits))
+    }
+
+    /// True if no swap happened since [`Filters::pinned`] returned `s`.
+    #[inline]
+    pub(crate) fn still(&self, s: u64) -> bool {
+        self.unchanged(s)
     }
 
     /// Holds the gate (read side) for a write or a copy; see the module docs.
