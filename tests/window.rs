@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use bloomsled::window::{ManualClock, RotationStep, Window, WindowConfig};
+use bloomsled::window::{ManualClock, RotationStep, WindowConfig};
 use bloomsled::{Config, Db, Error, TreeConfig};
 
 /// Generations of 1 s, 3 of them; times start far from 0 (real epochs are large).

@@ -85,7 +85,7 @@ impl Filter {
 
     /// Prefetches the blocks of `hashes`.
     #[inline(always)]
-    fn prefetch_hashes(&self, hashes: &[u64]) {
+    pub(crate) fn prefetch_hashes(&self, hashes: &[u64]) {
         let n_blocks = self.blocks.len() as u64;
         for &h in hashes {
             self.blocks.prefetch(block_index(h, n_blocks));

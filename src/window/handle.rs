@@ -248,10 +248,14 @@ impl Window {
     /// entered a newer generation; with the newest generation the operation runs under.
     #[inline]
     fn ring(&self) -> Result<RwLockReadGuard<'_, Arc<Ring>>> {
-        let now = self.state.epochs.epoch_of(self.state.clock.now_ms());
+        let now_ms = self.state.clock.now_ms();
         let stripe = &self.state.stripes[my_stripe() % STRIPES].0;
         loop {
             let ring = stripe.read().unwrap_or_else(|p| p.into_inner());
+            if now_ms < ring.ends_ms {
+                return Ok(ring);
+            }
+            let now = self.state.epochs.epoch_of(now_ms);
             if now <= ring.newest {
                 return Ok(ring);
             }
@@ -264,9 +268,14 @@ impl Window {
     /// rotation fails, the lookup still skips the generations it would have dropped.
     #[inline]
     fn ring_for_lookup(&self) -> (RwLockReadGuard<'_, Arc<Ring>>, u64) {
-        let now = self.state.epochs.epoch_of(self.state.clock.now_ms());
+        let now_ms = self.state.clock.now_ms();
         let stripe = &self.state.stripes[my_stripe() % STRIPES].0;
         let ring = stripe.read().unwrap_or_else(|p| p.into_inner());
+        if now_ms < ring.ends_ms {
+            let newest = ring.newest;
+            return (ring, newest);
+        }
+        let now = self.state.epochs.epoch_of(now_ms);
         if now <= ring.newest {
             let newest = ring.newest;
             return (ring, newest);
@@ -321,24 +330,65 @@ impl Window {
         Ok(())
     }
 
-    /// The hash of `key` under the seed of the newest generation's filter, and that seed.
-    #[inline]
-    fn hash(ring: &Ring, key: &[u8]) -> (u64, u64) {
-        let (_, f) = ring.gens[0].tree.shared.filters.pinned();
-        let seed = f.map_or(0, Filter::seed);
-        (hash_key(key, seed), seed)
-    }
-
-    /// Generation `g`'s filter's answer for `key`, hashed `h` under `seed`.
+    /// Asks the live generations' filters about `key`, newest first, and calls `visit` on
+    /// each generation whose filter says "maybe" until it returns `Some`. `Ok(None)`: no
+    /// live generation holds the key.
+    ///
+    /// The key is hashed once (with the ring's seed; a filter with another seed hashes it
+    /// itself), every generation's block is prefetched before the first probe, and the
+    /// filters are read as [`crate::store`]'s lookups read them: an "absent" answer counts
+    /// only if no rebuild swapped the filter meanwhile (else the whole lookup runs again).
     #[inline(always)]
-    fn probe(g: &Gen, key: &[u8], h: u64, seed: u64) -> bool {
-        g.tree.shared.filters.read(|f| {
-            if f.seed() == seed {
-                f.contains_hash(h)
-            } else {
-                f.contains(key)
+    fn lookup<R>(
+        ring: &Ring,
+        epochs: &Epochs,
+        newest: u64,
+        key: &[u8],
+        mut visit: impl FnMut(&Gen) -> Result<Option<R>>,
+    ) -> Result<Option<R>> {
+        const INLINE: usize = 16;
+        let live = Self::live(ring, epochs, newest);
+        let seed = ring.seed;
+        let h = hash_key(key, seed);
+        let mut inline = [(0u64, None::<&Filter>); INLINE];
+        let mut heap = Vec::new();
+        let pins: &mut [(u64, Option<&Filter>)] = if live.len() <= INLINE {
+            &mut inline[..live.len()]
+        } else {
+            heap.resize(live.len(), (0, None));
+            &mut heap
+        };
+        loop {
+            for (p, g) in pins.iter_mut().zip(live) {
+                *p = g.tree.shared.filters.pinned();
+                if let (_, Some(f)) = p {
+                    if f.seed() == seed {
+                        f.prefetch_hashes(std::slice::from_ref(&h));
+                    }
+                }
             }
-        })
+            for ((_, f), g) in pins.iter().zip(live) {
+                let maybe = f.is_none_or(|f| {
+                    if f.seed() == seed {
+                        f.contains_hash(h)
+                    } else {
+                        f.contains(key)
+                    }
+                });
+                if maybe {
+                    if let Some(r) = visit(g)? {
+                        return Ok(Some(r));
+                    }
+                }
+            }
+            let unchanged = pins
+                .iter()
+                .zip(live)
+                .all(|((s, _), g)| g.tree.shared.filters.still(*s));
+            if unchanged {
+                return Ok(None);
+            }
+        }
     }
 
     /// Inserts `key` into the current generation, returning the value it had *in that
@@ -372,15 +422,13 @@ impl Window {
     pub fn remove<K: AsRef<[u8]>>(&self, key: K) -> Result<Option<IVec>> {
         let key = key.as_ref();
         let ring = self.ring()?;
-        let (h, seed) = Self::hash(&ring, key);
         let mut newest = None;
-        for g in &ring.gens {
-            // A generation whose filter rules the key out does not hold it.
-            if Self::probe(g, key, h, seed) {
-                let old = g.tree.remove(key)?;
-                newest = newest.or(old);
-            }
-        }
+        // A generation whose filter rules the key out does not hold it.
+        Self::lookup(&ring, &self.state.epochs, ring.newest, key, |g| {
+            let old = g.tree.remove(key)?;
+            newest = newest.take().or(old);
+            Ok(None::<()>)
+        })?;
         Ok(newest)
     }
 
@@ -400,22 +448,8 @@ impl Window {
     pub fn get<K: AsRef<[u8]>>(&self, key: K) -> Result<Option<IVec>> {
         let key = key.as_ref();
         let (ring, newest) = self.ring_for_lookup();
-        let (h, seed) = Self::hash(&ring, key);
         self.state.counters.lookup();
-        let mut passed = false;
-        for g in Self::live(&ring, &self.state.epochs, newest) {
-            if Self::probe(g, key, h, seed) {
-                if !passed {
-                    passed = true;
-                    self.state.counters.passed_on();
-                }
-                if let Some(v) = g.tree.inner.get(key)? {
-                    return Ok(Some(v));
-                }
-                self.state.counters.false_positive();
-            }
-        }
-        Ok(None)
+        self.found(&ring, newest, key, true)
     }
 
     /// True if a live generation holds `key`; filters first, newest first.
@@ -432,22 +466,20 @@ impl Window {
     pub fn contains_key<K: AsRef<[u8]>>(&self, key: K) -> Result<bool> {
         let key = key.as_ref();
         let (ring, newest) = self.ring_for_lookup();
-        let (h, seed) = Self::hash(&ring, key);
         self.state.counters.lookup();
+        let c = &self.state.counters;
         let mut passed = false;
-        for g in Self::live(&ring, &self.state.epochs, newest) {
-            if Self::probe(g, key, h, seed) {
-                if !passed {
-                    passed = true;
-                    self.state.counters.passed_on();
-                }
-                if g.tree.inner.contains_key(key)? {
-                    return Ok(true);
-                }
-                self.state.counters.false_positive();
+        let found = Self::lookup(&ring, &self.state.epochs, newest, key, |g| {
+            if !std::mem::replace(&mut passed, true) {
+                c.passed_on();
             }
-        }
-        Ok(false)
+            if g.tree.inner.contains_key(key)? {
+                return Ok(Some(()));
+            }
+            c.false_positive();
+            Ok(None)
+        })?;
+        Ok(found.is_some())
     }
 
     /// The filters' answer alone, with no store access: `false` means no live generation
@@ -463,33 +495,37 @@ impl Window {
     /// ```
     #[inline]
     pub fn may_contain<K: AsRef<[u8]>>(&self, key: K) -> bool {
-        let key = key.as_ref();
         let (ring, newest) = self.ring_for_lookup();
-        let (h, seed) = Self::hash(&ring, key);
-        let maybe =
-            Self::live(&ring, &self.state.epochs, newest).any(|g| Self::probe(g, key, h, seed));
-        maybe
+        let found = Self::lookup(&ring, &self.state.epochs, newest, key.as_ref(), |_| {
+            Ok(Some(()))
+        });
+        // `visit` never fails.
+        !matches!(found, Ok(None))
     }
 
     /// The live generations of `ring` when the newest is `newest`, newest first.
     #[inline(always)]
-    fn live<'r>(ring: &'r Ring, epochs: &'r Epochs, newest: u64) -> impl Iterator<Item = &'r Gen> {
-        ring.gens
+    fn live<'r>(ring: &'r Ring, epochs: &Epochs, newest: u64) -> &'r [Gen] {
+        // Expired generations, if any (a rotation that failed), are the oldest: at the end.
+        let n = ring
+            .gens
             .iter()
-            .take_while(move |g| !epochs.is_expired(g.epoch, newest))
+            .take_while(|g| !epochs.is_expired(g.epoch, newest))
+            .count();
+        &ring.gens[..n]
     }
 
     /// The filters' answer for many keys: one pass that hashes each key once and probes
     /// every live generation's filter, their blocks prefetched together.
-    fn may_contain_many<K: AsRef<[u8]>>(&self, ring: &Ring, newest: u64, keys: &[K]) -> Vec<bool> {
-        let gens: Vec<&Gen> = Self::live(ring, &self.state.epochs, newest).collect();
+    fn probe_many<K: AsRef<[u8]>>(&self, ring: &Ring, newest: u64, keys: &[K]) -> Vec<bool> {
+        let gens: Vec<&Gen> = Self::live(ring, &self.state.epochs, newest)
+            .iter()
+            .collect();
+        if gens.is_empty() {
+            return vec![false; keys.len()];
+        }
         let mut out = vec![true; keys.len()];
-        let Some(first) = gens.first() else {
-            out.fill(false);
-            return out;
-        };
-        let (_, f0) = first.tree.shared.filters.pinned();
-        let seed = f0.map_or(0, Filter::seed);
+        let seed = ring.seed;
         let hashes: Vec<u64> = keys.iter().map(|k| hash_key(k.as_ref(), seed)).collect();
         loop {
             let pinned: Vec<(u64, Option<&Filter>)> = gens
@@ -520,6 +556,22 @@ impl Window {
         }
     }
 
+    /// [`Window::may_contain`] for many keys, batched: each key hashed once, the blocks of
+    /// every live generation's filter prefetched together, no store access.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let db = bloomsled::Config::new().temporary(true).open()?;
+    /// # let w = db.open_window("w", bloomsled::window::WindowConfig::new(Duration::from_secs(60), 6))?;
+    /// w.insert("a", "")?;
+    /// assert_eq!(w.may_contain_many(&["a"]), vec![true]);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn may_contain_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<bool> {
+        let (ring, newest) = self.ring_for_lookup();
+        self.probe_many(&ring, newest, keys)
+    }
+
     /// `contains_key` for many keys: one batched probe of every generation's filter (see
     /// [`Window::may_contain`]), then the stores only for the keys some filter passed.
     ///
@@ -533,11 +585,11 @@ impl Window {
     /// ```
     pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let (ring, newest) = self.ring_for_lookup();
-        let mut out = self.may_contain_many(&ring, newest, keys);
+        let mut out = self.probe_many(&ring, newest, keys);
         self.count_batch(&out);
         for (key, maybe) in keys.iter().zip(out.iter_mut()) {
             if *maybe {
-                *maybe = self.found(&ring, newest, key.as_ref())?.is_some();
+                *maybe = self.found(&ring, newest, key.as_ref(), false)?.is_some();
             }
         }
         Ok(out)
@@ -556,13 +608,13 @@ impl Window {
     /// ```
     pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<IVec>>> {
         let (ring, newest) = self.ring_for_lookup();
-        let maybe = self.may_contain_many(&ring, newest, keys);
+        let maybe = self.probe_many(&ring, newest, keys);
         self.count_batch(&maybe);
         keys.iter()
             .zip(maybe)
             .map(|(key, maybe)| {
                 if maybe {
-                    self.found(&ring, newest, key.as_ref())
+                    self.found(&ring, newest, key.as_ref(), false)
                 } else {
                     Ok(None)
                 }
@@ -577,18 +629,27 @@ impl Window {
             .lookups(maybe.len() as u64 - passed, passed);
     }
 
-    /// The newest value of a key some filter passed, asking each generation's filter.
-    fn found(&self, ring: &Ring, newest: u64, key: &[u8]) -> Result<Option<IVec>> {
-        let (h, seed) = Self::hash(ring, key);
-        for g in Self::live(ring, &self.state.epochs, newest) {
-            if Self::probe(g, key, h, seed) {
-                if let Some(v) = g.tree.inner.get(key)? {
-                    return Ok(Some(v));
-                }
-                self.state.counters.false_positive();
+    /// The newest value of `key` in the live generations, counted as one lookup's store
+    /// reads (and as passed on, if `count_passed`).
+    fn found(
+        &self,
+        ring: &Ring,
+        newest: u64,
+        key: &[u8],
+        count_passed: bool,
+    ) -> Result<Option<IVec>> {
+        let c = &self.state.counters;
+        let mut passed = !count_passed;
+        Self::lookup(ring, &self.state.epochs, newest, key, |g| {
+            if !std::mem::replace(&mut passed, true) {
+                c.passed_on();
             }
-        }
-        Ok(None)
+            let v = g.tree.inner.get(key)?;
+            if v.is_none() {
+                c.false_positive();
+            }
+            Ok(v)
+        })
     }
 
     /// Makes every write so far durable (sled's `flush`, for the whole database).
@@ -649,6 +710,7 @@ impl Window {
             store_lookups_skipped: skipped,
             false_positives: self.state.counters.false_positives(),
             live: Self::live(&ring, ep, newest)
+                .iter()
                 .map(|g| GenerationStats {
                     epoch: g.epoch,
                     start_ms: ep.start_ms(g.epoch),

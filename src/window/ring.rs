@@ -23,6 +23,12 @@ pub(crate) struct Gen {
 pub(crate) struct Ring {
     pub(crate) newest: u64,
     pub(crate) gens: Vec<Gen>,
+    /// The first millisecond after generation `newest`: before it, no rotation is due (a
+    /// comparison on every operation instead of a division).
+    pub(crate) ends_ms: u64,
+    /// The seed of the newest generation's filter when the ring was made: keys are hashed
+    /// with it once for every generation (a filter with another seed hashes for itself).
+    pub(crate) seed: u64,
 }
 
 /// What the ring is made to become: recorded first, then carried out.
@@ -156,9 +162,15 @@ impl Site<'_> {
             gens.push(Gen { epoch: e, tree });
         }
         (self.hook)(RotationStep::Created);
+        let seed = match gens.first() {
+            Some(g) => g.tree.shared.filters.pinned().1.map_or(0, |f| f.seed()),
+            None => 0,
+        };
         Ok(Ring {
             newest: t.newest,
             gens,
+            ends_ms: self.epochs.start_ms(t.newest.saturating_add(1)),
+            seed,
         })
     }
 
