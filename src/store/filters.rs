@@ -146,18 +146,7 @@ impl Filters {
     #[inline(always)]
     pub(crate) fn read(&self, probe: impl Fn(&Filter) -> bool) -> bool {
         loop {
-            let s = self.state.word.load(Ordering::Acquire);
-            let p = self.state.bits.load(Ordering::Relaxed);
-            // SAFETY: `bits` only ever holds the address of the `Filter` inside the box of a
-            // filled slot (see `State::bits`), and a filled slot is never emptied, refilled
-            // nor freed while `self` lives: slots are write-once `OnceLock`s, nothing takes
-            // `&mut` to them, and a box's contents do not move. So the reference is valid for
-            // this borrow of `self`. `Filter` is `Sync` (its bits are atomics), so reading it
-            // while a writer admits a key or a rebuild zeroes a retired filter races on
-            // atomics only; the state check below catches a filter retired meanwhile.
-            #[allow(unsafe_code)]
-            let f = unsafe { &*p };
-            let maybe = probe(f);
+            let (s, maybe) = self.probe_racy(&probe);
             // Validated whatever the answer (a "maybe" needs no check, but checking costs one
             // load of a cached line, and retrying one after a swap is merely redundant), so
             // the only branch here is on the state, never on the answer: branching on the
@@ -168,6 +157,25 @@ impl Filters {
                 return maybe;
             }
         }
+    }
+
+    /// `probe`'s answer on the current filter and the state it was read under, unvalidated:
+    /// an "absent" answer counts only if [`Filters::still`] then holds for that state (a
+    /// caller probing several trees validates them together).
+    #[inline(always)]
+    pub(crate) fn probe_racy(&self, probe: impl Fn(&Filter) -> bool) -> (u64, bool) {
+        let s = self.state.word.load(Ordering::Acquire);
+        let p = self.state.bits.load(Ordering::Relaxed);
+        // SAFETY: `bits` only ever holds the address of the `Filter` inside the box of a
+        // filled slot (see `State::bits`), and a filled slot is never emptied, refilled nor
+        // freed while `self` lives: slots are write-once `OnceLock`s, nothing takes `&mut` to
+        // them, and a box's contents do not move. So the reference is valid for this borrow
+        // of `self`. `Filter` is `Sync` (its bits are atomics), so reading it while a writer
+        // admits a key or a rebuild zeroes a retired filter races on atomics only; the
+        // caller's state check catches a filter retired meanwhile.
+        #[allow(unsafe_code)]
+        let f = unsafe { &*p };
+        (s, probe(f))
     }
 
     /// Batched, prefetched probe of many keys (see `Filter::contains_many`).

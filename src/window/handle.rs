@@ -14,7 +14,6 @@ use super::RotationStep;
 use crate::counters::my_stripe;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
-use crate::hash::hash_key;
 use crate::persist::RecoveryReport;
 use crate::stats::LookupCounters;
 use crate::store::{Db, Tree, TreeConfig};
@@ -81,6 +80,54 @@ static OPEN: Mutex<Registry> = Mutex::new(Vec::new());
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A filter's answer for `key`, hashed `h` under `seed` (a filter with another seed hashes
+/// the key itself).
+#[inline(always)]
+fn probe(f: &Filter, key: &[u8], seed: u64, h: u64) -> bool {
+    if f.seed() == seed {
+        f.contains_hash(h)
+    } else {
+        f.contains(key)
+    }
+}
+
+/// The filter states one lookup read, one per live generation: inline for up to 16
+/// generations, on the heap beyond.
+struct States {
+    inline: [u64; 16],
+    heap: Vec<u64>,
+    n: usize,
+}
+
+impl States {
+    #[inline(always)]
+    fn new(n: usize) -> States {
+        States {
+            inline: [0; 16],
+            heap: if n > 16 { vec![0; n] } else { Vec::new() },
+            n,
+        }
+    }
+
+    #[inline(always)]
+    fn slots(&mut self) -> &mut [u64] {
+        if self.n > 16 {
+            &mut self.heap
+        } else {
+            &mut self.inline[..self.n]
+        }
+    }
+
+    /// True if no generation's filter was swapped since its state was read.
+    #[inline(always)]
+    fn unchanged(&mut self, live: &[Gen]) -> bool {
+        self.slots()
+            .iter()
+            .zip(live)
+            .all(|(s, g)| g.tree.shared.filters.still(*s))
+    }
 }
 
 /// One generation's report, in [`WindowStats`].
@@ -346,46 +393,20 @@ impl Window {
         key: &[u8],
         mut visit: impl FnMut(&Gen) -> Result<Option<R>>,
     ) -> Result<Option<R>> {
-        const INLINE: usize = 16;
         let live = Self::live(ring, epochs, newest);
-        let seed = ring.seed;
-        let h = hash_key(key, seed);
-        let mut inline = [(0u64, None::<&Filter>); INLINE];
-        let mut heap = Vec::new();
-        let pins: &mut [(u64, Option<&Filter>)] = if live.len() <= INLINE {
-            &mut inline[..live.len()]
-        } else {
-            heap.resize(live.len(), (0, None));
-            &mut heap
-        };
+        let (seed, h) = (ring.hasher.seed(), ring.hasher.hash(key));
+        let mut states = States::new(live.len());
         loop {
-            for (p, g) in pins.iter_mut().zip(live) {
-                *p = g.tree.shared.filters.pinned();
-                if let (_, Some(f)) = p {
-                    if f.seed() == seed {
-                        f.prefetch_hashes(std::slice::from_ref(&h));
-                    }
-                }
-            }
-            for ((_, f), g) in pins.iter().zip(live) {
-                let maybe = f.is_none_or(|f| {
-                    if f.seed() == seed {
-                        f.contains_hash(h)
-                    } else {
-                        f.contains(key)
-                    }
-                });
+            for (s, g) in states.slots().iter_mut().zip(live) {
+                let maybe;
+                (*s, maybe) = g.tree.shared.filters.probe_racy(|f| probe(f, key, seed, h));
                 if maybe {
                     if let Some(r) = visit(g)? {
                         return Ok(Some(r));
                     }
                 }
             }
-            let unchanged = pins
-                .iter()
-                .zip(live)
-                .all(|((s, _), g)| g.tree.shared.filters.still(*s));
-            if unchanged {
+            if states.unchanged(live) {
                 return Ok(None);
             }
         }
@@ -495,17 +516,32 @@ impl Window {
     /// ```
     #[inline]
     pub fn may_contain<K: AsRef<[u8]>>(&self, key: K) -> bool {
+        let key = key.as_ref();
         let (ring, newest) = self.ring_for_lookup();
-        let found = Self::lookup(&ring, &self.state.epochs, newest, key.as_ref(), |_| {
-            Ok(Some(()))
-        });
-        // `visit` never fails.
-        !matches!(found, Ok(None))
+        let live = Self::live(&ring, &self.state.epochs, newest);
+        let (seed, h) = (ring.hasher.seed(), ring.hasher.hash(key));
+        let mut states = States::new(live.len());
+        loop {
+            // Every generation probed, the answers or-ed: no branch on what a probe loads,
+            // so the probes' cache misses overlap (see `store::filters`).
+            let mut any = false;
+            for (s, g) in states.slots().iter_mut().zip(live) {
+                let maybe;
+                (*s, maybe) = g.tree.shared.filters.probe_racy(|f| probe(f, key, seed, h));
+                any |= maybe;
+            }
+            if any || states.unchanged(live) {
+                return any;
+            }
+        }
     }
 
     /// The live generations of `ring` when the newest is `newest`, newest first.
     #[inline(always)]
     fn live<'r>(ring: &'r Ring, epochs: &Epochs, newest: u64) -> &'r [Gen] {
+        if newest == ring.newest {
+            return &ring.gens; // a ring holds the live generations of its newest
+        }
         // Expired generations, if any (a rotation that failed), are the oldest: at the end.
         let n = ring
             .gens
@@ -525,8 +561,8 @@ impl Window {
             return vec![false; keys.len()];
         }
         let mut out = vec![true; keys.len()];
-        let seed = ring.seed;
-        let hashes: Vec<u64> = keys.iter().map(|k| hash_key(k.as_ref(), seed)).collect();
+        let seed = ring.hasher.seed();
+        let hashes: Vec<u64> = keys.iter().map(|k| ring.hasher.hash(k.as_ref())).collect();
         loop {
             let pinned: Vec<(u64, Option<&Filter>)> = gens
                 .iter()

@@ -11,6 +11,7 @@ use super::names::{generation_name, parse_generation_name};
 use super::RotationStep;
 use crate::error::{Error, Result};
 use crate::format::WindowRecord;
+use crate::hash::SeededHash;
 use crate::store::{Db, Tree, TreeConfig};
 
 /// One live generation.
@@ -26,9 +27,10 @@ pub(crate) struct Ring {
     /// The first millisecond after generation `newest`: before it, no rotation is due (a
     /// comparison on every operation instead of a division).
     pub(crate) ends_ms: u64,
-    /// The seed of the newest generation's filter when the ring was made: keys are hashed
-    /// with it once for every generation (a filter with another seed hashes for itself).
-    pub(crate) seed: u64,
+    /// xxh3 with the seed of the newest generation's filter when the ring was made: keys
+    /// are hashed with it once for every generation (a filter with another seed hashes
+    /// for itself).
+    pub(crate) hasher: SeededHash,
 }
 
 /// What the ring is made to become: recorded first, then carried out.
@@ -170,7 +172,7 @@ impl Site<'_> {
             newest: t.newest,
             gens,
             ends_ms: self.epochs.start_ms(t.newest.saturating_add(1)),
-            seed,
+            hasher: SeededHash::new(seed),
         })
     }
 
