@@ -26,7 +26,7 @@ impl<const N: usize> Default for Counters<N> {
 }
 
 #[inline]
-fn my_stripe() -> usize {
+pub(crate) fn my_stripe() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         // Const-initialized (no lazy-init check on each access); assigned on first use.

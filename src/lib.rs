@@ -39,6 +39,9 @@
 //!   many processes and hosts, that reports a lost filter instead of answering "absent"; and
 //!   the classic PHP layout.
 //!
+//! - [`window`]: windows, rings of generation trees whose keys and filters expire together
+//!   ("have I seen this URL in the last 7 days?").
+//!
 //! A clean restart loads each tree's filter from its snapshot without reading a key; after a
 //! crash, or with a damaged snapshot, the filter is rebuilt from the keys (see
 //! [`persist`] for the protocol and why it never loses a key).
@@ -58,6 +61,7 @@ pub mod shared;
 mod stats;
 mod store;
 mod sync;
+pub mod window;
 
 pub use error::{DecodeError, Distrust, Error, FilterShape, Result};
 pub use filter::math::{bits_for, blocked_fpr, optimal_k, standard_fpr};

@@ -82,7 +82,7 @@ impl Filter {
 
     /// Prefetches the blocks of `hashes`.
     #[inline(always)]
-    fn prefetch_hashes(&self, hashes: &[u64]) {
+    pub(crate) fn prefetch_hashes(&self, hashes: &[u64]) {
         let n_blocks = self.blocks.len() as u64;
         for &h in hashes {
             self.blocks.prefetch(block_index(h, n_blocks));
@@ -124,6 +124,40 @@ impl Filter {
                 self.blocks.prefetch(block_index(a, n_blocks));
             }
             *o = self.probe(h, block_index(h, n_blocks));
+        }
+    }
+
+    /// For each hash, whether any of `filters` may hold it: `out[i]` is true if some
+    /// filter's [`Filter::contains_hash`] is. Every filter must use the seed the hashes were
+    /// computed with. One pass over the hashes: the blocks of a batch in every filter are
+    /// prefetched together, one batch ahead, so the misses of all filters overlap.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `hashes`.
+    pub(crate) fn contains_any_hash_many(filters: &[&Filter], hashes: &[u64], out: &mut [bool]) {
+        assert!(
+            out.len() >= hashes.len(),
+            "contains_any_hash_many: short output"
+        );
+        let prefetch = |chunk: &[u64]| {
+            for f in filters {
+                f.prefetch_hashes(chunk);
+            }
+        };
+        let mut chunks = hashes.chunks(BATCH).zip(out.chunks_mut(BATCH)).peekable();
+        if let Some((first, _)) = chunks.peek() {
+            prefetch(first);
+        }
+        while let Some((chunk, out)) = chunks.next() {
+            if let Some((next, _)) = chunks.peek() {
+                prefetch(next);
+            }
+            for (o, &h) in out.iter_mut().zip(chunk) {
+                // `|` rather than `||`: no branch on loaded data, the probes overlap.
+                *o = filters.iter().fold(false, |any, f| {
+                    any | f.probe(h, block_index(h, f.blocks.len() as u64))
+                });
+            }
         }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! One sled tree, [`META_TREE`], holds the database id (key `db`) and one
 //! [`TreeRecord`] per filtered tree (key `t/` + the tree's full name, so names never
-//! collide). A record is written with sled's `insert` and made durable with sled's `flush`
+//! collide), and one [`WindowRecord`] per window (key `w/` + the window's name). A record is written with sled's `insert` and made durable with sled's `flush`
 //! before any write it must precede.
 
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use zerocopy::IntoBytes;
 
 use crate::error::{DecodeError, Error, Result};
-use crate::format::{DbRecord, TreeRecord};
+use crate::format::{DbRecord, TreeRecord, WindowRecord};
 
 /// The name of bloomsled's own sled tree. It is the only tree bloomsled hides from
 /// `tree_names` and `export`, and the only name users cannot open or drop.
@@ -100,4 +100,44 @@ impl Meta {
         self.tree.flush()?;
         Ok(())
     }
+
+    /// The record of window `name`: `None` if it has none, `Some(Err)` if it does not decode.
+    pub(crate) fn read_window(
+        &self,
+        name: &[u8],
+    ) -> Result<Option<std::result::Result<WindowRecord, DecodeError>>> {
+        Ok(self
+            .tree
+            .get(window_key(name))?
+            .map(|b| WindowRecord::decode(&b)))
+    }
+
+    /// Stores the record of window `name`; durable on return if `durable`.
+    pub(crate) fn write_window(
+        &self,
+        name: &[u8],
+        record: &WindowRecord,
+        durable: bool,
+    ) -> Result<()> {
+        self.tree.insert(window_key(name), record.encode())?;
+        if durable {
+            self.tree.flush()?;
+        }
+        Ok(())
+    }
+
+    /// The names of every window with a record.
+    pub(crate) fn window_names(&self) -> Result<Vec<Vec<u8>>> {
+        self.tree
+            .scan_prefix(WINDOW_PREFIX)
+            .keys()
+            .map(|k| Ok(k?[WINDOW_PREFIX.len()..].to_vec()))
+            .collect()
+    }
+}
+
+const WINDOW_PREFIX: &[u8] = b"w/";
+
+fn window_key(name: &[u8]) -> Vec<u8> {
+    [WINDOW_PREFIX, name].concat()
 }

@@ -24,6 +24,11 @@ use crate::persist::{
 /// Name sled gives the default tree.
 const DEFAULT_TREE: &[u8] = b"__sled__default";
 
+/// First bytes of the name of every generation tree of a window (see `crate::window`):
+/// such trees are reserved, hidden from [`Db::tree_names`], and only a window opens or
+/// drops them.
+pub(crate) const GENERATION_PREFIX: &[u8] = b"__bloomsled_window:";
+
 /// Opens (or creates) a database at `path` with the default settings.
 ///
 /// ```no_run
@@ -226,6 +231,7 @@ impl Db {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn open_tree<V: AsRef<[u8]>>(&self, name: V) -> Result<Tree> {
+        check_user_name(name.as_ref())?;
         self.open_tree_inner(name.as_ref(), None)
     }
 
@@ -247,11 +253,12 @@ impl Db {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn open_tree_with<V: AsRef<[u8]>>(&self, name: V, config: TreeConfig) -> Result<Tree> {
+        check_user_name(name.as_ref())?;
         self.open_tree_inner(name.as_ref(), Some(config))
     }
 
-    fn open_tree_inner(&self, name: &[u8], config: Option<TreeConfig>) -> Result<Tree> {
-        check_user_name(name)?;
+    /// Opens a tree without the check of user names: for the reserved trees of windows.
+    pub(crate) fn open_tree_inner(&self, name: &[u8], config: Option<TreeConfig>) -> Result<Tree> {
         if let Some(c) = &config {
             c.validate()?;
         }
@@ -288,8 +295,13 @@ impl Db {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn drop_tree<V: AsRef<[u8]>>(&self, name: V) -> Result<bool> {
-        let name = name.as_ref();
-        check_user_name(name)?;
+        check_user_name(name.as_ref())?;
+        self.drop_tree_inner(name.as_ref())
+    }
+
+    /// Drops a tree without the check of user names (a window's generations); also forgets
+    /// the record and snapshot of a tree sled no longer has.
+    pub(crate) fn drop_tree_inner(&self, name: &[u8]) -> Result<bool> {
         let mut trees = self.lock_trees();
         let dropped = self.inner.drop_tree(name)?;
         if let Some(t) = trees.remove(name) {
@@ -300,7 +312,8 @@ impl Db {
         Ok(dropped)
     }
 
-    /// Names of all trees, the default one included (bloomsled's own meta tree excluded).
+    /// Names of all trees, the default one included; bloomsled's own meta tree and the
+    /// generation trees of windows are left out (see [`Db::window_names`]).
     ///
     /// # Examples
     ///
@@ -314,8 +327,24 @@ impl Db {
         self.inner
             .tree_names()
             .into_iter()
-            .filter(|n| n != META_TREE)
+            .filter(|n| n != META_TREE && !n.starts_with(GENERATION_PREFIX))
             .collect()
+    }
+
+    /// Every tree sled holds, reserved ones included (the window layer's reconciliation).
+    pub(crate) fn sled_tree_names(&self) -> Vec<IVec> {
+        self.inner.tree_names()
+    }
+
+    /// Tells apart the databases open in this process: equal for every handle of one
+    /// database, different for two databases open at once.
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.state) as usize
+    }
+
+    /// bloomsled's records; `None` for a temporary database.
+    pub(crate) fn meta(&self) -> Option<&Arc<Meta>> {
+        self.state.meta.as_ref()
     }
 
     /// True if the database was opened from existing files (sled's `was_recovered`).
@@ -479,6 +508,9 @@ impl Db {
             }
             let tree = if name == DEFAULT_TREE {
                 self.default.clone()
+            } else if name.starts_with(GENERATION_PREFIX) {
+                // A window's generation: the window adopts it when it is next opened.
+                self.open_tree_inner(&name, None)?
             } else {
                 self.open_tree(&name)?
             };
@@ -518,6 +550,12 @@ fn check_user_name(name: &[u8]) -> Result<()> {
         return Err(Error::ReservedName {
             name: String::from_utf8_lossy(META_TREE).into_owned(),
             why: "it is bloomsled's meta tree; users cannot open or drop it".into(),
+        });
+    }
+    if name.starts_with(GENERATION_PREFIX) {
+        return Err(Error::ReservedName {
+            name: String::from_utf8_lossy(name).into_owned(),
+            why: "it names a generation of a window; open the window with Db::open_window".into(),
         });
     }
     Ok(())

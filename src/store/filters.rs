@@ -146,24 +146,15 @@ impl Filters {
     /// The filter's answer for `key`: `false` only if the key is certainly absent.
     #[inline]
     pub(crate) fn contains(&self, key: &[u8]) -> bool {
+        self.read(|f| f.contains(key))
+    }
+
+    /// `probe`'s answer on the current filter, probed again if a swap raced it: `probe`
+    /// must say whether a key may be present (`false` only if certainly absent).
+    #[inline(always)]
+    pub(crate) fn read(&self, probe: impl Fn(&Filter) -> bool) -> bool {
         loop {
-            let s = self.state.word.load(Ordering::Acquire);
-            // Acquire, pairing with the release in `swap`: the pointer may be newer than `s`
-            // (a swap can land between the two loads), and the filter it points to may have
-            // been made by another thread; reading its fields needs that thread's writes to
-            // happen before this read, which a relaxed load would not give (on x86 both are a
-            // plain load).
-            let p = self.state.bits.load(Ordering::Acquire);
-            // SAFETY: `bits` only ever holds the address of the `Filter` inside the box of a
-            // filled slot (see `State::bits`), and a filled slot is never emptied, refilled
-            // nor freed while `self` lives: slots are write-once `OnceLock`s, nothing takes
-            // `&mut` to them, and a box's contents do not move. So the reference is valid for
-            // this borrow of `self`. `Filter` is `Sync` (its bits are atomics), so reading it
-            // while a writer admits a key or a rebuild zeroes a retired filter races on
-            // atomics only; the state check below catches a filter retired meanwhile.
-            #[allow(unsafe_code)]
-            let f = unsafe { &*p };
-            let maybe = f.contains(key);
+            let (s, maybe) = self.probe_racy(&probe);
             // Validated whatever the answer (a "maybe" needs no check, but checking costs one
             // load of a cached line, and retrying one after a swap is merely redundant), so
             // the only branch here is on the state, never on the answer: branching on the
@@ -173,6 +164,30 @@ impl Filters {
                 return maybe;
             }
         }
+    }
+
+    /// `probe`'s answer on the current filter and the state it was read under, unvalidated:
+    /// an "absent" answer counts only if [`Filters::still`] then holds for that state (a
+    /// caller probing several trees validates them together).
+    #[inline(always)]
+    pub(crate) fn probe_racy(&self, probe: impl Fn(&Filter) -> bool) -> (u64, bool) {
+        let s = self.state.word.load(Ordering::Acquire);
+        // Acquire, pairing with the release in `swap`: the pointer may be newer than `s` (a
+        // swap can land between the two loads), and the filter it points to may have been
+        // made by another thread; reading its fields needs that thread's writes to happen
+        // before this read, which a relaxed load would not give (on x86 both are a plain
+        // load).
+        let p = self.state.bits.load(Ordering::Acquire);
+        // SAFETY: `bits` only ever holds the address of the `Filter` inside the box of a
+        // filled slot (see `State::bits`), and a filled slot is never emptied, refilled nor
+        // freed while `self` lives: slots are write-once `OnceLock`s, nothing takes `&mut` to
+        // them, and a box's contents do not move. So the reference is valid for this borrow
+        // of `self`. `Filter` is `Sync` (its bits are atomics), so reading it while a writer
+        // admits a key or a rebuild zeroes a retired filter races on atomics only; the
+        // caller's state check catches a filter retired meanwhile.
+        #[allow(unsafe_code)]
+        let f = unsafe { &*p };
+        (s, probe(f))
     }
 
     /// Batched, prefetched probe of many keys (see `Filter::contains_many`).
@@ -186,6 +201,20 @@ impl Filters {
                 return out;
             }
         }
+    }
+
+    /// The current filter, for a probe the caller validates with [`Filters::unchanged`]
+    /// (given the first value) before trusting an "absent" answer.
+    #[inline]
+    pub(crate) fn pinned(&self) -> (u64, Option<&Filter>) {
+        let (s, f) = self.current_racy();
+        (s, f.map(AnyFilter::bits))
+    }
+
+    /// True if no swap happened since [`Filters::pinned`] returned `s`.
+    #[inline]
+    pub(crate) fn still(&self, s: u64) -> bool {
+        self.unchanged(s)
     }
 
     /// Holds the gate (read side) for a write or a copy; see the module docs.

@@ -18,6 +18,7 @@ mod write;
 
 pub use batch::Batch;
 pub use config::{Config, TreeConfig};
+pub(crate) use db::GENERATION_PREFIX;
 pub use db::{open, Db};
 pub use iter::Iter;
 pub use rebuild::RebuildReport;

@@ -1,0 +1,238 @@
+//! The generation arithmetic of a window, in one place: which generation a time belongs to,
+//! which generations are live, when one expires. Pure integer math on milliseconds since the
+//! Unix epoch: no sled, no clock, no I/O, so a local window and a window kept elsewhere (on
+//! Redis) that use it compute the same ring from the same times.
+//!
+//! With `G` generations over a span `S`, each generation covers `w = S / G` ms:
+//! - time `t` belongs to generation (epoch) `e = floor(t / w)`;
+//! - at time `now`, with `cur = floor(now / w)`, the live generations are the `G` newest
+//!   indices `cur - G + 1 ..= cur`;
+//! - generation `e` is expired (dropped) once `cur >= e + G`, that is from time
+//!   `(e + G) * w` on.
+//!
+//! Hence a key written at `t` is found at every `now < (e + G) * w`, which is at least
+//! `t + S - w` (as `e * w > t - w`), and forgotten from `(e + G) * w <= t + S` on (as
+//! `e * w <= t`): kept for at least `S - w`, never past `S`.
+
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Most generations a window may have. Every lookup of an absent key probes every live
+/// generation's filter, so the cost of a lookup grows with this; 256 covers a week in hours
+/// (168) with room to spare.
+pub(crate) const MAX_GENERATIONS: u32 = 256;
+
+/// A window's time partition: `generations` generations of `width_ms` each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Epochs {
+    width_ms: u64,
+    generations: u32,
+}
+
+impl Epochs {
+    /// The partition of `span` into `generations` equal generations. `span` must be a whole
+    /// number of milliseconds that `generations` divides, and `generations` in
+    /// `1..=MAX_GENERATIONS`: anything else is [`Error::InvalidConfig`] saying which.
+    pub(crate) fn new(span: Duration, generations: u32) -> Result<Epochs> {
+        if generations == 0 {
+            return Err(Error::config("a window needs at least 1 generation, got 0"));
+        }
+        if generations > MAX_GENERATIONS {
+            return Err(Error::config(format!(
+                "a window may have at most {MAX_GENERATIONS} generations (every lookup probes \
+                 each one), got {generations}"
+            )));
+        }
+        if span.is_zero() {
+            return Err(Error::config("a window's span must be longer than zero"));
+        }
+        if !span.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(Error::config(format!(
+                "a window's span must be a whole number of milliseconds, got {span:?}"
+            )));
+        }
+        let span_ms = u64::try_from(span.as_millis()).map_err(|_| {
+            Error::config(format!(
+                "a window's span of {span:?} is too long to count in ms"
+            ))
+        })?;
+        if !span_ms.is_multiple_of(u64::from(generations)) {
+            return Err(Error::config(format!(
+                "a window's span ({span_ms} ms) must divide into {generations} generations of \
+                 whole milliseconds ({} ms is left over)",
+                span_ms % u64::from(generations)
+            )));
+        }
+        Epochs::from_parts(span_ms / u64::from(generations), generations)
+    }
+
+    /// The partition with generations of `width_ms` (as recorded), checked like
+    /// [`Epochs::new`].
+    pub(crate) fn from_parts(width_ms: u64, generations: u32) -> Result<Epochs> {
+        if width_ms == 0 || generations == 0 || generations > MAX_GENERATIONS {
+            return Err(Error::config(format!(
+                "impossible window partition: {generations} generations of {width_ms} ms"
+            )));
+        }
+        if width_ms.checked_mul(u64::from(generations)).is_none() {
+            return Err(Error::config(format!(
+                "a window of {generations} generations of {width_ms} ms is too long"
+            )));
+        }
+        Ok(Epochs {
+            width_ms,
+            generations,
+        })
+    }
+
+    /// Milliseconds each generation covers (`w`).
+    pub(crate) fn width_ms(&self) -> u64 {
+        self.width_ms
+    }
+
+    /// The number of generations (`G`).
+    pub(crate) fn generations(&self) -> u32 {
+        self.generations
+    }
+
+    /// The span, `G * w` ms.
+    pub(crate) fn span_ms(&self) -> u64 {
+        self.width_ms * u64::from(self.generations)
+    }
+
+    /// The generation time `t_ms` belongs to: `floor(t / w)`.
+    #[inline]
+    pub(crate) fn epoch_of(&self, t_ms: u64) -> u64 {
+        t_ms / self.width_ms
+    }
+
+    /// True once generation `e` is past its horizon when the newest generation is `cur`:
+    /// `cur >= e + G`.
+    #[inline]
+    pub(crate) fn is_expired(&self, e: u64, cur: u64) -> bool {
+        cur >= e.saturating_add(u64::from(self.generations))
+    }
+
+    /// The live generations when the newest is `cur`: `cur - G + 1 ..= cur` (from 0 near
+    /// the start of time). (The local ring keeps its generations in a list; the shared
+    /// window enumerates them with this.)
+    #[allow(dead_code)]
+    pub(crate) fn live(&self, cur: u64) -> RangeInclusive<u64> {
+        cur.saturating_sub(u64::from(self.generations) - 1)..=cur
+    }
+
+    /// The first millisecond of generation `e`.
+    pub(crate) fn start_ms(&self, e: u64) -> u64 {
+        e.saturating_mul(self.width_ms)
+    }
+
+    /// The first millisecond at which generation `e` is expired: `(e + G) * w`.
+    pub(crate) fn expires_at_ms(&self, e: u64) -> u64 {
+        self.start_ms(e.saturating_add(u64::from(self.generations)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ep(span_ms: u64, g: u32) -> Epochs {
+        Epochs::new(Duration::from_millis(span_ms), g).unwrap()
+    }
+
+    #[test]
+    fn a_week_in_days() {
+        let day = 86_400_000;
+        let e = ep(7 * day, 7);
+        assert_eq!(e.width_ms(), day);
+        assert_eq!(e.span_ms(), 7 * day);
+        assert_eq!(e.epoch_of(0), 0);
+        assert_eq!(e.epoch_of(day - 1), 0);
+        assert_eq!(e.epoch_of(day), 1);
+        assert_eq!(e.live(10), 4..=10);
+        assert_eq!(e.live(3), 0..=3);
+        assert!(!e.is_expired(4, 10));
+        assert!(e.is_expired(3, 10));
+        assert_eq!(e.expires_at_ms(3), 10 * day);
+        assert_eq!(e.start_ms(3), 3 * day);
+    }
+
+    #[test]
+    fn bad_partitions_are_refused_with_the_reason() {
+        let msg = |r: Result<Epochs>| match r {
+            Err(Error::InvalidConfig { what }) => what,
+            other => panic!("{other:?}"),
+        };
+        assert!(msg(Epochs::new(Duration::ZERO, 7)).contains("longer than zero"));
+        assert!(msg(Epochs::new(Duration::from_secs(7), 0)).contains("at least 1"));
+        assert!(msg(Epochs::new(Duration::from_secs(7), MAX_GENERATIONS + 1)).contains("at most"));
+        assert!(msg(Epochs::new(Duration::from_secs(7), u32::MAX)).contains("at most"));
+        assert!(msg(Epochs::new(Duration::from_millis(1000), 7)).contains("left over"));
+        assert!(msg(Epochs::new(Duration::from_micros(1500), 1)).contains("whole number"));
+        assert!(msg(Epochs::new(Duration::MAX, 1)).contains("whole number"));
+        assert!(msg(Epochs::new(Duration::from_secs(u64::MAX), 1)).contains("too long"));
+        assert!(Epochs::from_parts(0, 7).is_err());
+        assert!(Epochs::from_parts(u64::MAX, 2).is_err());
+        assert!(Epochs::new(Duration::from_millis(7), 7).is_ok());
+    }
+
+    #[test]
+    fn saturates_instead_of_overflowing() {
+        let e = ep(7, 7);
+        assert!(!e.is_expired(u64::MAX - 7, u64::MAX - 1));
+        assert!(e.is_expired(u64::MAX - 7, u64::MAX));
+        assert_eq!(e.expires_at_ms(u64::MAX), u64::MAX);
+        assert_eq!(e.live(0), 0..=0);
+    }
+
+    proptest! {
+        /// The guarantee: a key written at t is found until at least t + span - w and is
+        /// forgotten once t + span has passed.
+        #[test]
+        fn written_at_t_found_until_span_minus_w_forgotten_after_span(
+            w in 1u64..10_000,
+            g in 1u32..=MAX_GENERATIONS,
+            t in 0u64..1 << 48,
+            later in 0u64..3_000_000,
+        ) {
+            let e = Epochs::from_parts(w, g).unwrap();
+            let span = e.span_ms();
+            let now = t + later;
+            let written = e.epoch_of(t);
+            let expired = e.is_expired(written, e.epoch_of(now));
+            if now < t + span - w {
+                prop_assert!(!expired, "forgotten early at {now} (written {t})");
+            }
+            if now >= t + span {
+                prop_assert!(expired, "remembered past the span at {now} (written {t})");
+            }
+            // Expiry happens exactly at the generation's boundary.
+            prop_assert_eq!(expired, now >= e.expires_at_ms(written));
+        }
+
+        /// The live range holds exactly the generations that are not expired, G of them
+        /// once time is past the first span.
+        #[test]
+        fn live_is_exactly_the_unexpired(w in 1u64..1000, g in 1u32..64, cur in 0u64..10_000) {
+            let ep = Epochs::from_parts(w, g).unwrap();
+            let live = ep.live(cur);
+            for e in cur.saturating_sub(2 * u64::from(g))..=cur {
+                prop_assert_eq!(live.contains(&e), !ep.is_expired(e, cur));
+            }
+            if cur + 1 >= u64::from(g) {
+                prop_assert_eq!(live.count() as u64, u64::from(g));
+            }
+        }
+
+        /// A time belongs to the generation whose interval holds it.
+        #[test]
+        fn epoch_interval_holds_the_time(w in 1u64..100_000, t in 0u64..1 << 50) {
+            let ep = Epochs::from_parts(w, 3).unwrap();
+            let e = ep.epoch_of(t);
+            prop_assert!(ep.start_ms(e) <= t && t < ep.start_ms(e + 1));
+        }
+    }
+}

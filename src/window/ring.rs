@@ -1,0 +1,216 @@
+//! The ring of a window: its generations in memory, its record on disk, and the one
+//! transition that moves both (at open and at each rotation). See the crash argument in
+//! [`crate::window`].
+
+use std::collections::BTreeSet;
+
+use sled::IVec;
+
+use super::epoch::Epochs;
+use super::names::{generation_name, parse_generation_name};
+use super::RotationStep;
+use crate::error::{Error, Result};
+use crate::format::WindowRecord;
+use crate::hash::SeededHash;
+use crate::store::{Db, Tree, TreeConfig};
+
+/// One live generation.
+pub(crate) struct Gen {
+    pub(crate) epoch: u64,
+    pub(crate) tree: Tree,
+}
+
+/// The live generations, newest first; `gens[0]` is generation `newest`, always present.
+pub(crate) struct Ring {
+    pub(crate) newest: u64,
+    pub(crate) gens: Vec<Gen>,
+    /// The first millisecond after generation `newest`: before it, no rotation is due (a
+    /// comparison on every operation instead of a division).
+    pub(crate) ends_ms: u64,
+    /// xxh3 with the seed of the newest generation's filter when the ring was made: keys
+    /// are hashed with it once for every generation (a filter with another seed hashes
+    /// for itself).
+    pub(crate) hasher: SeededHash,
+}
+
+/// What the ring is made to become: recorded first, then carried out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub(crate) newest: u64,
+    /// Ascending.
+    pub(crate) live: Vec<u64>,
+    /// Ascending: expired generations whose trees (or their records and files) may remain.
+    pub(crate) dropping: Vec<u64>,
+}
+
+/// The ring after the newest generation becomes `max(newest, now)`: the generations of
+/// `live` that are still live, plus the newest; everything else to drop (`dropping`, the
+/// expired ones of `live`, and `orphans`: trees the record does not list).
+pub(crate) fn target(
+    epochs: &Epochs,
+    newest: u64,
+    live: &[u64],
+    dropping: &[u64],
+    orphans: &[u64],
+    now: u64,
+) -> Target {
+    let newest = newest.max(now);
+    let (keep, expired): (Vec<u64>, Vec<u64>) =
+        live.iter().partition(|&&e| !epochs.is_expired(e, newest));
+    let live: BTreeSet<u64> = keep.into_iter().chain([newest]).collect();
+    let dropping: BTreeSet<u64> = dropping
+        .iter()
+        .chain(&expired)
+        .chain(orphans)
+        .copied()
+        .filter(|e| !live.contains(e))
+        .collect();
+    Target {
+        newest,
+        live: live.into_iter().collect(),
+        dropping: dropping.into_iter().collect(),
+    }
+}
+
+/// A window's identity and the handles it needs to carry out a transition.
+pub(crate) struct Site<'a> {
+    pub(crate) db: &'a Db,
+    pub(crate) name: &'a [u8],
+    pub(crate) epochs: &'a Epochs,
+    pub(crate) tree: &'a Option<TreeConfig>,
+    pub(crate) hook: &'a dyn Fn(RotationStep),
+}
+
+impl Site<'_> {
+    /// The window's record, as found at open: `Ok(None)` if there is none (a new window,
+    /// a temporary database, or a record that does not decode, which is logged).
+    pub(crate) fn read_record(&self) -> Result<Option<WindowRecord>> {
+        let Some(meta) = self.db.meta() else {
+            return Ok(None);
+        };
+        match meta.read_window(self.name)? {
+            None => Ok(None),
+            Some(Ok(r)) => {
+                if r.width_ms != self.epochs.width_ms()
+                    || r.generations != self.epochs.generations()
+                {
+                    return Err(Error::config(format!(
+                        "window {:?} was created with {} generations of {} ms; opening it with \
+                         {} of {} ms would misplace its keys in time",
+                        String::from_utf8_lossy(self.name),
+                        r.generations,
+                        r.width_ms,
+                        self.epochs.generations(),
+                        self.epochs.width_ms()
+                    )));
+                }
+                Ok(Some(r))
+            }
+            Some(Err(e)) => {
+                log::warn!(
+                    "bloomsled: the record of window {:?} is damaged ({e}); adopting the \
+                     generation trees that exist",
+                    String::from_utf8_lossy(self.name)
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// The epochs of this window's generation trees that sled holds.
+    pub(crate) fn trees_on_disk(&self) -> Vec<u64> {
+        self.db
+            .sled_tree_names()
+            .iter()
+            .filter_map(|n| match parse_generation_name(n) {
+                Some((w, e)) if w == self.name => Some(e),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn write(&self, t: &Target, dropping: bool, durable: bool) -> Result<()> {
+        let Some(meta) = self.db.meta() else {
+            return Ok(());
+        };
+        let record = WindowRecord {
+            generations: self.epochs.generations(),
+            width_ms: self.epochs.width_ms(),
+            newest: t.newest,
+            live: t.live.clone(),
+            dropping: if dropping { t.dropping.clone() } else { vec![] },
+        };
+        meta.write_window(self.name, &record, durable)
+    }
+
+    /// Opens (creating if needed) generation `e`'s tree.
+    pub(crate) fn open_generation(&self, e: u64) -> Result<Tree> {
+        self.db
+            .open_tree_inner(&generation_name(self.name, e), self.tree.clone())
+    }
+
+    /// Steps 1 and 2 of a transition: the target recorded durably, then the trees of its
+    /// live generations that `have` lacks opened (created). Returns the new ring, newest
+    /// first, reusing the trees of `have`.
+    pub(crate) fn record_and_create(&self, t: &Target, have: &[Gen]) -> Result<Ring> {
+        self.write(t, true, true)?;
+        (self.hook)(RotationStep::Recorded);
+        let mut gens = Vec::with_capacity(t.live.len());
+        for &e in t.live.iter().rev() {
+            let tree = match have.iter().find(|g| g.epoch == e) {
+                Some(g) => g.tree.clone(),
+                None => self.open_generation(e)?,
+            };
+            gens.push(Gen { epoch: e, tree });
+        }
+        (self.hook)(RotationStep::Created);
+        let seed = match gens.first() {
+            Some(g) => g.tree.state.filters.pinned().1.map_or(0, |f| f.seed()),
+            None => 0,
+        };
+        Ok(Ring {
+            newest: t.newest,
+            gens,
+            ends_ms: self.epochs.start_ms(t.newest.saturating_add(1)),
+            hasher: SeededHash::new(seed),
+        })
+    }
+
+    /// Step 4 (after the new ring is published, so no operation uses the old trees): the
+    /// trees of `dropping` dropped whole, each with its record and snapshot file; then
+    /// the record lists none. Returns the epochs whose drop failed (kept for a retry).
+    pub(crate) fn drop_expired(&self, t: &Target) -> Result<()> {
+        for &e in &t.dropping {
+            self.db.drop_tree_inner(&generation_name(self.name, e))?;
+            (self.hook)(RotationStep::Dropped { epoch: e });
+        }
+        self.write(t, false, false)?;
+        (self.hook)(RotationStep::Done);
+        Ok(())
+    }
+}
+
+/// The names of a ring's trees, newest first.
+pub(crate) fn tree_names(ring: &Ring) -> Vec<IVec> {
+    ring.gens.iter().map(|g| g.tree.name()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_keeps_the_live_adds_the_newest_drops_the_rest() {
+        let ep = Epochs::from_parts(10, 3).unwrap();
+        let t = target(&ep, 5, &[3, 4, 5], &[1], &[2, 9], 7);
+        assert_eq!(t.newest, 7);
+        assert_eq!(t.live, vec![5, 7]);
+        assert_eq!(t.dropping, vec![1, 2, 3, 4, 9]);
+        // A clock behind the newest generation moves nothing.
+        let t = target(&ep, 5, &[3, 4, 5], &[], &[], 2);
+        assert_eq!((t.newest, t.live, t.dropping), (5, vec![3, 4, 5], vec![]));
+        // Far ahead: everything expires, the newest is created.
+        let t = target(&ep, 5, &[3, 4, 5], &[], &[], 100);
+        assert_eq!((t.live, t.dropping), (vec![100], vec![3, 4, 5]));
+    }
+}
