@@ -107,13 +107,6 @@ pub(super) struct AddBatch {
     groups: Vec<Group>,
 }
 
-impl AddBatch {
-    /// Commands (and replies) of the batch.
-    pub(super) fn commands(&self) -> usize {
-        self.groups.len()
-    }
-}
-
 /// One write command: keys of one shard, in batch order.
 struct Group {
     shard: usize,
