@@ -96,6 +96,9 @@ impl SharedWindowConfig {
     /// A window of `span` cut into `generations` generations, each a shared filter sized by
     /// `filter` (its expected items are the keys added per generation). The span is rounded
     /// down to a whole number of milliseconds per generation.
+    ///
+    /// A lookup asks every live generation, so an absent key is "maybe" at about the sum of
+    /// their rates: give each generation the window's target rate divided by `generations`.
     pub fn new(span: Duration, generations: u32, filter: FilterConfig) -> Self {
         SharedWindowConfig {
             span,
@@ -198,8 +201,18 @@ pub struct SharedWindowStats {
 }
 
 /// A window of keys kept in Redis: a ring of shared filters, one per generation, whose
-/// keys expire with their generation. See the [module documentation](self) for the
-/// guarantee and how loss is detected.
+/// keys expire with their generation.
+///
+/// With `w = span / generations`, time `t` (ms since the Unix epoch) belongs to generation
+/// `floor(t / w)`; adds go to the current generation, lookups ask every live one, and
+/// generation `e` expires at `(e + generations) · w` (its Redis keys a grace later). So a
+/// key added at `t` is found until at least `t + span − w` and forgotten once `t + span`
+/// has passed.
+///
+/// A generation that vanished before its time (flushed, evicted, expired early, lost in a
+/// restart, deleted, recreated), or a window whose record did, is
+/// [`Error::SharedFilterLost`], never "absent"; a generation nobody wrote to is no error.
+/// Several processes rotating at once end with one generation each time.
 ///
 /// Methods take `&self` and serialize on one connection; open one handle per thread for
 /// parallel throughput.

@@ -181,7 +181,9 @@ pub enum RedisCommand {
         #[arg(long)]
         counting: bool,
         /// Make a window instead: keys are forgotten this long after they were added
-        /// (e.g. 7d, 12h, 30m, 90s, 500ms); --items is then per generation.
+        /// (e.g. 7d, 12h, 30m, 90s, 500ms). --items and --fpr then size each generation; a
+        /// lookup asks every generation, so an absent key is "maybe" at about generations
+        /// × --fpr.
         #[arg(long, value_parser = duration::parse, conflicts_with = "counting")]
         window: Option<std::time::Duration>,
         /// With --window: the number of generations (each covers window/generations).
