@@ -676,8 +676,9 @@ mod cli {
         require_redis!();
         let s = Server::start();
         let url = s.url();
-        // Generations of 10 s: the writers all meet a generation nobody created yet, and
-        // every key stays inside the horizon until the checks below.
+        // Generations of 10 s: the writers all meet a generation nobody created yet (big
+        // enough that creating it takes a while), and every key stays inside the horizon
+        // until the checks below.
         let out = run(&[
             "redis",
             "create",
@@ -689,7 +690,7 @@ mod cli {
             "--generations",
             "3",
             "--items",
-            "20000",
+            "500000",
         ]);
         assert!(out.status.success(), "{out:?}");
         let dir = tempfile::tempdir().unwrap();

@@ -514,7 +514,7 @@ impl SharedWindow {
         let read = self.read_range(self.now());
         let mut at = 0;
         while at < keys.len() {
-            let known = self.known(&read);
+            let known: Vec<_> = self.known(&read).into_iter().map(|(_, g)| g).collect();
             let n = (PIPELINE_READS / known.len().max(1))
                 .max(1)
                 .min(keys.len() - at);
@@ -601,8 +601,7 @@ impl SharedWindow {
         let ring = self.read_ring(reply, read.clone())?;
         self.reconcile(&ring)?;
         let mut live = Vec::new();
-        for g in self.known(&read).iter().rev() {
-            let e = self.generation_of_filter(g);
+        for (e, g) in self.known(&read).into_iter().rev() {
             live.push(GenerationStats {
                 generation: e,
                 starts_at_ms: self.config.ring.starts_at(e),
@@ -758,15 +757,6 @@ impl SharedWindow {
         }))
     }
 
-    /// The generation number of one of this window's filters (from its name).
-    fn generation_of_filter(&self, f: &SharedFilter) -> u64 {
-        f.layout
-            .name
-            .rsplit_once(":g")
-            .and_then(|(_, e)| e.parse().ok())
-            .unwrap_or(0)
-    }
-
     fn lost(&self, key: &str, why: String) -> Error {
         Error::SharedFilterLost {
             name: self.name.clone(),
@@ -885,11 +875,13 @@ impl SharedWindow {
         Ok(fresh)
     }
 
-    /// The known generations in `read`, oldest first; forgets older ones.
-    fn known(&self, read: &RangeInclusive<u64>) -> Vec<Arc<SharedFilter>> {
+    /// The known generations in `read` and their filters, oldest first; forgets older ones.
+    fn known(&self, read: &RangeInclusive<u64>) -> Vec<(u64, Arc<SharedFilter>)> {
         let mut gens = self.gens.lock().unwrap_or_else(|p| p.into_inner());
         *gens = gens.split_off(read.start());
-        gens.range(read.clone()).map(|(_, g)| g.clone()).collect()
+        gens.range(read.clone())
+            .map(|(&e, g)| (e, g.clone()))
+            .collect()
     }
 
     /// One lookup pipeline: the ring check and every known generation's blocks, then, if
