@@ -464,6 +464,130 @@ fn flushall_and_a_restart_without_persistence_are_errors() {
 }
 
 #[test]
+fn evicted_generations_are_errors_never_absent() {
+    require_redis!();
+    let s = Server::start_with(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--maxmemory",
+        "8mb",
+        "--maxmemory-policy",
+        "allkeys-random",
+    ]);
+    let c = clock();
+    let (w, per) = three_generations(&s, "evict", &c);
+    let mut cli = s.client();
+    let junk = vec![7u8; 64 << 10];
+    for i in 0..2_000 {
+        let _ = redis::cmd("SET")
+            .arg(format!("junk:{i}"))
+            .arg(&junk)
+            .exec(&mut cli);
+    }
+    let mut window_keys = vec![w.record_key()];
+    let cur = w.current_generation();
+    for e in cur - 2..=cur {
+        window_keys.extend(w.generation_keys(e).unwrap());
+    }
+    let gone = window_keys
+        .iter()
+        .filter(|k| redis::cmd("EXISTS").arg(k).query::<i64>(&mut cli).unwrap() == 0)
+        .count();
+    assert!(gone > 0, "nothing of the window was evicted");
+    never_absent(&w, &per.concat());
+}
+
+#[test]
+fn a_writer_whose_clock_runs_ahead_is_still_read() {
+    require_redis!();
+    let s = Server::start();
+    let ep = Endpoint::url(s.url());
+    let behind = clock();
+    let ahead = ManualClock::new(behind.now_ms() + W + W / 4);
+    let w = SharedWindow::create(&ep, "skew", &config(3, 1_000, &behind)).unwrap();
+    let fast = SharedWindow::open_with_clock(&ep, "skew", Arc::new(ahead.clone())).unwrap();
+    behind.advance(Duration::from_millis(W / 2));
+    // The fast writer is already in the next generation; the slow reader is not.
+    assert_eq!(fast.current_generation(), w.current_generation() + 1);
+    let k = keys("ahead", 300);
+    fast.add_many(&k).unwrap();
+    assert!(w.contains_many(&k).unwrap().iter().all(|&b| b));
+    assert!(k.iter().step_by(29).all(|key| w.contains(key).unwrap()));
+}
+
+#[test]
+fn a_creator_that_died_mid_rotation_leaves_a_usable_window() {
+    require_redis!();
+    let s = Server::start();
+    let ep = Endpoint::url(s.url());
+    let c = clock();
+    let w = SharedWindow::create(&ep, "dead", &config(3, 1_000, &c)).unwrap();
+    let mut cli = s.client();
+    let filter_record: String = redis::cmd("HGET")
+        .arg(w.record_key())
+        .arg("filter")
+        .query(&mut cli)
+        .unwrap();
+    let gen_name = |key: &str| key[key.find('{').unwrap() + 1..key.find('}').unwrap()].to_owned();
+
+    // 1. Died after creating the generation's filter, before listing it in the ring: the
+    //    next writer adopts that filter and lists it.
+    let e = w.current_generation();
+    let config_key = w.generation_keys(e).unwrap()[0].clone();
+    let shape = w.shape();
+    let orphan = bloomsled::shared::SharedFilter::create_sharded(
+        &ep,
+        &gen_name(&config_key),
+        &FilterConfig::new(1_000), // as the window's generations
+        Some(shape.shards),
+    )
+    .unwrap();
+    assert!(ring(&s, &w).is_empty());
+    let k = keys("after-orphan", 200);
+    w.add_many(&k).unwrap();
+    assert_eq!(
+        ring(&s, &w)[&e],
+        format!("{:#018x}", orphan.epoch()),
+        "the orphan was adopted"
+    );
+    assert!(orphan.contains_many(&k).unwrap().iter().all(|&b| b));
+
+    // 2. Died while writing the next generation's blocks: its init record holds a short
+    //    lease; the next writer waits it out and creates the generation itself.
+    c.advance(Duration::from_millis(W));
+    let e = w.current_generation();
+    let config_key = w.generation_keys(e).unwrap()[0].clone();
+    redis::cmd("SET")
+        .arg(&config_key)
+        .arg(filter_record.replace("state=ready", "state=init"))
+        .arg("PX")
+        .arg(300)
+        .exec(&mut cli)
+        .unwrap();
+    let half_written = &w.generation_keys(e).unwrap()[1];
+    redis::cmd("SET")
+        .arg(half_written)
+        .arg(vec![0xffu8; 100])
+        .exec(&mut cli)
+        .unwrap();
+    let other = SharedWindow::open_with_clock(&ep, "dead", Arc::new(c.clone())).unwrap();
+    let k2 = keys("after-crash", 200);
+    other.add_many(&k2).unwrap();
+    for h in [&w, &other] {
+        assert!(h.contains_many(&k).unwrap().iter().all(|&b| b));
+        assert!(h.contains_many(&k2).unwrap().iter().all(|&b| b));
+    }
+    // The half-written shard was replaced whole and expires with its generation.
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(half_written)
+        .query(&mut cli)
+        .unwrap();
+    assert!(ttl > 0, "PTTL {ttl}");
+}
+
+#[test]
 fn create_checks_the_shape_and_bad_settings_are_typed_errors() {
     require_redis!();
     let s = Server::start();
