@@ -1,5 +1,6 @@
 //! The shared filter: create/open, add and lookup, one command per key.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -58,7 +59,7 @@ pub struct SharedOptions {
 /// # Ok::<(), bloomsled::Error>(())
 /// ```
 pub struct SharedFilter {
-    pub(super) session: Session,
+    pub(super) session: Arc<Session>,
     pub(super) layout: Layout,
     pub(super) shape: SharedShape,
     pub(super) epoch: u64,
@@ -147,7 +148,19 @@ impl SharedFilter {
             capacity: config.get_expected_items(),
             counting: options.counting,
         };
-        let session = Session::open(endpoint)?;
+        Self::create_in(Arc::new(Session::open(endpoint)?), layout, shape)
+    }
+
+    /// Creates the filter of `layout` and `shape` through `session` (or opens it if it
+    /// exists with exactly this shape): the body of [`SharedFilter::create_with`], also
+    /// used for the generations of a shared window, which share one session.
+    pub(super) fn create_in(
+        session: Arc<Session>,
+        layout: Layout,
+        shape: SharedShape,
+    ) -> Result<Self> {
+        let name = layout.name.clone();
+        let name = name.as_str();
         let key = layout::config_key(name);
         let mut attempt = 0;
         loop {
@@ -200,7 +213,7 @@ impl SharedFilter {
     /// if there is none. Waits (up to 30 s) for a filter another process is still creating.
     pub fn open(endpoint: &Endpoint, name: &str) -> Result<Self> {
         layout::check_name(name)?;
-        let session = Session::open(endpoint)?;
+        let session = Arc::new(Session::open(endpoint)?);
         let record = Self::wait_ready(&session, name)?;
         Self::from_record(session, name, record)
     }
@@ -237,7 +250,7 @@ impl SharedFilter {
         }
     }
 
-    fn from_record(session: Session, name: &str, record: Record) -> Result<Self> {
+    fn from_record(session: Arc<Session>, name: &str, record: Record) -> Result<Self> {
         let layout = Layout::new(
             name,
             record.shape.num_blocks,

@@ -19,6 +19,12 @@
 //!
 //! See `layout` for the byte layout and the bit numbering.
 //!
+//! [`SharedWindow`] is a window of keys that expire: one shared filter per generation, each
+//! with its epoch tags and a Redis TTL a little past its horizon, and a ring record that
+//! tells a generation nobody wrote to (no keys, no error) from one that was lost (an error).
+//! A key added at `t` is found until at least `t + span − span/generations` and forgotten
+//! once `t + span` has passed.
+//!
 //! [`ClassicFilter`] reads and extends the bitmaps of the PHP `BloomFilterRedis` class (one
 //! bucket key, the classic string hashes of [`crate::hash::classic`] as bit offsets), bit for
 //! bit, for services moving from PHP.
@@ -35,12 +41,17 @@ mod session;
 mod stats;
 mod transfer;
 mod value;
+mod window;
 
 pub use classic::ClassicFilter;
 pub use conn::Endpoint;
 pub use filter::{SharedFilter, SharedOptions};
 pub use record::SharedShape;
 pub use stats::SharedStats;
+pub use window::{
+    Clock, GenerationStats, ManualClock, SharedWindow, SharedWindowConfig, SharedWindowStats,
+    SystemClock,
+};
 
 use crate::error::Error;
 

@@ -101,6 +101,12 @@ impl Probe {
     }
 }
 
+/// One add pipeline's keys: their probes, and the commands (groups) they go out in.
+pub(super) struct AddBatch {
+    plan: Vec<Probe>,
+    groups: Vec<Group>,
+}
+
 /// One write command: keys of one shard, in batch order.
 struct Group {
     shard: usize,
@@ -158,41 +164,68 @@ impl SharedFilter {
 
     /// Adds one pipeline's worth of keys: see the module documentation.
     pub(super) fn add_batch<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut Vec<bool>) -> Result<()> {
+        let batch = self.add_plan(keys);
+        let replies = self.session.run_fast(|w| self.write_add(w, &batch))?;
+        self.read_add(&batch, replies, out)
+    }
+
+    /// The keys of one add pipeline, by shard: what [`SharedFilter::write_add`] sends.
+    pub(super) fn add_plan<K: AsRef<[u8]>>(&self, keys: &[K]) -> AddBatch {
         let plan = self.plan(keys);
         let groups = groups(&plan, self.layout.shards as usize);
+        AddBatch { plan, groups }
+    }
+
+    /// Writes the `BITFIELD` commands of an add: one per group.
+    pub(super) fn write_add(&self, w: &mut dyn Sink, batch: &AddBatch) {
         let counting = self.layout.cells == Cells::Counters;
-        let replies = self.session.run_fast(|w| {
-            for g in &groups {
-                let first = plan[g.keys[0]].addr;
-                w.command(5 + usize::from(counting) * 2 + 4 * g.cells);
-                w.arg(b"BITFIELD");
-                w.arg(self.layout.key(g.shard).as_bytes());
-                w.arg(b"GET");
-                w.arg(b"i64");
-                w.uint(first.tag_bit());
-                if counting {
-                    w.arg(b"OVERFLOW");
-                    w.arg(b"SAT");
-                }
-                for &i in &g.keys {
-                    let p = &plan[i];
-                    for pos in p.positions() {
-                        if counting {
-                            w.words(&INCRBY_U4);
-                            w.uint(p.addr.counter_bit(pos));
-                        } else {
-                            w.words(&SET_U1);
-                            w.uint(p.addr.bit(pos));
-                        }
-                        w.words(&ONE);
+        let plan = &batch.plan;
+        for g in &batch.groups {
+            let first = plan[g.keys[0]].addr;
+            w.command(5 + usize::from(counting) * 2 + 4 * g.cells);
+            w.arg(b"BITFIELD");
+            w.arg(self.layout.key(g.shard).as_bytes());
+            w.arg(b"GET");
+            w.arg(b"i64");
+            w.uint(first.tag_bit());
+            if counting {
+                w.arg(b"OVERFLOW");
+                w.arg(b"SAT");
+            }
+            for &i in &g.keys {
+                let p = &plan[i];
+                for pos in p.positions() {
+                    if counting {
+                        w.words(&INCRBY_U4);
+                        w.uint(p.addr.counter_bit(pos));
+                    } else {
+                        w.words(&SET_U1);
+                        w.uint(p.addr.bit(pos));
                     }
+                    w.words(&ONE);
                 }
             }
-        })?;
+        }
+    }
+
+    /// Reads the replies of [`SharedFilter::write_add`] (one per group, in order): checks
+    /// every shard's epoch and appends, per key, whether it was new.
+    pub(super) fn read_add(
+        &self,
+        batch: &AddBatch,
+        replies: impl IntoIterator<Item = Value>,
+        out: &mut Vec<bool>,
+    ) -> Result<()> {
+        let counting = self.layout.cells == Cells::Counters;
+        let (plan, groups) = (&batch.plan, &batch.groups);
         let base = out.len();
         out.resize(base + plan.len(), false);
-        for (g, reply) in groups.iter().zip(replies) {
+        let mut replies = replies.into_iter();
+        for g in groups {
             let key = self.layout.key(g.shard);
+            let reply = replies
+                .next()
+                .ok_or_else(|| value::unexpected(key, "a missing BITFIELD reply"))?;
             let ints = value::ints(reply, key)?;
             let (&tag, mut cells) = ints
                 .split_first()
@@ -297,7 +330,7 @@ impl SharedFilter {
     }
 
     /// `GETRANGE` of the key's block and its tag.
-    fn write_getrange(&self, w: &mut dyn Sink, p: &Probe) {
+    pub(super) fn write_getrange(&self, w: &mut dyn Sink, p: &Probe) {
         w.command(4);
         w.arg(b"GETRANGE");
         w.arg(self.layout.key(p.addr.shard).as_bytes());
@@ -329,7 +362,7 @@ impl SharedFilter {
     }
 
     /// Whether every cell of the key's pattern is set (bits) or non-zero (counters).
-    fn check_block(&self, p: &Probe, reply: Value) -> Result<bool> {
+    pub(super) fn check_block(&self, p: &Probe, reply: Value) -> Result<bool> {
         let cells = self.block_cells(p, reply)?;
         Ok(match self.layout.cells {
             Cells::Bits => p.masks.iter().enumerate().all(|(w, &m)| {

@@ -6,6 +6,8 @@
 //! it prints a message on stderr, exits non-zero, and prints no line for a key it could
 //! not answer.
 
+mod duration;
+
 use std::fs;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
@@ -14,6 +16,7 @@ use std::process::ExitCode;
 use crate::output::progress;
 use bloomsled::hash::classic::ClassicHash;
 use bloomsled::shared::{ClassicFilter, Endpoint, SharedFilter, SharedOptions, SharedStats};
+use bloomsled::shared::{SharedWindow, SharedWindowConfig, SharedWindowStats};
 use bloomsled::{Filter, FilterConfig};
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -56,7 +59,29 @@ impl Target {
     }
 
     fn open(&self) -> Result<SharedFilter, String> {
-        SharedFilter::open(&self.endpoint()?, &self.name).map_err(|e| e.to_string())
+        let ep = self.endpoint()?;
+        SharedFilter::open(&ep, &self.name).map_err(|e| match e {
+            bloomsled::Error::SharedFilterNotFound { .. }
+                if SharedWindow::exists(&ep, &self.name).unwrap_or(false) =>
+            {
+                format!(
+                    "{:?} is a shared window: this command works on plain shared filters",
+                    self.name
+                )
+            }
+            e => e.to_string(),
+        })
+    }
+
+    /// The window NAME, if NAME is a window (its record exists).
+    fn open_window(&self) -> Result<Option<SharedWindow>, String> {
+        let ep = self.endpoint()?;
+        if !SharedWindow::exists(&ep, &self.name).map_err(|e| e.to_string())? {
+            return Ok(None);
+        }
+        SharedWindow::open(&ep, &self.name)
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -89,6 +114,7 @@ pub struct KeyInput {
 enum AnyShared {
     Blocked(SharedFilter),
     Classic(ClassicFilter),
+    Window(SharedWindow),
 }
 
 impl AnyShared {
@@ -102,7 +128,10 @@ impl AnyShared {
             }
             ("php", None) => Err("--layout php needs --hashes, e.g. --hashes BKDR,SDBM,JS".into()),
             (_, Some(_)) => Err("--hashes goes with --layout php".into()),
-            _ => target.open().map(AnyShared::Blocked),
+            _ => match target.open_window()? {
+                Some(w) => Ok(AnyShared::Window(w)),
+                None => target.open().map(AnyShared::Blocked),
+            },
         }
     }
 
@@ -110,6 +139,7 @@ impl AnyShared {
         match self {
             AnyShared::Blocked(f) => f.add_many(keys),
             AnyShared::Classic(f) => f.add_many(keys),
+            AnyShared::Window(w) => w.add_many(keys),
         }
     }
 
@@ -117,6 +147,7 @@ impl AnyShared {
         match self {
             AnyShared::Blocked(f) => f.contains_many(keys),
             AnyShared::Classic(f) => f.contains_many(keys),
+            AnyShared::Window(w) => w.contains_many(keys),
         }
     }
 }
@@ -124,7 +155,8 @@ impl AnyShared {
 /// The `redis` command group.
 #[derive(Subcommand, Debug)]
 pub enum RedisCommand {
-    /// Create a shared filter (or open it if it exists with the same shape).
+    /// Create a shared filter (or open it if it exists with the same shape); with
+    /// `--window`, a shared window of keys that expire.
     Create {
         #[command(flatten)]
         target: Target,
@@ -145,6 +177,19 @@ pub enum RedisCommand {
         /// `redis remove` can take keys out again.
         #[arg(long)]
         counting: bool,
+        /// Make a window instead: keys are forgotten this long after they were added
+        /// (e.g. 7d, 12h, 30m, 90s, 500ms). --items and --fpr then size each generation; a
+        /// lookup asks every generation, so an absent key is "maybe" at about generations
+        /// × --fpr.
+        #[arg(long, value_parser = duration::parse, conflicts_with = "counting")]
+        window: Option<std::time::Duration>,
+        /// With --window: the number of generations (each covers window/generations).
+        #[arg(long, requires = "window", default_value_t = 7)]
+        generations: u32,
+        /// With --window: how long a generation's Redis keys outlive it (default: one
+        /// generation, at most a minute).
+        #[arg(long, value_parser = duration::parse, requires = "window")]
+        grace: Option<std::time::Duration>,
     },
     /// Add keys, one per line, from FILE or `-` (standard input).
     Add(KeyInput),
@@ -196,7 +241,44 @@ pub fn run(cmd: &RedisCommand, json_mode: bool) -> Result<ExitCode, String> {
             bits_per_key,
             shards,
             counting,
+            window,
+            generations,
+            grace,
         } => {
+            if let Some(span) = window {
+                let mut cfg = FilterConfig::new(*items).false_positive_rate(*fpr);
+                if let Some(b) = bits_per_key {
+                    cfg = cfg.bits_per_key(*b);
+                }
+                let mut wc = SharedWindowConfig::new(*span, *generations, cfg);
+                if let Some(s) = shards {
+                    wc = wc.shards(*s);
+                }
+                if let Some(g) = grace {
+                    wc = wc.grace(*g);
+                }
+                let w = SharedWindow::create(&target.endpoint()?, &target.name, &wc)
+                    .map_err(|e| e.to_string())?;
+                let s = w.shape();
+                report(
+                    json_mode,
+                    json!({"name": w.name(), "window_ms": w.span().as_millis() as u64,
+                           "generations": w.generations(),
+                           "generation_ms": w.width().as_millis() as u64,
+                           "blocks": s.num_blocks, "k": s.num_hashes, "shards": s.shards,
+                           "capacity": s.capacity, "epoch": w.epoch()}),
+                    || {
+                        format!(
+                            "{}: window of {:?} in {} generations of {:?}; each {s}",
+                            w.name(),
+                            w.span(),
+                            w.generations(),
+                            w.width()
+                        )
+                    },
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
             let mut cfg = FilterConfig::new(*items).false_positive_rate(*fpr);
             if let Some(b) = bits_per_key {
                 cfg = cfg.bits_per_key(*b);
@@ -219,10 +301,13 @@ pub fn run(cmd: &RedisCommand, json_mode: bool) -> Result<ExitCode, String> {
         RedisCommand::Add(k) => add(&AnyShared::open(&k.target, &k.layout)?, &k.file, json_mode)?,
         RedisCommand::Check(k) => check(&AnyShared::open(&k.target, &k.layout)?, &k.file)?,
         RedisCommand::Remove { target, file } => remove(&target.open()?, file, json_mode)?,
-        RedisCommand::Stats { target } => stats(
-            &target.open()?.stats().map_err(|e| e.to_string())?,
-            json_mode,
-        ),
+        RedisCommand::Stats { target } => match target.open_window()? {
+            Some(w) => window_stats(&w.stats().map_err(|e| e.to_string())?, json_mode),
+            None => stats(
+                &target.open()?.stats().map_err(|e| e.to_string())?,
+                json_mode,
+            ),
+        },
         RedisCommand::Push { db, tree, target } => push(db, tree.as_deref(), target, json_mode)?,
         RedisCommand::Pull { target, file } => {
             let f = target.open()?.pull().map_err(|e| e.to_string())?;
@@ -351,6 +436,54 @@ fn stats(s: &SharedStats, json_mode: bool) {
                 s.estimated_fpr,
                 s.target_fpr
             )
+        },
+    );
+}
+
+fn window_stats(s: &SharedWindowStats, json_mode: bool) {
+    let live: Vec<serde_json::Value> = s
+        .live
+        .iter()
+        .map(|g| {
+            json!({"generation": g.generation, "starts_at_ms": g.starts_at_ms,
+                   "expires_at_ms": g.expires_at_ms, "fill_ratio": g.filter.fill_ratio,
+                   "estimated_items": g.filter.estimated_items,
+                   "estimated_fpr": g.filter.estimated_fpr, "redis_bytes": g.filter.redis_bytes})
+        })
+        .collect();
+    report(
+        json_mode,
+        json!({
+            "name": s.name, "window": true, "epoch": s.epoch,
+            "window_ms": s.span.as_millis() as u64, "generation_ms": s.width.as_millis() as u64,
+            "generations": s.generations, "grace_ms": s.grace.as_millis() as u64,
+            "now_ms": s.now_ms, "current": s.current, "live": live,
+        }),
+        || {
+            let mut text = format!(
+                "{}: window of {:?} in {} generations of {:?} (grace {:?}), epoch {:#x}\n\
+                 current generation {}; {} live generation(s) hold keys",
+                s.name,
+                s.span,
+                s.generations,
+                s.width,
+                s.grace,
+                s.epoch,
+                s.current,
+                s.live.len()
+            );
+            for g in &s.live {
+                text.push_str(&format!(
+                    "\n  generation {}: expires in {:.1}s, fill {:.4}, ~{} items, estimated \
+                     FPR {:.5}",
+                    g.generation,
+                    g.expires_at_ms.saturating_sub(s.now_ms) as f64 / 1000.0,
+                    g.filter.fill_ratio,
+                    g.filter.estimated_items,
+                    g.filter.estimated_fpr
+                ));
+            }
+            text
         },
     );
 }
