@@ -39,7 +39,7 @@ fn clean_close_then_reopen_loads_without_a_scan() {
         assert!(t.may_contain(key(i)));
         assert!(t.contains_key(key(i)).unwrap());
     }
-    assert_eq!(t.stats().items, t.filter_snapshot().items());
+    assert_eq!(t.stats().items, t.filter_image().items());
     assert!(t.stats().items > 4_900);
     assert_eq!(db.recovery_reports().len(), 2);
 }

@@ -11,7 +11,7 @@ use crate::persist::{RecoveryReport, SnapshotInfo, VerifyReport};
 use crate::stats::Stats;
 
 impl Tree {
-    /// A copy of this tree's filter bits as they are now (probing offline, statistics,
+    /// An image of this tree's filter: a copy of its bits as they are now (probing offline, statistics,
     /// serialization with [`Filter::to_bytes`]). O(filter size). In counting mode these
     /// are the bits lookups read (a counter is non-zero exactly where its bit is set).
     ///
@@ -20,13 +20,13 @@ impl Tree {
     /// ```
     /// # let db = bloomsled::Config::new().temporary(true).open()?;
     /// db.insert("k", "v")?;
-    /// let filter = db.filter_snapshot();
+    /// let filter = db.filter_image();
     /// assert!(filter.contains(b"k"));
     /// db.insert("later", "v")?;
     /// assert!(db.may_contain("later")); // the copy does not follow the tree
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
-    pub fn filter_snapshot(&self) -> Filter {
+    pub fn filter_image(&self) -> Filter {
         self.state.filters.enter().current().bits().clone()
     }
 

@@ -501,7 +501,7 @@ fn push(db: &PathBuf, tree: Option<&str>, target: &Target, json_mode: bool) -> R
         Some(n) => d.open_tree(n).map_err(|e| format!("tree {n:?}: {e}"))?,
     };
     let shared = target.open()?;
-    let local = t.filter_snapshot();
+    let local = t.filter_image();
     let s = shared.shape();
     // Bits can be ORed into a plain filter of the same shape; counters need every key.
     let same = local.num_blocks() == s.num_blocks
