@@ -617,6 +617,8 @@ fn create_checks_the_shape_and_bad_settings_are_typed_errors() {
     // A plain shared filter is not a window, and the other way round.
     bloomsled::shared::SharedFilter::create(&ep, "plain", &FilterConfig::new(10)).unwrap();
     assert!(!SharedWindow::exists(&ep, "plain").unwrap());
+    assert!(!SharedWindow::exists(&ep, &"n".repeat(200)).unwrap());
+    assert!(SharedWindow::exists(&ep, "{brace}").is_err());
     assert!(SharedWindow::exists(&ep, "shape").unwrap());
     assert!(matches!(
         SharedWindow::open(&ep, "plain"),

@@ -406,7 +406,10 @@ impl SharedWindow {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn exists(endpoint: &Endpoint, name: &str) -> Result<bool> {
-        check_window_name(name)?;
+        layout::check_name(name)?;
+        if name.len() > MAX_NAME {
+            return Ok(false); // too long for a window, not for a plain filter
+        }
         let session = Session::open(endpoint)?;
         let key = window_key(name);
         let n = value::int(session.one(redis::cmd("EXISTS").arg(&key).clone())?, &key)?;
