@@ -28,8 +28,8 @@
 //!
 //! # Names
 //! Generation trees are named `__bloomsled_window:<length of name>:<name>:<generation>`.
-//! The prefix is reserved: [`Db::open_tree`] and [`Db::drop_tree`] refuse such names, and
-//! [`Db::tree_names`] leaves them out (list windows with [`Db::window_names`], their trees
+//! The prefix is reserved: [`Db::open_tree`](crate::Db::open_tree) and [`Db::drop_tree`](crate::Db::drop_tree) refuse such names, and
+//! [`Db::tree_names`](crate::Db::tree_names) leaves them out (list windows with [`Db::window_names`](crate::Db::window_names), their trees
 //! with [`Window::tree_names`]). Export includes them and import restores them; the window
 //! then adopts them when it is next opened.
 //!
@@ -45,7 +45,7 @@
 //!    path as any tree: its own trust record, made durable before its first write);
 //! 3. the new ring is published to lookups and writes (a rotation takes the write side of
 //!    the ring's lock: no operation still uses an old generation);
-//! 4. each expired generation is dropped with [`Db::drop_tree`]'s machinery (sled's tree,
+//! 4. each expired generation is dropped with [`Db::drop_tree`](crate::Db::drop_tree)'s machinery (sled's tree,
 //!    then its trust record and snapshot file), then the record is rewritten without them.
 //!
 //! Killed anywhere, the next open finds the record of step 1 or the one before it:
