@@ -82,6 +82,11 @@ pub use store::{
     Subscriber, Tree, TreeConfig,
 };
 
+/// The examples of `docs/windows.md`, compiled as doc tests.
+#[doc = include_str!("../docs/windows.md")]
+#[cfg(doctest)]
+pub struct WindowsDoctests;
+
 /// The README's examples, compiled and run as doc tests.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

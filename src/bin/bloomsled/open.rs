@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use bloomsled::window::Window;
 use bloomsled::{Config, Db, Recovery, Tree};
 
 use crate::demo::folder;
@@ -109,7 +110,8 @@ pub fn tree_by_name(db: &Db, name: &[u8]) -> CliResult<Tree> {
     })
 }
 
-/// Every tree of the database, the default one first.
+/// Every tree of the database, the default one first, then the live generations of each
+/// window (newest first).
 pub fn all_trees(db: &Db) -> CliResult<Vec<Tree>> {
     let mut trees = vec![(**db).clone()];
     for name in db.tree_names() {
@@ -117,5 +119,33 @@ pub fn all_trees(db: &Db) -> CliResult<Vec<Tree>> {
             trees.push(tree_by_name(db, &name)?);
         }
     }
+    for w in all_windows(db)? {
+        let gens = w
+            .generation_trees()
+            .map_err(|source| window_error(&w.name(), source))?;
+        trees.extend(gens.into_iter().map(|(_, t)| t));
+    }
     Ok(trees)
+}
+
+/// Every window of the database, opened as recorded on the wall clock (so a window whose
+/// generations aged out since it was last used drops them now, as its next use would).
+pub fn all_windows(db: &Db) -> CliResult<Vec<Window>> {
+    let names = db
+        .window_names()
+        .map_err(|source| window_error(b"", source))?;
+    names
+        .iter()
+        .map(|n| {
+            db.open_existing_window(n)
+                .map_err(|source| window_error(n, source))
+        })
+        .collect()
+}
+
+fn window_error(name: &[u8], source: bloomsled::Error) -> CliError {
+    CliError::Tree {
+        name: format!("window {}", String::from_utf8_lossy(name)),
+        source,
+    }
 }

@@ -50,11 +50,37 @@ impl From<&Tree> for StatsRow {
     }
 }
 
+/// One window: its partition and its live generations' trees.
+struct WindowLine {
+    name: String,
+    span_ms: u128,
+    generations: u32,
+    newest: u64,
+    live: Vec<(u64, String)>,
+}
+
 pub fn run(path: &Path, json: bool) -> CliResult<ExitCode> {
     let db = open::open_existing(&open::resolve(path), Recovery::Repair)?;
     let rows: Vec<StatsRow> = open::all_trees(&db)?.iter().map(StatsRow::from).collect();
+    let windows: Vec<WindowLine> = open::all_windows(&db)?
+        .iter()
+        .map(|w| {
+            let s = w.stats();
+            WindowLine {
+                name: String::from_utf8_lossy(&s.name).into_owned(),
+                span_ms: s.span.as_millis(),
+                generations: s.generations,
+                newest: s.newest_epoch,
+                live: s
+                    .live
+                    .iter()
+                    .map(|g| (g.epoch, String::from_utf8_lossy(&g.tree).into_owned()))
+                    .collect(),
+            }
+        })
+        .collect();
     emit(json, &rows, |rows| {
-        lines(rows, |r| {
+        let mut text = lines(rows, |r| {
             format!(
                 "tree {:?} ({}): {} items (capacity {}), {} bits, k={}, {:.2} bits/key, \
                  fill {:.1}%, FPR now {:.4}% (target {:.4}%), {} KiB; {}",
@@ -71,7 +97,22 @@ pub fn run(path: &Path, json: bool) -> CliResult<ExitCode> {
                 r.memory_bytes / 1024,
                 r.recovery.outcome,
             )
-        })
+        });
+        for w in &windows {
+            text.push_str(&format!(
+                "\nwindow {:?}: span {} ms in {} generations, newest generation {}, live: {}",
+                w.name,
+                w.span_ms,
+                w.generations,
+                w.newest,
+                w.live
+                    .iter()
+                    .map(|(e, tree)| format!("{e} (tree {tree:?})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        text
     })?;
     Ok(ExitCode::SUCCESS)
 }
