@@ -157,14 +157,12 @@ impl Tree {
     /// Iterates over the keys, in order (read in chunks; a closed database ends it with
     /// ClosedError).
     fn __iter__(slf: Bound<'_, Self>) -> KeyIter {
-        KeyIter {
-            tree: slf.unbind(),
-            state: Mutex::new(IterState {
-                after: None,
-                buffer: VecDeque::new(),
-                done: false,
-            }),
-        }
+        KeyIter::new(slf, false)
+    }
+
+    /// Iterates over `(key, value)` pairs, in key order.
+    fn items(slf: Bound<'_, Self>) -> KeyIter {
+        KeyIter::new(slf, true)
     }
 
     /// Makes every write so far durable (sled's flush: an fsync); returns the bytes flushed.
@@ -245,7 +243,7 @@ fn report_dict<'py>(
 
 struct IterState {
     after: Option<Vec<u8>>,
-    buffer: VecDeque<Vec<u8>>,
+    buffer: VecDeque<(Vec<u8>, Vec<u8>)>,
     done: bool,
 }
 
@@ -256,7 +254,22 @@ const ITER_CHUNK: usize = 512;
 #[pyclass(frozen, module = "bloomsled._bloomsled")]
 pub struct KeyIter {
     tree: Py<Tree>,
+    values: bool,
     state: Mutex<IterState>,
+}
+
+impl KeyIter {
+    fn new(tree: Bound<'_, Tree>, values: bool) -> Self {
+        KeyIter {
+            tree: tree.unbind(),
+            values,
+            state: Mutex::new(IterState {
+                after: None,
+                buffer: VecDeque::new(),
+                done: false,
+            }),
+        }
+    }
 }
 
 #[pymethods]
@@ -265,11 +278,12 @@ impl KeyIter {
         slf
     }
 
-    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if st.buffer.is_empty() && !st.done {
             let tree = self.tree.get();
             let after = st.after.clone();
+            let values = self.values;
             let chunk = py.detach(|| {
                 tree.with(|t| {
                     let lower = match &after {
@@ -278,8 +292,8 @@ impl KeyIter {
                     };
                     let mut out = Vec::with_capacity(ITER_CHUNK);
                     for kv in t.range::<&[u8], _>((lower, RangeBound::Unbounded)) {
-                        let (k, _) = kv.py_err()?;
-                        out.push(k.to_vec());
+                        let (k, v) = kv.py_err()?;
+                        out.push((k.to_vec(), if values { v.to_vec() } else { Vec::new() }));
                         if out.len() == ITER_CHUNK {
                             break;
                         }
@@ -288,10 +302,18 @@ impl KeyIter {
                 })
             })?;
             st.done = chunk.len() < ITER_CHUNK;
-            st.after = chunk.last().cloned().or(after);
+            st.after = chunk.last().map(|(k, _)| k.clone()).or(after);
             st.buffer.extend(chunk);
         }
-        Ok(st.buffer.pop_front().map(|k| PyBytes::new(py, &k)))
+        let Some((k, v)) = st.buffer.pop_front() else {
+            return Ok(None);
+        };
+        let k = PyBytes::new(py, &k);
+        Ok(Some(if self.values {
+            (k, PyBytes::new(py, &v)).into_pyobject(py)?.into_any()
+        } else {
+            k.into_any()
+        }))
     }
 }
 
