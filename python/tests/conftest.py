@@ -100,7 +100,7 @@ class Site:
 
 @pytest.fixture
 def site():
-    s = Site(3000)
+    s = Site(2000)
     yield s
     s.close()
 
