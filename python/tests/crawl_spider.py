@@ -16,12 +16,17 @@ class SiteSpider(scrapy.Spider):
         super().__init__(**kw)
         self.start_url = start_url
 
+    def _start_request(self):
+        # Not dont_filter by default: a resumed crawl must not fetch a recorded start page
+        # again. START_DONT_FILTER=1 makes it Scrapy's usual start request instead.
+        dont_filter = self.settings.getbool("START_DONT_FILTER")
+        return scrapy.Request(self.start_url, callback=self.parse, dont_filter=dont_filter)
+
     async def start(self):
-        # Not dont_filter: a resumed crawl must not fetch a recorded start page again.
-        yield scrapy.Request(self.start_url, callback=self.parse)
+        yield self._start_request()
 
     def start_requests(self):  # Scrapy < 2.13
-        yield scrapy.Request(self.start_url, callback=self.parse)
+        yield self._start_request()
 
     def parse(self, response):
         for href in response.css("a::attr(href)").getall():
