@@ -150,7 +150,8 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         )
         # The journal needs a JOBDIR (something to resume) and a crawler (to re-schedule).
         self.journal = bool(path) and crawler is not None
-        self._received: list[tuple[Request, bytes]] = []
+        self._received: list[tuple[int, Request, bytes]] = []
+        self._tick = 0
         self._resume: list[bytes] = []
         self._loop: Any = None
         if self.journal:
@@ -245,7 +246,7 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         self._loop.start(self.commit_interval, now=False)
 
     def _response_received(self, response: Any, request: Request, spider: Spider) -> None:
-        self._received.append((request, self.fingerprinter.fingerprint(request)))
+        self._received.append((self._tick, request, self.fingerprinter.fingerprint(request)))
 
     def _in_scraper(self) -> Optional[set[int]]:
         """Ids of the requests whose callbacks have not finished, or None if unknown."""
@@ -261,17 +262,25 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
 
     def _commit(self, final: bool = False) -> None:
         """Marks done the requests whose callbacks finished, after a flush (see above)."""
+        tick = self._tick
+        self._tick += 1
         if not self._received:
             return
         busy = set() if final else self._in_scraper()
         if busy is None:  # an unknown Scrapy: only the close can tell callbacks are over
             return
-        finished = [(r, fp) for r, fp in self._received if id(r) not in busy]
+        # A response received during this tick may not have reached the scraper's queue
+        # yet: it waits for the next commit.
+        finished = [
+            fp for t, r, fp in self._received if (final or t < tick) and id(r) not in busy
+        ]
         if not finished:
             return
-        self._received = [(r, fp) for r, fp in self._received if id(r) in busy]
+        self._received = [
+            e for e in self._received if not ((final or e[0] < tick) and id(e[1]) not in busy)
+        ]
         self.db.flush()  # every request the finished callbacks yielded is durable now
-        self.db.insert_many([(fp, _DONE) for _, fp in finished])
+        self.db.insert_many([(fp, _DONE) for fp in finished])
 
     # -- lifecycle -----------------------------------------------------------------------
 
