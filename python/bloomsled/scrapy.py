@@ -15,16 +15,19 @@ every request through again.
 Durability with ``JOBDIR`` (what survives ``kill -9``)
 =======================================================
 
-The fingerprints live in ``JOBDIR/bloomsled-dupefilter``. Each entry's value says where its
-request stands: ``b""`` means *done*, anything else is the pickled request, still
-*pending*. An accepted request is written as pending by one atomic insert-if-absent
-(``Tree.insert_if_absent``, sled's compare-and-swap): of two racers exactly one sees
-"new", and a fingerprint can never be "seen" without its request being journaled.
+The store is ``JOBDIR/bloomsled-dupefilter``. Fingerprints are grouped into buckets (one
+sled key holds 32-64 of them: sled spends 100-200 bytes of memory per key whatever its cache
+size), and an in-memory ``bloomsled.Filter`` over the fingerprints, rebuilt from the
+buckets at open, answers new ones without a store read. Beside the buckets, a journal
+holds one entry per *pending* request (the pickled request). An accepted request's
+fingerprint and its journal entry are written by one transaction
+(``Tree.add_to_set(..., also=...)``): of two racers exactly one sees "new", and a
+fingerprint is never stored without its request being journaled.
 
 A request becomes *done* ("recorded") only when all of this has happened, in this order:
 its response was received, the spider's callback for it has finished (so every request it
 yielded went through ``request_seen``), the store was flushed (fsync: those children are
-durable), and then its entry was overwritten with ``b""``. This runs every
+durable), and then its journal entry was removed. This runs every
 ``BLOOMSLED_COMMIT_INTERVAL`` seconds (1 s) and at close. So, after any crash:
 
 * a done request was fetched and its children are durably recorded: it is never fetched
@@ -43,11 +46,12 @@ per second. What a crash can cost is re-fetching the requests in flight during t
 second, never a request that was recorded, and never a page left unreached.
 
 Without ``JOBDIR`` the store lives in a temporary folder removed at close, and there is no
-journal (nothing can resume): the value is always ``b""``.
+journal (nothing can resume).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import pickle
 import shutil
@@ -61,7 +65,7 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.job import job_dir
 from scrapy.utils.request import RequestFingerprinter, referer_str
 
-from . import Db, SharedFilter, SharedFilterLost
+from . import Db, Filter, SharedFilter, SharedFilterLost
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -82,8 +86,30 @@ DEFAULT_COMMIT_INTERVAL = 1.0
 #: Reason a spider is closed with when its shared filter was lost.
 SHARED_FILTER_LOST_REASON = "bloomsled_shared_filter_lost"
 
-_DONE = b""
 _PENDING = b"P"
+#: Key prefixes in the store: fingerprint sets ("buckets"), the journal, settings.
+_BUCKET = b"b"
+_JOURNAL = b"p"
+_META = b"m"
+#: Fingerprints are kept at this width (Scrapy's are SHA-1 digests; others are hashed).
+FP_WIDTH = 20
+
+
+def _bucket_bits(expected_items: int) -> int:
+    """32 to 64 fingerprints per bucket at capacity, from 2^10 to 2^22 buckets."""
+    bits = max(10, min(22, (max(1, expected_items) // 64).bit_length()))
+    return bits
+
+
+def read_store(path: str) -> tuple[set[bytes], set[bytes]]:
+    """(every fingerprint, the pending ones) of a closed BloomDupeFilter store: for
+    inspection and tests. A fingerprint that is not pending is done."""
+    seen: set[bytes] = set()
+    with Db(path) as db:
+        for _, members in db.items(prefix=_BUCKET):
+            seen.update(members[i : i + FP_WIDTH] for i in range(0, len(members), FP_WIDTH))
+        pending = {k[len(_JOURNAL) :] for k, _ in db.items(prefix=_JOURNAL)}
+    return seen, pending
 
 
 class _DupeLog:
@@ -141,13 +167,28 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
             self._tmpdir = tempfile.mkdtemp(prefix="bloomsled-dupefilter-")
             store = Path(self._tmpdir, "db")
         self.path = str(store)
+        bits = _bucket_bits(expected_items)
+        # sled spends ~100-200 bytes of memory per key whatever its cache size, so the
+        # fingerprints are grouped into 2^bits keys ("buckets", 32-64 fingerprints each at
+        # capacity); the store's own filter covers those keys, `self.filter` the
+        # fingerprints.
         self.db = Db(
             self.path,
-            expected_items=expected_items,
-            fpr=fpr,
+            expected_items=max(2 << bits, 100_000),
             cache_capacity=cache_bytes,
             flush_every_ms=flush_ms,
         )
+        stored = self.db.get(_META + b"bucket_bits")
+        if stored is None:
+            self.db.insert(_META + b"bucket_bits", str(bits))
+        else:
+            bits = int(stored)
+        self._shift = 32 - bits
+        self.filter = Filter(max(1, expected_items), fpr)
+        for _, members in self.db.items(prefix=_BUCKET):
+            self.filter.update(
+                [members[i : i + FP_WIDTH] for i in range(0, len(members), FP_WIDTH)]
+            )
         # The journal needs a JOBDIR (something to resume) and a crawler (to re-schedule).
         self.journal = bool(path) and crawler is not None
         self._received: list[tuple[int, Request, bytes]] = []
@@ -181,12 +222,19 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
 
     def request_seen(self, request: Request) -> bool:
         fp = self.fingerprinter.fingerprint(request)
-        if not self.journal:
-            return not self.db.insert_if_absent(fp)
-        # The filter's "no" is certain: only then is the request pickled for the journal.
-        if self.db.may_contain(fp) and fp in self.db:
+        if len(fp) != FP_WIDTH:
+            fp = hashlib.sha1(fp).digest()
+        bucket = _BUCKET + (int.from_bytes(fp[:4], "big") >> self._shift).to_bytes(4, "big")
+        # The filter's "no" is certain; its "maybe" is confirmed by the store.
+        if fp in self.filter and self.db.set_contains(bucket, fp):
             return True
-        return not self.db.insert_if_absent(fp, self._journal_value(request))
+        # New (or a false positive of the filter): one transaction adds the fingerprint,
+        # and journals the request with it; it fails if another thread added it first.
+        also = (_JOURNAL + fp, self._journal_value(request)) if self.journal else None
+        if self.db.add_to_set(bucket, fp, also=also):
+            self.filter.add(fp)
+            return False
+        return True
 
     def _journal_value(self, request: Request) -> bytes:
         spider = self.crawler.spider if self.crawler is not None else None
@@ -205,7 +253,7 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
 
     def _pending_entries(self) -> list[bytes]:
         """Fingerprints of the requests a previous run accepted but did not finish."""
-        return [fp for fp, value in self.db.items() if value != _DONE]
+        return [k[len(_JOURNAL) :] for k, _ in self.db.items(prefix=_JOURNAL)]
 
     def _set_aside_scrapy_queue(self, jobdir: str) -> None:
         queue = Path(jobdir, "requests.queue")
@@ -226,7 +274,7 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         assert self.crawler is not None and self.crawler.engine is not None
         resumed = 0
         for fp in self._resume:
-            value = self.db.get(fp)
+            value = self.db.get(_JOURNAL + fp)
             if value is None or len(value) <= len(_PENDING):
                 continue
             try:
@@ -246,7 +294,10 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         self._loop.start(self.commit_interval, now=False)
 
     def _response_received(self, response: Any, request: Request, spider: Spider) -> None:
-        self._received.append((self._tick, request, self.fingerprinter.fingerprint(request)))
+        fp = self.fingerprinter.fingerprint(request)
+        if len(fp) != FP_WIDTH:
+            fp = hashlib.sha1(fp).digest()
+        self._received.append((self._tick, request, fp))
 
     def _in_scraper(self) -> Optional[set[int]]:
         """Ids of the requests whose callbacks have not finished, or None if unknown."""
@@ -280,7 +331,8 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
             e for e in self._received if not ((final or e[0] < tick) and id(e[1]) not in busy)
         ]
         self.db.flush()  # every request the finished callbacks yielded is durable now
-        self.db.insert_many([(fp, _DONE) for fp in finished])
+        for fp in finished:
+            self.db.remove(_JOURNAL + fp)
 
     # -- lifecycle -----------------------------------------------------------------------
 

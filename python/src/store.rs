@@ -21,13 +21,27 @@ struct Open {
     trees: HashMap<Vec<u8>, bloomsled::Tree>,
 }
 
+/// Lock stripes of `Tree.add_to_set`, per database.
+const SET_LOCKS: usize = 64;
+
 /// What every handle of one database shares.
 pub struct Core {
     open: RwLock<Option<Open>>,
     path: String,
+    set_locks: Vec<Mutex<()>>,
 }
 
 impl Core {
+    /// The lock stripe of the set stored at `key` (FNV-1a of the key).
+    fn set_lock(&self, key: &[u8]) -> std::sync::MutexGuard<'_, ()> {
+        let h = key.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        self.set_locks[(h % SET_LOCKS as u64) as usize]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     fn read(&self) -> RwLockReadGuard<'_, Option<Open>> {
         self.open.read().unwrap_or_else(|p| p.into_inner())
     }
@@ -90,6 +104,76 @@ impl Tree {
                 .compare_and_swap(&*k, None as Option<&[u8]>, Some(&*v))
                 .py_err()?;
             Ok(res.is_ok())
+        })
+    }
+
+    /// Adds `member` to the set stored at `key` (a value made of members of one width,
+    /// the width of `member`); True if it was absent. Atomic against other `add_to_set`
+    /// calls on this database (a database is open in one process at a time). With
+    /// `also=(key2, value2)`, that pair is written in the same transaction when the member
+    /// is added, so both reach the store together or not at all. Of several threads racing
+    /// to add one member, exactly one gets True.
+    #[pyo3(signature = (key, member, *, also = None))]
+    fn add_to_set(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        member: &Bound<'_, PyAny>,
+        also: Option<(Bound<'_, PyAny>, Bound<'_, PyAny>)>,
+    ) -> PyResult<bool> {
+        let (k, m) = (bytes_of(key)?, bytes_of(member)?);
+        let also = match &also {
+            Some((k2, v2)) => Some((bytes_of(k2)?, bytes_of(v2)?)),
+            None => None,
+        };
+        if m.is_empty() {
+            return Err(pyo3::exceptions::PyValueError::new_err("empty set member"));
+        }
+        // Not a sled transaction: bloomsled's transactions make the tree's dirty mark
+        // durable inside sled's transaction (a flush there never returns once the tree
+        // has a snapshot). A lock stripe of this database serializes the read-check-write
+        // of one set, and one batch writes the set and `also` atomically.
+        let core = self.core.clone();
+        py.detach(|| {
+            self.with(|t| {
+                let _guard = core.set_lock(&k);
+                let old = t.get(&*k).py_err()?;
+                let old: &[u8] = old.as_deref().unwrap_or(&[]);
+                if !old.len().is_multiple_of(m.len()) {
+                    return Err(crate::errors::CorruptError::new_err(format!(
+                        "the value at {:?} is not a set of {}-byte members",
+                        String::from_utf8_lossy(&k),
+                        m.len()
+                    )));
+                }
+                if old.chunks_exact(m.len()).any(|c| c == &*m) {
+                    return Ok(false);
+                }
+                let mut new = Vec::with_capacity(old.len() + m.len());
+                new.extend_from_slice(old);
+                new.extend_from_slice(&m);
+                let mut batch = bloomsled::Batch::default();
+                batch.insert(&*k, new);
+                if let Some((k2, v2)) = &also {
+                    batch.insert(&**k2, &**v2);
+                }
+                t.apply_batch(batch).py_err()?;
+                Ok(true)
+            })
+        })
+    }
+
+    /// True if `member` is in the set stored at `key` (see `add_to_set`).
+    fn set_contains(&self, key: &Bound<'_, PyAny>, member: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let (k, m) = (bytes_of(key)?, bytes_of(member)?);
+        if m.is_empty() {
+            return Ok(false);
+        }
+        self.with(|t| {
+            let v = t.get(&*k).py_err()?;
+            Ok(v.is_some_and(|v| {
+                v.len().is_multiple_of(m.len()) && v.chunks_exact(m.len()).any(|c| c == &*m)
+            }))
         })
     }
 
@@ -160,9 +244,16 @@ impl Tree {
         KeyIter::new(slf, false)
     }
 
-    /// Iterates over `(key, value)` pairs, in key order.
-    fn items(slf: Bound<'_, Self>) -> KeyIter {
-        KeyIter::new(slf, true)
+    /// Iterates over `(key, value)` pairs in key order, or over those whose keys start
+    /// with `prefix`.
+    #[pyo3(signature = (prefix = None))]
+    fn items(slf: Bound<'_, Self>, prefix: Option<&Bound<'_, PyAny>>) -> PyResult<KeyIter> {
+        let prefix = prefix
+            .map(|p| bytes_of(p).map(|b| b.into_owned()))
+            .transpose()?;
+        let mut it = KeyIter::new(slf, true);
+        it.prefix = prefix;
+        Ok(it)
     }
 
     /// Makes every write so far durable (sled's flush: an fsync); returns the bytes flushed.
@@ -255,6 +346,7 @@ const ITER_CHUNK: usize = 512;
 pub struct KeyIter {
     tree: Py<Tree>,
     values: bool,
+    prefix: Option<Vec<u8>>,
     state: Mutex<IterState>,
 }
 
@@ -263,6 +355,7 @@ impl KeyIter {
         KeyIter {
             tree: tree.unbind(),
             values,
+            prefix: None,
             state: Mutex::new(IterState {
                 after: None,
                 buffer: VecDeque::new(),
@@ -284,24 +377,30 @@ impl KeyIter {
             let tree = self.tree.get();
             let after = st.after.clone();
             let values = self.values;
+            let prefix = self.prefix.as_deref();
             let chunk = py.detach(|| {
                 tree.with(|t| {
-                    let lower = match &after {
-                        Some(a) => RangeBound::Excluded(a.as_slice()),
-                        None => RangeBound::Unbounded,
+                    let lower = match (&after, prefix) {
+                        (Some(a), _) => RangeBound::Excluded(a.as_slice()),
+                        (None, Some(p)) => RangeBound::Included(p),
+                        (None, None) => RangeBound::Unbounded,
                     };
                     let mut out = Vec::with_capacity(ITER_CHUNK);
                     for kv in t.range::<&[u8], _>((lower, RangeBound::Unbounded)) {
                         let (k, v) = kv.py_err()?;
+                        if prefix.is_some_and(|p| !k.starts_with(p)) {
+                            return Ok((out, true));
+                        }
                         out.push((k.to_vec(), if values { v.to_vec() } else { Vec::new() }));
                         if out.len() == ITER_CHUNK {
-                            break;
+                            return Ok((out, false));
                         }
                     }
-                    Ok(out)
+                    Ok((out, true))
                 })
             })?;
-            st.done = chunk.len() < ITER_CHUNK;
+            let (chunk, done) = chunk;
+            st.done = done;
             st.after = chunk.last().map(|(k, _)| k.clone()).or(after);
             st.buffer.extend(chunk);
         }
@@ -364,6 +463,7 @@ impl Db {
                 trees: HashMap::new(),
             })),
             path: path.to_string_lossy().into_owned(),
+            set_locks: (0..SET_LOCKS).map(|_| Mutex::new(())).collect(),
         };
         Ok(PyClassInitializer::from(Tree {
             core: std::sync::Arc::new(core),

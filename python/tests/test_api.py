@@ -138,3 +138,23 @@ def test_counting_db_removes(tmp_path):
         db.remove("a")
         assert not db.may_contain("a")
         assert db.stats()["mode"] == "counting"
+
+
+def test_sets_and_prefix_items(tmp_path):
+    with bloomsled.Db(str(tmp_path / "db")) as db:
+        assert db.add_to_set(b"b1", b"aaaa")
+        assert db.add_to_set(b"b1", b"bbbb", also=(b"p-bbbb", b"journal"))
+        assert not db.add_to_set(b"b1", b"aaaa", also=(b"p-aaaa", b"x"))  # already there
+        assert db.get(b"b1") == b"aaaabbbb" and db.get(b"p-bbbb") == b"journal"
+        assert db.get(b"p-aaaa") is None, "`also` is written only when the member is added"
+        assert db.set_contains(b"b1", b"bbbb") and not db.set_contains(b"b1", b"cccc")
+        assert not db.set_contains(b"nothing", b"aaaa")
+        with pytest.raises(bloomsled.CorruptError):
+            db.add_to_set(b"b1", b"abc")  # 8 bytes are not a set of 3-byte members
+        with pytest.raises(ValueError):
+            db.add_to_set(b"b1", b"")
+        db.insert(b"a", b"1")
+        db.insert(b"q", b"2")
+        assert [k for k, _ in db.items(prefix=b"p-")] == [b"p-bbbb"]
+        assert [k for k, _ in db.items(prefix=b"b")] == [b"b1"]
+        assert list(db.items(prefix=b"zz")) == []

@@ -13,8 +13,7 @@ scrapy = pytest.importorskip("scrapy")
 
 from conftest import crawl_cmd, run_crawl  # noqa: E402
 
-import bloomsled  # noqa: E402
-from bloomsled.scrapy import STORE_DIR  # noqa: E402
+from bloomsled.scrapy import STORE_DIR, read_store  # noqa: E402
 
 
 def done_paths(site, jobdir: Path) -> tuple[set[str], set[str]]:
@@ -24,13 +23,11 @@ def done_paths(site, jobdir: Path) -> tuple[set[str], set[str]]:
 
     fper = RequestFingerprinter()
     by_fp = {fper.fingerprint(Request(site.url + p)): p for p in site.all_paths()}
-    done, pending = set(), set()
-    with bloomsled.Db(str(jobdir / STORE_DIR)) as db:
-        for fp, value in db.items():
-            path = by_fp.get(fp)
-            assert path is not None, f"unknown fingerprint {fp.hex()}"
-            (done if value == b"" else pending).add(path)
-    return done, pending
+    seen, pending = read_store(str(jobdir / STORE_DIR))
+    assert pending <= seen
+    unknown = [fp.hex() for fp in seen if fp not in by_fp]
+    assert not unknown, f"unknown fingerprints {unknown[:5]}"
+    return {by_fp[fp] for fp in seen - pending}, {by_fp[fp] for fp in pending}
 
 
 def test_crawl_fetches_every_page_exactly_once(site, tmp_path):

@@ -81,3 +81,20 @@ def test_close_while_threads_work(tmp_path):
     for t in threads:
         t.join(timeout=30)
         assert not t.is_alive()
+
+
+def test_threads_race_on_sets(tmp_path):
+    with bloomsled.Db(str(tmp_path / "db")) as db:
+        members = [i.to_bytes(4, "big") for i in range(600)]
+        won: list[list[bytes]] = [[] for _ in range(6)]
+
+        def work(i):
+            for m in members:  # few buckets: every add is a transaction conflict risk
+                if db.add_to_set(b"bucket-%d" % (m[-1] % 4), m, also=(b"j" + m, b"%d" % i)):
+                    won[i].append(m)
+
+        assert run_threads(6, work) == []
+        flat = sorted(m for w in won for m in w)
+        assert flat == members, "each member added exactly once"
+        for i, w in enumerate(won):
+            assert all(db.get(b"j" + m) == b"%d" % i for m in w), "journal written by the winner"
