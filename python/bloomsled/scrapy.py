@@ -15,34 +15,36 @@ every request through again.
 Durability with ``JOBDIR`` (what survives ``kill -9``)
 =======================================================
 
-The store is ``JOBDIR/bloomsled-dupefilter``. Fingerprints are grouped into buckets (one
-sled key holds 32-64 of them: sled spends 100-200 bytes of memory per key whatever its cache
-size), and an in-memory ``bloomsled.Filter`` over the fingerprints, rebuilt from the
-buckets at open, answers new ones without a store read. Beside the buckets, a journal
-holds one entry per *pending* request (the pickled request). An accepted request's
-fingerprint and its journal entry are written by one transaction
-(``Tree.add_to_set(..., also=...)``): of two racers exactly one sees "new", and a
-fingerprint is never stored without its request being journaled.
+The store is ``JOBDIR/bloomsled-dupefilter``. It holds two kinds of entries:
 
-A request becomes *done* ("recorded") only when all of this has happened, in this order:
-its response was received, the spider's callback for it has finished (so every request it
-yielded went through ``request_seen``), the store was flushed (fsync: those children are
-durable), and then its journal entry was removed. This runs every
+* *done* fingerprints, grouped into buckets (one sled key holds 32-64 of them: sled spends
+  100-200 bytes of memory per key whatever its cache size), with an in-memory
+  ``bloomsled.Filter`` over them, rebuilt from the buckets at open, that answers new
+  fingerprints without a store read;
+* a journal: one key per *pending* request (accepted, not yet done), holding the pickled
+  request. It is written by one atomic insert-if-absent (sled's compare-and-swap) when
+  ``request_seen`` accepts the request: of two racers exactly one sees "new".
+
+A request is seen if it is done or pending. It becomes *done* ("recorded") only when all of
+this has happened, in this order: its response was received; the spider's callback for it
+has finished (so every request it yielded went through ``request_seen`` and is journaled);
+a flush made those journal entries durable; its fingerprint was added to its bucket and
+flushed; and then its journal entry was removed. This runs every
 ``BLOOMSLED_COMMIT_INTERVAL`` seconds (1 s) and at close. So, after any crash:
 
-* a done request was fetched and its children are durably recorded: it is never fetched
-  again, and nothing it linked to is lost;
+* a done request was fetched and its children are durably journaled or done: it is never
+  fetched again, and nothing it linked to is lost;
 * a pending request is fetched (again) on resume: at restart the journal is the frontier.
-  Scrapy's own disk queue is only consistent after a clean close, and its pending requests
-  are all in the journal anyway, so the filter sets ``JOBDIR/requests.queue`` aside (renamed,
-  never deleted) and re-schedules every pending request itself;
-* an accepted request whose entry had not reached the disk yet (sled writes within
-  ``BLOOMSLED_FLUSH_MS``, 500 ms, and at every commit) is simply unknown: its parent was not
-  done yet (a parent is marked done only after a flush that covers its children), so the
-  parent is fetched again and finds it again.
+  Scrapy's own disk queue is only consistent after a clean close, and its requests are all
+  in the journal anyway, so the filter sets ``JOBDIR/requests.queue`` aside (renamed, never
+  deleted) and re-schedules every pending request itself;
+* a request accepted less than ``BLOOMSLED_FLUSH_MS`` (500 ms) before the crash may be
+  unknown after it: then its parent was not done yet (a parent is marked done only after a
+  flush that covers its children's journal entries), so the parent is fetched again and
+  finds it again.
 
-A flush per request would cost a millisecond-scale fsync per request; this costs one fsync
-per second. What a crash can cost is re-fetching the requests in flight during the last
+A flush per request would cost a millisecond-scale fsync per request; this costs two
+fsyncs per second. What a crash can cost is re-fetching the requests in flight during the last
 second, never a request that was recorded, and never a page left unreached.
 
 Without ``JOBDIR`` the store lives in a temporary folder removed at close, and there is no
@@ -102,14 +104,15 @@ def _bucket_bits(expected_items: int) -> int:
 
 
 def read_store(path: str) -> tuple[set[bytes], set[bytes]]:
-    """(every fingerprint, the pending ones) of a closed BloomDupeFilter store: for
-    inspection and tests. A fingerprint that is not pending is done."""
-    seen: set[bytes] = set()
+    """(done fingerprints, pending fingerprints) of a closed BloomDupeFilter store: for
+    inspection and tests. After a crash one fingerprint may be in both (its journal entry
+    is removed after it is done): it is fetched again, so count it as pending."""
+    done: set[bytes] = set()
     with Db(path) as db:
         for _, members in db.items(prefix=_BUCKET):
-            seen.update(members[i : i + FP_WIDTH] for i in range(0, len(members), FP_WIDTH))
+            done.update(members[i : i + FP_WIDTH] for i in range(0, len(members), FP_WIDTH))
         pending = {k[len(_JOURNAL) :] for k, _ in db.items(prefix=_JOURNAL)}
-    return seen, pending
+    return done - pending, pending
 
 
 class _DupeLog:
@@ -168,10 +171,10 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
             store = Path(self._tmpdir, "db")
         self.path = str(store)
         bits = _bucket_bits(expected_items)
-        # sled spends ~100-200 bytes of memory per key whatever its cache size, so the
+        # sled spends ~100-200 bytes of memory per key whatever its cache size, so done
         # fingerprints are grouped into 2^bits keys ("buckets", 32-64 fingerprints each at
-        # capacity); the store's own filter covers those keys, `self.filter` the
-        # fingerprints.
+        # capacity); the store's own filter covers those keys and the journal's,
+        # `self.filter` the fingerprints.
         self.db = Db(
             self.path,
             expected_items=max(2 << bits, 100_000),
@@ -220,18 +223,28 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
 
     # -- the filter ----------------------------------------------------------------------
 
-    def request_seen(self, request: Request) -> bool:
+    def _fp(self, request: Request) -> bytes:
         fp = self.fingerprinter.fingerprint(request)
-        if len(fp) != FP_WIDTH:
-            fp = hashlib.sha1(fp).digest()
-        bucket = _BUCKET + (int.from_bytes(fp[:4], "big") >> self._shift).to_bytes(4, "big")
-        # The filter's "no" is certain; its "maybe" is confirmed by the store.
-        if fp in self.filter and self.db.set_contains(bucket, fp):
+        return fp if len(fp) == FP_WIDTH else hashlib.sha1(fp).digest()
+
+    def _bucket(self, fp: bytes) -> bytes:
+        return _BUCKET + (int.from_bytes(fp[:4], "big") >> self._shift).to_bytes(4, "big")
+
+    def request_seen(self, request: Request) -> bool:
+        fp = self._fp(request)
+        # Done? The filter's "no" is certain; its "maybe" is confirmed by the bucket.
+        if fp in self.filter and self.db.set_contains(self._bucket(fp), fp):
             return True
-        # New (or a false positive of the filter): one transaction adds the fingerprint,
-        # and journals the request with it; it fails if another thread added it first.
-        also = (_JOURNAL + fp, self._journal_value(request)) if self.journal else None
-        if self.db.add_to_set(bucket, fp, also=also):
+        if not self.journal:
+            if self.db.add_to_set(self._bucket(fp), fp):
+                self.filter.add(fp)
+                return False
+            return True
+        # Pending, or new: one compare-and-swap journals it unless it is there already
+        # (the store's own filter answers most of these "absent" without a read).
+        if _JOURNAL + fp in self.db:
+            return True
+        if self.db.insert_if_absent(_JOURNAL + fp, self._journal_value(request)):
             self.filter.add(fp)
             return False
         return True
@@ -294,10 +307,7 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         self._loop.start(self.commit_interval, now=False)
 
     def _response_received(self, response: Any, request: Request, spider: Spider) -> None:
-        fp = self.fingerprinter.fingerprint(request)
-        if len(fp) != FP_WIDTH:
-            fp = hashlib.sha1(fp).digest()
-        self._received.append((self._tick, request, fp))
+        self._received.append((self._tick, request, self._fp(request)))
 
     def _in_scraper(self) -> Optional[set[int]]:
         """Ids of the requests whose callbacks have not finished, or None if unknown."""
@@ -330,7 +340,12 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         self._received = [
             e for e in self._received if not ((final or e[0] < tick) and id(e[1]) not in busy)
         ]
-        self.db.flush()  # every request the finished callbacks yielded is durable now
+        self.db.flush()  # every request the finished callbacks yielded is journaled now
+        for fp in finished:
+            # Into the filter too: a re-scheduled request never went through request_seen.
+            self.filter.add(fp)
+            self.db.add_to_set(self._bucket(fp), fp)
+        self.db.flush()  # done, durably
         for fp in finished:
             self.db.remove(_JOURNAL + fp)
 
