@@ -74,17 +74,22 @@ def make_rfp_jobdir(n, tmp):
     return df.request_seen, lambda: df.close("finished")
 
 
+def _bloom_options() -> dict:
+    cache = os.environ.get("BENCH_CACHE_BYTES")
+    return {"cache_bytes": int(cache)} if cache else {}
+
+
 def make_bloom(n, tmp):
     from bloomsled.scrapy import BloomDupeFilter
 
-    df = BloomDupeFilter(None, expected_items=n)
+    df = BloomDupeFilter(None, expected_items=n, **_bloom_options())
     return df.request_seen, lambda: df.close("finished")
 
 
 def make_bloom_jobdir(n, tmp):
     from bloomsled.scrapy import BloomDupeFilter
 
-    df = BloomDupeFilter(tmp, expected_items=n)
+    df = BloomDupeFilter(tmp, expected_items=n, **_bloom_options())
     return df.request_seen, lambda: df.close("finished")
 
 
@@ -281,7 +286,12 @@ def main() -> None:
     ap.add_argument("-c", "--contenders", default=",".join(ALL + ["contains_many"]))
     ap.add_argument("--run", help=argparse.SUPPRESS)
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument(
+        "--cache-bytes", type=int, help="BloomDupeFilter's sled cache (default: its own default)"
+    )
     args = ap.parse_args()
+    if args.cache_bytes:
+        os.environ["BENCH_CACHE_BYTES"] = str(args.cache_bytes)
     if args.run:
         res = contains_many_bench(args.n) if args.run == "contains_many" else run_one(args.run, args.n)
         print(json.dumps(res))

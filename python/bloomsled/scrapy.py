@@ -187,11 +187,7 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         else:
             bits = int(stored)
         self._shift = 32 - bits
-        self.filter = Filter(max(1, expected_items), fpr)
-        for _, members in self.db.items(prefix=_BUCKET):
-            self.filter.update(
-                [members[i : i + FP_WIDTH] for i in range(0, len(members), FP_WIDTH)]
-            )
+        self.filter = self._load_filter(max(1, expected_items), fpr)
         # The journal needs a JOBDIR (something to resume) and a crawler (to re-schedule).
         self.journal = bool(path) and crawler is not None
         self._received: list[tuple[int, Request, bytes]] = []
@@ -261,6 +257,35 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
                 e,
             )
             return _PENDING
+
+    def _load_filter(self, expected_items: int, fpr: float) -> Filter:
+        """The filter saved by the last clean close, or one rebuilt from the buckets.
+
+        The saved filter is trusted only if the ``clean`` mark is there: a close writes the
+        filter, flushes, then writes the mark; an open removes the mark and flushes before
+        anything else is written. So the mark means "nothing was added since the filter
+        was saved"; after a crash it is absent and the buckets are scanned.
+        """
+        f = None
+        saved = self.db.get(_META + b"filter")
+        if self.db.get(_META + b"clean") is not None and saved is not None:
+            try:
+                f = Filter.from_bytes(saved)
+            except Exception as e:  # damaged: rebuild
+                logger.warning("bloomsled: saved filter not used (%s); rebuilding it", e)
+        self.db.remove(_META + b"clean")
+        self.db.flush()
+        if f is not None:
+            return f
+        f = Filter(expected_items, fpr)
+        for _, members in self.db.items(prefix=_BUCKET):
+            f.update([members[i : i + FP_WIDTH] for i in range(0, len(members), FP_WIDTH)])
+        return f
+
+    def _save_filter(self) -> None:
+        self.db.insert(_META + b"filter", self.filter.to_bytes())
+        self.db.flush()
+        self.db.insert(_META + b"clean", b"1")
 
     # -- the journal ---------------------------------------------------------------------
 
@@ -357,6 +382,8 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         if self.journal:
             # The scraper is closed before the scheduler: every callback has finished.
             self._commit(final=True)
+        if self._tmpdir is None:
+            self._save_filter()
         self.db.close()
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)

@@ -91,3 +91,28 @@ def test_interrupted_crawl_resumes_without_refetching(site, tmp_path, sig):
         # A graceful stop finishes every callback: everything fetched is recorded.
         assert done == first and not again
     assert all(n == 1 for n in site.snapshot().values()), "run 2 fetched a page twice"
+
+
+def test_dupefilter_reopens_with_its_saved_filter(tmp_path):
+    from scrapy import Request
+
+    from bloomsled.scrapy import BloomDupeFilter
+
+    reqs = [Request(f"http://127.0.0.1/p/{i}") for i in range(3_000)]
+    df = BloomDupeFilter(str(tmp_path), expected_items=10_000)
+    assert not any(df.request_seen(r) for r in reqs)
+    assert all(df.request_seen(r) for r in reqs)
+    df.close("finished")
+    # Clean close: the saved filter is loaded, nothing is forgotten.
+    df = BloomDupeFilter(str(tmp_path), expected_items=10_000)
+    assert df.filter.stats()["items"] >= 2_990
+    assert all(df.request_seen(r) for r in reqs)
+    new = Request("http://127.0.0.1/new")
+    assert not df.request_seen(new)
+    # Not closed (as after a crash): the mark is gone, so the filter is rebuilt from the
+    # buckets and still knows every fingerprint, the one added after the reload included.
+    df.db.flush()
+    df.db.close()
+    df = BloomDupeFilter(str(tmp_path), expected_items=10_000)
+    assert all(df.request_seen(r) for r in reqs + [new])
+    df.close("finished")
