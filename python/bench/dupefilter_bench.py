@@ -1,0 +1,365 @@
+"""Per-request cost and peak memory of Scrapy dupefilters, and contains_many vs a loop.
+
+Each contender runs in its own subprocess (so ``ru_maxrss`` is its own peak) and is fed
+real ``scrapy.Request`` objects through the dupefilter pattern it implements: the
+fingerprint (Scrapy's default ``RequestFingerprinter``) is part of the measured cost. The
+Request objects themselves are built outside the timed region, in chunks of 10,000.
+
+Costs are CPU time of the contender's process (``time.process_time``: every thread, sled's
+background flusher included), which a loaded machine disturbs far less than wall time;
+wall times are in the JSON too. Phases per contender: ``new`` feeds N distinct requests (each is new: the filter grows to
+N fingerprints), ``dup`` then feeds 200,000 requests seen before (they must all be
+filtered). Peak RSS is taken at the end, baseline RSS (interpreter + Scrapy + one chunk of
+requests) before the first request.
+
+    python bench/dupefilter_bench.py -n 1000000            # every contender that installs
+    python bench/dupefilter_bench.py -n 10000000 -c bloom,rfp
+
+Contenders: ``rfp`` Scrapy's RFPDupeFilter (a Python set), ``rfp_jobdir`` (the same with
+JOBDIR: a file append per request), ``bloom`` bloomsled.scrapy.BloomDupeFilter (store in a
+temporary folder), ``bloom_jobdir`` (store under JOBDIR), ``rbloom``, ``pybloom_live``,
+``redis_setbit`` (the scrapy-redis-bloomfilter pattern: k GETBITs then k SETBITs per
+fingerprint, pipelined, on a private redis-server; its Redis memory is reported apart).
+``contains_many`` compares ``Filter.contains_many`` and ``Tree.contains_many`` with a Python
+loop of ``in``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+CHUNK = 10_000
+DUPS = 200_000
+ALL = ["rfp", "bloom", "rfp_jobdir", "bloom_jobdir", "rbloom", "pybloom_live", "redis_setbit"]
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def url(i: int) -> str:
+    return f"https://shop{i % 997}.example.com/category/{i % 131}/item-{i}.html?ref=list&page={i % 50}"
+
+
+def requests_for(indices):
+    from scrapy import Request
+
+    return [Request(url(i)) for i in indices]
+
+
+# -- contenders: each returns (request_seen, close) ----------------------------------------
+
+
+def make_rfp(n, tmp):
+    from scrapy.dupefilters import RFPDupeFilter
+
+    df = RFPDupeFilter()
+    return df.request_seen, lambda: df.close("finished")
+
+
+def make_rfp_jobdir(n, tmp):
+    from scrapy.dupefilters import RFPDupeFilter
+
+    df = RFPDupeFilter(tmp)
+    return df.request_seen, lambda: df.close("finished")
+
+
+def _bloom_options() -> dict:
+    cache = os.environ.get("BENCH_CACHE_BYTES")
+    return {"cache_bytes": int(cache)} if cache else {}
+
+
+def make_bloom(n, tmp):
+    from bloomsled.scrapy import BloomDupeFilter
+
+    df = BloomDupeFilter(None, expected_items=n, **_bloom_options())
+    return df.request_seen, lambda: df.close("finished")
+
+
+def make_bloom_jobdir(n, tmp):
+    from bloomsled.scrapy import BloomDupeFilter
+
+    df = BloomDupeFilter(tmp, expected_items=n, **_bloom_options())
+    return df.request_seen, lambda: df.close("finished")
+
+
+def make_rbloom(n, tmp):
+    from rbloom import Bloom
+    from scrapy.utils.request import RequestFingerprinter
+
+    fper = RequestFingerprinter()
+
+    def h(fp: bytes) -> int:
+        return int.from_bytes(fp[:16], "big", signed=True)
+
+    bf = Bloom(n, 0.01, h)
+
+    def seen(request):
+        fp = fper.fingerprint(request)
+        if fp in bf:
+            return True
+        bf.add(fp)
+        return False
+
+    return seen, lambda: None
+
+
+def make_pybloom_live(n, tmp):
+    from pybloom_live import BloomFilter
+    from scrapy.utils.request import RequestFingerprinter
+
+    fper = RequestFingerprinter()
+    bf = BloomFilter(capacity=n, error_rate=0.01)
+
+    def seen(request):
+        return bf.add(fper.fingerprint(request))  # True if it was already there
+
+    return seen, lambda: None
+
+
+def make_redis_setbit(n, tmp):
+    """scrapy-redis-bloomfilter's pattern: 2^30 bits, 6 seeded hashes of the fingerprint."""
+    import redis
+    from scrapy.utils.request import RequestFingerprinter
+
+    port = int(os.environ["BENCH_REDIS_PORT"])
+    r = redis.Redis(host="127.0.0.1", port=port)
+    fper = RequestFingerprinter()
+    m = 1 << 30
+    seeds = [5, 7, 11, 13, 31, 37]
+
+    def offsets(fp: bytes):
+        hexfp = fp.hex()
+        out = []
+        for seed in seeds:  # scrapy-redis-bloomfilter's SimpleHash over the hex digest
+            ret = 0
+            for ch in hexfp:
+                ret += seed * ret + ord(ch)
+            out.append((m - 1) & ret)
+        return out
+
+    def seen(request):
+        offs = offsets(fper.fingerprint(request))
+        p = r.pipeline(transaction=False)
+        for o in offs:
+            p.getbit("bench:bloom", o)
+        if all(p.execute()):
+            return True
+        p = r.pipeline(transaction=False)
+        for o in offs:
+            p.setbit("bench:bloom", o, 1)
+        p.execute()
+        return False
+
+    def close():
+        info = r.info("memory")
+        print(json.dumps({"redis_used_memory_mb": info["used_memory"] / 2**20}), file=sys.stderr)
+
+    return seen, close
+
+
+def run_one(name: str, n: int) -> dict:
+    import scrapy  # noqa: F401  (imported before the baseline)
+
+    tmp = tempfile.mkdtemp(prefix=f"bench-{name}-")
+    try:
+        seen, close = globals()[f"make_{name}"](n, tmp)
+        first = requests_for(range(0, min(CHUNK, n)))
+        base = rss_mb()
+        t_new = c_new = 0.0
+        filtered = 0
+        for start in range(0, n, CHUNK):
+            reqs = first if start == 0 else requests_for(range(start, min(start + CHUNK, n)))
+            t0, c0 = time.perf_counter(), time.process_time()
+            for r in reqs:
+                if seen(r):
+                    filtered += 1
+            t_new += time.perf_counter() - t0
+            c_new += time.process_time() - c0
+        t_dup = c_dup = 0.0
+        dups = 0
+        step = max(1, n // DUPS)
+        indices = list(range(0, n, step))[:DUPS]
+        for start in range(0, len(indices), CHUNK):
+            reqs = requests_for(indices[start : start + CHUNK])
+            t0, c0 = time.perf_counter(), time.process_time()
+            for r in reqs:
+                if seen(r):
+                    dups += 1
+            t_dup += time.perf_counter() - t0
+            c_dup += time.process_time() - c0
+        close()
+        return {
+            "contender": name,
+            "n": n,
+            "new_ns": c_new / n * 1e9,
+            "dup_ns": c_dup / len(indices) * 1e9,
+            "new_wall_ns": t_new / n * 1e9,
+            "dup_wall_ns": t_dup / len(indices) * 1e9,
+            "false_positives_of_new": filtered,
+            "dups_filtered": dups / len(indices),
+            "baseline_rss_mb": base,
+            "peak_rss_mb": rss_mb(),
+            "disk_mb": dir_mb(tmp),
+        }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def dir_mb(path: str) -> float:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass
+    return total / 2**20
+
+
+def contains_many_bench(n: int) -> dict:
+    import bloomsled
+
+    keys = [hashlib.sha1(str(i).encode()).digest() for i in range(n)]
+    absent = [hashlib.sha1(f"x{i}".encode()).digest() for i in range(n)]
+    f = bloomsled.Filter(n, 0.01)
+    f.update(keys)
+    out = {"n": n}
+    for label, probe in (("present", keys), ("absent", absent)):
+        t0 = time.perf_counter()
+        a = f.contains_many(probe)
+        t1 = time.perf_counter()
+        b = [k in f for k in probe]
+        t2 = time.perf_counter()
+        assert a == b
+        out[f"filter_{label}_many_ns"] = (t1 - t0) / n * 1e9
+        out[f"filter_{label}_loop_ns"] = (t2 - t1) / n * 1e9
+    tmp = tempfile.mkdtemp(prefix="bench-tree-")
+    try:
+        with bloomsled.Db(os.path.join(tmp, "db"), expected_items=n) as db:
+            db.insert_many([(k, b"") for k in keys])
+            sample = absent[: min(n, 1_000_000)]
+            t0 = time.perf_counter()
+            a = db.contains_many(sample)
+            t1 = time.perf_counter()
+            b = [k in db for k in sample]
+            t2 = time.perf_counter()
+            assert a == b
+            out["tree_absent_many_ns"] = (t1 - t0) / len(sample) * 1e9
+            out["tree_absent_loop_ns"] = (t2 - t1) / len(sample) * 1e9
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def available(name: str) -> bool:
+    mod = {"rbloom": "rbloom", "pybloom_live": "pybloom_live", "redis_setbit": "redis"}.get(name)
+    if mod is not None:
+        try:
+            __import__(mod)
+        except ImportError:
+            return False
+    if name == "redis_setbit" and shutil.which("redis-server") is None:
+        return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("-n", type=int, default=1_000_000, help="fingerprints per contender")
+    ap.add_argument("-c", "--contenders", default=",".join(ALL + ["contains_many"]))
+    ap.add_argument("--run", help=argparse.SUPPRESS)
+    ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument(
+        "--cache-bytes", type=int, help="BloomDupeFilter's sled cache (default: its own default)"
+    )
+    args = ap.parse_args()
+    if args.cache_bytes:
+        os.environ["BENCH_CACHE_BYTES"] = str(args.cache_bytes)
+    if args.run:
+        res = contains_many_bench(args.n) if args.run == "contains_many" else run_one(args.run, args.n)
+        print(json.dumps(res))
+        return
+    results = []
+    for name in args.contenders.split(","):
+        if name != "contains_many" and not available(name):
+            print(f"# {name}: not installed, skipped", flush=True)
+            continue
+        env = dict(os.environ)
+        redis_proc = None
+        if name == "redis_setbit":
+            port = free_port()
+            env["BENCH_REDIS_PORT"] = str(port)
+            redis_proc = subprocess.Popen(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no"],
+                stdout=subprocess.DEVNULL,
+            )
+            time.sleep(0.5)
+        try:
+            p = subprocess.run(
+                [sys.executable, __file__, "--run", name, "-n", str(args.n)],
+                capture_output=True, text=True, env=env,
+            )
+        finally:
+            if redis_proc is not None:
+                redis_proc.kill()
+                redis_proc.wait()
+        if p.returncode != 0:
+            print(f"# {name}: failed\n{p.stderr[-2000:]}", flush=True)
+            continue
+        res = json.loads(p.stdout.strip().splitlines()[-1])
+        for line in p.stderr.splitlines():
+            if line.startswith("{"):
+                res.update(json.loads(line))
+        results.append(res)
+        print(json.dumps(res), flush=True)
+    print_table(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def print_table(results: list) -> None:
+    rows = [r for r in results if "contender" in r]
+    rfp = next((r for r in rows if r["contender"] == "rfp"), None)
+    print()
+    print("| contender | fingerprints | new request (CPU) | seen request (CPU) | vs RFP (new) | peak RSS | vs RFP (RSS) | disk |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        vs = f"{r['new_ns'] / rfp['new_ns']:.2f}x" if rfp else "-"
+        vr = f"{r['peak_rss_mb'] / rfp['peak_rss_mb']:.3f}" if rfp else "-"
+        extra = f" (+ Redis {r['redis_used_memory_mb']:.0f} MiB)" if "redis_used_memory_mb" in r else ""
+        print(
+            f"| {r['contender']} | {r['n']:,} | {r['new_ns'] / 1000:.1f} µs | {r['dup_ns'] / 1000:.1f} µs "
+            f"| {vs} | {r['peak_rss_mb']:.0f} MiB{extra} | {vr} | {r['disk_mb']:.0f} MiB |"
+        )
+    for r in results:
+        if "filter_present_many_ns" in r:
+            print()
+            print(f"contains_many vs a loop of `in`, {r['n']:,} keys (ns per key):")
+            print("| | contains_many | loop of in | speed-up |")
+            print("|---|---:|---:|---:|")
+            for label in ("filter_present", "filter_absent", "tree_absent"):
+                a, b = r[f"{label}_many_ns"], r[f"{label}_loop_ns"]
+                print(f"| {label.replace('_', ' ')} | {a:.0f} | {b:.0f} | {b / a:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()

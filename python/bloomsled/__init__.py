@@ -1,0 +1,39 @@
+"""bloomsled: a crash-safe Bloom filter in front of sled, from Python.
+
+``Db``/``Tree`` store keys and values on disk with a Bloom filter in front, so lookups of
+absent keys never touch the store, and the filter survives restarts and ``kill -9``.
+``Filter`` is the same filter in memory, ``SharedFilter`` the same filter in Redis.
+``bloomsled.scrapy`` holds the Scrapy dupefilters.
+"""
+
+from ._bloomsled import (
+    ClosedError,
+    CorruptError,
+    Db,
+    Error,
+    Filter,
+    InvalidConfig,
+    RedisError,
+    ShapeMismatch,
+    SharedFilter,
+    SharedFilterLost,
+    SharedFilterNotFound,
+    Tree,
+    __version__,
+)
+
+__all__ = [
+    "ClosedError",
+    "CorruptError",
+    "Db",
+    "Error",
+    "Filter",
+    "InvalidConfig",
+    "RedisError",
+    "ShapeMismatch",
+    "SharedFilter",
+    "SharedFilterLost",
+    "SharedFilterNotFound",
+    "Tree",
+    "__version__",
+]

@@ -1,0 +1,491 @@
+"""Scrapy dupefilters backed by bloomsled.
+
+Swap one line of ``settings.py``::
+
+    DUPEFILTER_CLASS = "bloomsled.scrapy.BloomDupeFilter"
+
+``BloomDupeFilter`` is exact: a Bloom filter answers new fingerprints, the sled store
+confirms the rest, so no request is ever dropped as a false positive. Its memory is the
+filter plus sled's cache (``BLOOMSLED_CACHE_BYTES``), not a Python set of every fingerprint.
+
+``RedisBloomDupeFilter`` shares one Bloom filter between many spider processes through
+Redis or Redis Cluster; a lost filter closes the spider with an error instead of letting
+every request through again.
+
+Durability with ``JOBDIR`` (what survives ``kill -9``)
+=======================================================
+
+The store is ``JOBDIR/bloomsled-dupefilter``. It holds two kinds of entries:
+
+* *done* fingerprints, grouped into buckets (one sled key holds 32-64 of them: sled spends
+  100-200 bytes of memory per key whatever its cache size), with an in-memory
+  ``bloomsled.Filter`` over them, rebuilt from the buckets at open, that answers new
+  fingerprints without a store read;
+* a journal: one key per *pending* request (accepted, not yet done), holding the pickled
+  request. It is written by one atomic insert-if-absent (sled's compare-and-swap) when
+  ``request_seen`` accepts the request: of two racers exactly one sees "new".
+
+A request is seen if it is done or pending. It becomes *done* ("recorded") only when all of
+this has happened, in this order: its response was received; the spider's callback for it
+has finished (so every request it yielded went through ``request_seen`` and is journaled);
+a flush made those journal entries durable; its fingerprint was added to its bucket and
+flushed; and then its journal entry was removed. This runs every
+``BLOOMSLED_COMMIT_INTERVAL`` seconds (1 s) and at close. So, after any crash:
+
+* a done request was fetched and its children are durably journaled or done: it is never
+  fetched again, and nothing it linked to is lost;
+* a pending request is fetched (again) on resume: at restart the journal is the frontier.
+  Scrapy's own disk queue is only consistent after a clean close, and its requests are all
+  in the journal anyway, so the filter sets ``JOBDIR/requests.queue`` aside (renamed, never
+  deleted) and re-schedules every pending request itself;
+* a request accepted less than ``BLOOMSLED_FLUSH_MS`` (500 ms) before the crash may be
+  unknown after it: then its parent was not done yet (a parent is marked done only after a
+  flush that covers its children's journal entries), so the parent is fetched again and
+  finds it again.
+
+A flush per request would cost a millisecond-scale fsync per request; this costs two
+fsyncs per second. What a crash can cost is re-fetching the requests in flight during the last
+second, never a request that was recorded, and never a page left unreached.
+
+Without ``JOBDIR`` the store lives in a temporary folder removed at close, and there is no
+journal (nothing can resume).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import pickle
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from scrapy import signals
+from scrapy.dupefilters import BaseDupeFilter
+from scrapy.utils.job import job_dir
+from scrapy.utils.request import RequestFingerprinter, referer_str
+
+from . import Db, Filter, SharedFilter, SharedFilterLost
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Request
+    from scrapy.spiders import Spider
+
+__all__ = ["BloomDupeFilter", "RedisBloomDupeFilter"]
+
+logger = logging.getLogger(__name__)
+
+#: Folder of the store under ``JOBDIR``.
+STORE_DIR = "bloomsled-dupefilter"
+DEFAULT_EXPECTED_ITEMS = 10_000_000
+DEFAULT_FPR = 0.01
+DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
+DEFAULT_FLUSH_MS = 500
+DEFAULT_COMMIT_INTERVAL = 1.0
+#: Reason a spider is closed with when its shared filter was lost.
+SHARED_FILTER_LOST_REASON = "bloomsled_shared_filter_lost"
+
+_PENDING = b"P"
+#: Key prefixes in the store: fingerprint sets ("buckets"), the journal, settings.
+_BUCKET = b"b"
+_JOURNAL = b"p"
+_META = b"m"
+#: Fingerprints are kept at this width (Scrapy's are SHA-1 digests; others are hashed).
+FP_WIDTH = 20
+
+
+def _bucket_bits(expected_items: int) -> int:
+    """32 to 64 fingerprints per bucket at capacity, from 2^10 to 2^22 buckets."""
+    bits = max(10, min(22, (max(1, expected_items) // 64).bit_length()))
+    return bits
+
+
+def read_store(path: str) -> tuple[set[bytes], set[bytes]]:
+    """(done fingerprints, pending fingerprints) of a closed BloomDupeFilter store: for
+    inspection and tests. After a crash one fingerprint may be in both (its journal entry
+    is removed after it is done): it is fetched again, so count it as pending."""
+    done: set[bytes] = set()
+    with Db(path) as db:
+        for _, members in db.items(prefix=_BUCKET):
+            done.update(members[i : i + FP_WIDTH] for i in range(0, len(members), FP_WIDTH))
+        pending = {k[len(_JOURNAL) :] for k, _ in db.items(prefix=_JOURNAL)}
+    return done - pending, pending
+
+
+class _DupeLog:
+    """``log()`` exactly as Scrapy's ``RFPDupeFilter`` does it (``DUPEFILTER_DEBUG``)."""
+
+    debug: bool
+    logdupes: bool
+
+    def log(self, request: Request, spider: Spider) -> None:
+        if self.debug:
+            msg = "Filtered duplicate request: %(request)s (referer: %(referer)s)"
+            args = {"request": request, "referer": referer_str(request)}
+            logger.debug(msg, args, extra={"spider": spider})
+        elif self.logdupes:
+            msg = (
+                "Filtered duplicate request: %(request)s"
+                " - no more duplicates will be shown"
+                " (see DUPEFILTER_DEBUG to show all duplicates)"
+            )
+            logger.debug(msg, {"request": request}, extra={"spider": spider})
+            self.logdupes = False
+        spider.crawler.stats.inc_value("dupefilter/filtered")
+
+
+class BloomDupeFilter(_DupeLog, BaseDupeFilter):
+    """Exact duplicate filter: bloomsled's Bloom filter in front of a sled store.
+
+    Settings: ``BLOOMSLED_EXPECTED_ITEMS`` (10,000,000), ``BLOOMSLED_FPR`` (0.01),
+    ``BLOOMSLED_CACHE_BYTES`` (32 MiB of sled cache), ``BLOOMSLED_FLUSH_MS`` (500),
+    ``BLOOMSLED_COMMIT_INTERVAL`` (1.0 s), ``DUPEFILTER_DEBUG``, ``JOBDIR``.
+    """
+
+    def __init__(
+        self,
+        path: Optional[str] = None,
+        debug: bool = False,
+        *,
+        fingerprinter: Any = None,
+        expected_items: int = DEFAULT_EXPECTED_ITEMS,
+        fpr: float = DEFAULT_FPR,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        flush_ms: int = DEFAULT_FLUSH_MS,
+        commit_interval: float = DEFAULT_COMMIT_INTERVAL,
+        crawler: Optional[Crawler] = None,
+    ) -> None:
+        self.fingerprinter = fingerprinter or RequestFingerprinter()
+        self.debug = debug
+        self.logdupes = True
+        self.crawler = crawler
+        self.commit_interval = commit_interval
+        self._tmpdir: Optional[str] = None
+        if path:
+            store = Path(path, STORE_DIR)
+        else:
+            self._tmpdir = tempfile.mkdtemp(prefix="bloomsled-dupefilter-")
+            store = Path(self._tmpdir, "db")
+        self.path = str(store)
+        bits = _bucket_bits(expected_items)
+        # sled spends ~100-200 bytes of memory per key whatever its cache size, so done
+        # fingerprints are grouped into 2^bits keys ("buckets", 32-64 fingerprints each at
+        # capacity); the store's own filter covers those keys and the journal's,
+        # `self.filter` the fingerprints.
+        self.db = Db(
+            self.path,
+            expected_items=max(2 << bits, 100_000),
+            cache_capacity=cache_bytes,
+            flush_every_ms=flush_ms,
+        )
+        stored = self.db.get(_META + b"bucket_bits")
+        if stored is None:
+            self.db.insert(_META + b"bucket_bits", str(bits))
+        else:
+            bits = int(stored)
+        self._shift = 32 - bits
+        self.filter = self._load_filter(max(1, expected_items), fpr)
+        # The journal needs a JOBDIR (something to resume) and a crawler (to re-schedule).
+        self.journal = bool(path) and crawler is not None
+        self._received: list[tuple[int, Request, bytes]] = []
+        self._tick = 0
+        self._resume: list[bytes] = []
+        self._loop: Any = None
+        if self.journal:
+            self._resume = self._pending_entries()
+            if self._resume:
+                self._set_aside_scrapy_queue(path)
+            assert crawler is not None
+            crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
+            crawler.signals.connect(self._response_received, signal=signals.response_received)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> BloomDupeFilter:
+        s = crawler.settings
+        return cls(
+            job_dir(s),
+            s.getbool("DUPEFILTER_DEBUG"),
+            fingerprinter=crawler.request_fingerprinter,
+            expected_items=s.getint("BLOOMSLED_EXPECTED_ITEMS", DEFAULT_EXPECTED_ITEMS),
+            fpr=s.getfloat("BLOOMSLED_FPR", DEFAULT_FPR),
+            cache_bytes=s.getint("BLOOMSLED_CACHE_BYTES", DEFAULT_CACHE_BYTES),
+            flush_ms=s.getint("BLOOMSLED_FLUSH_MS", DEFAULT_FLUSH_MS),
+            commit_interval=s.getfloat("BLOOMSLED_COMMIT_INTERVAL", DEFAULT_COMMIT_INTERVAL),
+            crawler=crawler,
+        )
+
+    # -- the filter ----------------------------------------------------------------------
+
+    def _fp(self, request: Request) -> bytes:
+        fp = self.fingerprinter.fingerprint(request)
+        return fp if len(fp) == FP_WIDTH else hashlib.sha1(fp).digest()
+
+    def _bucket(self, fp: bytes) -> bytes:
+        return _BUCKET + (int.from_bytes(fp[:4], "big") >> self._shift).to_bytes(4, "big")
+
+    def request_seen(self, request: Request) -> bool:
+        fp = self._fp(request)
+        # Done? The filter's "no" is certain; its "maybe" is confirmed by the bucket.
+        if fp in self.filter and self.db.set_contains(self._bucket(fp), fp):
+            return True
+        if not self.journal:
+            if self.db.add_to_set(self._bucket(fp), fp):
+                self.filter.add(fp)
+                return False
+            return True
+        # Pending, or new: one compare-and-swap journals it unless it is there already
+        # (the store's own filter answers most of these "absent" without a read).
+        if _JOURNAL + fp in self.db:
+            return True
+        if self.db.insert_if_absent(_JOURNAL + fp, self._journal_value(request)):
+            self.filter.add(fp)
+            return False
+        return True
+
+    def _journal_value(self, request: Request) -> bytes:
+        spider = self.crawler.spider if self.crawler is not None else None
+        try:
+            return _PENDING + pickle.dumps(request.to_dict(spider=spider), protocol=4)
+        except Exception as e:  # a callback that is not a spider method, an unpicklable meta
+            logger.warning(
+                "bloomsled: %s cannot be journaled (%s); it will not be re-scheduled "
+                "after a crash",
+                request,
+                e,
+            )
+            return _PENDING
+
+    def _load_filter(self, expected_items: int, fpr: float) -> Filter:
+        """The filter saved by the last clean close, or one rebuilt from the buckets.
+
+        The saved filter is trusted only if the ``clean`` mark is there: a close writes the
+        filter, flushes, then writes the mark; an open removes the mark and flushes before
+        anything else is written. So the mark means "nothing was added since the filter
+        was saved"; after a crash it is absent and the buckets are scanned.
+        """
+        f = None
+        saved = self.db.get(_META + b"filter")
+        if self.db.get(_META + b"clean") is not None and saved is not None:
+            try:
+                f = Filter.from_bytes(saved)
+            except Exception as e:  # damaged: rebuild
+                logger.warning("bloomsled: saved filter not used (%s); rebuilding it", e)
+        self.db.remove(_META + b"clean")
+        self.db.flush()
+        if f is not None:
+            return f
+        f = Filter(expected_items, fpr)
+        for _, members in self.db.items(prefix=_BUCKET):
+            f.update([members[i : i + FP_WIDTH] for i in range(0, len(members), FP_WIDTH)])
+        return f
+
+    def _save_filter(self) -> None:
+        self.db.insert(_META + b"filter", self.filter.to_bytes())
+        self.db.flush()
+        self.db.insert(_META + b"clean", b"1")
+
+    # -- the journal ---------------------------------------------------------------------
+
+    def _pending_entries(self) -> list[bytes]:
+        """Fingerprints of the requests a previous run accepted but did not finish."""
+        return [k[len(_JOURNAL) :] for k, _ in self.db.items(prefix=_JOURNAL)]
+
+    def _set_aside_scrapy_queue(self, jobdir: str) -> None:
+        queue = Path(jobdir, "requests.queue")
+        if queue.exists():
+            aside = queue.with_name(f"requests.queue.set-aside-by-bloomsled-{int(time.time())}")
+            queue.rename(aside)
+            logger.info(
+                "bloomsled: %d pending requests in the journal; Scrapy's queue %s set aside "
+                "as %s, the journal re-schedules them",
+                len(self._resume),
+                queue,
+                aside,
+            )
+
+    def _spider_opened(self, spider: Spider) -> None:
+        from scrapy.utils.request import request_from_dict
+
+        assert self.crawler is not None and self.crawler.engine is not None
+        resumed = 0
+        for fp in self._resume:
+            value = self.db.get(_JOURNAL + fp)
+            if value is None or len(value) <= len(_PENDING):
+                continue
+            try:
+                request = request_from_dict(pickle.loads(value[len(_PENDING) :]), spider=spider)
+            except Exception as e:
+                logger.error("bloomsled: pending request %s cannot be restored: %s", fp.hex(), e)
+                continue
+            # Its fingerprint is in the store already: let it past the filter.
+            self.crawler.engine.crawl(request.replace(dont_filter=True))
+            resumed += 1
+        if self._resume:
+            logger.info("bloomsled: re-scheduled %d pending requests", resumed)
+        self._resume = []
+        from twisted.internet import task
+
+        self._loop = task.LoopingCall(self._commit)
+        self._loop.start(self.commit_interval, now=False)
+
+    def _response_received(self, response: Any, request: Request, spider: Spider) -> None:
+        self._received.append((self._tick, request, self._fp(request)))
+
+    def _in_scraper(self) -> Optional[set[int]]:
+        """Ids of the requests whose callbacks have not finished, or None if unknown."""
+        try:
+            slot = self.crawler.engine.scraper.slot  # type: ignore[union-attr]
+            if slot is None:
+                return set()
+            busy = {id(r) for r in slot.active}
+            busy.update(id(entry[1]) for entry in slot.queue)
+            return busy
+        except AttributeError:
+            return None
+
+    def _commit(self, final: bool = False) -> None:
+        """Marks done the requests whose callbacks finished, after a flush (see above)."""
+        tick = self._tick
+        self._tick += 1
+        if not self._received:
+            return
+        busy = set() if final else self._in_scraper()
+        if busy is None:  # an unknown Scrapy: only the close can tell callbacks are over
+            return
+        # A response received during this tick may not have reached the scraper's queue
+        # yet: it waits for the next commit.
+        finished = [
+            fp for t, r, fp in self._received if (final or t < tick) and id(r) not in busy
+        ]
+        if not finished:
+            return
+        self._received = [
+            e for e in self._received if not ((final or e[0] < tick) and id(e[1]) not in busy)
+        ]
+        self.db.flush()  # every request the finished callbacks yielded is journaled now
+        for fp in finished:
+            # Into the filter too: a re-scheduled request never went through request_seen.
+            self.filter.add(fp)
+            self.db.add_to_set(self._bucket(fp), fp)
+        self.db.flush()  # done, durably
+        for fp in finished:
+            self.db.remove(_JOURNAL + fp)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def close(self, reason: str) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        if self.journal:
+            # The scraper is closed before the scheduler: every callback has finished.
+            self._commit(final=True)
+        if self._tmpdir is None:
+            self._save_filter()
+        self.db.close()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+
+class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
+    """A Bloom filter in Redis shared by every spider process of one crawl.
+
+    Settings: ``BLOOMSLED_REDIS_URL`` (``redis://127.0.0.1:6379/0``; for a cluster, one URL
+    or a list of node URLs), ``BLOOMSLED_REDIS_CLUSTER`` (False), ``BLOOMSLED_REDIS_KEY``
+    (``"<spider name>:bloomsled-dupefilter"``), ``BLOOMSLED_EXPECTED_ITEMS``,
+    ``BLOOMSLED_FPR``, ``DUPEFILTER_DEBUG``.
+
+    A Bloom filter alone is not exact: a false positive (``BLOOMSLED_FPR``) drops a request
+    it has never seen. A filter lost in Redis (flushed, evicted, restarted empty) is
+    detected by the first request that meets it: the spider is closed with the reason
+    ``bloomsled_shared_filter_lost`` and an error is logged, instead of re-crawling
+    everything.
+    """
+
+    def __init__(
+        self,
+        url: Any,
+        name: Optional[str] = None,
+        debug: bool = False,
+        *,
+        cluster: bool = False,
+        fingerprinter: Any = None,
+        expected_items: int = DEFAULT_EXPECTED_ITEMS,
+        fpr: float = DEFAULT_FPR,
+        crawler: Optional[Crawler] = None,
+    ) -> None:
+        self.fingerprinter = fingerprinter or RequestFingerprinter()
+        self.debug = debug
+        self.logdupes = True
+        self.crawler = crawler
+        self.url = url
+        self.cluster = cluster
+        self.name = name
+        self.expected_items = expected_items
+        self.fpr = fpr
+        self.filter: Optional[SharedFilter] = None
+        self.lost = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RedisBloomDupeFilter:
+        s = crawler.settings
+        url = s.get("BLOOMSLED_REDIS_URL", "redis://127.0.0.1:6379/0")
+        return cls(
+            url,
+            s.get("BLOOMSLED_REDIS_KEY"),
+            s.getbool("DUPEFILTER_DEBUG"),
+            cluster=s.getbool("BLOOMSLED_REDIS_CLUSTER", False),
+            fingerprinter=crawler.request_fingerprinter,
+            expected_items=s.getint("BLOOMSLED_EXPECTED_ITEMS", DEFAULT_EXPECTED_ITEMS),
+            fpr=s.getfloat("BLOOMSLED_FPR", DEFAULT_FPR),
+            crawler=crawler,
+        )
+
+    def open(self) -> None:
+        if self.name is None:
+            spider = self.crawler.spider if self.crawler is not None else None
+            self.name = f"{getattr(spider, 'name', 'scrapy')}:bloomsled-dupefilter"
+        self.filter = SharedFilter.create(
+            self.name,
+            self.url,
+            expected_items=self.expected_items,
+            fpr=self.fpr,
+            cluster=self.cluster,
+        )
+
+    def request_seen(self, request: Request) -> bool:
+        if self.filter is None:
+            self.open()
+        if self.lost:
+            return True
+        fp = self.fingerprinter.fingerprint(request)
+        try:
+            return not self.filter.add(fp)  # type: ignore[union-attr]
+        except SharedFilterLost as e:
+            self._on_lost(e)
+            return True
+
+    def _on_lost(self, error: Exception) -> None:
+        self.lost = True
+        logger.error(
+            "bloomsled: the shared dupefilter %r was lost in Redis (%s); closing the spider "
+            "instead of crawling every request again",
+            self.name,
+            error,
+        )
+        crawler = self.crawler
+        if crawler is None or crawler.engine is None:
+            return
+        crawler.stats.set_value("bloomsled/shared_filter_lost", 1)
+        engine = crawler.engine
+        if hasattr(engine, "close_spider_async"):
+            from scrapy.utils.defer import deferred_from_coro
+
+            deferred_from_coro(engine.close_spider_async(reason=SHARED_FILTER_LOST_REASON))
+        else:
+            engine.close_spider(crawler.spider, SHARED_FILTER_LOST_REASON)
+
+    def close(self, reason: str) -> None:
+        self.filter = None

@@ -1,0 +1,27 @@
+//! The `bloomsled._bloomsled` extension module: the crate's `Db`, `Tree`, `Filter` and
+//! `SharedFilter` for Python. The public package is `bloomsled` (python/bloomsled/), which
+//! re-exports these classes and adds the Scrapy dupefilters.
+//!
+//! Rules kept throughout: every class is `frozen` and `Sync` (safe to share between
+//! threads, also on free-threaded Python); calls that do I/O or batch work detach from the
+//! interpreter; errors become the exception classes of `errors`; nothing here panics.
+
+use pyo3::prelude::*;
+
+mod errors;
+mod filter;
+mod keys;
+mod shared;
+mod store;
+
+#[pymodule]
+fn _bloomsled(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<store::Tree>()?;
+    m.add_class::<store::Db>()?;
+    m.add_class::<store::KeyIter>()?;
+    m.add_class::<filter::Filter>()?;
+    m.add_class::<shared::SharedFilter>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

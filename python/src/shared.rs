@@ -1,0 +1,129 @@
+//! `SharedFilter`: one filter in Redis or a Redis Cluster, shared by many processes.
+
+use bloomsled::shared::Endpoint;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyType};
+
+use crate::errors::IntoPy;
+use crate::keys::{all_bytes, bytes_of, collect};
+
+/// A Bloom filter kept in Redis; every call releases the GIL while it talks to Redis.
+#[pyclass(frozen, module = "bloomsled._bloomsled")]
+pub struct SharedFilter {
+    f: bloomsled::shared::SharedFilter,
+}
+
+/// An endpoint from a URL, or from a list of node URLs for a cluster.
+fn endpoint(url: &Bound<'_, PyAny>, cluster: bool) -> PyResult<Endpoint> {
+    let urls: Vec<String> = if url.cast::<PyString>().is_ok() {
+        vec![url.extract()?]
+    } else {
+        url.extract()
+            .map_err(|_| PyTypeError::new_err("url must be a str or a list of str"))?
+    };
+    if cluster {
+        Ok(Endpoint::cluster(urls))
+    } else if urls.len() == 1 {
+        Ok(Endpoint::url(urls.into_iter().next().unwrap_or_default()))
+    } else {
+        Err(PyTypeError::new_err(
+            "several URLs name the nodes of a cluster: pass cluster=True",
+        ))
+    }
+}
+
+#[pymethods]
+impl SharedFilter {
+    /// Creates the filter `name`, or opens it if it exists with exactly this shape (several
+    /// processes may race; one creates, the others open it).
+    #[classmethod]
+    #[pyo3(signature = (name, url, *, expected_items, fpr = 0.01, cluster = false))]
+    fn create(
+        _cls: &Bound<'_, PyType>,
+        py: Python<'_>,
+        name: &str,
+        url: &Bound<'_, PyAny>,
+        expected_items: u64,
+        fpr: f64,
+        cluster: bool,
+    ) -> PyResult<Self> {
+        let ep = endpoint(url, cluster)?;
+        let config = bloomsled::FilterConfig::new(expected_items).false_positive_rate(fpr);
+        let f = py
+            .detach(|| bloomsled::shared::SharedFilter::create(&ep, name, &config))
+            .py_err()?;
+        Ok(SharedFilter { f })
+    }
+
+    /// Opens the existing filter `name`; SharedFilterNotFound if there is none.
+    #[classmethod]
+    #[pyo3(signature = (name, url, cluster = false))]
+    fn open(
+        _cls: &Bound<'_, PyType>,
+        py: Python<'_>,
+        name: &str,
+        url: &Bound<'_, PyAny>,
+        cluster: bool,
+    ) -> PyResult<Self> {
+        let ep = endpoint(url, cluster)?;
+        let f = py
+            .detach(|| bloomsled::shared::SharedFilter::open(&ep, name))
+            .py_err()?;
+        Ok(SharedFilter { f })
+    }
+
+    /// Adds `key`; True if it was new. SharedFilterLost if the filter was lost.
+    fn add(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let k = bytes_of(key)?;
+        py.detach(|| self.f.add(&k)).py_err()
+    }
+
+    /// Adds every key (pipelined); for each, True if it was new.
+    fn add_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
+        let objs = collect(keys)?;
+        let ks = all_bytes(&objs)?;
+        py.detach(|| self.f.add_many(&ks)).py_err()
+    }
+
+    fn __contains__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let k = bytes_of(key)?;
+        py.detach(|| self.f.contains(&k)).py_err()
+    }
+
+    /// Looks up every key (pipelined). Never answers "absent" for a lost filter: raises
+    /// SharedFilterLost instead.
+    fn contains_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
+        let objs = collect(keys)?;
+        let ks = all_bytes(&objs)?;
+        py.detach(|| self.f.contains_many(&ks)).py_err()
+    }
+
+    /// The filter's name.
+    #[getter]
+    fn name(&self) -> String {
+        self.f.name().to_owned()
+    }
+
+    /// Fill and estimates, computed in Redis, as a dict.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = py.detach(|| self.f.stats()).py_err()?;
+        let d = PyDict::new(py);
+        d.set_item("name", &s.name)?;
+        d.set_item("epoch", s.epoch)?;
+        d.set_item("capacity", s.shape.capacity)?;
+        d.set_item("num_hashes", s.shape.num_hashes)?;
+        d.set_item("num_bits", s.num_bits)?;
+        d.set_item("ones", s.ones)?;
+        d.set_item("fill_ratio", s.fill_ratio)?;
+        d.set_item("estimated_items", s.estimated_items)?;
+        d.set_item("estimated_fpr", s.estimated_fpr)?;
+        d.set_item("target_fpr", s.target_fpr)?;
+        d.set_item("redis_bytes", s.redis_bytes)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<bloomsled.SharedFilter {:?}>", self.f.name())
+    }
+}

@@ -1,0 +1,171 @@
+"""Shared helpers: a generated site on a local HTTP server, a private redis-server."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SPIDER = HERE / "crawl_spider.py"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI") == "true"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Site:
+    """`pages` pages at /p/<i>; page i links to i+1 (so every page is reachable from 0),
+    to a few random pages (duplicates across pages, cycles), to itself and to page 0."""
+
+    def __init__(self, pages: int, links: int = 8, seed: int = 7, delay: float = 0.0):
+        rng = random.Random(seed)
+        self.pages = pages
+        self.delay = delay
+        self.links = []
+        for i in range(pages):
+            out = [(i + 1) % pages, i, 0] + [rng.randrange(pages) for _ in range(links)]
+            out += out[:2]  # the same link twice on one page
+            self.links.append(out)
+        self.hits: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                parts = self.path.split("/")
+                if len(parts) != 3 or parts[1] != "p" or not parts[2].isdigit():
+                    self.send_error(404)
+                    return
+                i = int(parts[2])
+                if i >= site.pages:
+                    self.send_error(404)
+                    return
+                with site.lock:
+                    site.hits[self.path] += 1
+                if site.delay:
+                    time.sleep(site.delay)
+                body = "".join(f'<a href="/p/{j}">{j}</a> ' for j in site.links[i])
+                data = f"<html><body><h1>{i}</h1>{body}</body></html>".encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def all_paths(self) -> set[str]:
+        return {f"/p/{i}" for i in range(self.pages)}
+
+    def snapshot(self) -> Counter[str]:
+        with self.lock:
+            return Counter(self.hits)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.hits.clear()
+
+    def fetched(self) -> int:
+        with self.lock:
+            return len(self.hits)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def site():
+    s = Site(2000)
+    yield s
+    s.close()
+
+
+def crawl_cmd(site_url: str, start: str = "/p/0", **settings) -> list[str]:
+    cmd = [sys.executable, str(SPIDER), site_url + start]
+    for k, v in settings.items():
+        cmd.append(f"{k}={v}")
+    return cmd
+
+
+def run_crawl(site_url: str, log: Path, timeout: float = 240, **settings) -> str:
+    with open(log, "wb") as out:
+        p = subprocess.run(
+            crawl_cmd(site_url, **settings), stdout=out, stderr=subprocess.STDOUT, timeout=timeout
+        )
+    text = log.read_text(errors="replace")
+    assert p.returncode == 0, text[-3000:]
+    return text
+
+
+class Redis:
+    def __init__(self, exe: str):
+        self.exe = exe
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def restart_empty(self) -> None:
+        self.stop()
+        self.start()
+
+
+@pytest.fixture
+def redis_server():
+    exe = shutil.which("redis-server")
+    if exe is None:
+        if in_ci():
+            pytest.fail("redis-server is not installed and CI=true: Redis tests must run")
+        pytest.skip("redis-server not installed")
+    r = Redis(exe)
+    yield r
+    r.stop()

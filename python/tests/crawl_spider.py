@@ -1,0 +1,60 @@
+"""A spider for the tests: crawls a generated site from one start URL, following every link.
+
+Usage: python crawl_spider.py START_URL [SETTING=VALUE ...]
+"""
+
+import sys
+
+import scrapy
+from scrapy.crawler import CrawlerProcess
+
+
+class SiteSpider(scrapy.Spider):
+    name = "site"
+
+    def __init__(self, start_url, **kw):
+        super().__init__(**kw)
+        self.start_url = start_url
+
+    def _start_request(self):
+        # Not dont_filter by default: a resumed crawl must not fetch a recorded start page
+        # again. START_DONT_FILTER=1 makes it Scrapy's usual start request instead.
+        dont_filter = self.settings.getbool("START_DONT_FILTER")
+        return scrapy.Request(self.start_url, callback=self.parse, dont_filter=dont_filter)
+
+    async def start(self):
+        yield self._start_request()
+
+    def start_requests(self):  # Scrapy < 2.13
+        yield self._start_request()
+
+    def parse(self, response):
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse)
+
+
+def main():
+    start = sys.argv[1]
+    settings = {
+        "CONCURRENT_REQUESTS": 32,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 32,
+        "DOWNLOAD_DELAY": 0,
+        "ROBOTSTXT_OBEY": False,
+        "LOG_LEVEL": "INFO",
+        "TELNETCONSOLE_ENABLED": False,
+        "COOKIES_ENABLED": False,
+        "RETRY_ENABLED": True,
+        "DUPEFILTER_CLASS": "bloomsled.scrapy.BloomDupeFilter",
+        "BLOOMSLED_EXPECTED_ITEMS": 100000,
+        "LOGSTATS_INTERVAL": 5,
+    }
+    for arg in sys.argv[2:]:
+        k, _, v = arg.partition("=")
+        settings[k] = v
+    process = CrawlerProcess(settings)
+    process.crawl(SiteSpider, start_url=start)
+    process.start()
+
+
+if __name__ == "__main__":
+    main()

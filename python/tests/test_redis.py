@@ -1,0 +1,109 @@
+"""SharedFilter and RedisBloomDupeFilter against a private redis-server."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+
+from conftest import Site, crawl_cmd
+
+import bloomsled
+
+REDIS_DF = "bloomsled.scrapy.RedisBloomDupeFilter"
+
+
+def test_shared_filter_round_trip_and_lost(redis_server):
+    f = bloomsled.SharedFilter.create("t:urls", redis_server.url, expected_items=10_000, fpr=0.01)
+    assert f.add("https://example.com/") is True
+    assert f.add(b"https://example.com/") is False
+    assert "https://example.com/" in f
+    assert f.add_many(["a", "b", "a"]) == [True, True, False]
+    assert f.contains_many(["a", "zz", "b"]) == [True, False, True]
+    g = bloomsled.SharedFilter.open("t:urls", redis_server.url)
+    assert "a" in g and g.stats()["capacity"] == 10_000
+    with pytest.raises(bloomsled.ShapeMismatch):
+        bloomsled.SharedFilter.create("t:urls", redis_server.url, expected_items=99, fpr=0.01)
+    with pytest.raises(bloomsled.SharedFilterNotFound):
+        bloomsled.SharedFilter.open("t:none", redis_server.url)
+    redis_server.restart_empty()
+    for call in (lambda: "a" in f, lambda: f.add("c"), lambda: f.contains_many(["a"])):
+        with pytest.raises(bloomsled.SharedFilterLost):
+            call()
+    assert issubclass(bloomsled.SharedFilterLost, bloomsled.Error)
+
+
+def test_shared_filter_unreachable_is_an_error():
+    with pytest.raises(bloomsled.RedisError):
+        bloomsled.SharedFilter.open("x", "redis://127.0.0.1:1/0")
+
+
+def test_two_spiders_share_one_filter(redis_server, tmp_path):
+    site = Site(2000)
+    try:
+        # Each spider fetches its own start page whatever the filter says (as Scrapy's start
+        # requests do), so both take part even if one starts late; every other page goes
+        # through the shared filter.
+        settings = dict(
+            DUPEFILTER_CLASS=REDIS_DF, BLOOMSLED_REDIS_URL=redis_server.url, START_DONT_FILTER=1
+        )
+        logs = [open(tmp_path / f"spider{i}.log", "wb") for i in range(2)]
+        procs = [
+            subprocess.Popen(
+                crawl_cmd(site.url, start=start, **settings), stdout=log, stderr=subprocess.STDOUT
+            )
+            for start, log in zip(("/p/0", "/p/1000"), logs)
+        ]
+        for p in procs:
+            assert p.wait(timeout=240) == 0
+        for log in logs:
+            log.close()
+        hits = site.snapshot()
+        twice = {p: n for p, n in hits.items() if n > 1 and p not in ("/p/0", "/p/1000")}
+        assert not twice, f"pages fetched by both spiders: {sorted(twice)[:10]}"
+        assert set(hits) == site.all_paths()
+        crawled = []
+        for i in (0, 1):
+            text = (tmp_path / f"spider{i}.log").read_text()
+            m = re.search(r"'downloader/response_status_count/200': (\d+)", text)
+            crawled.append(int(m.group(1)) if m else 0)
+        assert sum(crawled) == site.pages + (hits["/p/0"] - 1) + (hits["/p/1000"] - 1)
+        assert all(n > 0 for n in crawled)
+        print(f"pages crawled by each spider: {crawled}")
+    finally:
+        site.close()
+
+
+def test_redis_restarted_empty_closes_the_spider(redis_server, tmp_path):
+    site = Site(3000, delay=0.02)
+    try:
+        log_path = tmp_path / "spider.log"
+        with open(log_path, "wb") as log:
+            p = subprocess.Popen(
+                crawl_cmd(
+                    site.url,
+                    DUPEFILTER_CLASS=REDIS_DF,
+                    BLOOMSLED_REDIS_URL=redis_server.url,
+                    CONCURRENT_REQUESTS=4,
+                ),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            deadline = time.time() + 60
+            while site.fetched() < 100 and time.time() < deadline:
+                time.sleep(0.02)
+            before = site.fetched()
+            assert 100 <= before < 1000
+            redis_server.restart_empty()
+            assert p.wait(timeout=120) == 0
+        text = log_path.read_text()
+        assert "Closing spider (bloomsled_shared_filter_lost)" in text, text[-3000:]
+        assert "was lost in Redis" in text
+        assert "'finish_reason': 'bloomsled_shared_filter_lost'" in text
+        hits = site.snapshot()
+        assert all(n == 1 for n in hits.values()), "no page fetched again"
+        assert len(hits) < before + 200, "the spider stopped instead of crawling on"
+    finally:
+        site.close()
