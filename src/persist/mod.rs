@@ -48,6 +48,7 @@
 //! sled flush.
 
 mod files;
+mod hold;
 mod live;
 mod meta;
 mod recover;
@@ -58,16 +59,20 @@ use std::time::Duration;
 use crate::error::Distrust;
 pub(crate) use files::sync_snapshot_dir;
 pub use files::{fail_snapshot_writes_after, DIR_NAME};
+pub(crate) use hold::wait_at_hold;
+pub use hold::{hold_rebuild_scans_after, rebuild_scans_held};
 pub use meta::META_TREE;
 
 pub(crate) use live::Persistence;
 pub(crate) use meta::Meta;
-pub(crate) use recover::{recover, snapshot_copy, Opening};
+pub(crate) use recover::{recover, snapshot_copy, Opening, Start};
 
 /// What `open` does with a snapshot it cannot trust.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Recovery {
-    /// Rebuild the filter from a scan of the tree's keys (default), and report why.
+    /// Rebuild the filter from a scan of the tree's keys (default), and report why. By
+    /// default the tree serves at once (every lookup goes to sled until the filter is
+    /// back) and the scan runs in the background; see `Config::background_recovery`.
     #[default]
     Repair,
     /// Fail with [`crate::Error::SnapshotRejected`] naming what failed.
@@ -80,7 +85,8 @@ pub enum Recovery {
 pub enum RecoveryOutcome {
     /// Loaded from a verified, current snapshot; no key was scanned.
     Loaded,
-    /// Rebuilt from a scan of the keys because the snapshot could not be trusted.
+    /// Rebuilt from a scan of the keys because the snapshot could not be trusted (while
+    /// [`RecoveryReport::rebuilding`] is set, the scan is still running in the background).
     Rebuilt {
         /// Why the snapshot was not used.
         reason: Distrust,
@@ -104,12 +110,65 @@ pub struct RecoveryReport {
     pub bytes_verified: u64,
     /// Generation of the filter after open.
     pub generation: u64,
-    /// Time the load or rebuild took.
+    /// Time the load or rebuild took (while rebuilding: the time the open took).
     pub duration: Duration,
+    /// Set while the filter is being rebuilt in the background after open: until then the
+    /// tree answers every lookup from sled (correct, without the filter's speed-up). `None`
+    /// once the filter is in use, or if it never needed a rebuild.
+    pub rebuilding: Option<RebuildProgress>,
+}
+
+/// How far a rebuild scan has come.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RebuildProgress {
+    /// Keys read into the new filter so far.
+    pub keys_scanned: u64,
+    /// Time since the scan started.
+    pub elapsed: Duration,
+    /// Keys read per second so far.
+    pub keys_per_second: f64,
+    /// Keys the scan expects to read: the item count of the tree's last snapshot (an
+    /// estimate; `None` if there is none to go by).
+    pub expected_keys: Option<u64>,
+    /// Time left at the rate so far, if the keys to read are known and not yet passed.
+    pub estimated_time_left: Option<Duration>,
+}
+
+impl RebuildProgress {
+    /// The progress of a scan that read `keys_scanned` of about `expected_keys` keys in
+    /// `elapsed`.
+    pub(crate) fn new(keys_scanned: u64, elapsed: Duration, expected_keys: Option<u64>) -> Self {
+        let secs = elapsed.as_secs_f64();
+        let keys_per_second = if secs > 0.0 {
+            keys_scanned as f64 / secs
+        } else {
+            0.0
+        };
+        let estimated_time_left = match expected_keys {
+            Some(total) if total >= keys_scanned && keys_per_second > 0.0 => Some(
+                Duration::from_secs_f64((total - keys_scanned) as f64 / keys_per_second),
+            ),
+            _ => None,
+        };
+        RebuildProgress {
+            keys_scanned,
+            elapsed,
+            keys_per_second,
+            expected_keys,
+            estimated_time_left,
+        }
+    }
 }
 
 impl RecoveryReport {
     /// True if the filter came from its snapshot without a scan.
+    ///
+    /// ```
+    /// let db = bloomsled::Config::new().temporary(true).open()?;
+    /// assert!(!db.recovery_report().loaded());
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn loaded(&self) -> bool {
         self.outcome == RecoveryOutcome::Loaded
     }
