@@ -25,6 +25,11 @@ pub fn rebuild_scans_held() -> usize {
     HELD.load(Ordering::SeqCst)
 }
 
+/// The key count at which scans stop for the hold (`u64::MAX`: none).
+pub(crate) fn hold_limit() -> u64 {
+    HOLD_AFTER.load(Ordering::Relaxed)
+}
+
 /// Called by a scan between rounds, gate open: waits while the hold applies to a scan that
 /// has read `scanned` keys, unless `closing` says the tree closed.
 pub(crate) fn wait_at_hold(scanned: u64, closing: impl Fn() -> bool) {

@@ -59,7 +59,7 @@ use std::time::Duration;
 use crate::error::Distrust;
 pub(crate) use files::sync_snapshot_dir;
 pub use files::{fail_snapshot_writes_after, DIR_NAME};
-pub(crate) use hold::wait_at_hold;
+pub(crate) use hold::{hold_limit, wait_at_hold};
 pub use hold::{hold_rebuild_scans_after, rebuild_scans_held};
 pub use meta::META_TREE;
 

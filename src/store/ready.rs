@@ -1,5 +1,6 @@
 //! Whether a tree's filter is in use yet: a tree whose snapshot was not trusted serves with
-//! a pass-all stand-in until its rebuild after open ends (see [`super::recovery`]).
+//! a pass-all stand-in until its rebuild after open swaps the real filter in (see
+//! [`super::recovery`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -11,27 +12,24 @@ use crate::error::{Error, Result};
 pub(crate) struct RecoveryState {
     /// False while the current filter is the pass-all stand-in.
     ready: AtomicBool,
-    /// True if the tree opened with the stand-in (its rebuild after open then ends by
-    /// setting `ended`).
-    rebuilt_after_open: bool,
     /// The item count of the tree's last snapshot (a hint for sizing and progress).
     pub(crate) expected_keys: Option<u64>,
-    /// How the rebuild ended (`None`: it has not), for the report and for waiters.
-    ended: Mutex<Option<Ended>>,
+    /// How the rebuild after open went, for the report and for waiters.
+    outcome: Mutex<Outcome>,
     changed: Condvar,
 }
 
-/// How a rebuild after open ended.
-#[derive(Clone)]
-pub(crate) enum Ended {
-    /// The filter is in use: keys scanned, time from open, generation of its snapshot.
-    Done {
-        keys: u64,
-        duration: Duration,
-        generation: Option<u64>,
-    },
-    /// It failed or the tree closed first; the tree keeps answering from sled.
-    Failed(String),
+/// How the rebuild after open went (all `None` while it runs, and for a tree that needed
+/// none).
+#[derive(Clone, Default)]
+pub(crate) struct Outcome {
+    /// When a real filter became current, and the keys its scan read.
+    pub(crate) in_use: Option<(Instant, u64)>,
+    /// Generation of the snapshot written after it.
+    pub(crate) generation: Option<u64>,
+    /// Why it ended without a filter (the tree closed, or an error); the tree keeps
+    /// answering from sled.
+    pub(crate) failed: Option<String>,
 }
 
 impl RecoveryState {
@@ -40,7 +38,7 @@ impl RecoveryState {
         Self::new(true, None)
     }
 
-    /// A tree that serves with the pass-all filter until its rebuild is done.
+    /// A tree that serves with the pass-all stand-in until its rebuild swaps its filter in.
     pub(crate) fn pending(expected_keys: Option<u64>) -> Self {
         Self::new(false, expected_keys)
     }
@@ -48,9 +46,8 @@ impl RecoveryState {
     fn new(ready: bool, expected_keys: Option<u64>) -> Self {
         RecoveryState {
             ready: AtomicBool::new(ready),
-            rebuilt_after_open: !ready,
             expected_keys,
-            ended: Mutex::new(None),
+            outcome: Mutex::new(Outcome::default()),
             changed: Condvar::new(),
         }
     }
@@ -60,24 +57,34 @@ impl RecoveryState {
         self.ready.load(Ordering::Acquire)
     }
 
-    /// The real filter is current (any rebuild's swap says so).
-    pub(crate) fn set_ready(&self) {
-        if !self.ready.swap(true, Ordering::AcqRel) {
-            self.changed.notify_all();
-        }
+    fn outcome_mut(&self) -> std::sync::MutexGuard<'_, Outcome> {
+        self.outcome.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// How the rebuild after open ended, if it has.
-    pub(crate) fn ended(&self) -> Option<Ended> {
-        self.ended.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    /// How the rebuild after open went so far.
+    pub(crate) fn outcome(&self) -> Outcome {
+        self.outcome_mut().clone()
     }
 
-    /// The rebuild after open ended (the first call counts).
-    pub(crate) fn end(&self, how: Ended) {
-        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
-        if ended.is_none() {
-            *ended = Some(how);
+    /// A rebuild made its filter, built from `keys` keys, current (the first one counts).
+    pub(crate) fn set_ready(&self, keys: u64) {
+        if self.is_ready() {
+            return;
         }
+        let mut o = self.outcome_mut();
+        o.in_use = Some((Instant::now(), keys));
+        self.ready.store(true, Ordering::Release);
+        self.changed.notify_all();
+    }
+
+    /// The snapshot after the rebuild after open has this generation.
+    pub(crate) fn set_generation(&self, generation: u64) {
+        self.outcome_mut().generation = Some(generation);
+    }
+
+    /// The rebuild after open ended without a filter.
+    pub(crate) fn set_failed(&self, why: String) {
+        self.outcome_mut().failed = Some(why);
         self.changed.notify_all();
     }
 
@@ -85,33 +92,24 @@ impl RecoveryState {
     /// no limit), or the rebuild ends without a filter (its error).
     pub(crate) fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
         let deadline = timeout.map(|t| Instant::now() + t);
-        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        let mut o = self.outcome_mut();
         loop {
-            // Ready once the rebuild after open has ended with its report written (or, if
-            // it failed, once a later rebuild made a real filter current).
-            match &*ended {
-                _ if !self.rebuilt_after_open => return Ok(true),
-                Some(Ended::Done { .. }) => return Ok(true),
-                Some(Ended::Failed(_)) if self.is_ready() => return Ok(true),
-                Some(Ended::Failed(why)) => return Err(Error::Closed(why.clone())),
-                None => {}
+            if self.is_ready() {
+                return Ok(true);
             }
-            // Woken by the end of the rebuild or by `set_ready`; the short period covers a
-            // `set_ready` that lands between the check above and the wait.
-            let step = Duration::from_millis(50);
-            let step = match deadline {
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Ok(false);
-                    }
-                    left.min(step)
-                }
-                None => step,
+            if let Some(why) = &o.failed {
+                return Err(Error::Closed(why.clone()));
+            }
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()),
+                None => Duration::from_secs(3600),
             };
-            ended = self
+            if left.is_zero() {
+                return Ok(false);
+            }
+            o = self
                 .changed
-                .wait_timeout(ended, step)
+                .wait_timeout(o, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }

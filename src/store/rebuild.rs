@@ -23,16 +23,12 @@ use super::scan::{scan_cuts, scan_round, scan_threads, Cursor};
 use super::state::TreeState;
 use crate::error::{Error, Result};
 use crate::filter::any::{AnyFilter, FilterMode};
-use crate::persist::{wait_at_hold, SnapshotInfo};
+use crate::persist::{hold_limit, wait_at_hold, SnapshotInfo};
 
-/// Keys read per range in a round while writers queue on the gate: a writer then waits
-/// about 0.1 ms.
-const MIN_CHUNK: usize = 256;
-
-/// Keys read per range in a round while no writer waits: re-positioning sled's iterator (a
-/// few microseconds) is then amortized over ~10 ms of reading, which a writer arriving
-/// mid-round waits at most.
-const MAX_CHUNK: usize = 8_192;
+/// Longest round of a scan (one hold of the gate) while no writer waits: re-positioning
+/// sled's iterators (a few microseconds) is amortized over it. A writer that arrives ends
+/// the round within about a millisecond (see [`scan_round`]).
+const MAX_ROUND: Duration = Duration::from_millis(50);
 
 /// Longest the rebuild yields between chunks to writers that were blocked on the gate.
 const MAX_YIELD: Duration = Duration::from_millis(2);
@@ -208,7 +204,7 @@ impl Rebuild<'_> {
             known = Some(scanned);
         };
         // The real filter is current (the tree may have served with the stand-in until now).
-        self.recovery.set_ready();
+        self.recovery.set_ready(scanned);
         let duration = start.elapsed();
         let new = self
             .filters
@@ -309,13 +305,19 @@ impl Rebuild<'_> {
             .ok_or_else(|| Error::ReportableBug("the rebuild's filter slot is empty".into()))?;
         let seed = new.bits().seed();
         let mut scanned = 0u64;
-        let mut chunk = MIN_CHUNK;
         self.rebuild.scanned.store(0, Ordering::Relaxed);
         loop {
             wait_at_hold(scanned, || self.closing.load(Ordering::Relaxed));
             self.check_open()?;
             let mut gate = self.filters.close_gate();
-            let (cursor, n) = scan_round(&self.sled, &gate.cursor, chunk, new, seed)?;
+            let hold = hold_limit();
+            let stop = |elapsed: Duration, read: u64| {
+                elapsed >= MAX_ROUND
+                    || self.filters.writers_waiting()
+                    || self.closing.load(Ordering::Relaxed)
+                    || scanned + read >= hold
+            };
+            let (cursor, n) = scan_round(&self.sled, &gate.cursor, new, seed, stop)?;
             gate.cursor = cursor;
             scanned += n;
             self.rebuild.scanned.store(scanned, Ordering::Relaxed);
@@ -333,16 +335,10 @@ impl Rebuild<'_> {
                 return Ok(Scan::Outgrown(new.items()));
             }
             // Writers woken by the release must get the gate before the next round takes
-            // it back; once one holds it, the next `close_gate` queues behind it. Rounds
-            // shrink while writers wait, and grow back while none do.
-            if self.filters.writers_waiting() {
-                chunk = (chunk / 2).max(MIN_CHUNK);
-                let yielded = Instant::now();
-                while self.filters.writers_waiting() && yielded.elapsed() < MAX_YIELD {
-                    thread::yield_now();
-                }
-            } else {
-                chunk = (chunk * 2).min(MAX_CHUNK);
+            // it back; once one holds it, the next `close_gate` queues behind it.
+            let yielded = Instant::now();
+            while self.filters.writers_waiting() && yielded.elapsed() < MAX_YIELD {
+                thread::yield_now();
             }
         }
     }

@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 
-use super::ready::Ended;
 use super::rebuild::Rebuild;
 use super::state::TreeState;
 use crate::error::Error;
@@ -37,16 +36,13 @@ pub(crate) fn start(state: &Arc<TreeState>, background: bool) {
 
 /// The rebuild after open, start to end (see [`start`]).
 fn run(s: &Arc<TreeState>) {
-    let opened = s.opened;
     let result = Rebuild(s).recover(s.recovery.expected_keys);
     s.rebuild.pending.store(false, Ordering::Release);
     match result {
         Ok(r) => {
-            s.recovery.end(Ended::Done {
-                keys: r.keys_scanned,
-                duration: opened.elapsed(),
-                generation: r.snapshot.map(|i| i.generation),
-            });
+            if let Some(info) = &r.snapshot {
+                s.recovery.set_generation(info.generation);
+            }
             log::info!(
                 "bloomsled: tree {:?}: filter back in use, rebuilt from {} keys in {:?} ({:.0} \
                  keys/s); lookups skip sled again",
@@ -66,33 +62,28 @@ fn run(s: &Arc<TreeState>) {
                     s.report.tree
                 );
             }
-            s.recovery.end(Ended::Failed(format!(
+            s.recovery.set_failed(format!(
                 "the filter of tree {:?} was not rebuilt: {e}",
                 s.report.tree
-            )));
+            ));
         }
     }
 }
 
 /// The tree's recovery report as of now: the report made at open, with the rebuild's
-/// progress while it runs and its totals once it is done.
+/// progress while it runs, and once its filter is in use the keys it scanned and the time
+/// from open to then.
 pub(crate) fn report(s: &TreeState) -> RecoveryReport {
     let mut r = s.report.clone();
-    match s.recovery.ended() {
-        Some(Ended::Done {
-            keys,
-            duration,
-            generation,
-        }) => {
-            r.keys_scanned = keys;
-            r.duration = duration;
-            if let Some(g) = generation {
-                r.generation = g;
-            }
-        }
-        Some(Ended::Failed(_)) => {}
-        None if !s.recovery.is_ready() => r.rebuilding = progress(s),
-        None => {}
+    let o = s.recovery.outcome();
+    if let Some((at, keys)) = o.in_use {
+        r.keys_scanned = keys;
+        r.duration += at.saturating_duration_since(s.opened);
+    } else if !s.recovery.is_ready() && o.failed.is_none() {
+        r.rebuilding = progress(s);
+    }
+    if let Some(g) = o.generation {
+        r.generation = g;
     }
     r
 }

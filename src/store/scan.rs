@@ -3,8 +3,10 @@
 //! parallel while the rebuild holds the gate (see [`super::filters`]).
 
 use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use sled::IVec;
 
@@ -180,54 +182,62 @@ impl Cursor {
     }
 }
 
-/// One round of a rebuild scan: reads up to `chunk` more keys of every range not yet read to
-/// its end, the ranges in parallel, admitting each key's hash (with `seed`) to `into`.
-/// Returns the advanced cursor and the keys read. The caller holds the gate's write side, so
-/// no write is in flight: the round reads a quiet tree, and sled's iterators are never
-/// relied on under concurrent writes.
+/// One round of a rebuild scan: one thread per range not yet read to its end, each reading
+/// its range from where the last round stopped and admitting each key's hash (with `seed`)
+/// to `into`, until its range ends or `stop(elapsed, keys read this round)` says the round
+/// is over (checked every [`STOP_EVERY`] keys and every half millisecond). Returns the
+/// advanced cursor and the keys read. The caller holds the gate's write side for the whole
+/// round, so no write is in flight: each thread iterates a quiet tree, and sled's iterators
+/// are never relied on under concurrent writes.
 pub(crate) fn scan_round(
     tree: &sled::Tree,
     cursor: &Cursor,
-    chunk: usize,
     into: &AnyFilter,
     seed: u64,
+    stop: impl Fn(Duration, u64) -> bool,
 ) -> Result<(Cursor, u64)> {
+    let over = AtomicBool::new(false);
+    let read_now = AtomicU64::new(0);
     let read = |i: usize| -> Result<(At, u64)> {
         let mut n = 0u64;
-        let mut last = None;
-        for key in tree.range::<IVec, _>(cursor.rest_of(i)).keys().take(chunk) {
+        for key in tree.range::<IVec, _>(cursor.rest_of(i)).keys() {
             let key = key?;
             into.admit_hash(hash_key(&key, seed));
-            last = Some(key);
             n += 1;
+            if n % STOP_EVERY == 0 {
+                read_now.fetch_add(STOP_EVERY, Ordering::Relaxed);
+                if over.load(Ordering::Relaxed) {
+                    return Ok((At::After(key), n));
+                }
+            }
         }
-        let at = match last {
-            _ if n < chunk as u64 => At::End,
-            Some(k) => At::After(k),
-            None => At::End,
-        };
-        Ok((at, n))
+        Ok((At::End, n))
     };
     let open: Vec<usize> = (0..cursor.at.len())
         .filter(|&i| !matches!(cursor.at[i], At::End))
         .collect();
-    let results: Vec<(usize, Result<(At, u64)>)> = if open.len() <= 1 {
-        open.iter().map(|&i| (i, read(i))).collect()
-    } else {
-        thread::scope(|s| {
-            let handles: Vec<_> = open
-                .iter()
-                .map(|&i| (i, s.spawn(move || read(i))))
-                .collect();
-            handles
-                .into_iter()
-                .map(|(i, h)| {
-                    let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-                    (i, r)
-                })
-                .collect()
-        })
-    };
+    let start = Instant::now();
+    let results: Vec<(usize, Result<(At, u64)>)> = thread::scope(|s| {
+        let read = &read;
+        let handles: Vec<_> = open
+            .iter()
+            .map(|&i| (i, s.spawn(move || read(i))))
+            .collect();
+        while !handles.iter().all(|(_, h)| h.is_finished()) {
+            if stop(start.elapsed(), read_now.load(Ordering::Relaxed)) {
+                over.store(true, Ordering::Relaxed);
+                break;
+            }
+            thread::sleep(Duration::from_micros(500));
+        }
+        handles
+            .into_iter()
+            .map(|(i, h)| {
+                let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                (i, r)
+            })
+            .collect()
+    });
     let mut at: Vec<At> = cursor.at.to_vec();
     let mut total = 0;
     for (i, r) in results {
@@ -243,6 +253,9 @@ pub(crate) fn scan_round(
         total,
     ))
 }
+
+/// Keys a scan thread reads between two looks at whether its round is over.
+pub(crate) const STOP_EVERY: u64 = 256;
 
 #[cfg(test)]
 mod tests {
