@@ -46,6 +46,36 @@
 //!
 //! Writers are never held off by a snapshot; the first write after each snapshot pays one
 //! sled flush.
+//!
+//! # Why serving before the filter is rebuilt never gives a false negative
+//! A tree whose snapshot is not trusted opens with a *stand-in* filter whose every bit is
+//! set (every counter stuck at its maximum, in counting mode, so no remove clears one), and
+//! its record is first made durable as stale (`dirty = generation`, past every generation
+//! seen). Then:
+//! - *While the stand-in is current* every lookup answers "maybe" and goes to sled: no
+//!   false negative, whatever sled holds.
+//! - *The new filter holds every key when it is swapped in.* The rebuild scans the key
+//!   ranges in rounds, each under the gate's write side (no write in flight), and keeps a
+//!   per-range cursor. A key written while the gate is open is applied to the new filter by
+//!   its writer iff it is at or before its range's cursor; the scan reads every key beyond
+//!   the cursors later, from a quiet tree. So each stored key reaches the new filter exactly
+//!   once (by the scan or by its last writer), which also keeps counting mode exact: a
+//!   remove of a key the scan has not reached is not applied, and the scan does not see the
+//!   key. The swap happens in the last round, still under the gate. Nothing relies on sled's
+//!   iterators under concurrent writes.
+//! - *The stand-in is never written.* Snapshots wait for (or skip, at close) a tree whose
+//!   filter is not in use, so its record stays stale: a close, drop or crash during the
+//!   rebuild leaves nothing trusted, and the next open rebuilds again. After the swap the
+//!   snapshot protocol above applies unchanged.
+//!
+//! # The database record
+//! A missing or undecodable database record means no file can be tied to this database:
+//! every readable tree record is durably marked stale first, then a new random id is
+//! written, so no snapshot is trusted even if the process dies before reopening each tree.
+//! A record that decodes but was copied from another database can only make snapshots
+//! *less* trusted: every snapshot must also carry the tree id and the snapshot id its
+//! record names (random, 128 bits), which a database record does not change; with a
+//! foreign id the database ids differ and each tree is rebuilt (`ForeignDatabase`).
 
 mod files;
 mod hold;

@@ -204,7 +204,7 @@ pub(crate) fn scan_round(
             let key = key?;
             into.admit_hash(hash_key(&key, seed));
             n += 1;
-            if n % STOP_EVERY == 0 {
+            if n.is_multiple_of(STOP_EVERY) {
                 read_now.fetch_add(STOP_EVERY, Ordering::Relaxed);
                 if over.load(Ordering::Relaxed) {
                     return Ok((At::After(key), n));
