@@ -87,14 +87,24 @@ pub enum Error {
         fault: Distrust,
     },
 
-    /// The name is bloomsled's own (its meta tree), or a tree of that name exists whose
-    /// contents are not bloomsled's; nothing was changed.
+    /// The name is bloomsled's own meta tree, which users cannot open or drop; nothing was
+    /// changed.
     #[error("tree name {name:?} is reserved for bloomsled: {why}")]
     ReservedName {
         /// The reserved name (lossy UTF-8).
         name: String,
         /// What was found or attempted.
         why: String,
+    },
+
+    /// The database record in bloomsled's meta tree is missing or damaged and the database
+    /// was opened with `Recovery::Strict`, which forbids rebuilding silently. (Under
+    /// `Recovery::Repair` the database gets a new id and every tree's filter is rebuilt.)
+    /// Nothing was changed.
+    #[error("bloomsled's database record rejected: {fault}")]
+    DatabaseRecordRejected {
+        /// What is wrong with the record.
+        fault: DbRecordFault,
     },
 
     /// [`crate::Db::try_import`] was given an export it cannot import: nothing after the
@@ -360,4 +370,22 @@ pub enum Distrust {
     /// Reading the snapshot failed.
     #[error("snapshot unreadable: {0}")]
     Io(String),
+    /// The database record (the database id every snapshot must carry) was missing or
+    /// damaged at open: the database got a new id and nothing bloomsled stored before is
+    /// trusted.
+    #[error("the database record was {0}: nothing stored before is trusted")]
+    DatabaseRecord(DbRecordFault),
+}
+
+/// What is wrong with the database record in bloomsled's meta tree (the record holding the
+/// database id that every snapshot must carry).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DbRecordFault {
+    /// The meta tree holds tree records but no database record.
+    #[error("missing")]
+    Missing,
+    /// The record does not decode (bit flip, truncation, overwrite).
+    #[error("damaged ({0})")]
+    Damaged(DecodeError),
 }

@@ -63,13 +63,15 @@ mod store;
 mod sync;
 pub mod window;
 
-pub use error::{DecodeError, Distrust, Error, FilterShape, Result};
+pub use error::{DbRecordFault, DecodeError, Distrust, Error, FilterShape, Result};
 pub use filter::math::{bits_for, blocked_fpr, optimal_k, standard_fpr};
 pub use filter::{
     CountingFilter, Filter, FilterConfig, FilterMode, Sizing, COUNTER_MAX,
     DEFAULT_FALSE_POSITIVE_RATE,
 };
-pub use persist::{Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo, VerifyReport};
+pub use persist::{
+    RebuildProgress, Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo, VerifyReport,
+};
 /// sled's hidden testing re-exports, which sled's own test suite uses (an epoch guard and
 /// the space-amplification bound), so those tests compile against bloomsled unchanged.
 #[doc(hidden)]

@@ -120,6 +120,12 @@ pub struct Stats {
     pub resizes: u64,
     /// True while a rebuild is running or about to.
     pub rebuild_in_progress: bool,
+    /// False while the filter is being rebuilt after open (its snapshot was not trusted):
+    /// until then every lookup goes to the store, and the filter fields above describe the
+    /// pass-all stand-in that answers "maybe" for every key.
+    pub filter_in_use: bool,
+    /// How far the running rebuild (after open, on demand or automatic) has come.
+    pub rebuild_progress: Option<crate::RebuildProgress>,
     /// Memory of the current filter in bytes (counting mode: bits and counters).
     pub memory_bytes: usize,
     /// Memory of every filter the tree holds, in bytes: the current one, the one being

@@ -126,6 +126,7 @@ fn reopen_loads_snapshots_and_rebuilds_without_them() {
         .open()
         .unwrap();
     let t = db.open_tree("named").unwrap();
+    assert!(t.wait_for_filter(Duration::from_secs(60)).unwrap());
     let r = t.recovery_report();
     assert_eq!(
         r.outcome,

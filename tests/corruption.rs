@@ -83,6 +83,9 @@ impl Fixture {
         let outcome = {
             let db = self.cfg().open().unwrap();
             let t = db.open_tree("t").unwrap();
+            assert!(t
+                .wait_for_filter(std::time::Duration::from_secs(60))
+                .unwrap());
             for i in 0..KEYS {
                 assert!(t.may_contain(key(i)), "false negative for key {i}");
             }
@@ -374,7 +377,10 @@ fn a_missing_or_damaged_record_forces_a_rebuild() {
     });
     {
         let db = config(f.dir.path()).open().unwrap();
-        db.open_tree("t").unwrap();
+        let t = db.open_tree("t").unwrap();
+        assert!(t
+            .wait_for_filter(std::time::Duration::from_secs(60))
+            .unwrap());
     }
     let db = config(f.dir.path()).open().unwrap();
     assert!(db.open_tree("t").unwrap().recovery_report().loaded());

@@ -65,6 +65,9 @@ fn a_full_disk_leaves_no_temporary_file_and_loses_nothing() {
     fail_snapshot_writes_after(Some(0));
     {
         let db = Config::new().path(dir.path()).open().unwrap();
+        assert!(db
+            .wait_for_filter(std::time::Duration::from_secs(60))
+            .unwrap());
         assert!(matches!(
             db.recovery_report().outcome,
             RecoveryOutcome::Rebuilt { .. }
@@ -79,6 +82,9 @@ fn a_full_disk_leaves_no_temporary_file_and_loses_nothing() {
     fail_snapshot_writes_after(None);
     {
         let db = Config::new().path(dir.path()).open().unwrap();
+        assert!(db
+            .wait_for_filter(std::time::Duration::from_secs(60))
+            .unwrap());
         for i in 0..6_000 {
             assert!(db.get(key(i)).unwrap().is_some());
         }

@@ -129,7 +129,8 @@ fn only_bloomsleds_own_meta_tree_is_hidden() {
         4,
         "the default tree and the three user trees"
     );
-    // A plain-sled tree that squats on the meta tree's name is refused, not overwritten.
+    // A plain-sled tree that squats on the meta tree's name has no database record: it is
+    // repaired (a database record is added), and its other keys are never touched.
     drop(db);
     let other = tempfile::tempdir().unwrap();
     {
@@ -138,11 +139,21 @@ fn only_bloomsleds_own_meta_tree_is_hidden() {
         t.insert("precious", "data").unwrap();
         db.flush().unwrap();
     }
-    let err = Config::new().path(other.path()).open().unwrap_err();
+    let err = Config::new()
+        .path(other.path())
+        .recovery(Recovery::Strict)
+        .open()
+        .unwrap_err();
     assert!(
-        matches!(err, bloomsled::Error::ReservedName { .. }),
+        matches!(
+            err,
+            bloomsled::Error::DatabaseRecordRejected {
+                fault: bloomsled::DbRecordFault::Missing
+            }
+        ),
         "{err}"
     );
+    drop(Config::new().path(other.path()).open().unwrap());
     let db = sled::open(other.path()).unwrap();
     let t = db.open_tree(bloomsled::persist::META_TREE).unwrap();
     assert_eq!(t.get("precious").unwrap().unwrap(), "data");
@@ -181,6 +192,9 @@ fn a_format_1_database_is_rebuilt_and_keeps_every_key() {
     }
     {
         let db = Config::new().path(dir.path()).open().unwrap();
+        assert!(db
+            .wait_for_filter(std::time::Duration::from_secs(60))
+            .unwrap());
         assert_eq!(
             db.recovery_report().outcome,
             RecoveryOutcome::Rebuilt {
@@ -188,6 +202,9 @@ fn a_format_1_database_is_rebuilt_and_keeps_every_key() {
             }
         );
         let logs = db.open_tree("logs").unwrap();
+        assert!(logs
+            .wait_for_filter(std::time::Duration::from_secs(60))
+            .unwrap());
         for i in 0..500u32 {
             assert!(db.get(format!("key-{i}")).unwrap().is_some());
         }

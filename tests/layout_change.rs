@@ -138,6 +138,9 @@ fn a_snapshot_in_the_retired_layout_is_rejected_and_rebuilt_with_no_false_negati
     {
         let db = cfg().open().unwrap();
         let t = db.open_tree("t").unwrap();
+        assert!(t
+            .wait_for_filter(std::time::Duration::from_secs(60))
+            .unwrap());
         let r = t.recovery_report();
         assert_eq!(r.outcome, RecoveryOutcome::Rebuilt { reason: fault });
         assert_eq!(r.keys_scanned, u64::from(KEYS));

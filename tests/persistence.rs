@@ -275,6 +275,7 @@ fn changing_the_mode_rebuilds_the_filter_or_is_refused_in_strict_mode() {
             .counting(false)
             .open()
             .unwrap();
+        assert!(db.wait_for_filter(Duration::from_secs(60)).unwrap());
         let r = db.recovery_report();
         assert!(
             matches!(
@@ -298,6 +299,7 @@ fn changing_the_mode_rebuilds_the_filter_or_is_refused_in_strict_mode() {
         .open()
         .unwrap();
     assert!(!db.recovery_report().loaded());
+    assert!(db.wait_for_filter(Duration::from_secs(60)).unwrap());
     assert_eq!(db.stats().items, 500);
 }
 

@@ -27,6 +27,7 @@ impl Error {
             Error::Corruption { .. }
             | Error::Decode(_)
             | Error::SnapshotRejected { .. }
+            | Error::DatabaseRecordRejected { .. }
             | Error::Corrupt(_) => io::ErrorKind::InvalidData,
             Error::OutOfMemory { .. } => io::ErrorKind::OutOfMemory,
             _ => io::ErrorKind::Other,

@@ -64,6 +64,18 @@ impl AnyFilter {
         })
     }
 
+    /// A one-block filter whose every bit (every counter, stuck at its maximum, in counting
+    /// mode) is set: it answers "maybe" for every key, forever, whatever is added or
+    /// removed. A tree serves with it while its real filter is rebuilt; `seed` is the one
+    /// the real filter uses, since writers hash once for both.
+    pub(crate) fn pass_all(mode: FilterMode, num_hashes: u32, seed: u64) -> Result<AnyFilter> {
+        let words = match mode {
+            FilterMode::Plain => vec![u64::MAX; super::layout::BLOCK_WORDS],
+            FilterMode::Counting => vec![u64::MAX; super::counting::COUNTER_WORDS],
+        };
+        AnyFilter::from_words(mode, &words, num_hashes, seed, 1, 0)
+    }
+
     pub(crate) fn mode(&self) -> FilterMode {
         match self {
             AnyFilter::Plain(_) => FilterMode::Plain,
@@ -150,5 +162,26 @@ impl AnyFilter {
     /// True if a filter of this mode, shape and capacity would be identical to this one.
     pub(crate) fn same_kind(&self, mode: FilterMode, shape: &FilterShape, capacity: u64) -> bool {
         self.mode() == mode && self.bits().shape() == *shape && self.capacity() == capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pass_all_says_maybe_for_every_key_whatever_is_removed() {
+        for mode in [FilterMode::Plain, FilterMode::Counting] {
+            let f = AnyFilter::pass_all(mode, 7, 42).unwrap();
+            let keys: Vec<Vec<u8>> = (0..2_000u32).map(|i| i.to_le_bytes().to_vec()).collect();
+            for k in &keys {
+                let h = f.bits().hash(k);
+                f.admit_hash(h);
+                f.release_hash(h);
+                f.release_hash(h);
+            }
+            assert!(keys.iter().all(|k| f.bits().contains(k)), "{mode:?}");
+            assert_eq!(f.bits().seed(), 42);
+        }
     }
 }

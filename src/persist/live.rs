@@ -102,16 +102,17 @@ impl Persistence {
         self.file.read()
     }
 
-    /// The generation of the snapshot file, if its header is intact and it was written for
-    /// this tree of this database (a foreign file's generation means nothing here).
-    pub(crate) fn own_file_generation(&self) -> Option<u64> {
+    /// The header of the snapshot file, if it is intact and was written for this tree of
+    /// this database (a foreign file's fields mean nothing here). Its generation and item
+    /// count are hints only: it is not trusted for what it holds.
+    pub(crate) fn own_file_header(&self) -> Option<format::Header> {
         let h = self.file.peek_header()?;
         let tree_id = self
             .record
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .tree_id;
-        (h.db_id == self.meta.db_id() && h.tree_id == tree_id).then(|| h.generation.get())
+        (h.db_id == self.meta.db_id() && h.tree_id == tree_id).then_some(h)
     }
 
     pub(crate) fn snapshot_path(&self) -> &Path {

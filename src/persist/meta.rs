@@ -7,10 +7,12 @@
 
 use std::sync::Arc;
 
+use zerocopy::little_endian::{U32, U64};
 use zerocopy::IntoBytes;
 
-use crate::error::{DecodeError, Error, Result};
-use crate::format::{DbRecord, TreeRecord, WindowRecord};
+use super::Recovery;
+use crate::error::{DbRecordFault, DecodeError, Error, Result};
+use crate::format::{DbRecord, TreeRecord, WindowRecord, FLAG_EMPTY};
 
 /// The name of bloomsled's own sled tree. It is the only tree bloomsled hides from
 /// `tree_names` and `export`, and the only name users cannot open or drop.
@@ -29,44 +31,98 @@ pub(crate) fn random_id() -> Result<[u8; 16]> {
 pub(crate) struct Meta {
     tree: sled::Tree,
     db_id: [u8; 16],
+    /// Set if the database record was missing or damaged at open and replaced.
+    reset: Option<DbRecordFault>,
 }
+
+/// Writes a new random database id, durably; returns it.
+fn write_db_record(tree: &sled::Tree) -> Result<[u8; 16]> {
+    let id = random_id()?;
+    tree.insert(DB_KEY, DbRecord::new(id).as_bytes())?;
+    tree.flush()?;
+    Ok(id)
+}
+
+/// Marks every readable tree record stale (dirty at its snapshot's generation, not empty),
+/// durably, so that no snapshot is trusted again even if this open does not get to rebuild
+/// every tree before a crash. Unreadable records stay as they are (never trusted either).
+fn mark_every_tree_stale(tree: &sled::Tree) -> Result<()> {
+    for entry in tree.scan_prefix(TREE_PREFIX) {
+        let (key, bytes) = entry?;
+        let Ok(mut record) = TreeRecord::decode(&bytes) else {
+            continue;
+        };
+        let g = record.snapshot_generation.get();
+        record.dirty_generation = U64::new(record.dirty_generation.get().max(g));
+        record.flags = U32::new(record.flags.get() & !FLAG_EMPTY);
+        tree.insert(key, &record.encode()[..])?;
+    }
+    tree.flush()?;
+    Ok(())
+}
+
+const TREE_PREFIX: &[u8] = b"t/";
 
 fn tree_key(name: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(2 + name.len());
-    k.extend_from_slice(b"t/");
+    k.extend_from_slice(TREE_PREFIX);
     k.extend_from_slice(name);
     k
 }
 
 impl Meta {
-    /// Opens the meta tree, creating the database id on first use. A tree of that name
-    /// whose contents are not bloomsled's is refused (never overwritten).
-    pub(crate) fn open(db: &sled::Db) -> Result<Arc<Meta>> {
+    /// Opens the meta tree, creating the database id on first use.
+    ///
+    /// A database record that is missing (the tree holds other keys) or does not decode
+    /// means nothing bloomsled stored can be vouched for: under [`Recovery::Repair`] every
+    /// tree record is durably marked stale first, then a new random database id is
+    /// written, and [`Meta::reset`] says why (each tree opened by this process is rebuilt
+    /// with that reason); under [`Recovery::Strict`] it is
+    /// [`Error::DatabaseRecordRejected`] and nothing is changed. Keys of the tree that are
+    /// not bloomsled's records are never touched.
+    pub(crate) fn open(db: &sled::Db, recovery: Recovery) -> Result<Arc<Meta>> {
         let tree = db.open_tree(META_TREE)?;
-        let foreign = |why: String| Error::ReservedName {
-            name: String::from_utf8_lossy(META_TREE).into_owned(),
-            why,
-        };
-        let db_id = match tree.get(DB_KEY)? {
-            Some(bytes) => {
-                DbRecord::decode(&bytes)
-                    .map_err(|e| foreign(format!("its database record does not decode ({e})")))?
-                    .db_id
-            }
-            None => {
-                if let Some(first) = tree.first()? {
-                    return Err(foreign(format!(
-                        "it holds key {:?} but no database record",
-                        String::from_utf8_lossy(&first.0)
-                    )));
+        let fault = match tree.get(DB_KEY)? {
+            Some(bytes) => match DbRecord::decode(&bytes) {
+                Ok(record) => {
+                    return Ok(Arc::new(Meta {
+                        tree,
+                        db_id: record.db_id,
+                        reset: None,
+                    }))
                 }
-                let id = random_id()?;
-                tree.insert(DB_KEY, DbRecord::new(id).as_bytes())?;
-                tree.flush()?;
-                id
+                Err(e) => DbRecordFault::Damaged(e),
+            },
+            None if tree.first()?.is_none() => {
+                // A new database.
+                let db_id = write_db_record(&tree)?;
+                return Ok(Arc::new(Meta {
+                    tree,
+                    db_id,
+                    reset: None,
+                }));
             }
+            None => DbRecordFault::Missing,
         };
-        Ok(Arc::new(Meta { tree, db_id }))
+        if recovery == Recovery::Strict {
+            return Err(Error::DatabaseRecordRejected { fault });
+        }
+        log::warn!(
+            "bloomsled: the database record is {fault}: every tree's filter will be rebuilt \
+             under a new database id"
+        );
+        mark_every_tree_stale(&tree)?;
+        let db_id = write_db_record(&tree)?;
+        Ok(Arc::new(Meta {
+            tree,
+            db_id,
+            reset: Some(fault),
+        }))
+    }
+
+    /// Why the database record was replaced at open (`None`: it was sound).
+    pub(crate) fn reset(&self) -> Option<&DbRecordFault> {
+        self.reset.as_ref()
     }
 
     /// The database id.

@@ -46,8 +46,39 @@
 //!
 //! Writers are never held off by a snapshot; the first write after each snapshot pays one
 //! sled flush.
+//!
+//! # Why serving before the filter is rebuilt never gives a false negative
+//! A tree whose snapshot is not trusted opens with a *stand-in* filter whose every bit is
+//! set (every counter stuck at its maximum, in counting mode, so no remove clears one), and
+//! its record is first made durable as stale (`dirty = generation`, past every generation
+//! seen). Then:
+//! - *While the stand-in is current* every lookup answers "maybe" and goes to sled: no
+//!   false negative, whatever sled holds.
+//! - *The new filter holds every key when it is swapped in.* The rebuild scans the key
+//!   ranges in rounds, each under the gate's write side (no write in flight), and keeps a
+//!   per-range cursor. A key written while the gate is open is applied to the new filter by
+//!   its writer iff it is at or before its range's cursor; the scan reads every key beyond
+//!   the cursors later, from a quiet tree. So each stored key reaches the new filter exactly
+//!   once (by the scan or by its last writer), which also keeps counting mode exact: a
+//!   remove of a key the scan has not reached is not applied, and the scan does not see the
+//!   key. The swap happens in the last round, still under the gate. Nothing relies on sled's
+//!   iterators under concurrent writes.
+//! - *The stand-in is never written.* Snapshots wait for (or skip, at close) a tree whose
+//!   filter is not in use, so its record stays stale: a close, drop or crash during the
+//!   rebuild leaves nothing trusted, and the next open rebuilds again. After the swap the
+//!   snapshot protocol above applies unchanged.
+//!
+//! # The database record
+//! A missing or undecodable database record means no file can be tied to this database:
+//! every readable tree record is durably marked stale first, then a new random id is
+//! written, so no snapshot is trusted even if the process dies before reopening each tree.
+//! A record that decodes but was copied from another database can only make snapshots
+//! *less* trusted: every snapshot must also carry the tree id and the snapshot id its
+//! record names (random, 128 bits), which a database record does not change; with a
+//! foreign id the database ids differ and each tree is rebuilt (`ForeignDatabase`).
 
 mod files;
+mod hold;
 mod live;
 mod meta;
 mod recover;
@@ -58,16 +89,20 @@ use std::time::Duration;
 use crate::error::Distrust;
 pub(crate) use files::sync_snapshot_dir;
 pub use files::{fail_snapshot_writes_after, DIR_NAME};
+pub(crate) use hold::{hold_limit, wait_at_hold};
+pub use hold::{hold_rebuild_scans_after, rebuild_scans_held};
 pub use meta::META_TREE;
 
 pub(crate) use live::Persistence;
 pub(crate) use meta::Meta;
-pub(crate) use recover::{filter_image, recover, Opening};
+pub(crate) use recover::{filter_image, recover, Opening, Start};
 
 /// What `open` does with a snapshot it cannot trust.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Recovery {
-    /// Rebuild the filter from a scan of the tree's keys (default), and report why.
+    /// Rebuild the filter from a scan of the tree's keys (default), and report why. By
+    /// default the tree serves at once (every lookup goes to sled until the filter is
+    /// back) and the scan runs in the background; see `Config::background_recovery`.
     #[default]
     Repair,
     /// Fail with [`crate::Error::SnapshotRejected`] naming what failed.
@@ -80,7 +115,8 @@ pub enum Recovery {
 pub enum RecoveryOutcome {
     /// Loaded from a verified, current snapshot; no key was scanned.
     Loaded,
-    /// Rebuilt from a scan of the keys because the snapshot could not be trusted.
+    /// Rebuilt from a scan of the keys because the snapshot could not be trusted (while
+    /// [`RecoveryReport::rebuilding`] is set, the scan is still running in the background).
     Rebuilt {
         /// Why the snapshot was not used.
         reason: Distrust,
@@ -104,12 +140,65 @@ pub struct RecoveryReport {
     pub bytes_verified: u64,
     /// Generation of the filter after open.
     pub generation: u64,
-    /// Time the load or rebuild took.
+    /// Time the load or rebuild took (while rebuilding: the time the open took).
     pub duration: Duration,
+    /// Set while the filter is being rebuilt in the background after open: until then the
+    /// tree answers every lookup from sled (correct, without the filter's speed-up). `None`
+    /// once the filter is in use, or if it never needed a rebuild.
+    pub rebuilding: Option<RebuildProgress>,
+}
+
+/// How far a rebuild scan has come.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RebuildProgress {
+    /// Keys read into the new filter so far.
+    pub keys_scanned: u64,
+    /// Time since the scan started.
+    pub elapsed: Duration,
+    /// Keys read per second so far.
+    pub keys_per_second: f64,
+    /// Keys the scan expects to read: the item count of the tree's last snapshot (an
+    /// estimate; `None` if there is none to go by).
+    pub expected_keys: Option<u64>,
+    /// Time left at the rate so far, if the keys to read are known and not yet passed.
+    pub estimated_time_left: Option<Duration>,
+}
+
+impl RebuildProgress {
+    /// The progress of a scan that read `keys_scanned` of about `expected_keys` keys in
+    /// `elapsed`.
+    pub(crate) fn new(keys_scanned: u64, elapsed: Duration, expected_keys: Option<u64>) -> Self {
+        let secs = elapsed.as_secs_f64();
+        let keys_per_second = if secs > 0.0 {
+            keys_scanned as f64 / secs
+        } else {
+            0.0
+        };
+        let estimated_time_left = match expected_keys {
+            Some(total) if total >= keys_scanned && keys_per_second > 0.0 => Some(
+                Duration::from_secs_f64((total - keys_scanned) as f64 / keys_per_second),
+            ),
+            _ => None,
+        };
+        RebuildProgress {
+            keys_scanned,
+            elapsed,
+            keys_per_second,
+            expected_keys,
+            estimated_time_left,
+        }
+    }
 }
 
 impl RecoveryReport {
     /// True if the filter came from its snapshot without a scan.
+    ///
+    /// ```
+    /// let db = bloomsled::Config::new().temporary(true).open()?;
+    /// assert!(!db.recovery_report().loaded());
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn loaded(&self) -> bool {
         self.outcome == RecoveryOutcome::Loaded
     }

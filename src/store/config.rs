@@ -37,6 +37,7 @@ pub struct Config {
     pub(crate) path: PathBuf,
     pub(crate) temporary: bool,
     pub(crate) recovery: Recovery,
+    pub(crate) background_recovery: bool,
     pub(crate) snapshot_every_writes: u64,
     pub(crate) snapshot_interval: Option<Duration>,
     pub(crate) page_size: u32,
@@ -55,6 +56,7 @@ impl Default for Config {
             path: PathBuf::from("default.sled"),
             temporary: false,
             recovery: Recovery::Repair,
+            background_recovery: true,
             snapshot_every_writes: 0,
             snapshot_interval: None,
             page_size: format::DEFAULT_PAGE_SIZE,
@@ -87,6 +89,29 @@ impl Config {
     /// [`Error::SnapshotRejected`] naming what failed.
     pub fn recovery(mut self, recovery: Recovery) -> Config {
         self.recovery = recovery;
+        self
+    }
+
+    /// Where a tree whose snapshot is not trusted ([`Recovery::Repair`]) rebuilds its
+    /// filter: in the background (`true`, the default) or before `open`/`open_tree`
+    /// returns (`false`, for callers who prefer to wait).
+    ///
+    /// In the background, the tree serves at once and correctly: until its filter is back,
+    /// every lookup goes to sled (the filter says "maybe"), and writes keep the filter being
+    /// built exact. [`Tree::wait_for_filter`](crate::Tree::wait_for_filter) waits for it;
+    /// [`crate::RecoveryReport::rebuilding`] and [`crate::Stats`] show the progress.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// let db = bloomsled::Config::new()
+    ///     .path(dir.path())
+    ///     .background_recovery(false)
+    ///     .open()?;
+    /// assert!(db.stats().filter_in_use);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn background_recovery(mut self, on: bool) -> Config {
+        self.background_recovery = on;
         self
     }
 

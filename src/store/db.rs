@@ -12,13 +12,16 @@ use sled::IVec;
 
 use super::config::TreeConfig;
 use super::policy::RebuildPolicy;
+use super::ready::RecoveryState;
 use super::rebuild::Rebuild;
+use super::recovery;
 use super::scan::build_filter;
 use super::state::TreeState;
 use super::{Config, Tree};
 use crate::error::{Error, Result};
+use crate::filter::any::AnyFilter;
 use crate::persist::{
-    self, Meta, Opening, RecoveryOutcome, RecoveryReport, SnapshotInfo, META_TREE,
+    self, Meta, Opening, RecoveryOutcome, RecoveryReport, SnapshotInfo, Start, META_TREE,
 };
 
 /// Name sled gives the default tree.
@@ -111,7 +114,7 @@ impl Db {
         let meta = if config.temporary {
             None
         } else {
-            Some(Meta::open(&inner)?)
+            Some(Meta::open(&inner, config.recovery)?)
         };
         let default_state = open_filter(&inner, &config, meta.as_ref(), DEFAULT_TREE, None)?;
         let default = Tree::new(inner.deref().clone(), default_state.clone());
@@ -211,7 +214,7 @@ impl Db {
     pub fn recovery_reports(&self) -> Vec<RecoveryReport> {
         self.lock_trees()
             .values()
-            .map(|t| t.report.clone())
+            .map(|t| recovery::report(t))
             .collect()
     }
 
@@ -609,6 +612,7 @@ fn open_filter(
             bytes_verified: 0,
             generation: 0,
             duration: start.elapsed(),
+            rebuilding: None,
         };
         return Ok(TreeState::new(
             filter,
@@ -617,6 +621,7 @@ fn open_filter(
             report,
             every,
             policy,
+            RecoveryState::ready(),
         ));
     };
     let at = Opening {
@@ -629,21 +634,50 @@ fn open_filter(
         db_dir: &config.path,
         page_size: config.page_size,
     };
-    let recovered = persist::recover(meta, &at, |sizing, mode| {
-        build_filter(tree, mode, &policy(config, sizing.clone()))
-    })?;
+    let recovered = persist::recover(meta, &at)?;
     let policy = policy(config, recovered.sizing);
+    let (filter, recovery) = match recovered.start {
+        Start::Ready(filter) => (*filter, RecoveryState::ready()),
+        Start::Rebuild { expected_keys } => {
+            // Until the rebuild is done, every lookup goes to sled.
+            let shape = policy.base.shape()?;
+            let stand_in = AnyFilter::pass_all(recovered.mode, shape.num_hashes, shape.seed)?;
+            (stand_in, RecoveryState::pending(expected_keys))
+        }
+    };
+    let rebuild = !recovery.is_ready();
     let state = TreeState::new(
-        recovered.filter,
+        filter,
         tree.clone(),
         Some(recovered.persistence),
         recovered.report,
         every,
         policy,
+        recovery,
     );
-    // A filter loaded past its capacity (a bulk load closed before its resize finished)
-    // starts the resize now rather than serving a high false-positive rate for good.
-    Rebuild(&state).check();
+    if rebuild {
+        if let RecoveryOutcome::Rebuilt { reason } = &state.report.outcome {
+            log::info!(
+                "bloomsled: tree {:?}: snapshot not trusted ({reason}); {}, every lookup \
+                 goes to sled until then (about {} keys to scan)",
+                state.report.tree,
+                if config.background_recovery {
+                    "serving now and rebuilding the filter in the background"
+                } else {
+                    "rebuilding the filter before open returns"
+                },
+                state
+                    .recovery
+                    .expected_keys
+                    .map_or("an unknown number of".into(), |n| n.to_string()),
+            );
+        }
+        recovery::start(&state, config.background_recovery);
+    } else {
+        // A filter loaded past its capacity (a bulk load closed before its resize finished)
+        // starts the resize now rather than serving a high false-positive rate for good.
+        Rebuild(&state).check();
+    }
     Ok(state)
 }
 

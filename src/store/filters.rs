@@ -19,18 +19,18 @@
 //! ## Writers and the rebuild scan: the gate
 //! Writers hold the `gate` (a read lock) for their whole operation: the filter update before
 //! the sled write, the sled write, and any counting-mode correction after it. A rebuild
-//! publishes its new filter and reads each chunk of keys under the write side, so no write
-//! is in flight while it does. With `cursor` the last key scanned, a writer applies its
-//! change to the new filter too exactly when its key is `<= cursor`; a key beyond it is read
-//! by the scan later, after the write. Every key therefore reaches the new filter exactly
-//! once, which keeps counting mode exact, and the scan never depends on how sled's iterators
-//! behave under concurrent writes.
+//! publishes its new filter and reads each round of keys under the write side, so no write
+//! is in flight while it does. The key space is cut into ranges, scanned in parallel within
+//! a round; `cursor` holds, per range, the last key scanned. A writer applies its change to
+//! the new filter too exactly when its key is at or before its range's cursor
+//! ([`Cursor::passed`]); a key beyond it is read by the scan later, after the write. Every
+//! key therefore reaches the new filter exactly once, which keeps counting mode exact, and
+//! the scan never depends on how sled's iterators behave under concurrent writes.
 
 use std::cell::RefCell;
 use std::sync::{OnceLock, TryLockError};
 
-use sled::IVec;
-
+use super::scan::Cursor;
 use crate::error::{Error, Result};
 use crate::filter::any::AnyFilter;
 use crate::filter::Filter;
@@ -65,8 +65,8 @@ struct State {
 pub(crate) struct Gate {
     /// The slot being built, if a rebuild is running.
     pub(crate) building: Option<usize>,
-    /// The last key the rebuild has scanned (`None`: none yet).
-    pub(crate) cursor: Option<IVec>,
+    /// Where the rebuild's scan stands in each key range.
+    pub(crate) cursor: Cursor,
 }
 
 /// A writer's view of the gate, fixed while it holds the gate.
@@ -74,7 +74,7 @@ pub(crate) struct Gate {
 struct View {
     current: usize,
     building: Option<usize>,
-    cursor: Option<IVec>,
+    cursor: Cursor,
 }
 
 #[cfg(not(loom))]
@@ -251,7 +251,7 @@ impl Filters {
             cursor: if guard.building.is_some() {
                 guard.cursor.clone()
             } else {
-                None
+                Cursor::default()
             },
         };
         HELD.with(|h| h.borrow_mut().push((key, view.clone())));
@@ -362,9 +362,10 @@ impl Entered<'_> {
     #[inline]
     fn building_for(&self, key: &[u8]) -> Option<&AnyFilter> {
         let b = self.view.building?;
-        match &self.view.cursor {
-            Some(c) if key <= &c[..] => self.filters.slot(b),
-            _ => None,
+        if self.view.cursor.passed(key) {
+            self.filters.slot(b)
+        } else {
+            None
         }
     }
 

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::filter::any::AnyFilter;
 use crate::filter::{math, FilterConfig};
@@ -78,6 +79,10 @@ pub(crate) struct RebuildState {
     pub(crate) stale_base: AtomicU64,
     /// `items_limit` of the current filter.
     pub(crate) limit: AtomicU64,
+    /// Keys the running scan has read.
+    pub(crate) scanned: AtomicU64,
+    /// When the running rebuild started, and the keys it expects to read.
+    started: Mutex<(Instant, Option<u64>)>,
 }
 
 impl RebuildState {
@@ -92,11 +97,33 @@ impl RebuildState {
             resizes: AtomicU64::new(0),
             stale_base: AtomicU64::new(0),
             limit: AtomicU64::new(limit),
+            scanned: AtomicU64::new(0),
+            started: Mutex::new((Instant::now(), None)),
         }
     }
 
     pub(crate) fn in_progress(&self) -> bool {
         self.pending.load(Ordering::Acquire) || self.running.load(Ordering::Acquire)
+    }
+
+    /// A rebuild starts now, expecting about `expected` keys if known.
+    pub(crate) fn start_progress(&self, expected: Option<u64>) {
+        self.scanned.store(0, Ordering::Relaxed);
+        *self.started.lock().unwrap_or_else(|p| p.into_inner()) = (Instant::now(), expected);
+    }
+
+    /// Keys read by the running rebuild, time since it started and the keys it expects;
+    /// `None` if no rebuild is running.
+    pub(crate) fn progress(&self) -> Option<(u64, Duration, Option<u64>)> {
+        if !self.in_progress() {
+            return None;
+        }
+        let (since, expected) = *self.started.lock().unwrap_or_else(|p| p.into_inner());
+        Some((
+            self.scanned.load(Ordering::Relaxed),
+            since.elapsed(),
+            expected,
+        ))
     }
 }
 

@@ -13,23 +13,22 @@
 //! when the live keys pass the capacity or the modelled false-positive rate passes the
 //! configured bound.
 
-use std::ops::{Bound, Deref};
+use std::ops::Deref;
 use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sled::IVec;
-
 use super::policy::FILL_AFTER_REBUILD;
+use super::scan::{scan_cuts, scan_round, scan_threads, Cursor};
 use super::state::TreeState;
 use crate::error::{Error, Result};
 use crate::filter::any::{AnyFilter, FilterMode};
-use crate::hash::hash_key;
-use crate::persist::SnapshotInfo;
+use crate::persist::{hold_limit, wait_at_hold, SnapshotInfo};
 
-/// Keys read per hold of the gate: long enough to amortize re-positioning sled's iterator
-/// (a few microseconds), short enough that a writer waits at most about 0.1 ms.
-const CHUNK: usize = 256;
+/// Longest round of a scan (one hold of the gate) while no writer waits: re-positioning
+/// sled's iterators (a few microseconds) is amortized over it. A writer that arrives ends
+/// the round within about a millisecond (see [`scan_round`]).
+const MAX_ROUND: Duration = Duration::from_millis(50);
 
 /// Longest the rebuild yields between chunks to writers that were blocked on the gate.
 const MAX_YIELD: Duration = Duration::from_millis(2);
@@ -153,14 +152,29 @@ impl Rebuild<'_> {
 
     /// Rebuilds the filter from the keys (see the module docs).
     pub(crate) fn now(&self, automatic: bool) -> Result<RebuildReport> {
+        self.run(automatic, None)
+    }
+
+    /// The rebuild after open of a tree serving with the pass-all stand-in, sized for
+    /// `expected_keys` (a hint: the scan resizes if it finds more; if a filter that size
+    /// cannot be allocated, it starts from the configured size).
+    pub(crate) fn recover(&self, expected_keys: Option<u64>) -> Result<RebuildReport> {
+        match self.run(false, expected_keys) {
+            Err(Error::OutOfMemory { .. }) if expected_keys.is_some() => self.run(false, None),
+            r => r,
+        }
+    }
+
+    fn run(&self, automatic: bool, known: Option<u64>) -> Result<RebuildReport> {
         let _one = self.rebuild.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.rebuild.running.store(true, Ordering::Release);
-        let r = self.locked(automatic);
+        self.rebuild.start_progress(known);
+        let r = self.locked(automatic, known);
         self.rebuild.running.store(false, Ordering::Release);
         r
     }
 
-    fn locked(&self, automatic: bool) -> Result<RebuildReport> {
+    fn locked(&self, automatic: bool, mut known: Option<u64>) -> Result<RebuildReport> {
         let start = Instant::now();
         let old_capacity = self.filters.enter().current().capacity();
         // The filter's own count is only an estimate (an overfull plain filter undercounts
@@ -169,7 +183,6 @@ impl Rebuild<'_> {
         // (at least the next doubling);
         // one that ends with more keys than its size suits is followed by one more at the
         // size it measured.
-        let mut known = None;
         let mut attempts = 0;
         let (scanned, capacity, slot) = loop {
             attempts += 1;
@@ -190,6 +203,8 @@ impl Rebuild<'_> {
             }
             known = Some(scanned);
         };
+        // The real filter is current (the tree may have served with the stand-in until now).
+        self.recovery.set_ready(scanned);
         let duration = start.elapsed();
         let new = self
             .filters
@@ -255,16 +270,17 @@ impl Rebuild<'_> {
             || AnyFilter::new(mode, shape, capacity),
         )?;
         let stale_before = self.stale_total();
+        let cuts = scan_cuts(&self.sled, scan_threads())?;
         {
             let mut gate = self.filters.close_gate();
             gate.building = Some(slot);
-            gate.cursor = None;
+            gate.cursor = Cursor::start(cuts);
         }
         let end = self.scan_and_swap(slot, stale_before, last);
         if !matches!(end, Ok(Scan::Swapped(_))) {
             let mut gate = self.filters.close_gate();
             gate.building = None;
-            gate.cursor = None;
+            gate.cursor = Cursor::default();
         }
         Ok((capacity, slot, end?))
     }
@@ -279,8 +295,8 @@ impl Rebuild<'_> {
         Ok(())
     }
 
-    /// Reads every key into the filter of `slot`, a chunk per hold of the gate, and makes
-    /// it current once the scan reaches the end; gives up if the filter outgrows its
+    /// Reads every key into the filter of `slot`, a round per hold of the gate, and makes
+    /// it current once every range is read to its end; gives up if the filter outgrows its
     /// capacity first, unless this is the last try.
     fn scan_and_swap(&self, slot: usize, stale_before: u64, last_try: bool) -> Result<Scan> {
         let new = self
@@ -289,34 +305,26 @@ impl Rebuild<'_> {
             .ok_or_else(|| Error::ReportableBug("the rebuild's filter slot is empty".into()))?;
         let seed = new.bits().seed();
         let mut scanned = 0u64;
+        self.rebuild.scanned.store(0, Ordering::Relaxed);
         loop {
+            wait_at_hold(scanned, || self.closing.load(Ordering::Relaxed));
             self.check_open()?;
             let mut gate = self.filters.close_gate();
-            let from = gate
-                .cursor
-                .clone()
-                .map_or(Bound::Unbounded, Bound::Excluded);
-            let mut n = 0;
-            let mut last = None;
-            for key in self
-                .sled
-                .range::<IVec, _>((from, Bound::Unbounded))
-                .keys()
-                .take(CHUNK)
-            {
-                let key = key?;
-                new.admit_hash(hash_key(&key, seed));
-                last = Some(key);
-                n += 1;
-            }
-            scanned += n as u64;
-            if let Some(last) = last {
-                gate.cursor = Some(last);
-            }
-            if n < CHUNK {
+            let hold = hold_limit();
+            let stop = |elapsed: Duration, read: u64| {
+                elapsed >= MAX_ROUND
+                    || self.filters.writers_waiting()
+                    || self.closing.load(Ordering::Relaxed)
+                    || scanned + read >= hold
+            };
+            let (cursor, n) = scan_round(&self.sled, &gate.cursor, new, seed, stop)?;
+            gate.cursor = cursor;
+            scanned += n;
+            self.rebuild.scanned.store(scanned, Ordering::Relaxed);
+            if gate.cursor.done() {
                 self.filters.swap(&mut gate, slot);
                 gate.building = None;
-                gate.cursor = None;
+                gate.cursor = Cursor::default();
                 self.rebuild
                     .stale_base
                     .store(stale_before, Ordering::Relaxed);
@@ -326,7 +334,7 @@ impl Rebuild<'_> {
             if !last_try && new.items() > new.capacity() {
                 return Ok(Scan::Outgrown(new.items()));
             }
-            // Writers woken by the release must get the gate before the next chunk takes
+            // Writers woken by the release must get the gate before the next round takes
             // it back; once one holds it, the next `close_gate` queues behind it.
             let yielded = Instant::now();
             while self.filters.writers_waiting() && yielded.elapsed() < MAX_YIELD {

@@ -4,9 +4,11 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use super::filters::Filters;
 use super::policy::{RebuildPolicy, RebuildState};
+use super::ready::RecoveryState;
 use crate::error::{Error, Result};
 use crate::filter::any::{AnyFilter, FilterMode};
 use crate::persist::{filter_image, Persistence, RecoveryReport, SnapshotInfo};
@@ -21,7 +23,13 @@ pub(crate) struct TreeState {
     pub(crate) counters: LookupCounters,
     /// `None` for temporary databases.
     pub(crate) persist: Option<Persistence>,
+    /// How the filter came to be at open (see [`super::recovery::report`] for it as of now).
     pub(crate) report: RecoveryReport,
+    /// When the tree was opened.
+    pub(crate) opened: Instant,
+    /// Whether the filter is in use yet (a tree whose snapshot was not trusted serves with
+    /// a pass-all filter until its rebuild is done).
+    pub(crate) recovery: RecoveryState,
     /// Automatic snapshot every this many writes (0: off).
     every_writes: u64,
     writes: AtomicU64,
@@ -43,9 +51,17 @@ impl TreeState {
         report: RecoveryReport,
         every_writes: u64,
         policy: RebuildPolicy,
+        recovery: RecoveryState,
     ) -> Arc<Self> {
         let mode = filter.mode();
         let limit = policy.items_limit(&filter);
+        let rebuild = RebuildState::new(policy, limit);
+        if !recovery.is_ready() {
+            // The rebuild after open is pending from the start: no automatic rebuild is
+            // started meanwhile, and waiting for rebuilds waits for it.
+            rebuild.pending.store(true, Ordering::Release);
+            rebuild.start_progress(recovery.expected_keys);
+        }
         Arc::new_cyclic(|me| TreeState {
             filters: Filters::new(filter),
             mode,
@@ -53,9 +69,11 @@ impl TreeState {
             counters: LookupCounters::default(),
             persist,
             report,
+            opened: Instant::now(),
+            recovery,
             every_writes,
             writes: AtomicU64::new(0),
-            rebuild: RebuildState::new(policy, limit),
+            rebuild,
             closing: AtomicBool::new(false),
             dropped: AtomicBool::new(false),
             me: me.clone(),
@@ -77,7 +95,10 @@ impl TreeState {
     pub(crate) fn after_write(&self, keys: u64) -> bool {
         let before = self.writes.fetch_add(keys, Ordering::Relaxed);
         let after = before + keys;
-        if self.every_writes != 0 && before / self.every_writes != after / self.every_writes {
+        if self.every_writes != 0
+            && before / self.every_writes != after / self.every_writes
+            && self.recovery.is_ready()
+        {
             if let Err(e) = self.snapshot() {
                 log::warn!("automatic snapshot of {:?} failed: {e}", self.report.tree);
             }
@@ -99,6 +120,14 @@ impl TreeState {
             .persist
             .as_ref()
             .ok_or_else(|| Error::Unsupported("a temporary database keeps no snapshots".into()))?;
+        if !self.recovery.is_ready() {
+            // The pass-all stand-in is never written: it would be trusted as the filter.
+            return Err(Error::Unsupported(format!(
+                "tree {:?}: its filter is being rebuilt; a snapshot can be taken once it is \
+                 in use (`Tree::wait_for_filter`)",
+                self.report.tree
+            )));
+        }
         // In counting mode the flush of the record that completes the snapshot also makes
         // every remove whose decrement the copy holds durable (see `persist`).
         let info = p.snapshot(
@@ -158,8 +187,12 @@ impl TreeState {
 
     /// [`TreeState::snapshot_if_dirty`], durable or not (see [`TreeState::snapshot_with`]).
     pub(crate) fn snapshot_if_dirty_with(&self, durable: bool) -> Result<Option<SnapshotInfo>> {
+        // A tree still serving with the pass-all stand-in has nothing to save: its record
+        // stays dirty, and the next open rebuilds again.
         match &self.persist {
-            Some(p) if p.is_dirty() => self.snapshot_with(durable).map(Some),
+            Some(p) if p.is_dirty() && self.recovery.is_ready() => {
+                self.snapshot_with(durable).map(Some)
+            }
             _ => Ok(None),
         }
     }

@@ -3,7 +3,10 @@
 
 use std::sync::atomic::Ordering;
 
+use std::time::Duration;
+
 use super::rebuild::{Rebuild, RebuildReport};
+use super::recovery;
 use super::Tree;
 use crate::error::Result;
 use crate::filter::Filter;
@@ -89,28 +92,50 @@ impl Tree {
     /// println!("generation {} written, {} bytes", info.generation, info.bytes);
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
+    ///
+    /// While the filter is being rebuilt after open (see [`Tree::wait_for_filter`]), this
+    /// waits for it first: the stand-in that answers meanwhile is never written.
     pub fn snapshot(&self) -> Result<SnapshotInfo> {
+        self.state.recovery.wait(None)?;
         self.state.snapshot()
     }
 
     /// How this tree's filter was obtained when it was opened: loaded from its snapshot, or
-    /// rebuilt from a key scan and why.
+    /// rebuilt from a key scan and why. While the rebuild runs in the background,
+    /// [`RecoveryReport::rebuilding`] says how far it has come; once it is done, the report
+    /// counts the keys it scanned and the time from open to the filter being in use.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let db = bloomsled::Config::new().temporary(true).open()?;
+    /// let r = db.recovery_report();
+    /// assert!(r.rebuilding.is_none());
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn recovery_report(&self) -> RecoveryReport {
+        recovery::report(&self.state)
+    }
+
+    /// Waits up to `timeout` for this tree's filter to be in use: `Ok(true)` once it is (at
+    /// once, unless the tree is being rebuilt after open, see
+    /// [`Config::background_recovery`](crate::Config::background_recovery)), `Ok(false)` if
+    /// the time ran out first. Until then the tree answers correctly, every lookup going to
+    /// sled; a service that wants the filter's speed before it takes traffic waits here.
+    /// Fails if the rebuild ended without a filter (the tree was closed, or an I/O error,
+    /// which is logged); the tree then keeps answering from sled until
+    /// [`Tree::rebuild`] succeeds.
     ///
     /// # Examples
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
     /// let db = bloomsled::Config::new().path(dir.path()).open()?;
-    /// db.insert("k", "v")?;
-    /// db.close()?;
-    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
-    /// // A clean close: the filter came back from its snapshot, without a key scan.
-    /// assert!(db.recovery_report().loaded());
-    /// assert_eq!(db.recovery_report().keys_scanned, 0);
+    /// assert!(db.wait_for_filter(std::time::Duration::from_secs(60))?);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn recovery_report(&self) -> RecoveryReport {
-        self.state.report.clone()
+    pub fn wait_for_filter(&self, timeout: Duration) -> Result<bool> {
+        self.state.recovery.wait(Some(timeout))
     }
 
     /// Checks the tree end to end: every CRC of its snapshot file, and every stored key
@@ -206,6 +231,8 @@ impl Tree {
             rebuilds: s.rebuild.rebuilds.load(Ordering::Relaxed),
             resizes: s.rebuild.resizes.load(Ordering::Relaxed),
             rebuild_in_progress: s.rebuild.in_progress(),
+            filter_in_use: s.recovery.is_ready(),
+            rebuild_progress: recovery::progress(s),
             memory_bytes: current.memory_bytes(),
             allocated_bytes: s.filters.allocated_bytes(),
         }

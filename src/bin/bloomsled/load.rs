@@ -123,7 +123,9 @@ fn overfull(s: &Stats) -> bool {
 /// size when it cannot be told). They size a new database or tree; an existing tree keeps
 /// the sizing its record stores (and is resized after the load if the load overfilled it).
 fn config_for(expected: Option<u64>) -> Config {
-    let config = Config::new().recovery(Recovery::Repair);
+    let config = Config::new()
+        .recovery(Recovery::Repair)
+        .background_recovery(false);
     let default = config.filter_config().get_expected_items();
     config.expected_items(expected.unwrap_or(default).max(1))
 }

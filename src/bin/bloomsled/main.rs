@@ -72,6 +72,10 @@ enum Command {
     Stats {
         /// Database directory.
         db: PathBuf,
+        /// Do not wait for filters being rebuilt after a crash: show how far each rebuild
+        /// has come (keys scanned, rate, time left) instead.
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Check every snapshot CRC and every stored key against its filter; exit 1 on a problem.
     Verify {
@@ -132,7 +136,7 @@ fn run(cli: &Cli) -> CliResult<ExitCode> {
         Command::Demo { dir, items } => demo::run(dir, *items, json),
         Command::Load { db, tree, file } => load::run(db, tree.as_deref(), file, json),
         Command::Check { db, tree, keys } => check::run(db, tree.as_deref(), keys, json),
-        Command::Stats { db } => stats::run(db, json),
+        Command::Stats { db, no_wait } => stats::run(db, !no_wait, json),
         Command::Verify { db } => verify::run(db, json),
         Command::Rebuild { db, mode } => rebuild::run(db, mode.map(Into::into), json),
         Command::Snapshot { db } => snapshot::run(db, json),

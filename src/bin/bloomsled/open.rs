@@ -39,12 +39,21 @@ pub fn resolve(path: &Path) -> PathBuf {
 
 /// Opens an existing database (never creates one). The mode is left unset, so every tree
 /// keeps the mode and sizing its trust record stores, also when its filter is rebuilt at
-/// open.
+/// open. A filter that must be rebuilt is rebuilt before this returns: a command is
+/// short-lived, and a rebuild left in the background would be cut off at its exit.
 pub fn open_existing(path: &Path, recovery: Recovery) -> CliResult<Db> {
+    open_existing_with(
+        path,
+        Config::new().recovery(recovery).background_recovery(false),
+    )
+}
+
+/// [`open_existing`] with `config` (its path is set here).
+pub fn open_existing_with(path: &Path, config: Config) -> CliResult<Db> {
     if !is_database(path) {
         return Err(CliError::NotADatabase(path.to_path_buf()));
     }
-    open_with(path, Config::new().recovery(recovery))
+    open_with(path, config)
 }
 
 /// Opens the database at `path` with `config` (its path is set here).

@@ -60,6 +60,34 @@ pub struct RecoveryRow {
     pub bytes_verified: u64,
     pub generation: u64,
     pub millis: f64,
+    /// Set while the filter is being rebuilt in the background (lookups go to the store).
+    pub rebuilding: Option<RebuildingRow>,
+}
+
+/// How far a filter's rebuild after open has come.
+#[derive(Debug, Clone, Serialize)]
+pub struct RebuildingRow {
+    pub keys_scanned: u64,
+    pub keys_per_second: f64,
+    pub expected_keys: Option<u64>,
+    pub seconds_left: Option<f64>,
+}
+
+impl RebuildingRow {
+    /// In words: "rebuilding: 1200000 of ~5000000 keys scanned, 810000 keys/s, ~4.7 s left".
+    pub fn text(&self) -> String {
+        let of = self
+            .expected_keys
+            .map_or(String::new(), |n| format!(" of ~{n}"));
+        let left = self
+            .seconds_left
+            .map_or(String::new(), |s| format!(", ~{s:.1} s left"));
+        format!(
+            "rebuilding: {}{of} keys scanned, {:.0} keys/s{left}; lookups go to the store \
+             until it is done",
+            self.keys_scanned, self.keys_per_second
+        )
+    }
 }
 
 impl From<&RecoveryReport> for RecoveryRow {
@@ -72,6 +100,12 @@ impl From<&RecoveryReport> for RecoveryRow {
             bytes_verified: r.bytes_verified,
             generation: r.generation,
             millis: r.duration.as_secs_f64() * 1e3,
+            rebuilding: r.rebuilding.as_ref().map(|p| RebuildingRow {
+                keys_scanned: p.keys_scanned,
+                keys_per_second: p.keys_per_second,
+                expected_keys: p.expected_keys,
+                seconds_left: p.estimated_time_left.map(|d| d.as_secs_f64()),
+            }),
         }
     }
 }

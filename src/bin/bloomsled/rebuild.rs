@@ -38,7 +38,9 @@ pub fn run(path: &Path, mode: Option<FilterMode>, json: bool) -> CliResult<ExitC
     if !open::is_database(&path) {
         return Err(CliError::NotADatabase(path));
     }
-    let mut config = Config::new().recovery(Recovery::Repair);
+    let mut config = Config::new()
+        .recovery(Recovery::Repair)
+        .background_recovery(false);
     if let Some(m) = mode {
         config = config.counting(m == FilterMode::Counting);
     }

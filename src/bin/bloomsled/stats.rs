@@ -2,8 +2,9 @@
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use bloomsled::{Recovery, Tree};
+use bloomsled::{Config, Recovery, Tree};
 use serde::Serialize;
 
 use crate::error::CliResult;
@@ -59,9 +60,21 @@ struct WindowLine {
     live: Vec<(u64, String)>,
 }
 
-pub fn run(path: &Path, json: bool) -> CliResult<ExitCode> {
-    let db = open::open_existing(&open::resolve(path), Recovery::Repair)?;
-    let rows: Vec<StatsRow> = open::all_trees(&db)?.iter().map(StatsRow::from).collect();
+/// Prints every tree's statistics. With `wait`, filters being rebuilt after a crash are
+/// waited for; without, their progress is shown instead.
+pub fn run(path: &Path, wait: bool, json: bool) -> CliResult<ExitCode> {
+    let config = Config::new()
+        .recovery(Recovery::Repair)
+        .background_recovery(!wait);
+    let db = open::open_existing_with(&open::resolve(path), config)?;
+    let trees = open::all_trees(&db)?;
+    if !wait {
+        // Give the rebuilds just started a moment, so the first rate means something.
+        for t in &trees {
+            t.wait_for_filter(Duration::from_millis(200))?;
+        }
+    }
+    let rows: Vec<StatsRow> = trees.iter().map(StatsRow::from).collect();
     let windows: Vec<WindowLine> = open::all_windows(&db)?
         .iter()
         .map(|w| {
@@ -95,7 +108,10 @@ pub fn run(path: &Path, json: bool) -> CliResult<ExitCode> {
                 100.0 * r.estimated_fpr,
                 100.0 * r.target_fpr,
                 r.memory_bytes / 1024,
-                r.recovery.outcome,
+                match &r.recovery.rebuilding {
+                    Some(p) => format!("{}, {}", r.recovery.outcome, p.text()),
+                    None => r.recovery.outcome.clone(),
+                },
             )
         });
         for w in &windows {

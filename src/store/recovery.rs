@@ -1,0 +1,95 @@
+//! Recovery after open: a tree whose snapshot was not trusted serves at once with a
+//! pass-all filter (every lookup goes to sled, so every answer is right) while its real
+//! filter is rebuilt under the online-rebuild protocol ([`super::rebuild`]), in the
+//! background by default; then the real filter is swapped in and snapshotted.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+
+use super::rebuild::Rebuild;
+use super::state::TreeState;
+use crate::error::Error;
+use crate::persist::{RebuildProgress, RecoveryReport};
+
+/// Rebuilds the filter of a tree that opened with the pass-all stand-in: in a background
+/// thread if `background`, else before returning. Lookups are right all along (the
+/// stand-in sends them to sled); writers keep the new filter exact (the rebuild's gate).
+pub(crate) fn start(state: &Arc<TreeState>, background: bool) {
+    if !background {
+        run(state);
+        return;
+    }
+    let me = Arc::downgrade(state);
+    let spawned = thread::Builder::new()
+        .name("bloomsled-recover".into())
+        .spawn(move || {
+            if let Some(s) = me.upgrade() {
+                run(&s);
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("bloomsled: cannot start a recovery thread ({e}); rebuilding now");
+        run(state);
+    }
+}
+
+/// The rebuild after open, start to end (see [`start`]).
+fn run(s: &Arc<TreeState>) {
+    let result = Rebuild(s).recover(s.recovery.expected_keys);
+    s.rebuild.pending.store(false, Ordering::Release);
+    match result {
+        Ok(r) => {
+            if let Some(info) = &r.snapshot {
+                s.recovery.set_generation(info.generation);
+            }
+            log::info!(
+                "bloomsled: tree {:?}: filter back in use, rebuilt from {} keys in {:?} ({:.0} \
+                 keys/s); lookups skip sled again",
+                s.report.tree,
+                r.keys_scanned,
+                r.duration,
+                r.keys_scanned as f64 / r.duration.as_secs_f64().max(1e-9),
+            );
+            // The rebuild sized the filter for what it found; a resize, if due, starts now.
+            Rebuild(s).check();
+        }
+        Err(e) => {
+            if !matches!(e, Error::Closed(_)) {
+                log::error!(
+                    "bloomsled: tree {:?}: rebuilding the filter after open failed ({e}); \
+                     lookups keep going to sled until `Tree::rebuild` succeeds",
+                    s.report.tree
+                );
+            }
+            s.recovery.set_failed(format!(
+                "the filter of tree {:?} was not rebuilt: {e}",
+                s.report.tree
+            ));
+        }
+    }
+}
+
+/// The tree's recovery report as of now: the report made at open, with the rebuild's
+/// progress while it runs, and once its filter is in use the keys it scanned and the time
+/// from open to then.
+pub(crate) fn report(s: &TreeState) -> RecoveryReport {
+    let mut r = s.report.clone();
+    let o = s.recovery.outcome();
+    if let Some((at, keys)) = o.in_use {
+        r.keys_scanned = keys;
+        r.duration += at.saturating_duration_since(s.opened);
+    } else if !s.recovery.is_ready() && o.failed.is_none() {
+        r.rebuilding = progress(s);
+    }
+    if let Some(g) = o.generation {
+        r.generation = g;
+    }
+    r
+}
+
+/// The progress of the rebuild running now, if one is.
+pub(crate) fn progress(s: &TreeState) -> Option<RebuildProgress> {
+    let (scanned, elapsed, expected) = s.rebuild.progress()?;
+    Some(RebuildProgress::new(scanned, elapsed, expected))
+}
