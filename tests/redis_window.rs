@@ -180,11 +180,11 @@ fn generations_nobody_wrote_to_are_not_errors_and_a_clock_stepping_back_hides_no
     c.advance(Duration::from_millis(W));
     let b = keys("b", 200);
     w.add_many(&b).unwrap();
-    c.set_ms(c.now_ms() - 4 * W);
+    c.set(c.now_ms() - 4 * W);
     assert!(w.contains_many(&b).unwrap().iter().all(|&x| x));
     assert!(w.contains_many(&a).unwrap().iter().all(|&x| x));
     // Past the horizon of `a` (5 generations after its own) it is gone, without error.
-    c.set_ms(c.now_ms() + 5 * W);
+    c.set(c.now_ms() + 5 * W);
     let gone = w.contains_many(&a).unwrap();
     assert!(gone.iter().filter(|&&x| x).count() < 10, "{gone:?}");
 }
@@ -280,7 +280,7 @@ fn concurrent_writers_across_rotations_end_with_one_ring_and_no_false_negative()
     assert_eq!(configs.len(), rounds, "{configs:?}");
     // No false negative for the keys inside the horizon (the last G rounds; the clock has
     // moved one generation past the last round).
-    c.set_ms(c.now_ms() - W);
+    c.set(c.now_ms() - W);
     for rd in rounds - g as usize..rounds {
         for t in 0..threads {
             let k = keys(&format!("r{rd}-t{t}"), 500);
