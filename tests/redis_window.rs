@@ -466,16 +466,7 @@ fn flushall_and_a_restart_without_persistence_are_errors() {
 #[test]
 fn evicted_generations_are_errors_never_absent() {
     require_redis!();
-    let s = Server::start_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--maxmemory",
-        "8mb",
-        "--maxmemory-policy",
-        "allkeys-random",
-    ]);
+    let s = Server::start_evicting();
     let c = clock();
     let (w, per) = three_generations(&s, "evict", &c);
     let mut cli = s.client();
