@@ -703,26 +703,39 @@ mod cli {
             .unwrap()
     }
 
+    /// `bloomsled redis create NAME --url URL --window SPAN --generations G --items N`,
+    /// then `extra`.
+    fn create(
+        url: &str,
+        name: &str,
+        span: &str,
+        generations: &str,
+        items: &str,
+        extra: &[&str],
+    ) -> Output {
+        let mut args = vec![
+            "redis",
+            "create",
+            name,
+            "--url",
+            url,
+            "--window",
+            span,
+            "--generations",
+            generations,
+            "--items",
+            items,
+        ];
+        args.extend(extra);
+        run(&args)
+    }
+
     #[test]
     fn create_add_check_stats_on_a_window() {
         require_redis!();
         let s = Server::start();
         let url = s.url();
-        let out = run(&[
-            "redis",
-            "create",
-            "win",
-            "--url",
-            &url,
-            "--window",
-            "7d",
-            "--generations",
-            "7",
-            "--items",
-            "10000",
-            "--fpr",
-            "0.01",
-        ]);
+        let out = create(&url, "win", "7d", "7", "10000", &["--fpr", "0.01"]);
         assert!(out.status.success(), "{out:?}");
         let w = SharedWindow::open(&Endpoint::url(&url), "win").unwrap();
         assert_eq!(w.span(), Duration::from_secs(7 * 86_400));
@@ -796,19 +809,7 @@ mod cli {
         // Generations of 10 s: the writers all meet a generation nobody created yet (big
         // enough that creating it takes a while), and every key stays inside the horizon
         // until the checks below.
-        let out = run(&[
-            "redis",
-            "create",
-            "procs",
-            "--url",
-            &url,
-            "--window",
-            "30s",
-            "--generations",
-            "3",
-            "--items",
-            "500000",
-        ]);
+        let out = create(&url, "procs", "30s", "3", "500000", &[]);
         assert!(out.status.success(), "{out:?}");
         let dir = tempfile::tempdir().unwrap();
         let procs = 4;
