@@ -82,12 +82,7 @@ fn main() {
     println!(
         "shared filter: {KEYS} keys, k = {k}, {m} bits; batches of {BATCH}, {ROUNDS} rounds, \
          redis-server {}",
-        server
-            .cli(&["info", "server"])
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .unwrap_or("?")
-            .trim()
+        server.version()
     );
 
     let mut results: Vec<(&str, Vec<f64>)> = Vec::new();

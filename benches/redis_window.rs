@@ -72,12 +72,7 @@ fn main() {
          {n}; batches of {BATCH}, {single_n} single-key lookups, {ROUNDS} rounds, \
          redis-server {}",
         n.div_ceil(GENERATIONS as usize),
-        server
-            .cli(&["info", "server"])
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .unwrap_or("?")
-            .trim()
+        server.version()
     );
 
     // keys/s of one pass of `look` over `keys`; checks the answers.

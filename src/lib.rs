@@ -39,6 +39,8 @@
 //!   many processes and hosts, that reports a lost filter instead of answering "absent"; and
 //!   the classic PHP layout.
 //!
+//! - [`clock`]: the clocks windows read and the generation arithmetic both kinds of
+//!   window share.
 //! - [`window`]: windows, rings of generation trees whose keys and filters expire together
 //!   ("have I seen this URL in the last 7 days?").
 //!
@@ -49,6 +51,7 @@
 #![deny(unsafe_code)]
 #![warn(unreachable_pub)]
 
+pub mod clock;
 mod counters;
 mod error;
 mod filter;

@@ -123,16 +123,7 @@ fn expired_shards_are_detected() {
 #[test]
 fn evicted_shards_are_detected() {
     require_redis!();
-    let s = Server::start_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--maxmemory",
-        "8mb",
-        "--maxmemory-policy",
-        "allkeys-random",
-    ]);
+    let s = Server::start_evicting();
     let (f, k) = filled(&s, "evict");
     let mut c = s.client();
     let junk = vec![7u8; 64 << 10];

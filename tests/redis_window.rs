@@ -180,11 +180,11 @@ fn generations_nobody_wrote_to_are_not_errors_and_a_clock_stepping_back_hides_no
     c.advance(Duration::from_millis(W));
     let b = keys("b", 200);
     w.add_many(&b).unwrap();
-    c.set_ms(c.now_ms() - 4 * W);
+    c.set(c.now_ms() - 4 * W);
     assert!(w.contains_many(&b).unwrap().iter().all(|&x| x));
     assert!(w.contains_many(&a).unwrap().iter().all(|&x| x));
     // Past the horizon of `a` (5 generations after its own) it is gone, without error.
-    c.set_ms(c.now_ms() + 5 * W);
+    c.set(c.now_ms() + 5 * W);
     let gone = w.contains_many(&a).unwrap();
     assert!(gone.iter().filter(|&&x| x).count() < 10, "{gone:?}");
 }
@@ -280,7 +280,7 @@ fn concurrent_writers_across_rotations_end_with_one_ring_and_no_false_negative()
     assert_eq!(configs.len(), rounds, "{configs:?}");
     // No false negative for the keys inside the horizon (the last G rounds; the clock has
     // moved one generation past the last round).
-    c.set_ms(c.now_ms() - W);
+    c.set(c.now_ms() - W);
     for rd in rounds - g as usize..rounds {
         for t in 0..threads {
             let k = keys(&format!("r{rd}-t{t}"), 500);
@@ -466,16 +466,7 @@ fn flushall_and_a_restart_without_persistence_are_errors() {
 #[test]
 fn evicted_generations_are_errors_never_absent() {
     require_redis!();
-    let s = Server::start_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--maxmemory",
-        "8mb",
-        "--maxmemory-policy",
-        "allkeys-random",
-    ]);
+    let s = Server::start_evicting();
     let c = clock();
     let (w, per) = three_generations(&s, "evict", &c);
     let mut cli = s.client();
@@ -712,26 +703,39 @@ mod cli {
             .unwrap()
     }
 
+    /// `bloomsled redis create NAME --url URL --window SPAN --generations G --items N`,
+    /// then `extra`.
+    fn create(
+        url: &str,
+        name: &str,
+        span: &str,
+        generations: &str,
+        items: &str,
+        extra: &[&str],
+    ) -> Output {
+        let mut args = vec![
+            "redis",
+            "create",
+            name,
+            "--url",
+            url,
+            "--window",
+            span,
+            "--generations",
+            generations,
+            "--items",
+            items,
+        ];
+        args.extend(extra);
+        run(&args)
+    }
+
     #[test]
     fn create_add_check_stats_on_a_window() {
         require_redis!();
         let s = Server::start();
         let url = s.url();
-        let out = run(&[
-            "redis",
-            "create",
-            "win",
-            "--url",
-            &url,
-            "--window",
-            "7d",
-            "--generations",
-            "7",
-            "--items",
-            "10000",
-            "--fpr",
-            "0.01",
-        ]);
+        let out = create(&url, "win", "7d", "7", "10000", &["--fpr", "0.01"]);
         assert!(out.status.success(), "{out:?}");
         let w = SharedWindow::open(&Endpoint::url(&url), "win").unwrap();
         assert_eq!(w.span(), Duration::from_secs(7 * 86_400));
@@ -805,19 +809,7 @@ mod cli {
         // Generations of 10 s: the writers all meet a generation nobody created yet (big
         // enough that creating it takes a while), and every key stays inside the horizon
         // until the checks below.
-        let out = run(&[
-            "redis",
-            "create",
-            "procs",
-            "--url",
-            &url,
-            "--window",
-            "30s",
-            "--generations",
-            "3",
-            "--items",
-            "500000",
-        ]);
+        let out = create(&url, "procs", "30s", "3", "500000", &[]);
         assert!(out.status.success(), "{out:?}");
         let dir = tempfile::tempdir().unwrap();
         let procs = 4;

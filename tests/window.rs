@@ -2,12 +2,15 @@
 //! concurrent writers, restarts, a clock going back and `kill -9` in the middle of a
 //! rotation; keys past it are forgotten, with nothing left on disk.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
+
+use common::child;
 
 use bloomsled::window::{ManualClock, RotationStep, WindowConfig};
 use bloomsled::{Config, Db, Error, TreeConfig};
@@ -380,7 +383,7 @@ impl Leftovers {
 /// killed) or runs on until killed at a random point.
 #[test]
 fn window_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
+    let Some(spec) = child::role(CHILD_ENV) else {
         return;
     };
     let mut parts = spec.split('|');
@@ -419,40 +422,24 @@ fn window_child() {
 /// Runs the child until it prints a line with `until` and returns the last round it
 /// flushed; `then_kill_after` lets it run on that long first.
 fn run_child(dir: &Path, spec: &str, until: &str, then_kill_after: Duration) -> Option<u64> {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "window_child", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, format!("{}|{spec}", dir.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
-    let flushed = std::sync::Arc::new(Mutex::new(None));
-    let f = flushed.clone();
-    let until = until.to_string();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let mut sent = false;
-        for line in out.lines() {
-            let Ok(line) = line else { break };
-            // libtest's "test window_child ... " may precede the first line.
-            if let Some(r) = line.split("flushed ").nth(1) {
-                *f.lock().unwrap() = Some(r.parse::<u64>().unwrap());
-            }
-            if !sent && line.contains(&until) {
-                sent = true;
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("the child reached its stop");
-    std::thread::sleep(then_kill_after);
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    reader.join().unwrap();
-    let last = *flushed.lock().unwrap();
-    last
+    let cmd = child::command(
+        CHILD_ENV,
+        format!("{}|{spec}", dir.display()),
+        Some("window_child"),
+    );
+    let killed = child::kill_after(cmd, until, then_kill_after, Some(Duration::from_secs(60)));
+    assert!(
+        killed.reached,
+        "the child reached its stop: {:?}",
+        killed.lines
+    );
+    // libtest's "test window_child ... " may precede the first line.
+    killed
+        .lines
+        .iter()
+        .rev()
+        .find_map(|line| line.split("flushed ").nth(1))
+        .map(|r| r.parse::<u64>().unwrap())
 }
 
 /// After a kill: reopen at the time of the rotation that was cut, check every flushed key

@@ -2,7 +2,8 @@
 //! Redis or a Redis Cluster as a ring of shared filters, one per generation.
 //!
 //! A window of span `S` in `G` generations cuts time into generations of width
-//! `w = S / G` (see `math`): keys go to the filter of the current generation, lookups ask
+//! `w = S / G` (the arithmetic and the limits on `S` and `G` are the local window's, from
+//! [`crate::clock`]): keys go to the filter of the current generation, lookups ask
 //! every live generation, and a generation's Redis keys expire (by Redis TTL) a little
 //! after the generation stops being live. **The guarantee**: a key added at time `t` is
 //! found until at least `t + S − w` and forgotten once `t + S` has passed.
@@ -25,11 +26,10 @@
 //! filter), gives its keys their TTL, then records it in the ring with a script that sets
 //! the entry only once: every process ends with the same generation.
 
-mod clock;
-mod math;
 mod record;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+/// The clocks, from [`crate::clock`] (one set for local and shared windows).
+pub use crate::clock::{Clock, ManualClock, SystemClock};
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::clock::epoch::Epochs;
 use crate::error::{Error, Result};
 use crate::filter::FilterConfig;
 
@@ -50,7 +51,6 @@ use super::resp::Sink;
 use super::session::Session;
 use super::stats::SharedStats;
 use super::value;
-use math::Ring;
 use record::{
     encode_filter, epoch_text, gen_field, parse_epoch, WindowConfig, CREATE_SCRIPT, RECORD_SCRIPT,
 };
@@ -94,8 +94,10 @@ pub struct SharedWindowConfig {
 
 impl SharedWindowConfig {
     /// A window of `span` cut into `generations` generations, each a shared filter sized by
-    /// `filter` (its expected items are the keys added per generation). The span is rounded
-    /// down to a whole number of milliseconds per generation.
+    /// `filter` (its expected items are the keys added per generation). As for a local
+    /// window, `generations` is 1 to 256 and `span` a whole number of milliseconds that
+    /// they divide exactly; [`SharedWindow::create`] refuses anything else with
+    /// [`Error::InvalidConfig`].
     ///
     /// A lookup asks every live generation, so an absent key is "maybe" at about the sum of
     /// their rates: give each generation the window's target rate divided by `generations`.
@@ -280,20 +282,8 @@ impl SharedWindow {
     /// ```
     pub fn create(endpoint: &Endpoint, name: &str, config: &SharedWindowConfig) -> Result<Self> {
         check_window_name(name)?;
-        if config.generations == 0 {
-            return Err(Error::config("a window needs at least one generation"));
-        }
-        let width_ms = config.span.as_millis() as u64 / u64::from(config.generations);
-        if width_ms == 0 {
-            return Err(Error::config(format!(
-                "a window of {:?} in {} generations has generations shorter than 1 ms",
-                config.span, config.generations
-            )));
-        }
-        let ring = Ring {
-            width_ms,
-            generations: u64::from(config.generations),
-        };
+        let ring = Epochs::new(config.span, config.generations)?;
+        let width_ms = ring.width_ms();
         let wc = WindowConfig {
             ring,
             grace_ms: config
@@ -473,7 +463,7 @@ impl SharedWindow {
             return Ok(out);
         }
         let now = self.now();
-        let e = self.config.ring.generation_of(now);
+        let e = self.config.ring.epoch_of(now);
         let gen = self.generation_for_writes(e, now)?;
         let field = gen_field(e);
         for chunk in keys.chunks(PIPELINE_READS) {
@@ -544,12 +534,12 @@ impl SharedWindow {
 
     /// The width of one generation.
     pub fn width(&self) -> Duration {
-        Duration::from_millis(self.config.ring.width_ms)
+        Duration::from_millis(self.config.ring.width_ms())
     }
 
     /// The number of generations.
     pub fn generations(&self) -> u64 {
-        self.config.ring.generations
+        u64::from(self.config.ring.generations())
     }
 
     /// How long a generation's Redis keys outlive it.
@@ -564,7 +554,7 @@ impl SharedWindow {
 
     /// The generation the window's clock is in now (where adds go).
     pub fn current_generation(&self) -> u64 {
-        self.config.ring.generation_of(self.now())
+        self.config.ring.epoch_of(self.now())
     }
 
     /// The Redis key of the window's record.
@@ -607,8 +597,8 @@ impl SharedWindow {
         for (e, g) in self.known(&read).into_iter().rev() {
             live.push(GenerationStats {
                 generation: e,
-                starts_at_ms: self.config.ring.starts_at(e),
-                expires_at_ms: self.config.ring.expires_at(e),
+                starts_at_ms: self.config.ring.start_ms(e),
+                expires_at_ms: self.config.ring.expires_at_ms(e),
                 filter: g.stats()?,
             });
         }
@@ -617,10 +607,10 @@ impl SharedWindow {
             epoch: self.epoch,
             span: self.span(),
             width: self.width(),
-            generations: self.config.ring.generations,
+            generations: u64::from(self.config.ring.generations()),
             grace: self.grace(),
             now_ms: now,
-            current: self.config.ring.generation_of(now),
+            current: self.config.ring.epoch_of(now),
             live,
         })
     }
@@ -712,7 +702,8 @@ impl Stored {
 fn describe(c: &WindowConfig, s: &SharedShape) -> String {
     format!(
         "width_ms={} generations={} {s}",
-        c.ring.width_ms, c.ring.generations
+        c.ring.width_ms(),
+        c.ring.generations()
     )
 }
 
@@ -738,7 +729,8 @@ impl SharedWindow {
     /// The generations a lookup at `now` reads: the live ones, and the next one, which a
     /// client whose clock runs slightly ahead may already be writing to.
     fn read_range(&self, now: u64) -> RangeInclusive<u64> {
-        let live = self.config.ring.live(now);
+        let ring = self.config.ring;
+        let live = ring.live(ring.epoch_of(now));
         *live.start()..=live.end().saturating_add(1)
     }
 
@@ -982,7 +974,7 @@ impl SharedWindow {
     /// Records generation `e` with `made`'s epoch in the ring (once: a generation recorded
     /// with another epoch was lost and created again, which is an error).
     fn record(&self, e: u64, made: &SharedFilter) -> Result<()> {
-        let floor = e.saturating_sub(self.config.ring.generations);
+        let floor = e.saturating_sub(u64::from(self.config.ring.generations()));
         let reply = self.session.one(
             redis::cmd("EVAL")
                 .arg(RECORD_SCRIPT)
@@ -1065,7 +1057,7 @@ impl std::fmt::Debug for SharedWindow {
             .field("name", &self.name)
             .field("endpoint", &self.session.endpoint().urls())
             .field("span", &self.span())
-            .field("generations", &self.config.ring.generations)
+            .field("generations", &self.config.ring.generations())
             .field("shape", &self.shape)
             .field("epoch", &format_args!("{:#x}", self.epoch))
             .finish()

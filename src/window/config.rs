@@ -4,9 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::clock::{Clock, SystemClock};
-use super::epoch::Epochs;
 use super::RotationStep;
+use crate::clock::epoch::Epochs;
+use crate::clock::{Clock, SystemClock};
 use crate::error::Result;
 use crate::store::TreeConfig;
 

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use sled::IVec;
 
-use super::clock::Clock;
 use super::config::WindowConfig;
-use super::epoch::Epochs;
 use super::ring::{self, Gen, Ring, Site};
 use super::RotationStep;
+use crate::clock::epoch::Epochs;
+use crate::clock::Clock;
 use crate::counters::my_stripe;
 use crate::error::{Error, Result};
 use crate::filter::Filter;

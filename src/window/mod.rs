@@ -74,14 +74,13 @@
 //! probes all generations' filters in one pass with their blocks prefetched together.
 //! See `docs/windows.md` for the measured cost.
 
-mod clock;
 mod config;
-pub(crate) mod epoch;
 mod handle;
 mod names;
 mod ring;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+/// The clocks, from [`crate::clock`] (one set for local and shared windows).
+pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use config::WindowConfig;
 pub use handle::{GenerationStats, Window, WindowStats};
 

@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 
 use sled::IVec;
 
-use super::epoch::Epochs;
 use super::names::{generation_name, parse_generation_name};
 use super::RotationStep;
+use crate::clock::epoch::Epochs;
 use crate::error::{Error, Result};
 use crate::format::WindowRecord;
 use crate::hash::SeededHash;

@@ -71,6 +71,21 @@ impl Server {
         Self::start_with(&["--save", "", "--appendonly", "no"])
     }
 
+    /// A server without persistence, 8 MiB of memory at most, that evicts keys at random
+    /// when it is full (`--maxmemory-policy allkeys-random`): for tests of lost data.
+    pub fn start_evicting() -> Server {
+        Self::start_with(&[
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--maxmemory",
+            "8mb",
+            "--maxmemory-policy",
+            "allkeys-random",
+        ])
+    }
+
     /// A server with these extra arguments, in a fresh temporary directory.
     pub fn start_with(args: &[&str]) -> Server {
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -176,6 +191,16 @@ impl Server {
             .output()
             .expect("redis-cli (Debian: apt-get install redis-tools)");
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The server's version (`redis_version` of `INFO server`), "?" if unknown.
+    pub fn version(&self) -> String {
+        self.cli(&["info", "server"])
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim()
+            .to_owned()
     }
 
     pub fn dir(&self) -> &Path {

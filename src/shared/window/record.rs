@@ -18,7 +18,7 @@
 use crate::error::{Error, Result};
 
 use super::super::record::{Record, State};
-use super::math::Ring;
+use crate::clock::epoch::Epochs;
 
 const MAGIC: &str = "bloomsled-window";
 const VERSION: u32 = 1;
@@ -60,7 +60,7 @@ return {'N', ARGV[3]}";
 /// What a window is: its ring and grace, and the shape of every generation's filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct WindowConfig {
-    pub ring: Ring,
+    pub ring: Epochs,
     pub grace_ms: u64,
 }
 
@@ -69,7 +69,9 @@ impl WindowConfig {
     pub(crate) fn encode(&self) -> String {
         format!(
             "{MAGIC} v={VERSION} width_ms={} generations={} grace_ms={}",
-            self.ring.width_ms, self.ring.generations, self.grace_ms
+            self.ring.width_ms(),
+            self.ring.generations(),
+            self.grace_ms
         )
     }
 
@@ -104,20 +106,18 @@ impl WindowConfig {
                 "version {version}, this build reads version {VERSION}"
             )));
         }
-        let cfg = WindowConfig {
-            ring: Ring {
-                width_ms: take("width_ms")?,
-                generations: take("generations")?,
-            },
-            grace_ms: take("grace_ms")?,
-        };
+        let width_ms = take("width_ms")?;
+        let generations = take("generations")?;
+        let grace_ms = take("grace_ms")?;
         if let Some(k) = fields.keys().next() {
             return Err(bad(format!("unknown field {k}")));
         }
-        if cfg.ring.width_ms == 0 || cfg.ring.generations == 0 {
-            return Err(bad(format!("inconsistent fields in {text:?}")));
-        }
-        Ok(cfg)
+        // The shape a window may have is one rule, the local window's.
+        let ring = u32::try_from(generations)
+            .ok()
+            .and_then(|g| Epochs::from_parts(width_ms, g).ok())
+            .ok_or_else(|| bad(format!("impossible window shape in {text:?}")))?;
+        Ok(WindowConfig { ring, grace_ms })
     }
 }
 
@@ -151,10 +151,7 @@ mod tests {
     #[test]
     fn config_round_trips_and_rejects_damage() {
         let c = WindowConfig {
-            ring: Ring {
-                width_ms: 86_400_000,
-                generations: 7,
-            },
+            ring: Epochs::from_parts(86_400_000, 7).unwrap(),
             grace_ms: 60_000,
         };
         let text = c.encode();
@@ -167,6 +164,9 @@ mod tests {
             text.replace("v=1", "v=2"),
             text.replace("generations=7", "generations=0"),
             text.replace("width_ms=86400000", "width_ms=0"),
+            text.replace("generations=7", "generations=257"),
+            text.replace("generations=7", "generations=4294967297"),
+            text.replace("width_ms=86400000", "width_ms=18446744073709551615"),
             text.replace(" grace_ms=60000", ""),
             text.replace("7", "x"),
             format!("{text} extra=1"),

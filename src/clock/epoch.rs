@@ -13,6 +13,11 @@
 //! Hence a key written at `t` is found at every `now < (e + G) * w`, which is at least
 //! `t + S - w` (as `e * w > t - w`), and forgotten from `(e + G) * w <= t + S` on (as
 //! `e * w <= t`): kept for at least `S - w`, never past `S`.
+//!
+//! **The one rule on a window's shape**, local or shared: `1 ..= MAX_GENERATIONS` (256)
+//! generations, and a span of whole milliseconds that the generations divide exactly (no
+//! rounding: the span asked for is the span kept). A recorded shape (a window's record in
+//! sled's meta tree or on Redis) is checked by the same rule when it is read.
 
 use std::ops::RangeInclusive;
 use std::time::Duration;
@@ -118,7 +123,7 @@ impl Epochs {
     /// The live generations when the newest is `cur`: `cur - G + 1 ..= cur` (from 0 near
     /// the start of time). (The local ring keeps its generations in a list; the shared
     /// window enumerates them with this.)
-    #[allow(dead_code)]
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn live(&self, cur: u64) -> RangeInclusive<u64> {
         cur.saturating_sub(u64::from(self.generations) - 1)..=cur
     }
@@ -131,6 +136,18 @@ impl Epochs {
     /// The first millisecond at which generation `e` is expired: `(e + G) * w`.
     pub(crate) fn expires_at_ms(&self, e: u64) -> u64 {
         self.start_ms(e.saturating_add(u64::from(self.generations)))
+    }
+
+    /// Milliseconds something of generation `e` should still live at `now_ms`: until the
+    /// generation expires, plus `grace_ms`; at least 1. (A shared window gives a
+    /// generation's Redis keys this relative TTL, so that it follows the window's clock
+    /// rather than the server's.)
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn ttl_ms(&self, e: u64, now_ms: u64, grace_ms: u64) -> u64 {
+        self.expires_at_ms(e)
+            .saturating_add(grace_ms)
+            .saturating_sub(now_ms)
+            .max(1)
     }
 }
 
@@ -158,6 +175,28 @@ mod tests {
         assert!(e.is_expired(3, 10));
         assert_eq!(e.expires_at_ms(3), 10 * day);
         assert_eq!(e.start_ms(3), 3 * day);
+        // At a realistic time: just after midnight (UTC) of day 20000.
+        let t = 20_000 * day + 5;
+        assert_eq!(e.epoch_of(t), 20_000);
+        assert_eq!(e.live(e.epoch_of(t)), 19_994..=20_000);
+        assert_eq!(e.expires_at_ms(20_000), 20_007 * day);
+    }
+
+    #[test]
+    fn ttl_runs_to_the_expiry_plus_grace_and_stays_positive() {
+        let day = 86_400_000;
+        let e = ep(7 * day, 7);
+        assert_eq!(e.ttl_ms(20_000, 20_007 * day - 10, 60_000), 60_010);
+        assert_eq!(e.ttl_ms(20_000, 20_007 * day, 0), 1);
+        // Past its expiry plus grace something still gets a positive TTL.
+        assert_eq!(e.ttl_ms(20_000, 20_100 * day, 60_000), 1);
+        // Extremes saturate.
+        let big = Epochs::from_parts(u64::MAX / 256, 256).unwrap();
+        assert_eq!(big.expires_at_ms(3), u64::MAX);
+        assert_eq!(big.ttl_ms(3, 0, u64::MAX), u64::MAX);
+        let one = Epochs::from_parts(1, 1).unwrap();
+        assert_eq!(one.live(42), 42..=42);
+        assert_eq!(one.expires_at_ms(42), 43);
     }
 
     #[test]
@@ -211,6 +250,15 @@ mod tests {
             }
             // Expiry happens exactly at the generation's boundary.
             prop_assert_eq!(expired, now >= e.expires_at_ms(written));
+            // A TTL given while the key is found runs out exactly a grace after its
+            // generation expires, so never past `t + span + grace`; it is never zero.
+            let grace = later % 100_000;
+            let ttl = e.ttl_ms(written, now, grace);
+            prop_assert!(ttl >= 1);
+            if !expired {
+                prop_assert_eq!(now + ttl, e.expires_at_ms(written) + grace);
+                prop_assert!(now + ttl <= t + span + grace);
+            }
         }
 
         /// The live range holds exactly the generations that are not expired, G of them

@@ -1,4 +1,19 @@
-//! Where a window's time comes from: the wall clock by default, or a clock the caller moves.
+//! Time for windows: where it comes from, and how a window cuts it into generations.
+//!
+//! One [`Clock`] trait and its two clocks serve both kinds of window, the local
+//! [`Window`](crate::window::Window) and the Redis-backed `SharedWindow` (feature `redis`).
+//! Paths a user writes (all name the same items):
+//! - `bloomsled::clock::{Clock, SystemClock, ManualClock}`, their home;
+//! - `bloomsled::window::{Clock, SystemClock, ManualClock}`, re-exported next to `Window`;
+//! - `bloomsled::shared::{Clock, SystemClock, ManualClock}` (feature `redis`), re-exported
+//!   next to `SharedWindow`.
+//!
+//! The generation arithmetic both windows share (which generation a time belongs to,
+//! which are live, when one expires, and the limits on a window's shape) lives in this
+//! module too, in one place, so a local window and a shared one compute the same ring from
+//! the same times. It is a leaf: it depends on nothing of the crate but its error type.
+
+pub(crate) mod epoch;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,6 +26,10 @@ use std::time::Duration;
 /// with their times, so a restart finds them where they were. Tests and simulations use a
 /// [`ManualClock`]. A clock may go backwards: a window never expires anything early because
 /// of it (see [`crate::window`]).
+///
+/// Every client of one shared window should read (nearly) the same time: a shared window
+/// tolerates clocks apart by less than its grace (`SharedWindowConfig::grace`, feature
+/// `redis`).
 pub trait Clock: Send + Sync + fmt::Debug {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
@@ -21,7 +40,7 @@ pub trait Clock: Send + Sync + fmt::Debug {
 /// every operation, and the precise clock (35 ns here) would cost more than the lookup.
 ///
 /// ```
-/// use bloomsled::window::{Clock, SystemClock};
+/// use bloomsled::clock::{Clock, SystemClock};
 /// assert!(SystemClock.now_ms() > 1_700_000_000_000); // after November 2023
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
@@ -61,7 +80,7 @@ fn precise_now_ms() -> u64 {
 ///
 /// ```
 /// use std::time::Duration;
-/// use bloomsled::window::{Clock, ManualClock};
+/// use bloomsled::clock::{Clock, ManualClock};
 /// let clock = ManualClock::new(1_000);
 /// let same = clock.clone();
 /// clock.advance(Duration::from_secs(2));
@@ -74,16 +93,48 @@ pub struct ManualClock(Arc<AtomicU64>);
 
 impl ManualClock {
     /// A clock that reads `now_ms` until moved.
+    ///
+    /// ```
+    /// use bloomsled::clock::{Clock, ManualClock};
+    /// assert_eq!(ManualClock::new(7).now_ms(), 7);
+    /// ```
     pub fn new(now_ms: u64) -> ManualClock {
         ManualClock(Arc::new(AtomicU64::new(now_ms)))
     }
 
+    /// A clock that reads the wall clock's time now (and stays there until moved).
+    ///
+    /// ```
+    /// use bloomsled::clock::{Clock, ManualClock, SystemClock};
+    /// let before = SystemClock.now_ms();
+    /// let clock = ManualClock::starting_now();
+    /// assert!(before <= clock.now_ms() && clock.now_ms() <= SystemClock.now_ms());
+    /// ```
+    pub fn starting_now() -> ManualClock {
+        ManualClock::new(SystemClock.now_ms())
+    }
+
     /// Sets the time, forwards or backwards.
+    ///
+    /// ```
+    /// use bloomsled::clock::{Clock, ManualClock};
+    /// let clock = ManualClock::new(0);
+    /// clock.set(42);
+    /// assert_eq!(clock.now_ms(), 42);
+    /// ```
     pub fn set(&self, now_ms: u64) {
         self.0.store(now_ms, Ordering::Release);
     }
 
     /// Moves the time forwards by `by` (saturating).
+    ///
+    /// ```
+    /// use bloomsled::clock::{Clock, ManualClock};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new(u64::MAX - 1);
+    /// clock.advance(Duration::from_secs(2));
+    /// assert_eq!(clock.now_ms(), u64::MAX);
+    /// ```
     pub fn advance(&self, by: Duration) {
         let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
         let _ = self
