@@ -183,7 +183,8 @@ pub enum RedisCommand {
         /// × --fpr.
         #[arg(long, value_parser = duration::parse, conflicts_with = "counting")]
         window: Option<std::time::Duration>,
-        /// With --window: the number of generations (each covers window/generations).
+        /// With --window: the number of generations, 1 to 256; each covers window/generations,
+        /// which must be a whole number of milliseconds.
         #[arg(long, requires = "window", default_value_t = 7)]
         generations: u32,
         /// With --window: how long a generation's Redis keys outlive it (default: one
