@@ -130,6 +130,19 @@ fn crash_child(dir: &Path, counting: bool, role: &str) {
     );
 }
 
+/// The report of a tree reopened after a crash: rebuilt, because its snapshot was stale.
+fn assert_stale_rebuild(r: &bloomsled::RecoveryReport) {
+    assert!(
+        matches!(
+            r.outcome,
+            RecoveryOutcome::Rebuilt {
+                reason: Distrust::Stale { .. }
+            }
+        ),
+        "{r:?}"
+    );
+}
+
 /// Waits (bounded) until a rebuild scan is held by the seam: a condition, not a timing.
 fn wait_until_held() {
     let start = Instant::now();
@@ -189,15 +202,7 @@ fn after_kill_9_the_database_answers_at_once_and_gets_its_filter_back() {
         hold_rebuild_scans_after(Some(60_000));
         let db = config(dir.path(), counting).open().unwrap();
         let r = db.recovery_report();
-        assert!(
-            matches!(
-                r.outcome,
-                RecoveryOutcome::Rebuilt {
-                    reason: Distrust::Stale { .. }
-                }
-            ),
-            "{r:?}"
-        );
+        assert_stale_rebuild(&r);
         assert!(r.rebuilding.is_some(), "{r:?}");
         wait_until_held();
         // Held mid-scan: every answer is right, from sled.
@@ -302,15 +307,7 @@ fn close_during_the_rebuild_is_prompt_and_the_next_open_restarts_it() {
     hold_rebuild_scans_after(None);
     let db = config(dir.path(), false).open().unwrap();
     let r = db.recovery_report();
-    assert!(
-        matches!(
-            r.outcome,
-            RecoveryOutcome::Rebuilt {
-                reason: Distrust::Stale { .. }
-            }
-        ),
-        "{r:?}"
-    );
+    assert_stale_rebuild(&r);
     assert!(db.wait_for_filter(WAIT).unwrap());
     check_answers(&db, &keys, 50_000_000..50_000_100);
     db.close().unwrap();
