@@ -5,7 +5,8 @@ mod common;
 use common::copy_dir;
 use std::time::{Duration, Instant};
 
-use bloomsled::{Config, Distrust, Recovery, RecoveryOutcome};
+use bloomsled::transaction::TransactionResult;
+use bloomsled::{Batch, Config, Distrust, Recovery, RecoveryOutcome};
 
 fn key(i: u32) -> String {
     format!("https://blocklist.example/{i}")
@@ -330,4 +331,91 @@ fn a_tree_never_written_reloads_empty_without_a_file() {
     let t = db.open_tree("idle").unwrap();
     assert!(t.recovery_report().loaded());
     assert!(t.may_contain("k"));
+}
+
+/// Runs `f` on a thread and fails the test if it has not returned within a minute, so a
+/// deadlock is a failure with a message, not a hung test run.
+fn within_a_minute(what: &str, f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("{what}: hung for a minute"),
+        Err(e) => panic!("{what}: the thread panicked ({e})"),
+    }
+}
+
+/// A tree's first write after its snapshot must make the dirty mark durable, and sled runs a
+/// transaction's closure under a lock every other sled write waits for: the mark must be
+/// made before the transaction, not inside it (it used to hang there for good).
+#[test]
+fn transactions_after_a_reopen_and_racing_snapshots_neither_hang_nor_lose_keys() {
+    for counting in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let open = {
+            let path = dir.path().to_path_buf();
+            move || Config::new().path(&path).counting(counting).open().unwrap()
+        };
+        let db = open();
+        db.insert(key(0), "v").unwrap();
+        db.close().unwrap();
+        let db = open();
+        assert!(db.recovery_report().loaded());
+        let t = db.clone();
+        within_a_minute("a transaction after a reopen", move || {
+            let r: TransactionResult<()> = t.transaction(|tx| {
+                tx.insert(key(1).as_bytes(), "v")?;
+                Ok(())
+            });
+            r.unwrap();
+        });
+        // Writers in transactions and batches while another thread keeps snapshotting.
+        let writers: Vec<_> = (0..3u32)
+            .map(|w| {
+                let t = db.clone();
+                std::thread::spawn(move || {
+                    for i in 0..150u32 {
+                        let k = key(1_000 + w * 1_000 + i);
+                        if i % 2 == 0 {
+                            let r: TransactionResult<()> = t.transaction(|tx| {
+                                tx.insert(k.as_bytes(), "v")?;
+                                Ok(())
+                            });
+                            r.unwrap();
+                        } else {
+                            let mut b = Batch::default();
+                            b.insert(k.as_bytes(), "v");
+                            t.apply_batch(b).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let snapshots = {
+            let t = db.clone();
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    t.snapshot().unwrap();
+                }
+            })
+        };
+        within_a_minute("transactions racing snapshots", move || {
+            for w in writers {
+                w.join().unwrap();
+            }
+            snapshots.join().unwrap();
+        });
+        drop(db);
+        let db = open();
+        db.wait_for_filter(Duration::from_secs(60)).unwrap();
+        let mut keys = vec![key(0), key(1)];
+        keys.extend((0..3u32).flat_map(|w| (0..150u32).map(move |i| key(1_000 + w * 1_000 + i))));
+        for k in &keys {
+            assert!(db.contains_key(k).unwrap(), "{k} lost");
+            assert!(db.may_contain(k), "{k} denied by the filter");
+        }
+    }
 }

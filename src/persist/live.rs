@@ -2,7 +2,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
 use super::files::SnapshotFile;
@@ -71,6 +71,11 @@ pub(crate) struct Persistence {
     record: Mutex<TreeRecord>,
     /// One snapshot at a time.
     snapshotting: Mutex<()>,
+    /// Held (shared) by a transaction from its dirty mark to its end, taken (exclusive) by a
+    /// snapshot to move the generation on: a transaction's writes then never need a mark
+    /// inside sled's transaction, where writing the record would deadlock on sled's own
+    /// transaction lock (see [`Persistence::hold_generation`]).
+    generation_hold: RwLock<()>,
     /// The tree was dropped: its record and file are gone and never written again.
     dropped: AtomicBool,
 }
@@ -93,6 +98,7 @@ impl Persistence {
             marked: AtomicU64::new(record.dirty_generation.get()),
             record: Mutex::new(record),
             snapshotting: Mutex::new(()),
+            generation_hold: RwLock::new(()),
             dropped: AtomicBool::new(false),
         }
     }
@@ -180,6 +186,29 @@ impl Persistence {
         self.mark(g)
     }
 
+    /// For a transaction: makes the dirty mark cover the current generation and keeps the
+    /// generation from moving on until the returned guard is dropped. sled runs a
+    /// transaction's closure under its global transaction lock, which every other sled write
+    /// waits for, so the record cannot be written from inside it; with this guard held,
+    /// [`Persistence::is_marked`] stays true for the whole transaction. Drop the guard before
+    /// anything that may take a snapshot.
+    pub(crate) fn hold_generation(&self) -> Result<RwLockReadGuard<'_, ()>> {
+        let guard = self
+            .generation_hold
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        self.before_write()?;
+        Ok(guard)
+    }
+
+    /// True if the dirty mark covers the current generation (no write needed before a
+    /// write to sled).
+    pub(crate) fn is_marked(&self) -> bool {
+        fence(Ordering::SeqCst);
+        self.dropped.load(Ordering::SeqCst)
+            || self.marked.load(Ordering::Acquire) >= self.generation.load(Ordering::SeqCst)
+    }
+
     #[cold]
     fn mark(&self, g: u64) -> Result<()> {
         let mut r = self.record.lock().unwrap_or_else(|p| p.into_inner());
@@ -205,7 +234,14 @@ impl Persistence {
         if self.dropped.load(Ordering::SeqCst) {
             return Err(Error::Closed("the tree was dropped".into()));
         }
-        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let generation = {
+            // No transaction is between its dirty mark and its end (see `hold_generation`).
+            let _held = self
+                .generation_hold
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            self.generation.fetch_add(1, Ordering::SeqCst) + 1
+        };
         fence(Ordering::SeqCst);
         let result = self.write_snapshot(generation, copy, durable);
         if result.is_err() {

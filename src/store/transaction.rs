@@ -5,6 +5,12 @@
 //! are thin wrappers: each transactional insert counts the key into the filter before it is
 //! staged, so a commit can never publish a key the filter denies.
 //!
+//! Before sled's transaction starts, each tree's dirty mark is made to cover the current
+//! generation, and the generation is held still until the transaction ends
+//! (`Persistence::hold_generation`): sled runs the closure under a global lock that every
+//! other sled write waits for, so the record cannot be written from inside it (it would wait
+//! for itself). A snapshot that wants to move the generation on waits for the transaction.
+//!
 //! A transaction holds the gate of each of its trees (in a fixed order, so two transactions
 //! never wait on each other) for its whole run, and keeps a journal per tree: the keys it
 //! counted in (at most once each, across sled's retries) and, for the last attempt, whether
@@ -89,7 +95,7 @@ impl TransactionalTree {
             // Nested in the transaction's own hold of the gate: no lock is taken here.
             let w = Writing::new(&self.ctx.state);
             w.count_in(&k);
-            w.mark_dirty().map_err(storage)?;
+            w.check_marked().map_err(storage)?;
             self.ctx.journal().counted.insert(k.clone());
         }
         let old = self.inner.insert(key, value)?;
@@ -104,7 +110,7 @@ impl TransactionalTree {
     {
         let k = IVec::from(key.as_ref());
         Writing::new(&self.ctx.state)
-            .mark_dirty_for_remove()
+            .check_marked()
             .map_err(storage)?;
         let old = self.inner.remove(key)?;
         self.ctx.record(k, old.is_some(), false);
@@ -161,18 +167,27 @@ enum Outcome {
 struct Run<'t> {
     /// One per distinct tree, in gate order.
     holds: Vec<Writing<'t>>,
+    /// The trees' generations held still from their dirty marks to the transaction's end
+    /// (see the module docs); released before the journals settle, which may snapshot.
+    generations: Vec<std::sync::RwLockReadGuard<'t, ()>>,
     distinct: Vec<Arc<TxTree>>,
     /// One per tree as the caller listed them (a tree may appear twice).
     views: Vec<Arc<TxTree>>,
 }
 
 impl<'t> Run<'t> {
-    fn new(trees: &[&'t Tree]) -> Self {
+    fn new(trees: &[&'t Tree]) -> crate::Result<Self> {
         let id = |t: &Tree| Arc::as_ptr(&t.state) as usize;
         let mut order: Vec<&'t Tree> = trees.to_vec();
         order.sort_by_key(|t| id(t));
         order.dedup_by_key(|t| id(t));
         let holds = order.iter().map(|t| Writing::new(&t.state)).collect();
+        let mut generations = Vec::new();
+        for t in &order {
+            if let Some(p) = &t.state.persist {
+                generations.push(p.hold_generation()?);
+            }
+        }
         let distinct: Vec<Arc<TxTree>> = order
             .iter()
             .map(|t| {
@@ -189,11 +204,12 @@ impl<'t> Run<'t> {
                 distinct[i].clone()
             })
             .collect();
-        Run {
+        Ok(Run {
             holds,
+            generations,
             distinct,
             views,
-        }
+        })
     }
 
     /// sled is (re)running the closure: forget what the previous attempt did.
@@ -208,7 +224,8 @@ impl<'t> Run<'t> {
     }
 
     /// Settles every journal (see the module docs) and ends the writes.
-    fn finish<A, E>(self, result: &TransactionResult<A, E>) {
+    fn finish<A, E>(mut self, result: &TransactionResult<A, E>) {
+        self.generations.clear();
         let outcome = match result {
             Ok(_) => Outcome::Committed,
             Err(TransactionError::Abort(_)) => Outcome::Aborted,
@@ -277,7 +294,10 @@ impl<E> Transactional<E> for &Tree {
     where
         F: Fn(&TransactionalTree) -> ConflictableTransactionResult<A, E>,
     {
-        let run = Run::new(&[*self]);
+        let run = match Run::new(&[*self]) {
+            Ok(run) => run,
+            Err(e) => return Err(TransactionError::Storage(e.into())),
+        };
         let r = sled::Transactional::transaction(&self.inner, |tx| {
             run.new_attempt();
             f(&run.view(0, tx))
@@ -319,7 +339,10 @@ where
 {
     let trees: Vec<&Tree> = trees.collect();
     let inner: Vec<sled::Tree> = trees.iter().map(|t| t.inner.clone()).collect();
-    let run = Run::new(&trees);
+    let run = match Run::new(&trees) {
+        Ok(run) => run,
+        Err(e) => return Err(TransactionError::Storage(e.into())),
+    };
     let r = sled::Transactional::transaction(inner.as_slice(), |txs: &Vec<_>| {
         run.new_attempt();
         let view = txs
@@ -365,7 +388,10 @@ macro_rules! impl_transactional_tuple {
                 F: Fn(&Self::View) -> ConflictableTransactionResult<A, E>,
             {
                 let inner = ($(&self.$idx.inner,)+);
-                let run = Run::new(&[$(self.$idx,)+]);
+                let run = match Run::new(&[$(self.$idx,)+]) {
+                    Ok(run) => run,
+                    Err(e) => return Err(TransactionError::Storage(e.into())),
+                };
                 let r = sled::Transactional::transaction(&inner, |txs| {
                     run.new_attempt();
                     let view = ($(run.view($idx, &txs.$idx),)+);

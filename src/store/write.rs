@@ -36,6 +36,20 @@ impl<'a> Writing<'a> {
         self.state.mark_dirty()
     }
 
+    /// Inside a transaction, whose trees' marks were made before it started and whose
+    /// generations are held still (see [`super::transaction`]): confirms the mark covers the
+    /// current generation. Never writes, since sled's transaction lock is held; an error
+    /// means the write must not be made.
+    pub(crate) fn check_marked(&self) -> Result<()> {
+        match &self.state.persist {
+            Some(p) if !p.is_marked() => Err(crate::Error::ReportableBug(format!(
+                "tree {:?}: a transaction's write found the dirty mark behind the generation",
+                self.state.report.tree
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// [`Writing::mark_dirty`] before a write that may remove a key: counting mode only
     /// (the filter will change after it); plain-mode removes leave the filter alone.
     #[inline]
