@@ -121,6 +121,13 @@ class _DupeLog:
     debug: bool
     logdupes: bool
 
+    def _init_common(self, fingerprinter: Any, debug: bool, crawler: Optional[Crawler]) -> None:
+        """What both dupefilters set up alike, as ``RFPDupeFilter.__init__`` does."""
+        self.fingerprinter = fingerprinter or RequestFingerprinter()
+        self.debug = debug
+        self.logdupes = True
+        self.crawler = crawler
+
     def log(self, request: Request, spider: Spider) -> None:
         if self.debug:
             msg = "Filtered duplicate request: %(request)s (referer: %(referer)s)"
@@ -158,10 +165,7 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         commit_interval: float = DEFAULT_COMMIT_INTERVAL,
         crawler: Optional[Crawler] = None,
     ) -> None:
-        self.fingerprinter = fingerprinter or RequestFingerprinter()
-        self.debug = debug
-        self.logdupes = True
-        self.crawler = crawler
+        self._init_common(fingerprinter, debug, crawler)
         self.commit_interval = commit_interval
         self._tmpdir: Optional[str] = None
         if path:
@@ -416,10 +420,7 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
         fpr: float = DEFAULT_FPR,
         crawler: Optional[Crawler] = None,
     ) -> None:
-        self.fingerprinter = fingerprinter or RequestFingerprinter()
-        self.debug = debug
-        self.logdupes = True
-        self.crawler = crawler
+        self._init_common(fingerprinter, debug, crawler)
         self.url = url
         self.cluster = cluster
         self.name = name
