@@ -62,12 +62,12 @@ impl ClassicFilter {
 
     /// Adds `key`: sets the bits the PHP class's `add` sets. True if one was unset.
     pub fn add(&self, key: &[u8]) -> Result<bool> {
-        Ok(self.add_many(&[key])?.pop().unwrap_or(false))
+        super::one(self.add_many(&[key])?)
     }
 
     /// True if every bit of `key` is set, exactly as the PHP class's `exists`.
     pub fn contains(&self, key: &[u8]) -> Result<bool> {
-        Ok(self.contains_many(&[key])?.pop().unwrap_or(false))
+        super::one(self.contains_many(&[key])?)
     }
 
     /// Adds every key (pipelined); returns for each whether it set a new bit.

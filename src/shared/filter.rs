@@ -274,14 +274,12 @@ impl SharedFilter {
     /// Adds `key`; returns `true` if it was new (this add set at least one bit), `false` if
     /// it was possibly present already. One `BITFIELD`, one round trip.
     pub fn add(&self, key: &[u8]) -> Result<bool> {
-        let mut v = self.add_many(&[key])?;
-        Ok(v.pop().unwrap_or(false))
+        super::one(self.add_many(&[key])?)
     }
 
     /// True if `key` may have been added, false if it certainly was not. One `GETRANGE`.
     pub fn contains(&self, key: &[u8]) -> Result<bool> {
-        let mut v = self.contains_many(&[key])?;
-        Ok(v.pop().unwrap_or(false))
+        super::one(self.contains_many(&[key])?)
     }
 
     /// Adds every key; returns for each whether it was new. Pipelined: one round trip per
@@ -313,8 +311,7 @@ impl SharedFilter {
     /// never added but looks present (a false positive) lowers counters other keys need.
     /// [`Error::InvalidConfig`] on a filter created without counting.
     pub fn remove(&self, key: &[u8]) -> Result<bool> {
-        let mut v = self.remove_many(&[key])?;
-        Ok(v.pop().unwrap_or(false))
+        super::one(self.remove_many(&[key])?)
     }
 
     /// [`SharedFilter::remove`] for every key, in order; pipelined, one script per shard

@@ -55,6 +55,18 @@ pub use window::{
 
 use crate::error::Error;
 
+/// The one answer of a batch call made for one key. A batch always answers every key, so
+/// anything else is a bug, reported as one: never read as "absent".
+fn one(answers: Vec<bool>) -> crate::Result<bool> {
+    match answers[..] {
+        [answer] => Ok(answer),
+        _ => Err(Error::ReportableBug(format!(
+            "a one-key batch returned {} answers",
+            answers.len()
+        ))),
+    }
+}
+
 /// The error for a shard of `f` found lost.
 fn lost(f: &SharedFilter, shard: usize, why: String) -> Error {
     Error::SharedFilterLost {

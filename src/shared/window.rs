@@ -429,7 +429,7 @@ impl SharedWindow {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn add(&self, key: &[u8]) -> Result<bool> {
-        Ok(self.add_many(&[key])?.pop().unwrap_or(false))
+        super::one(self.add_many(&[key])?)
     }
 
     /// True if `key` was added within the window (or is a false positive), false if it
@@ -443,7 +443,7 @@ impl SharedWindow {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn contains(&self, key: &[u8]) -> Result<bool> {
-        Ok(self.contains_many(&[key])?.pop().unwrap_or(false))
+        super::one(self.contains_many(&[key])?)
     }
 
     /// Adds every key to the current generation (creating it on its first add); returns
