@@ -382,9 +382,10 @@ impl Window {
     /// live generation holds the key.
     ///
     /// The key is hashed once (with the ring's seed; a filter with another seed hashes it
-    /// itself), every generation's block is prefetched before the first probe, and the
-    /// filters are read as [`crate::store`]'s lookups read them: an "absent" answer counts
-    /// only if no rebuild swapped the filter meanwhile (else the whole lookup runs again).
+    /// itself); a key no filter holds is answered by one validated pass over every filter
+    /// ([`read_any_filter`]); otherwise the filters are read one by one as
+    /// [`crate::store`]'s lookups read them: an "absent" answer counts only if no rebuild
+    /// swapped the filter meanwhile (else the whole lookup runs again).
     #[inline(always)]
     fn lookup<R>(
         ring: &Ring,
