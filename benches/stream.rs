@@ -15,6 +15,11 @@
 //!   `get` on a second store loaded with the same keys; past that size, `Tree::may_contain` on
 //!   a tree whose filter is sized for the same number of keys (the same bytes: the probe has
 //!   no branch on what it reads), holding the present query keys;
+//! * with a store, a window of 7 generations (`Window::may_contain`) holding the same keys,
+//!   loaded the same way: generation `g` holds the keys `n·g/7 .. n·(g+1)/7`, written while
+//!   a `ManualClock` stands in it, its filter sized for its share at the tree's 10 bits per
+//!   key (the same bits in all); its ratio is to `Tree::may_contain` in the same rounds
+//!   (issue 29's bound: ≤ 3× for absent keys);
 //! * present `get` against sled's `get` on the same store, and absent `get` against its
 //!   measured bound, each pair run in alternating chunks of the same keys so that both see
 //!   the same cache state (as separate contenders each inherits whatever ran before it);
@@ -50,7 +55,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use bloomsled::hash::hash_key;
-use bloomsled::{Config, Filter};
+use bloomsled::window::{ManualClock, Window, WindowConfig};
+use bloomsled::{Config, Filter, TreeConfig};
 use common::rounds::{fmt_ns, interleave, median, median_ratio, ns_per, spread, timed};
 use common::{env_count, key, load_chunks, size_label, splitmix64, write_key};
 
@@ -66,6 +72,8 @@ const ABSENT_BASE: u64 = 1 << 40;
 const FRESH_BASE: u64 = 1 << 41;
 const CHUNK: u64 = 10_000;
 const VALUE: &[u8] = b"payload!";
+/// Generations of the window measured beside the tree.
+const GENERATIONS: u32 = 7;
 
 fn env_list(name: &str, default: &str) -> Vec<u64> {
     std::env::var(name)
@@ -203,6 +211,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
         false => Vec::new(),
     };
     let tree: Option<&bloomsled::Db> = stores.as_ref().map(|(db, _)| db).or(sized.as_ref());
+    let window = with_store.then(|| load_window(n, 10.0));
     let t = Instant::now();
     let f = Filter::with_bits_per_key(n, 10.0).expect("filter");
     let bits = f.num_bits() as usize;
@@ -284,6 +293,11 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
         if let Some(db) = tree {
             c.add(format!("may_contain/{tag}"), move || {
                 ns_per(Q, || count(keys, |k| db.may_contain(k)))
+            });
+        }
+        if let Some((_, w)) = &window {
+            c.add(format!("window/{tag}"), move || {
+                ns_per(Q, || count(keys, |k| w.may_contain(k)))
             });
         }
         if let Some((db, raw)) = &stores {
@@ -508,6 +522,32 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
                 ),
             },
             cells: vs_fastbloom("may_contain"),
+        });
+    }
+    if let Some((_, w)) = &window {
+        assert_eq!(
+            count(&present, |k| w.may_contain(k)),
+            Q as u64,
+            "false negative"
+        );
+        let fpr_window = count(&absent, |k| w.may_contain(k)) as f64 / Q as f64;
+        rows.push(Row {
+            what: format!(
+                "**bloomsled `Window::may_contain`**: {GENERATIONS} generations of {} keys \
+                 (10 bits/key each, FPR {:.3}%), the same keys (ratio: to `Tree::may_contain` \
+                 in the same rounds)",
+                size_label(n / u64::from(GENERATIONS)),
+                100.0 * fpr_window
+            ),
+            cells: TAGS
+                .iter()
+                .map(|t| {
+                    cell(
+                        get(&format!("window/{t}")).unwrap(),
+                        get(&format!("may_contain/{t}")),
+                    )
+                })
+                .collect(),
         });
     }
     rows.push(Row {
@@ -878,6 +918,58 @@ fn load_bloomsled(n: u64, bpk: f64) -> bloomsled::Db {
     db.flush().expect("flush");
     black_box(db.iter().count());
     db
+}
+
+/// A window of [`GENERATIONS`] generations holding the keys `0..n` (in a database of its
+/// own), loaded as the store is (a batch per chunk): generation `g` holds the keys
+/// `n·g/G .. n·(g+1)/G`, written while its `ManualClock` stands in that generation, and its
+/// filter is sized for its share at `bpk` bits per key.
+fn load_window(n: u64, bpk: f64) -> (bloomsled::Db, Window) {
+    const WIDTH_MS: u64 = 60_000;
+    const T0: u64 = 1_700_000_000_000;
+    let t = Instant::now();
+    let g_count = u64::from(GENERATIONS);
+    let db = Config::new()
+        .temporary(true)
+        .cache_capacity(4 << 30)
+        .auto_rebuild(false)
+        .open()
+        .expect("bloomsled");
+    let clock = ManualClock::new(T0);
+    let window = db
+        .open_window(
+            "stream",
+            WindowConfig::new(Duration::from_millis(WIDTH_MS * g_count), GENERATIONS)
+                .tree_config(
+                    TreeConfig::new()
+                        .expected_items(n.div_ceil(g_count))
+                        .bits_per_key(bpk),
+                )
+                .clock(clock.clone()),
+        )
+        .expect("window");
+    for g in 0..g_count {
+        clock.set(T0 + g * WIDTH_MS);
+        let (from, to) = (n * g / g_count, n * (g + 1) / g_count);
+        // The current generation's tree, loaded directly.
+        let (_, tree) = window.generation_trees().expect("ring").remove(0);
+        load_chunks(to - from, CHUNK, |ids, buf| {
+            let mut b = bloomsled::Batch::default();
+            for i in ids {
+                write_key(buf, from + i);
+                b.insert(&buf[..], VALUE);
+            }
+            tree.apply_batch(b).expect("bloomsled batch");
+        });
+    }
+    db.flush().expect("flush");
+    assert_eq!(window.stats().live.len(), GENERATIONS as usize);
+    eprintln!(
+        "[{}] window of {GENERATIONS} generations loaded in {:.1?}",
+        size_label(n),
+        t.elapsed()
+    );
+    (db, window)
 }
 
 /// A bloomsled tree whose filter is sized for `n` keys at 10 bits/key, holding `keys`.

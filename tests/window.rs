@@ -245,6 +245,75 @@ fn a_clock_going_back_expires_nothing_and_writes_to_the_newest_generation() {
     assert!(!w.contains_key("late").unwrap() && !w.contains_key("early").unwrap());
 }
 
+/// A window's lookup probes every generation's filter in one validated pass; here each
+/// generation's filter is rebuilt online (a new filter published, the old one retired, then
+/// zeroed and reused by the next rebuild) again and again while readers look every stored
+/// key up and a writer adds to the newest generation: no lookup ever misses a key.
+#[test]
+fn lookups_never_miss_a_key_while_the_generations_filters_are_rebuilt() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let db = Config::new().temporary(true).open().unwrap();
+    let clock = ManualClock::new(T0);
+    let w = db.open_window("rb", window_config(&clock, 2_000)).unwrap();
+    let mut keys = vec![];
+    for g in 0..u64::from(G) {
+        clock.set(T0 + g * W);
+        for i in 0..400 {
+            let k = key(g, i);
+            w.insert(&k, &b"v"[..]).unwrap();
+            keys.push(k);
+        }
+    }
+    let trees = w.generation_trees().unwrap();
+    assert_eq!(trees.len(), G as usize);
+    let done = AtomicBool::new(false);
+    let lookups = std::thread::scope(|s| {
+        let readers: Vec<_> = (0..2)
+            .map(|r| {
+                let (w, keys, done) = (&w, &keys, &done);
+                s.spawn(move || {
+                    let mut n = 0u64;
+                    while !done.load(Ordering::Relaxed) {
+                        for k in keys {
+                            let found = match r {
+                                0 => w.may_contain(k),
+                                _ => w.contains_key(k).unwrap() && w.get(k).unwrap().is_some(),
+                            };
+                            assert!(found, "false negative for {k:?}");
+                            n += 1;
+                        }
+                    }
+                    n
+                })
+            })
+            .collect();
+        let (w, done) = (&w, &done);
+        let writer = s.spawn(move || {
+            for i in 0..2_000 {
+                let k = key(99, i);
+                w.insert(&k, &b"v"[..]).unwrap();
+                assert!(w.may_contain(&k) && w.contains_key(&k).unwrap(), "{k:?}");
+            }
+        });
+        for _ in 0..15 {
+            for (_, t) in &trees {
+                t.rebuild().unwrap();
+            }
+        }
+        writer.join().unwrap();
+        done.store(true, Ordering::Relaxed);
+        readers.into_iter().map(|r| r.join().unwrap()).sum::<u64>()
+    });
+    assert!(lookups > 0);
+    assert!((0..2_000).all(|i| w.contains_key(key(99, i)).unwrap()));
+    // And the rejections still come from the filters: most absent keys are ruled out.
+    let maybe = (0..1_000).filter(|i| w.may_contain(key(7, *i))).count();
+    assert!(
+        maybe < 100,
+        "{maybe} of 1,000 absent keys passed the filters"
+    );
+}
+
 #[test]
 fn bad_input_is_a_clear_error() {
     let db = Config::new().temporary(true).open().unwrap();

@@ -24,16 +24,29 @@ use super::layout::MAX_HASHES;
 pub(crate) type ContainsFn = fn(&Block, u64) -> bool;
 /// Inserts hash `h` into its block; true if it was new (see [`Kernel::insert`]).
 pub(crate) type InsertFn = fn(&Block, u64) -> bool;
+/// Tests hash `h` against several blocks, each its own filter's block for `h` (filters of
+/// one `k`): true if any of them holds all of `h`'s bits.
+pub(crate) type ContainsAnyFn = fn(&[&Block], u64) -> bool;
 
 /// The two kernels of one `k`.
 #[derive(Clone, Copy)]
 pub(crate) struct Kernel {
     pub(crate) contains: ContainsFn,
+    /// The probe of one key in the blocks of several filters (a window's generations): one
+    /// call for all of them, no early exit, so their loads overlap.
+    pub(crate) contains_any: ContainsAnyFn,
     insert: InsertFn,
 }
 
 fn contains_k<const K: usize>(b: &Block, h: u64) -> bool {
     b.contains_k::<K>(h)
+}
+
+fn contains_any_k<const K: usize>(blocks: &[&Block], h: u64) -> bool {
+    // `|`, not `||`: no branch on what a load returned.
+    blocks
+        .iter()
+        .fold(false, |any, b| any | b.contains_k::<K>(h))
 }
 
 fn insert_k<const K: usize>(b: &Block, h: u64) -> bool {
@@ -47,7 +60,11 @@ fn insert_k<const K: usize>(b: &Block, h: u64) -> bool {
 macro_rules! kernels {
     ($k:expr; $($n:literal)*) => {
         match $k {
-            $($n => Some(Kernel { contains: contains_k::<$n>, insert: insert_k::<$n> }),)*
+            $($n => Some(Kernel {
+                contains: contains_k::<$n>,
+                contains_any: contains_any_k::<$n>,
+                insert: insert_k::<$n>,
+            }),)*
             _ => None,
         }
     };
@@ -71,8 +88,15 @@ impl Kernel {
         let scalar = Kernel::for_scalar(k)?;
         // (Not under loom: its atomics are not the 64 bytes the vector load reads.)
         #[cfg(all(target_arch = "x86_64", not(loom)))]
-        if let Some(contains) = super::simd::contains_for(k) {
-            return Some(Kernel { contains, ..scalar });
+        if let (Some(contains), Some(contains_any)) = (
+            super::simd::contains_for(k),
+            super::simd::contains_any_for(k),
+        ) {
+            return Some(Kernel {
+                contains,
+                contains_any,
+                ..scalar
+            });
         }
         Some(scalar)
     }
@@ -117,6 +141,50 @@ mod tests {
                 assert!((kern.contains)(b.block(blk), h));
                 assert!(!kern.insert(b.block(blk), h), "a second insert is not new");
             }
+        }
+    }
+
+    /// Every `k`'s several-block probe (vector and scalar) answers what the single-block
+    /// probes answer or-ed, for any number of blocks, on blocks from empty to full.
+    #[test]
+    fn the_several_block_probe_ors_the_single_ones() {
+        let both =
+            (1..=MAX_HASHES).flat_map(|k| [(k, Kernel::for_k(k)), (k, Kernel::for_scalar(k))]);
+        for (k, kern) in both {
+            let kern = kern.expect("a kernel for every valid k");
+            let b = Blocks::zeroed(6).unwrap();
+            // Block i holds about 4^i keys' bits: empty, sparse, ..., saturated.
+            for i in 0..6u64 {
+                for j in 0..4u64.pow(i as u32) {
+                    kern.insert(b.block(i as usize), hash_key(&j.to_le_bytes(), i + 100));
+                }
+            }
+            let blocks: Vec<&Block> = (0..6).map(|i| b.block(i)).collect();
+            let (mut yes, mut no) = (0, 0);
+            for j in 0..400u64 {
+                // Keys inserted into block 1 or 2, and others (blocks 0 to 2, empty to
+                // sparse, must then give both answers).
+                let h = match j % 3 {
+                    0 => hash_key(&(j % 4).to_le_bytes(), 101),
+                    1 => hash_key(&(j % 16).to_le_bytes(), 102),
+                    _ => hash_key(&j.to_be_bytes(), 7),
+                };
+                for n in 0..=blocks.len() {
+                    for from in 0..=(blocks.len() - n) {
+                        let some = &blocks[from..from + n];
+                        let want = some.iter().any(|blk| (kern.contains)(blk, h));
+                        assert_eq!((kern.contains_any)(some, h), want, "k = {k}, {n} blocks");
+                        if (n, from) == (3, 0) {
+                            if want {
+                                yes += 1;
+                            } else {
+                                no += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            assert!(yes > 0 && no > 0, "k = {k}: {yes} yes, {no} no");
         }
     }
 

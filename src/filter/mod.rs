@@ -27,7 +27,7 @@ use std::fmt;
 use crate::counters::Counters;
 use crate::error::{Error, FilterShape, Result};
 use crate::hash::SeededHash;
-use bits::Blocks;
+use bits::{Block, Blocks};
 use kernel::Kernel;
 use layout::{block_index, BLOCK_WORDS};
 
@@ -221,6 +221,21 @@ impl Filter {
         (self.kernel.contains)(self.blocks.block(i), h)
     }
 
+    /// The block hash `h` selects in this filter.
+    #[inline(always)]
+    pub(crate) fn block_for(&self, h: u64) -> &Block {
+        self.blocks.block(block_index(h, self.blocks.len() as u64))
+    }
+
+    /// True if one of `blocks` holds all of `h`'s bits, where `blocks` are the blocks `h`
+    /// selects ([`Filter::block_for`]) in filters with this filter's `k`: their
+    /// [`Filter::contains_hash`] answers or-ed, in one call that computes `h`'s draws once
+    /// (`filter::kernel`). A window's lookup probes its generations' filters with it.
+    #[inline(always)]
+    pub(crate) fn contains_in_any(&self, blocks: &[&Block], h: u64) -> bool {
+        (self.kernel.contains_any)(blocks, h)
+    }
+
     /// Merges `other` into `self`, so that `self` contains every key of both. The two must
     /// have the same shape and seed.
     pub fn union(&self, other: &Filter) -> Result<()> {
@@ -255,11 +270,13 @@ impl Filter {
     }
 
     /// Bits set per key (`k`).
+    #[inline]
     pub fn num_hashes(&self) -> u32 {
         self.num_hashes
     }
 
     /// The hash seed.
+    #[inline]
     pub fn seed(&self) -> u64 {
         self.hasher.seed()
     }

@@ -23,11 +23,18 @@ use super::layout::GOLDEN_POWERS;
 
 /// The probe's signature, as `filter::kernel` calls it.
 type ContainsFn = fn(&Block, u64) -> bool;
+/// The several-block probe's signature (`filter::kernel`'s `ContainsAnyFn`).
+type ContainsAnyFn = fn(&[&Block], u64) -> bool;
+
+/// True if this CPU runs the vector probes: AVX-512 F and DQ.
+fn has_avx512() -> bool {
+    std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq")
+}
 
 /// The probe of `k` bits per key with AVX-512, if this CPU has AVX-512 F and DQ and
 /// `k <= 16`.
 pub(super) fn contains_for(k: u32) -> Option<ContainsFn> {
-    if !(std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq")) {
+    if !has_avx512() {
         return None;
     }
     macro_rules! arms {
@@ -41,10 +48,34 @@ pub(super) fn contains_for(k: u32) -> Option<ContainsFn> {
     arms!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
 }
 
+/// The several-block probe of `k` bits per key with AVX-512 (`k <= 16`): `h`'s draws
+/// (which word, which bit) are computed once for all the blocks, then each block costs a
+/// load, a permute and a test.
+pub(super) fn contains_any_for(k: u32) -> Option<ContainsAnyFn> {
+    if !has_avx512() {
+        return None;
+    }
+    macro_rules! arms {
+        ($($n:literal)*) => {
+            match k {
+                $($n => Some(contains_any_k::<$n> as ContainsAnyFn),)*
+                _ => None,
+            }
+        };
+    }
+    arms!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+}
+
 fn contains_k<const K: usize>(b: &Block, h: u64) -> bool {
     // SAFETY: `contains_for` hands out this function only after checking that the CPU has
     // AVX-512 F and DQ, the features `all_set` is compiled for.
     unsafe { all_set::<K>(b, h) }
+}
+
+fn contains_any_k<const K: usize>(blocks: &[&Block], h: u64) -> bool {
+    // SAFETY: `contains_any_for` hands out this function only after checking that the CPU
+    // has AVX-512 F and DQ, the features `any_all_set` is compiled for.
+    unsafe { any_all_set::<K>(blocks, h) }
 }
 
 /// The block's 64 bytes in one register.
@@ -94,14 +125,47 @@ unsafe fn all_set<const K: usize>(b: &Block, h: u64) -> bool {
     }
 }
 
-/// True if the draws `from..from + 8` of `h` that `lanes` selects all hit set bits of
-/// `words` (a block).
+/// True if some block of `blocks` has every one of `h`'s `K` bits set.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F and DQ.
 #[target_feature(enable = "avx512f,avx512dq")]
 #[inline]
-unsafe fn draws_set(words: __m512i, h: u64, from: usize, lanes: u8) -> bool {
+unsafe fn any_all_set<const K: usize>(blocks: &[&Block], h: u64) -> bool {
+    const { assert!(K >= 1 && K <= 16) };
+    // SAFETY: the caller guarantees AVX-512 F and DQ, all that these need.
+    unsafe {
+        let first = draws(h, 0, lane_mask(K.min(8)));
+        let second = draws(h, 8, if K > 8 { lane_mask(K - 8) } else { 0 });
+        let mut any = false;
+        for b in blocks {
+            let words = load_block(b);
+            let mut hit = first.set_in(words);
+            if K > 8 {
+                hit &= second.set_in(words);
+            }
+            // `|`: no branch on what a load returned, the blocks' loads overlap.
+            any |= hit;
+        }
+        any
+    }
+}
+
+/// Eight of a hash's draws, as lanes: the word of the block each one tests and its bit.
+#[derive(Clone, Copy)]
+struct Draws {
+    word: __m512i,
+    bit: __m512i,
+    lanes: u8,
+}
+
+/// The draws `from..from + 8` of `h`, of which `lanes` are used.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and DQ.
+#[target_feature(enable = "avx512f,avx512dq")]
+#[inline]
+unsafe fn draws(h: u64, from: usize, lanes: u8) -> Draws {
     let g = &GOLDEN_POWERS[from..from + 8];
     // SAFETY: `g` is 8 `u64`s, the 64 bytes the unaligned load reads; the caller guarantees
     // the CPU features.
@@ -114,9 +178,37 @@ unsafe fn draws_set(words: __m512i, h: u64, from: usize, lanes: u8) -> bool {
             _mm512_set1_epi64(1),
             _mm512_and_si512(pos, _mm512_set1_epi64(63)),
         );
-        let word = _mm512_permutexvar_epi64(_mm512_srli_epi64::<6>(pos), words);
-        _mm512_mask_test_epi64_mask(lanes, word, bit) == lanes
+        Draws {
+            word: _mm512_srli_epi64::<6>(pos),
+            bit,
+            lanes,
+        }
     }
+}
+
+impl Draws {
+    /// True if the draws' bits are all set in `words` (a block).
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn set_in(&self, words: __m512i) -> bool {
+        let word = _mm512_permutexvar_epi64(self.word, words);
+        _mm512_mask_test_epi64_mask(self.lanes, word, self.bit) == self.lanes
+    }
+}
+
+/// True if the draws `from..from + 8` of `h` that `lanes` selects all hit set bits of
+/// `words` (a block).
+///
+/// # Safety
+/// The CPU must have AVX-512 F and DQ.
+#[target_feature(enable = "avx512f,avx512dq")]
+#[inline]
+unsafe fn draws_set(words: __m512i, h: u64, from: usize, lanes: u8) -> bool {
+    // SAFETY: the caller guarantees the CPU features.
+    unsafe { draws(h, from, lanes).set_in(words) }
 }
 
 /// The mask of the first `n` (1..=8) lanes.

@@ -171,6 +171,15 @@ impl Filters {
     /// caller probing several trees validates them together).
     #[inline(always)]
     pub(crate) fn probe_racy(&self, probe: impl Fn(&Filter) -> bool) -> (u64, bool) {
+        let (s, f) = self.current_bits_racy();
+        (s, probe(f))
+    }
+
+    /// The current filter's bits and the state they were read under, unvalidated: whatever
+    /// is read from the filter counts only if [`Filters::unchanged`] then holds for that
+    /// state.
+    #[inline(always)]
+    fn current_bits_racy(&self) -> (u64, &Filter) {
         let s = self.state.word.load(Ordering::Acquire);
         // Acquire, pairing with the release in `swap`: the pointer may be newer than `s` (a
         // swap can land between the two loads), and the filter it points to may have been
@@ -187,7 +196,7 @@ impl Filters {
         // caller's state check catches a filter retired meanwhile.
         #[allow(unsafe_code)]
         let f = unsafe { &*p };
-        (s, probe(f))
+        (s, f)
     }
 
     /// Batched, prefetched probe of many keys (see `Filter::contains_many`).
@@ -338,6 +347,73 @@ impl Filters {
             .filter_map(|s| s.get())
             .map(|f| f.memory_bytes())
             .sum()
+    }
+}
+
+/// Blocks [`read_any`] tests per kernel call (more trees take more calls).
+const READ_ANY_CHUNK: usize = 8;
+
+/// Whether any of `trees`' current filters may hold the key whose hash under `seed` is `h`:
+/// `false` only if every one of them rules it out. `None` if some filter has another seed
+/// (the caller then probes them one by one).
+///
+/// The filters are read as [`Filters::read`] reads one, all at once: each one's state is
+/// read before its words (its block for `h`), the blocks are tested together
+/// ([`Filter::contains_in_any`]: `h`'s draws computed once, no branch on what a block
+/// holds, so the blocks' loads overlap), then every state is read again after one fence,
+/// and the whole probe is repeated if any moved. For each filter that is the single-tree
+/// protocol (module docs): its words were read between two reads of its state, and the
+/// answer counts only if they agree.
+///
+/// The states are compared through their sums, so the lookup keeps no copy of them: a
+/// state word only ever grows ([`Filters::swap`] raises the version above the index bits
+/// and nothing else writes it), and a later read of a word by the same thread never
+/// returns an older value than an earlier one (read-read coherence), so each second read is
+/// at least its first, and the sums (in `u128`, which cannot overflow) are equal exactly
+/// when every word is unchanged.
+#[inline]
+pub(crate) fn read_any<'a, I>(trees: I, seed: u64, h: u64) -> Option<bool>
+where
+    I: Iterator<Item = &'a Filters> + Clone,
+{
+    loop {
+        let mut it = trees.clone();
+        let (mut before, mut any) = (0u128, false);
+        while let Some(first) = it.next() {
+            let (s, f) = first.current_bits_racy();
+            if f.seed() != seed {
+                return None;
+            }
+            before += u128::from(s);
+            // One kernel call per chunk of filters of one `k` (the first one's).
+            let k = f.num_hashes();
+            let mut blocks = [f.block_for(h); READ_ANY_CHUNK];
+            let mut n = 1;
+            while n < READ_ANY_CHUNK {
+                let Some(t) = it.clone().next() else { break };
+                let (s, g) = t.current_bits_racy();
+                if g.seed() != seed {
+                    return None;
+                }
+                if g.num_hashes() != k {
+                    break; // it starts the next chunk
+                }
+                it.next();
+                before += u128::from(s);
+                blocks[n] = g.block_for(h);
+                n += 1;
+            }
+            any |= f.contains_in_any(&blocks[..n], h);
+        }
+        // One fence for every check (see `Filters::unchanged`).
+        fence(Ordering::Acquire);
+        let after: u128 = trees
+            .clone()
+            .map(|t| u128::from(t.state.word.load(Ordering::Relaxed)))
+            .sum();
+        if after == before {
+            return Some(any);
+        }
     }
 }
 
@@ -500,6 +576,118 @@ mod tests {
             "two slots were enough: retired ones were reused"
         );
     }
+
+    /// A key's hash under the seed every `small()` filter shares.
+    fn h(key: &[u8]) -> u64 {
+        small().unwrap().bits().hash(key)
+    }
+
+    /// `read_any` answers what the filters answer one by one, across more trees than one
+    /// kernel call takes and across a change of `k` (each starts a new call), and declines
+    /// (`None`) when a filter has another seed, which the caller then probes by itself.
+    #[test]
+    fn read_any_answers_as_the_filters_one_by_one() {
+        let shape = |k: u32| {
+            let c = FilterConfig::new(1_000);
+            let c = if k == 0 { c } else { c.num_hashes(k) };
+            AnyFilter::new(FilterMode::Plain, c.shape().unwrap(), 1_000).unwrap()
+        };
+        // 11 trees: a first call of 5 (default k), then 3 with k = 3, then 3 more.
+        let ks = [0, 0, 0, 0, 0, 3, 3, 3, 0, 0, 0];
+        let trees: Vec<Filters> = ks.iter().map(|&k| Filters::new(shape(k))).collect();
+        for (i, t) in trees.iter().enumerate() {
+            for j in 0..50 {
+                t.enter().admit(format!("{i}/{j}").as_bytes());
+            }
+        }
+        let seed = trees[0].pinned().1.unwrap().seed();
+        let mut maybe = 0;
+        for i in 0..trees.len() {
+            for j in 0..60 {
+                let key = format!("{i}/{j}");
+                let want = trees.iter().any(|t| t.contains(key.as_bytes()));
+                let got = read_any(trees.iter(), seed, h(key.as_bytes()));
+                assert_eq!(got, Some(want), "{key}");
+                assert!(j >= 50 || want, "false negative for {key}");
+                maybe += usize::from(want);
+            }
+        }
+        assert!(maybe < trees.len() * 60, "the absent keys were all 'maybe'");
+        assert_eq!(read_any(trees[..0].iter(), seed, h(b"x")), Some(false));
+        let other = Filters::new(
+            AnyFilter::new(
+                FilterMode::Plain,
+                FilterConfig::new(1_000).seed(seed ^ 1).shape().unwrap(),
+                1_000,
+            )
+            .unwrap(),
+        );
+        let mixed = [&trees[0], &other];
+        assert_eq!(read_any(mixed.iter().copied(), seed, h(b"x")), None);
+    }
+
+    /// `read_any` compares the states of its trees through their sum, which is sound only
+    /// because a state word grows at every swap, whichever slot it moves to.
+    #[test]
+    fn a_state_word_grows_at_every_swap() {
+        let f = Filters::new(small().unwrap());
+        let one = f.prepare(|_| false, small).unwrap();
+        let mut last = f.state.word.load(Ordering::Relaxed);
+        for slot in [one, 0, one, 0, 0, one] {
+            f.swap(&mut f.close_gate(), slot);
+            let now = f.state.word.load(Ordering::Relaxed);
+            assert!(now > last, "{now:#x} after {last:#x}");
+            last = now;
+        }
+    }
+
+    /// Readers asking several trees at once (`read_any`, as a window's lookup does) while
+    /// one tree's filter is swapped back and forth and each retired one zeroed and refilled:
+    /// a key of that tree is never missed.
+    #[test]
+    fn read_any_never_misses_a_key_while_one_trees_filters_are_recycled() {
+        use std::sync::atomic::AtomicBool;
+        let keys: Vec<Vec<u8>> = (0..300u32)
+            .map(|i| format!("key {i}").into_bytes())
+            .collect();
+        let hashes: Vec<u64> = keys.iter().map(|k| h(k)).collect();
+        let trees: Vec<Filters> = (0..3).map(|_| Filters::new(small().unwrap())).collect();
+        let fill = |slot: &AnyFilter| {
+            for k in &keys {
+                slot.admit_hash(slot.bits().hash(k));
+            }
+        };
+        // The keys live in the middle tree only.
+        let busy = &trees[1];
+        fill(busy.get(0).unwrap());
+        let seed = busy.pinned().1.unwrap().seed();
+        let done = AtomicBool::new(false);
+        let checks = std::thread::scope(|s| {
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut n = 0u64;
+                        while !done.load(Ordering::Relaxed) {
+                            for (k, &h) in keys.iter().zip(&hashes) {
+                                let got = read_any(trees.iter(), seed, h);
+                                assert_eq!(got, Some(true), "false negative for {k:?}");
+                                n += 1;
+                            }
+                        }
+                        n
+                    })
+                })
+                .collect();
+            for _ in 0..3_000 {
+                let i = busy.prepare(|_| true, small).unwrap();
+                fill(busy.get(i).unwrap());
+                busy.swap(&mut busy.close_gate(), i);
+            }
+            done.store(true, Ordering::Relaxed);
+            readers.into_iter().map(|r| r.join().unwrap()).sum::<u64>()
+        });
+        assert!(checks > 0);
+    }
 }
 
 /// The seqlock under loom's model checker: every interleaving of a lookup with a rebuild's
@@ -571,6 +759,53 @@ mod loom_model {
         });
         println!(
             "loom: {} interleavings of a lookup against publish and retire, no false negative",
+            RUNS.load(Relaxed)
+        );
+    }
+
+    /// The same race for a lookup of several trees at once (`read_any`, a window's lookup):
+    /// the key lives in the second of two trees, whose filter is published, retired, zeroed,
+    /// refilled and published again while the lookup reads both trees' states, tests both
+    /// blocks and compares the states' sum. It must never answer "absent".
+    #[test]
+    fn loom_a_lookup_of_two_trees_racing_publish_and_retire_never_misses_a_key() {
+        use std::sync::atomic::{AtomicUsize as Count, Ordering::Relaxed};
+        static RUNS: Count = Count::new(0);
+        let mut builder = loom::model::Builder::new();
+        if builder.preemption_bound.is_none() {
+            builder.preemption_bound = Some(3);
+        }
+        builder.check(|| {
+            RUNS.fetch_add(1, Relaxed);
+            let other = Filters::new(tiny().unwrap());
+            let f = Arc::new(Filters::new(tiny().unwrap()));
+            f.enter().admit(KEY);
+            let (seed, h) = {
+                let b = f.get(0).unwrap().bits();
+                (b.seed(), b.hash(KEY))
+            };
+            let built = f.prepare(|_| false, tiny).unwrap();
+            fill(&f, built);
+            let w = f.clone();
+            let rebuild = loom::thread::spawn(move || {
+                w.swap(&mut w.close_gate(), 1);
+                let reused = w.prepare(|_| true, tiny).unwrap();
+                assert_eq!(reused, 0, "the retired slot is reused");
+                fill(&w, reused);
+                w.swap(&mut w.close_gate(), reused);
+            });
+            let both = [&other, &*f];
+            assert_eq!(
+                read_any(both.iter().copied(), seed, h),
+                Some(true),
+                "false negative during the rebuild"
+            );
+            rebuild.join().unwrap();
+            assert_eq!(read_any(both.iter().copied(), seed, h), Some(true));
+        });
+        println!(
+            "loom: {} interleavings of a two-tree lookup against publish and retire, no false \
+             negative",
             RUNS.load(Relaxed)
         );
     }

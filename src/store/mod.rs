@@ -22,6 +22,7 @@ pub use batch::Batch;
 pub use config::{Config, TreeConfig};
 pub(crate) use db::GENERATION_PREFIX;
 pub use db::{open, Db};
+pub(crate) use filters::{read_any as read_any_filter, Filters};
 pub use iter::Iter;
 pub use rebuild::RebuildReport;
 pub use subscriber::Subscriber;

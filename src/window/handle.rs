@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::persist::RecoveryReport;
 use crate::stats::LookupCounters;
-use crate::store::{Db, Tree, TreeConfig};
+use crate::store::{read_any_filter, Db, Tree, TreeConfig};
 use crate::Stats;
 
 /// Read locks on the ring, one per stripe: a thread locks its own stripe's, so lookups from
@@ -382,9 +382,10 @@ impl Window {
     /// live generation holds the key.
     ///
     /// The key is hashed once (with the ring's seed; a filter with another seed hashes it
-    /// itself), every generation's block is prefetched before the first probe, and the
-    /// filters are read as [`crate::store`]'s lookups read them: an "absent" answer counts
-    /// only if no rebuild swapped the filter meanwhile (else the whole lookup runs again).
+    /// itself); a key no filter holds is answered by one validated pass over every filter
+    /// ([`read_any_filter`]); otherwise the filters are read one by one as
+    /// [`crate::store`]'s lookups read them: an "absent" answer counts only if no rebuild
+    /// swapped the filter meanwhile (else the whole lookup runs again).
     #[inline(always)]
     fn lookup<R>(
         ring: &Ring,
@@ -395,6 +396,11 @@ impl Window {
     ) -> Result<Option<R>> {
         let live = Self::live(ring, epochs, newest);
         let (seed, h) = (ring.hasher.seed(), ring.hasher.hash(key));
+        // Most lookups of a window are of keys no generation holds: one validated probe of
+        // every filter at once answers those (see `Window::may_contain`).
+        if read_any_filter(Self::filters(live), seed, h) == Some(false) {
+            return Ok(None);
+        }
         let mut states = States::new(live.len());
         loop {
             for (s, g) in states.slots().iter_mut().zip(live) {
@@ -520,6 +526,13 @@ impl Window {
         let (ring, newest) = self.ring_for_lookup();
         let live = Self::live(&ring, &self.state.epochs, newest);
         let (seed, h) = (ring.hasher.seed(), ring.hasher.hash(key));
+        // Every generation's filter probed in one call: the key's draws computed once, each
+        // filter's block tested with no branch on what another's held, so the blocks' loads
+        // overlap; validated against filter swaps like a tree's lookup.
+        if let Some(any) = read_any_filter(Self::filters(live), seed, h) {
+            return any;
+        }
+        // Filters that cannot share one call (another seed or `k`): one at a time.
         let mut states = States::new(live.len());
         loop {
             // Every generation probed, the answers or-ed: no branch on what a probe loads,
@@ -534,6 +547,12 @@ impl Window {
                 return any;
             }
         }
+    }
+
+    /// The filters of `live`, for [`read_any_filter`].
+    #[inline(always)]
+    fn filters(live: &[Gen]) -> impl Iterator<Item = &crate::store::Filters> + Clone {
+        live.iter().map(|g| &g.tree.state.filters)
     }
 
     /// The live generations of `ring` when the newest is `newest`, newest first.
@@ -761,5 +780,69 @@ impl Window {
     pub fn tree_names(&self) -> Vec<IVec> {
         let (ring, _) = self.ring_for_lookup();
         ring::tree_names(&ring)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::Config;
+
+    const W: u64 = 1_000;
+    const T0: u64 = 1_700_000_000_000;
+
+    fn key(g: u64, i: u64) -> Vec<u8> {
+        format!("https://example.com/g{g}/{i}").into_bytes()
+    }
+
+    /// Generations whose filters have different seeds (the window reopened with another
+    /// tree seed) cannot share one probe: `read_any_filter` declines, and lookups ask each
+    /// filter with its own hash, still finding every key and ruling out absent ones.
+    #[test]
+    fn generations_with_different_seeds_are_probed_one_by_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(T0);
+        let config = |seed: u64| {
+            WindowConfig::new(Duration::from_millis(3 * W), 3)
+                .tree_config(TreeConfig::new().expected_items(1_000).seed(seed))
+                .clock(clock.clone())
+        };
+        {
+            let db = Config::new().path(dir.path()).open().unwrap();
+            let w = db.open_window("seeds", config(1)).unwrap();
+            for i in 0..300 {
+                w.insert(key(0, i), &b"v"[..]).unwrap();
+            }
+        }
+        clock.set(T0 + W);
+        let db = Config::new().path(dir.path()).open().unwrap();
+        let w = db.open_window("seeds", config(2)).unwrap();
+        for i in 0..300 {
+            w.insert(key(1, i), &b"v"[..]).unwrap();
+        }
+        let (ring, newest) = w.ring_for_lookup();
+        let live = Window::live(&ring, &w.state.epochs, newest);
+        let seeds: Vec<u64> = live
+            .iter()
+            .map(|g| g.tree.state.filters.pinned().1.unwrap().seed())
+            .collect();
+        assert_eq!(seeds, vec![2, 1], "the generations' seeds, newest first");
+        let h = ring.hasher.hash(b"any key");
+        assert_eq!(
+            read_any_filter(Window::filters(live), ring.hasher.seed(), h),
+            None
+        );
+        drop(ring);
+        let keys: Vec<Vec<u8>> = (0..300).flat_map(|i| [key(0, i), key(1, i)]).collect();
+        for k in &keys {
+            assert!(w.may_contain(k) && w.contains_key(k).unwrap(), "{k:?}");
+        }
+        assert!(w.may_contain_many(&keys).iter().all(|m| *m));
+        let maybe = (0..1_000).filter(|i| w.may_contain(key(7, *i))).count();
+        assert!(
+            maybe < 100,
+            "{maybe} of 1,000 absent keys passed the filters"
+        );
     }
 }

@@ -70,8 +70,11 @@
 //! a few ns) and compares its generation with the ring's newest: a rotation is due only
 //! when it has moved on. The ring sits behind striped read locks (each thread takes its
 //! own stripe's, so lookups in many threads share no written cache line). A key is hashed
-//! once for every generation (their filters share a seed), and [`Window::contains_many`]
-//! probes all generations' filters in one pass with their blocks prefetched together.
+//! once for every generation (their filters share a seed) and every generation's filter is
+//! probed in one pass: one kernel call tests all their blocks, with no branch on what one
+//! holds, and the filters' states are checked after it as a tree's lookup checks its own.
+//! [`Window::contains_many`] probes all generations' filters for a batch in one pass, with
+//! their blocks prefetched together.
 //! See `docs/windows.md` for the measured cost.
 
 mod config;
