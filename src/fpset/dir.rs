@@ -20,6 +20,8 @@ pub(crate) const LOCK: &str = "LOCK";
 /// The saved filter's file name (trusted only when the manifest is clean).
 pub(crate) const FILTER: &str = "filter.bin";
 const TMP_SUFFIX: &str = ".tmp";
+/// How long an open waits for a held lock before reporting [`Error::InUse`].
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The folder of an open set: holds its lock until dropped.
 #[derive(Debug)]
@@ -40,14 +42,23 @@ impl Folder {
             .truncate(false)
             .open(path.join(LOCK))
             .map_err(Error::Io)?;
-        match lock.try_lock_exclusive() {
-            Ok(()) => {}
-            Err(e) if e.kind() == fs2::lock_contended_error().kind() => {
-                return Err(Error::InUse {
-                    path: path.to_path_buf(),
-                })
+        // A lock is shared with a child process forked by another thread until the child
+        // execs (and closes its copy of the descriptor): a lock just released can look
+        // held for that moment, so a contended lock is retried for a short while.
+        let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+        loop {
+            match lock.try_lock_exclusive() {
+                Ok(()) => break,
+                Err(e) if e.kind() == fs2::lock_contended_error().kind() => {
+                    if std::time::Instant::now() >= deadline {
+                        return Err(Error::InUse {
+                            path: path.to_path_buf(),
+                        });
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(e) => return Err(Error::Io(e)),
             }
-            Err(e) => return Err(Error::Io(e)),
         }
         Ok(Folder {
             path: path.to_path_buf(),

@@ -776,6 +776,7 @@ impl FingerprintSet {
             w.push(fp)?;
         }
         let new_run = w.finish()?;
+        step("flush:run-written");
         let new_wal = Wal::create(dir, m.set_id, cfg.width, m.wal_gen + 1)?;
         let mut next = m.clone();
         next.wal_gen += 1;
@@ -787,6 +788,7 @@ impl FingerprintSet {
             });
         }
         self.folder.write_manifest(&next)?;
+        step("flush:listed");
         // Listed: the old log is no longer needed.
         let old = std::mem::replace(&mut inner.wal.0, new_wal);
         drop(old);
@@ -848,6 +850,7 @@ impl FingerprintSet {
         }
         drop(cursors);
         let merged = w.finish()?;
+        step("merge:run-written");
         let mut next = inner.manifest.clone();
         let inputs: Vec<u64> = next.runs.drain(start..).map(|r| r.seq).collect();
         next.next_seq += 1;
@@ -858,6 +861,7 @@ impl FingerprintSet {
             });
         }
         self.folder.write_manifest(&next)?;
+        step("merge:listed");
         for s in inputs {
             remove_quietly(&dir.join(run::file_name(s)));
         }
@@ -906,6 +910,26 @@ fn remove_quietly(path: &Path) {
             "bloomsled: cannot remove {}: {e} (removed at next open)",
             path.display()
         );
+    }
+}
+
+/// A test seam: a function called at the named steps of a flush and a merge (see
+/// [`set_step_hook`]).
+static STEP_HOOK: std::sync::OnceLock<fn(&'static str)> = std::sync::OnceLock::new();
+
+/// Test seam (process-wide, set once): `hook` is called with the name of each step of a
+/// flush or merge as it is reached: `"flush:run-written"` (the run is synced, the manifest
+/// does not list it yet), `"flush:listed"` (the manifest lists it, the old log is still
+/// there), `"merge:run-written"`, `"merge:listed"` (inputs still there). Crash tests block
+/// a child there and kill it.
+#[doc(hidden)]
+pub fn set_step_hook(hook: fn(&'static str)) {
+    let _ = STEP_HOOK.set(hook);
+}
+
+fn step(name: &'static str) {
+    if let Some(hook) = STEP_HOOK.get() {
+        hook(name);
     }
 }
 
