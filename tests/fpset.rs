@@ -604,3 +604,19 @@ fn bad_input_is_a_typed_error_and_stores_nothing() {
     let err = cfg().width(16).open().unwrap_err();
     assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
 }
+
+#[test]
+fn a_reopen_without_sizing_keeps_the_stored_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = small(dir.path()).expected_items(777).open().unwrap();
+    set.insert(&fp(1)).unwrap();
+    set.close().unwrap();
+    let set = FingerprintSetConfig::new(dir.path()).open().unwrap();
+    let s = set.stats();
+    assert_eq!((s.expected_items, s.false_positive_rate), (777, 0.05));
+    assert!(
+        !s.filter_rebuilt,
+        "the stored sizing's saved filter was not used"
+    );
+    assert!(set.contains(&fp(1)).unwrap());
+}

@@ -62,6 +62,10 @@ use dir::Folder;
 use run::{Cursor, Run, RunWriter};
 use wal::Wal;
 
+/// Filter sizing of a new set when none is given: members.
+pub const DEFAULT_EXPECTED_ITEMS: u64 = 1_000_000;
+/// Filter sizing of a new set when none is given: false-positive rate.
+pub const DEFAULT_FALSE_POSITIVE_RATE: f64 = 0.01;
 /// Default number of recent members kept in memory before they are written as a run.
 pub const DEFAULT_MEMTABLE_ITEMS: usize = 64 * 1024;
 /// Default number of runs of one tier merged into one run of the next.
@@ -87,16 +91,19 @@ pub const DEFAULT_BLOCK_ITEMS: u32 = 128;
 pub struct FingerprintSetConfig {
     path: PathBuf,
     width: usize,
-    expected_items: u64,
-    fpr: f64,
+    expected_items: Option<u64>,
+    fpr: Option<f64>,
     memtable_items: usize,
     merge_factor: usize,
     block_items: u32,
 }
 
 impl FingerprintSetConfig {
-    /// A set in folder `path` (created if missing) of 20-byte fingerprints, its filter
-    /// sized for 1,000,000 items at a 1% false-positive rate.
+    /// A set in folder `path` (created if missing) of 20-byte fingerprints. Unless
+    /// [`expected_items`](Self::expected_items) or
+    /// [`false_positive_rate`](Self::false_positive_rate) say otherwise, a new set's filter
+    /// is sized for [`DEFAULT_EXPECTED_ITEMS`] at [`DEFAULT_FALSE_POSITIVE_RATE`] and an
+    /// existing set keeps its own sizing.
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
@@ -108,8 +115,8 @@ impl FingerprintSetConfig {
         FingerprintSetConfig {
             path: path.as_ref().to_path_buf(),
             width: 20,
-            expected_items: 1_000_000,
-            fpr: crate::DEFAULT_FALSE_POSITIVE_RATE.min(0.01),
+            expected_items: None,
+            fpr: None,
             memtable_items: DEFAULT_MEMTABLE_ITEMS,
             merge_factor: DEFAULT_MERGE_FACTOR,
             block_items: DEFAULT_BLOCK_ITEMS,
@@ -139,7 +146,7 @@ impl FingerprintSetConfig {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn expected_items(mut self, n: u64) -> Self {
-        self.expected_items = n;
+        self.expected_items = Some(n);
         self
     }
 
@@ -153,7 +160,7 @@ impl FingerprintSetConfig {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn false_positive_rate(mut self, p: f64) -> Self {
-        self.fpr = p;
+        self.fpr = Some(p);
         self
     }
 
@@ -215,13 +222,12 @@ impl FingerprintSetConfig {
                 self.width
             )));
         }
-        if self.expected_items == 0 {
+        if self.expected_items == Some(0) {
             return Err(Error::config("expected_items must be at least 1"));
         }
-        if !(self.fpr > 0.0 && self.fpr < 1.0) {
+        if let Some(p) = self.fpr.filter(|p| !(*p > 0.0 && *p < 1.0)) {
             return Err(Error::config(format!(
-                "false_positive_rate {} is outside (0, 1)",
-                self.fpr
+                "false_positive_rate {p} is outside (0, 1)"
             )));
         }
         if self.memtable_items == 0 || self.merge_factor < 2 || self.block_items == 0 {
@@ -374,8 +380,8 @@ impl FingerprintSet {
                     width,
                     set_id: random_id()?,
                     clean: false,
-                    expected_items: config.expected_items,
-                    fpr: config.fpr,
+                    expected_items: config.expected_items.unwrap_or(DEFAULT_EXPECTED_ITEMS),
+                    fpr: config.fpr.unwrap_or(DEFAULT_FALSE_POSITIVE_RATE),
                     wal_gen: 1,
                     next_seq: 1,
                     filter_len: 0,
@@ -406,8 +412,9 @@ impl FingerprintSet {
                 r.count,
             )?));
         }
-        let same_sizing =
-            manifest.expected_items == config.expected_items && manifest.fpr == config.fpr;
+        let expected_items = config.expected_items.unwrap_or(manifest.expected_items);
+        let fpr = config.fpr.unwrap_or(manifest.fpr);
+        let same_sizing = manifest.expected_items == expected_items && manifest.fpr == fpr;
         let saved = (manifest.clean && same_sizing)
             .then(|| folder.load_filter(&manifest))
             .flatten();
@@ -415,7 +422,7 @@ impl FingerprintSet {
         let filter = match saved {
             Some(f) => f,
             None => {
-                let f = Filter::new(config.expected_items, config.fpr)?;
+                let f = Filter::new(expected_items, fpr)?;
                 for run in &runs {
                     let mut c = Cursor::new(Arc::clone(run));
                     while let Some(fp) = c.peek()? {
@@ -436,8 +443,8 @@ impl FingerprintSet {
         // The clean mark is cleared (durably) before any change is accepted.
         let was_clean = manifest.clean;
         manifest.clean = false;
-        manifest.expected_items = config.expected_items;
-        manifest.fpr = config.fpr;
+        manifest.expected_items = expected_items;
+        manifest.fpr = fpr;
         folder.write_manifest(&manifest)?;
         if was_clean {
             let _ = std::fs::remove_file(folder.path.join(dir::FILTER));
@@ -689,8 +696,8 @@ impl FingerprintSet {
             false_positives: inner.false_positives,
             flushes: inner.flushes,
             merges: inner.merges,
-            expected_items: self.config.expected_items,
-            false_positive_rate: self.config.fpr,
+            expected_items: inner.manifest.expected_items,
+            false_positive_rate: inner.manifest.fpr,
             filter_bytes: self.filter.memory_bytes() as u64,
             index_bytes: inner.runs.iter().map(|r| r.memory_bytes() as u64).sum(),
             disk_bytes: runs_bytes + wal_bytes,
