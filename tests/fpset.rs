@@ -620,3 +620,27 @@ fn a_reopen_without_sizing_keeps_the_stored_one() {
     );
     assert!(set.contains(&fp(1)).unwrap());
 }
+
+#[test]
+fn a_second_process_cannot_open_a_folder_in_use() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = child::command(ROLE_ENV, "flush:run-written", Some("fpset_child"));
+    cmd.env(DIR_ENV, dir.path());
+    let mut proc = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(proc.stdout.take().unwrap());
+    let blocked = out
+        .lines()
+        .map_while(|l| l.ok())
+        .any(|l| l.contains("BLOCKED"));
+    assert!(blocked, "the child ended before holding the set");
+    let err = small(dir.path()).open().unwrap_err();
+    assert!(matches!(err, Error::InUse { .. }), "{err}");
+    child::kill(&mut proc);
+    // The kill released the lock.
+    small(dir.path()).memtable_items(1_000).open().unwrap();
+}

@@ -325,8 +325,9 @@ struct Inner {
     false_positives: u64,
     flushes: u64,
     merges: u64,
-    /// Set when a flush or merge failed part way: the files are consistent (the manifest
-    /// decides) but this handle's view may not be; every later call fails until reopen.
+    /// Set when a log append, a sync, a flush or a merge failed: the files are consistent
+    /// (the manifest decides) but this handle's view may not be; every later call fails
+    /// until reopen.
     broken: Option<String>,
 }
 
@@ -575,7 +576,8 @@ impl FingerprintSet {
         // Filter first: a lock-free reader never finds a member the filter denies.
         self.filter.insert(fp);
         inner.memtable.insert(Box::from(fp));
-        inner.wal.0.append(fp)?;
+        let appended = inner.wal.0.append(fp);
+        inner.fail_on(appended)?;
         if inner.memtable.len() >= self.config.memtable_items {
             self.flush(inner)?;
         }
@@ -638,7 +640,11 @@ impl FingerprintSet {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn sync(&self) -> Result<()> {
-        self.lock()?.wal.0.sync()
+        let mut inner = self.lock()?;
+        // After a failed fsync the kernel may have dropped the unwritten pages and a retry
+        // can report success: the handle is unusable until reopened (replay decides).
+        let synced = inner.wal.0.sync();
+        inner.fail_on(synced)
     }
 
     /// Number of members.
@@ -764,10 +770,7 @@ impl FingerprintSet {
     /// Writes the memtable as a run, replaces the log, then merges while a merge is due.
     fn flush(&self, inner: &mut Inner) -> Result<()> {
         let result = self.flush_and_merge(inner);
-        if let Err(e) = &result {
-            inner.broken = Some(e.to_string());
-        }
-        result
+        inner.fail_on(result)
     }
 
     fn flush_and_merge(&self, inner: &mut Inner) -> Result<()> {
@@ -884,6 +887,15 @@ impl FingerprintSet {
 }
 
 impl Inner {
+    /// `result`, after marking the handle unusable if it is an error of a write path
+    /// (its files are consistent, since the manifest decides, but this view may not be).
+    fn fail_on<T>(&mut self, result: Result<T>) -> Result<T> {
+        if let Err(e) = &result {
+            self.broken = Some(e.to_string());
+        }
+        result
+    }
+
     fn len(&self) -> u64 {
         self.manifest.runs.iter().map(|r| r.count).sum::<u64>() + self.memtable.len() as u64
     }
