@@ -61,6 +61,9 @@ pub const WAL_HEADER_LEN: usize = 36;
 pub const RUN_HEADER_LEN: usize = 48;
 /// Bytes of a run's footer.
 pub const RUN_FOOTER_LEN: usize = 20;
+/// Most members a run may hold (2^48): a larger count is damage, and every file offset
+/// computed from a header stays far below `u64::MAX`.
+pub const MAX_RUN_ITEMS: u64 = 1 << 48;
 /// Widest fingerprint a set holds (a SHA-512 digest).
 pub const MAX_WIDTH: usize = 64;
 
@@ -231,7 +234,10 @@ impl Manifest {
                 m.expected_items, m.fpr
             )));
         }
-        if m.runs.iter().any(|r| r.seq >= m.next_seq || r.count == 0) {
+        if m.runs
+            .iter()
+            .any(|r| r.seq >= m.next_seq || r.count == 0 || r.count > MAX_RUN_ITEMS)
+        {
             return Err(DecodeError::Inconsistent("run numbers out of range".into()));
         }
         Ok(m)
@@ -336,7 +342,8 @@ impl RunHeader {
             count: f.u64(32),
             block_items: f.u32(40),
         };
-        if h.block_items == 0 || h.count == 0 {
+        // The bound keeps every offset computed from the header far from overflow.
+        if h.block_items == 0 || h.count == 0 || h.count > MAX_RUN_ITEMS {
             return Err(DecodeError::Inconsistent(format!(
                 "run of {} members in blocks of {}",
                 h.count, h.block_items

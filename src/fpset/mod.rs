@@ -373,26 +373,7 @@ impl FingerprintSet {
         let width = config.width;
         let mut manifest = match folder.read_manifest()? {
             Some(m) => m,
-            None => {
-                if folder.has_orphan_members()? {
-                    return Err(folder.missing_manifest());
-                }
-                let m = Manifest {
-                    width,
-                    set_id: random_id()?,
-                    clean: false,
-                    expected_items: config.expected_items.unwrap_or(DEFAULT_EXPECTED_ITEMS),
-                    fpr: config.fpr.unwrap_or(DEFAULT_FALSE_POSITIVE_RATE),
-                    wal_gen: 1,
-                    next_seq: 1,
-                    filter_len: 0,
-                    filter_crc: 0,
-                    runs: Vec::new(),
-                };
-                drop(Wal::create(&folder.path, m.set_id, width, m.wal_gen)?);
-                folder.write_manifest(&m)?;
-                m
-            }
+            None => create(&folder, &config)?,
         };
         if manifest.width != width {
             return Err(Error::config(format!(
@@ -422,17 +403,7 @@ impl FingerprintSet {
         let filter_rebuilt = saved.is_none();
         let filter = match saved {
             Some(f) => f,
-            None => {
-                let f = Filter::new(expected_items, fpr)?;
-                for run in &runs {
-                    let mut c = Cursor::new(Arc::clone(run));
-                    while let Some(fp) = c.peek()? {
-                        f.insert(fp);
-                        c.advance();
-                    }
-                }
-                f
-            }
+            None => rebuild_filter(&runs, expected_items, fpr)?,
         };
         let replayed = Wal::replay(&folder.path, manifest.set_id, width, manifest.wal_gen)?;
         let mut memtable = HashSet::with_capacity(config.memtable_items.min(1 << 20));
@@ -919,6 +890,47 @@ impl Inner {
         self.false_positives += 1;
         Ok(false)
     }
+}
+
+/// A new set in `folder`: its first log, then its manifest (a folder holding members
+/// without a manifest is refused).
+fn create(folder: &Folder, config: &FingerprintSetConfig) -> Result<Manifest> {
+    if folder.has_orphan_members()? {
+        return Err(folder.missing_manifest());
+    }
+    let m = Manifest {
+        width: config.width,
+        set_id: random_id()?,
+        clean: false,
+        expected_items: config.expected_items.unwrap_or(DEFAULT_EXPECTED_ITEMS),
+        fpr: config.fpr.unwrap_or(DEFAULT_FALSE_POSITIVE_RATE),
+        wal_gen: 1,
+        next_seq: 1,
+        filter_len: 0,
+        filter_crc: 0,
+        runs: Vec::new(),
+    };
+    drop(Wal::create(
+        &folder.path,
+        m.set_id,
+        config.width,
+        m.wal_gen,
+    )?);
+    folder.write_manifest(&m)?;
+    Ok(m)
+}
+
+/// A filter over every member of `runs`, streamed block by block (each block verified).
+fn rebuild_filter(runs: &[Arc<Run>], expected_items: u64, fpr: f64) -> Result<Filter> {
+    let f = Filter::new(expected_items, fpr)?;
+    for run in runs {
+        let mut c = Cursor::new(Arc::clone(run));
+        while let Some(fp) = c.peek()? {
+            f.insert(fp);
+            c.advance();
+        }
+    }
+    Ok(f)
 }
 
 /// Removes a file the manifest no longer lists; a failure only leaves a leftover that the
