@@ -120,3 +120,19 @@ def test_dupefilter_reopens_with_its_saved_filter(tmp_path):
     df.close("finished")
     done, pending = read_store(str(tmp_path / STORE_DIR))
     assert len(done) == 3_001 and not pending
+
+
+def test_dupefilter_without_jobdir_opens_no_sled_and_removes_its_folder():
+    from scrapy import Request
+
+    from bloomsled.scrapy import BloomDupeFilter
+
+    df = BloomDupeFilter(None, expected_items=1_000)
+    assert df.db is None, "no journal without JOBDIR: sled must not be opened"
+    folder = Path(df.path)
+    assert (folder / "done").is_dir()
+    reqs = [Request(f"http://127.0.0.1/q/{i}") for i in range(500)]
+    assert [df.request_seen(r) for r in reqs] == [False] * 500
+    assert all(df.request_seen(r) for r in reqs)
+    df.close("finished")
+    assert not folder.exists(), "the temporary store was left behind"
