@@ -581,6 +581,7 @@ fn bad_input_is_a_typed_error_and_stores_nothing() {
         cfg().false_positive_rate(1.0),
         cfg().false_positive_rate(f64::NAN),
         cfg().memtable_items(0),
+        cfg().memtable_items(1 << 31),
         cfg().merge_factor(1),
         cfg().block_items(0),
     ] {

@@ -45,7 +45,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -54,11 +53,13 @@ use crate::filter::Filter;
 use crate::format::fpset::{Manifest, RunEntry, MAX_WIDTH};
 
 mod dir;
+mod memtable;
 mod run;
 mod tiers;
 mod wal;
 
 use dir::Folder;
+use memtable::Memtable;
 use run::{Cursor, Run, RunWriter};
 use wal::Wal;
 
@@ -68,6 +69,8 @@ pub const DEFAULT_EXPECTED_ITEMS: u64 = 1_000_000;
 pub const DEFAULT_FALSE_POSITIVE_RATE: f64 = 0.01;
 /// Default number of recent members kept in memory before they are written as a run.
 pub const DEFAULT_MEMTABLE_ITEMS: usize = 64 * 1024;
+/// Most members a memtable may be configured to hold (2^30).
+pub const MAX_MEMTABLE_ITEMS: usize = 1 << 30;
 /// Default number of runs of one tier merged into one run of the next.
 pub const DEFAULT_MERGE_FACTOR: usize = 4;
 /// Default number of fingerprints per run block (the unit a lookup reads and verifies).
@@ -230,9 +233,12 @@ impl FingerprintSetConfig {
                 "false_positive_rate {p} is outside (0, 1)"
             )));
         }
-        if self.memtable_items == 0 || self.merge_factor < 2 || self.block_items == 0 {
+        if !(1..=MAX_MEMTABLE_ITEMS).contains(&self.memtable_items)
+            || self.merge_factor < 2
+            || self.block_items == 0
+        {
             return Err(Error::config(format!(
-                "memtable_items {} (>= 1), merge_factor {} (>= 2), block_items {} (>= 1)",
+                "memtable_items {} (1 to 2^30), merge_factor {} (>= 2), block_items {} (>= 1)",
                 self.memtable_items, self.merge_factor, self.block_items
             )));
         }
@@ -318,7 +324,7 @@ struct Inner {
     runs: Vec<Arc<Run>>,
     /// Indexes into `runs`, largest first: the order lookups check them in.
     lookup_order: Vec<usize>,
-    memtable: HashSet<Box<[u8]>>,
+    memtable: Memtable,
     wal: WalSlot,
     scratch: Vec<u8>,
     block_reads: u64,
@@ -406,11 +412,11 @@ impl FingerprintSet {
             None => rebuild_filter(&runs, expected_items, fpr)?,
         };
         let replayed = Wal::replay(&folder.path, manifest.set_id, width, manifest.wal_gen)?;
-        let mut memtable = HashSet::with_capacity(config.memtable_items.min(1 << 20));
+        let mut memtable = Memtable::new(width, config.memtable_items.min(1 << 20));
         for fp in replayed.members.chunks_exact(width) {
             // Already in a saved filter; inserting again changes nothing.
             filter.insert(fp);
-            memtable.insert(Box::<[u8]>::from(fp));
+            memtable.insert(fp);
         }
         // The clean mark is cleared (durably) before any change is accepted.
         let was_clean = manifest.clean;
@@ -546,7 +552,7 @@ impl FingerprintSet {
         }
         // Filter first: a lock-free reader never finds a member the filter denies.
         self.filter.insert(fp);
-        inner.memtable.insert(Box::from(fp));
+        inner.memtable.insert(fp);
         let appended = inner.wal.0.append(fp);
         inner.fail_on(appended)?;
         if inner.memtable.len() >= self.config.memtable_items {
@@ -698,10 +704,7 @@ impl FingerprintSet {
     /// ```
     pub fn iter(&self) -> Result<Members> {
         let inner = self.lock()?;
-        let mut recent = Vec::with_capacity(inner.memtable.len() * self.config.width);
-        for fp in &inner.memtable {
-            recent.extend_from_slice(fp);
-        }
+        let recent = inner.memtable.as_bytes().to_vec();
         Ok(Members {
             runs: inner.runs.iter().rev().cloned().collect(),
             cursor: None,
@@ -749,8 +752,7 @@ impl FingerprintSet {
         let dir = &self.folder.path;
         let m = &inner.manifest;
         let seq = m.next_seq;
-        let mut sorted: Vec<&[u8]> = inner.memtable.iter().map(|b| &b[..]).collect();
-        sorted.sort_unstable();
+        let sorted = inner.memtable.sorted();
         let path = dir.join(run::file_name(seq));
         let mut w = RunWriter::create(&path, m.set_id, cfg.width, seq, cfg.block_items)?;
         for fp in sorted {
