@@ -175,6 +175,38 @@ pub enum Error {
         why: String,
     },
 
+    /// A file of a [`crate::fpset::FingerprintSet`] is damaged, truncated, foreign or
+    /// belongs to another set: the set was not opened (or the lookup not answered) and
+    /// nothing was changed or deleted.
+    #[error("fingerprint set file {} is damaged: {fault}", file.display())]
+    FileDamaged {
+        /// The file.
+        file: std::path::PathBuf,
+        /// What is wrong with it.
+        fault: DecodeError,
+    },
+
+    /// The folder is held by another open [`crate::fpset::FingerprintSet`], in this
+    /// process or another; nothing was changed.
+    #[error(
+        "fingerprint set {} is in use by another open handle (its LOCK file is locked): \
+         close that one first",
+        path.display()
+    )]
+    InUse {
+        /// The set's folder.
+        path: std::path::PathBuf,
+    },
+
+    /// A fingerprint of another width than the set's: nothing was stored.
+    #[error("fingerprint of {got} bytes: this set holds fingerprints of exactly {expected} bytes")]
+    KeyWidth {
+        /// The set's fingerprint width.
+        expected: usize,
+        /// The width given.
+        got: usize,
+    },
+
     /// A classic (PHP) hash name that is none of the eight `hash::classic::ClassicHash`es.
     #[error(
         "unknown classic hash {name:?}: expected one of BKDR, SDBM, JS, PJW, ELF, DJB, DEK, \

@@ -39,6 +39,8 @@
 //!   many processes and hosts, that reports a lost filter instead of answering "absent"; and
 //!   the classic PHP layout.
 //!
+//! - [`fpset`]: [`FingerprintSet`], an exact, disk-backed set of fixed-width fingerprints
+//!   whose memory is its filter and a small index (a crawler's "seen" set).
 //! - [`clock`]: the clocks windows read and the generation arithmetic both kinds of
 //!   window share.
 //! - [`window`]: windows, rings of generation trees whose keys and filters expire together
@@ -57,6 +59,7 @@ mod error;
 mod filter;
 #[doc(hidden)]
 pub mod format;
+pub mod fpset;
 pub mod hash;
 pub mod persist;
 #[cfg(feature = "redis")]
@@ -72,6 +75,7 @@ pub use filter::{
     CountingFilter, Filter, FilterConfig, FilterMode, Sizing, COUNTER_MAX,
     DEFAULT_FALSE_POSITIVE_RATE,
 };
+pub use fpset::{FingerprintSet, FingerprintSetConfig};
 pub use persist::{
     RebuildProgress, Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo, VerifyReport,
 };

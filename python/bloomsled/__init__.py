@@ -3,6 +3,8 @@
 ``Db``/``Tree`` store keys and values on disk with a Bloom filter in front, so lookups of
 absent keys never touch the store, and the filter survives restarts and ``kill -9``.
 ``Filter`` is the same filter in memory, ``SharedFilter`` the same filter in Redis.
+``FingerprintSet`` is an exact set of fixed-width fingerprints (request digests) on disk
+whose memory is its filter, not its members.
 ``bloomsled.scrapy`` holds the Scrapy dupefilters.
 """
 
@@ -12,6 +14,8 @@ from ._bloomsled import (
     Db,
     Error,
     Filter,
+    FingerprintSet,
+    InUseError,
     InvalidConfig,
     RedisError,
     ShapeMismatch,
@@ -28,6 +32,8 @@ __all__ = [
     "Db",
     "Error",
     "Filter",
+    "FingerprintSet",
+    "InUseError",
     "InvalidConfig",
     "RedisError",
     "ShapeMismatch",

@@ -4,9 +4,11 @@ Swap one line of ``settings.py``::
 
     DUPEFILTER_CLASS = "bloomsled.scrapy.BloomDupeFilter"
 
-``BloomDupeFilter`` is exact: a Bloom filter answers new fingerprints, the sled store
-confirms the rest, so no request is ever dropped as a false positive. Its memory is the
-filter plus sled's cache (``BLOOMSLED_CACHE_BYTES``), not a Python set of every fingerprint.
+``BloomDupeFilter`` is exact: a Bloom filter answers new fingerprints, a
+``bloomsled.FingerprintSet`` on disk confirms the rest, so no request is ever dropped as a
+false positive. Its memory is the filter (about 1.2 bytes per expected item at 1%) and a
+small index, not a Python set of every fingerprint: the fingerprints themselves live in
+files read through the OS page cache.
 
 ``RedisBloomDupeFilter`` shares one Bloom filter between many spider processes through
 Redis or Redis Cluster; a lost filter closes the spider with an error instead of letting
@@ -15,21 +17,21 @@ every request through again.
 Durability with ``JOBDIR`` (what survives ``kill -9``)
 =======================================================
 
-The store is ``JOBDIR/bloomsled-dupefilter``. It holds two kinds of entries:
+The store is the folder ``JOBDIR/bloomsled-dupefilter``. It holds:
 
-* *done* fingerprints, grouped into buckets (one sled key holds 32-64 of them: sled spends
-  100-200 bytes of memory per key whatever its cache size), with an in-memory
-  ``bloomsled.Filter`` over them, rebuilt from the buckets at open, that answers new
-  fingerprints without a store read;
-* a journal: one key per *pending* request (accepted, not yet done), holding the pickled
-  request. It is written by one atomic insert-if-absent (sled's compare-and-swap) when
-  ``request_seen`` accepts the request: of two racers exactly one sees "new".
+* ``done/``: the *done* fingerprints, a ``bloomsled.FingerprintSet`` (sorted runs, a
+  write-ahead log, and a Bloom filter in memory that answers new fingerprints without a
+  read; saved at a clean close, rebuilt from the files after a crash);
+* ``journal/``: a bloomsled ``Db`` with one key per *pending* request (accepted, not yet
+  done), holding the pickled request. It is written by one atomic insert-if-absent (sled's
+  compare-and-swap) when ``request_seen`` accepts the request: of two racers exactly one
+  sees "new".
 
 A request is seen if it is done or pending. It becomes *done* ("recorded") only when all of
 this has happened, in this order: its response was received; the spider's callback for it
 has finished (so every request it yielded went through ``request_seen`` and is journaled);
-a flush made those journal entries durable; its fingerprint was added to its bucket and
-flushed; and then its journal entry was removed. This runs every
+a flush made those journal entries durable; its fingerprint was added to the done set and
+the set synced; and then its journal entry was removed. This runs every
 ``BLOOMSLED_COMMIT_INTERVAL`` seconds (1 s) and at close. So, after any crash:
 
 * a done request was fetched and its children are durably journaled or done: it is never
@@ -43,12 +45,12 @@ flushed; and then its journal entry was removed. This runs every
   flush that covers its children's journal entries), so the parent is fetched again and
   finds it again.
 
-A flush per request would cost a millisecond-scale fsync per request; this costs two
-fsyncs per second. What a crash can cost is re-fetching the requests in flight during the last
-second, never a request that was recorded, and never a page left unreached.
+A flush per request would cost a millisecond-scale fsync per request; this costs a few
+fsyncs per second. What a crash can cost is re-fetching the requests in flight during the
+last second, never a request that was recorded, and never a page left unreached.
 
-Without ``JOBDIR`` the store lives in a temporary folder removed at close, and there is no
-journal (nothing can resume).
+Without ``JOBDIR`` the done set lives in a temporary folder removed at close, and there is
+no journal (nothing can resume), so no sled database is opened at all.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.job import job_dir
 from scrapy.utils.request import RequestFingerprinter, referer_str
 
-from . import Db, Filter, SharedFilter, SharedFilterLost
+from . import Db, FingerprintSet, SharedFilter, SharedFilterLost
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -89,18 +91,13 @@ DEFAULT_COMMIT_INTERVAL = 1.0
 SHARED_FILTER_LOST_REASON = "bloomsled_shared_filter_lost"
 
 _PENDING = b"P"
-#: Key prefixes in the store: fingerprint sets ("buckets"), the journal, settings.
-_BUCKET = b"b"
+#: Key prefix of the journal's entries (one per pending request).
 _JOURNAL = b"p"
-_META = b"m"
+#: Sub-folders of the store: the done fingerprints (a FingerprintSet), the journal (a Db).
+DONE_DIR = "done"
+JOURNAL_DIR = "journal"
 #: Fingerprints are kept at this width (Scrapy's are SHA-1 digests; others are hashed).
 FP_WIDTH = 20
-
-
-def _bucket_bits(expected_items: int) -> int:
-    """32 to 64 fingerprints per bucket at capacity, from 2^10 to 2^22 buckets."""
-    bits = max(10, min(22, (max(1, expected_items) // 64).bit_length()))
-    return bits
 
 
 def read_store(path: str) -> tuple[set[bytes], set[bytes]]:
@@ -108,10 +105,13 @@ def read_store(path: str) -> tuple[set[bytes], set[bytes]]:
     inspection and tests. After a crash one fingerprint may be in both (its journal entry
     is removed after it is done): it is fetched again, so count it as pending."""
     done: set[bytes] = set()
-    with Db(path) as db:
-        for _, members in db.items(prefix=_BUCKET):
-            done.update(members[i : i + FP_WIDTH] for i in range(0, len(members), FP_WIDTH))
-        pending = {k[len(_JOURNAL) :] for k, _ in db.items(prefix=_JOURNAL)}
+    pending: set[bytes] = set()
+    if Path(path, DONE_DIR).exists():
+        with FingerprintSet(str(Path(path, DONE_DIR)), width=FP_WIDTH) as fps:
+            done = set(fps.members())
+    if Path(path, JOURNAL_DIR).exists():
+        with Db(str(Path(path, JOURNAL_DIR))) as db:
+            pending = {k[len(_JOURNAL) :] for k, _ in db.items(prefix=_JOURNAL)}
     return done - pending, pending
 
 
@@ -145,10 +145,11 @@ class _DupeLog:
 
 
 class BloomDupeFilter(_DupeLog, BaseDupeFilter):
-    """Exact duplicate filter: bloomsled's Bloom filter in front of a sled store.
+    """Exact duplicate filter: bloomsled's Bloom filter in front of a FingerprintSet.
 
-    Settings: ``BLOOMSLED_EXPECTED_ITEMS`` (10,000,000), ``BLOOMSLED_FPR`` (0.01),
-    ``BLOOMSLED_CACHE_BYTES`` (32 MiB of sled cache), ``BLOOMSLED_FLUSH_MS`` (500),
+    Settings: ``BLOOMSLED_EXPECTED_ITEMS`` (10,000,000: the filter's sizing),
+    ``BLOOMSLED_FPR`` (0.01), ``BLOOMSLED_CACHE_BYTES`` (32 MiB of sled cache for the
+    journal, with ``JOBDIR``), ``BLOOMSLED_FLUSH_MS`` (500: the journal's flush period),
     ``BLOOMSLED_COMMIT_INTERVAL`` (1.0 s), ``DUPEFILTER_DEBUG``, ``JOBDIR``.
     """
 
@@ -174,26 +175,29 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
             self._tmpdir = tempfile.mkdtemp(prefix="bloomsled-dupefilter-")
             store = Path(self._tmpdir, "db")
         self.path = str(store)
-        bits = _bucket_bits(expected_items)
-        # sled spends ~100-200 bytes of memory per key whatever its cache size, so done
-        # fingerprints are grouped into 2^bits keys ("buckets", 32-64 fingerprints each at
-        # capacity); the store's own filter covers those keys and the journal's,
-        # `self.filter` the fingerprints.
-        self.db = Db(
-            self.path,
-            expected_items=max(2 << bits, 100_000),
-            cache_capacity=cache_bytes,
-            flush_every_ms=flush_ms,
-        )
-        stored = self.db.get(_META + b"bucket_bits")
-        if stored is None:
-            self.db.insert(_META + b"bucket_bits", str(bits))
-        else:
-            bits = int(stored)
-        self._shift = 32 - bits
-        self.filter = self._load_filter(max(1, expected_items), fpr)
+        if (store / "conf").exists() and not (store / DONE_DIR).exists():
+            logger.warning(
+                "bloomsled: %s was written by an older BloomDupeFilter (a sled store at "
+                "its root); it is left untouched and not read: this crawl starts afresh",
+                store,
+            )
         # The journal needs a JOBDIR (something to resume) and a crawler (to re-schedule).
         self.journal = bool(path) and crawler is not None
+        self.done: Optional[FingerprintSet] = FingerprintSet(
+            str(store / DONE_DIR),
+            expected_items=max(1, expected_items),
+            fpr=fpr,
+            width=FP_WIDTH,
+        )
+        # Without a journal no sled database is opened: sled's memory is not needed.
+        self.db: Optional[Db] = None
+        if self.journal:
+            self.db = Db(
+                str(store / JOURNAL_DIR),
+                expected_items=max(100_000, expected_items // 4),
+                cache_capacity=cache_bytes,
+                flush_every_ms=flush_ms,
+            )
         self._received: list[tuple[int, Request, bytes]] = []
         self._tick = 0
         self._resume: list[bytes] = []
@@ -227,27 +231,22 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         fp = self.fingerprinter.fingerprint(request)
         return fp if len(fp) == FP_WIDTH else hashlib.sha1(fp).digest()
 
-    def _bucket(self, fp: bytes) -> bytes:
-        return _BUCKET + (int.from_bytes(fp[:4], "big") >> self._shift).to_bytes(4, "big")
-
     def request_seen(self, request: Request) -> bool:
         fp = self._fp(request)
-        # Done? The filter's "no" is certain; its "maybe" is confirmed by the bucket.
-        if fp in self.filter and self.db.set_contains(self._bucket(fp), fp):
-            return True
+        done = self.done
+        assert done is not None, "request_seen after close"
         if not self.journal:
-            if self.db.add_to_set(self._bucket(fp), fp):
-                self.filter.add(fp)
-                return False
+            # One call: the filter answers new fingerprints, the set confirms the rest.
+            return not done.add(fp)
+        # Done? The filter's "no" is certain; its "maybe" is confirmed on disk.
+        if fp in done:
             return True
         # Pending, or new: one compare-and-swap journals it unless it is there already
-        # (the store's own filter answers most of these "absent" without a read).
+        # (the journal's own filter answers most of these "absent" without a read).
+        assert self.db is not None
         if _JOURNAL + fp in self.db:
             return True
-        if self.db.insert_if_absent(_JOURNAL + fp, self._journal_value(request)):
-            self.filter.add(fp)
-            return False
-        return True
+        return not self.db.insert_if_absent(_JOURNAL + fp, self._journal_value(request))
 
     def _journal_value(self, request: Request) -> bytes:
         spider = self.crawler.spider if self.crawler is not None else None
@@ -262,39 +261,11 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
             )
             return _PENDING
 
-    def _load_filter(self, expected_items: int, fpr: float) -> Filter:
-        """The filter saved by the last clean close, or one rebuilt from the buckets.
-
-        The saved filter is trusted only if the ``clean`` mark is there: a close writes the
-        filter, flushes, then writes the mark; an open removes the mark and flushes before
-        anything else is written. So the mark means "nothing was added since the filter
-        was saved"; after a crash it is absent and the buckets are scanned.
-        """
-        f = None
-        saved = self.db.get(_META + b"filter")
-        if self.db.get(_META + b"clean") is not None and saved is not None:
-            try:
-                f = Filter.from_bytes(saved)
-            except Exception as e:  # damaged: rebuild
-                logger.warning("bloomsled: saved filter not used (%s); rebuilding it", e)
-        self.db.remove(_META + b"clean")
-        self.db.flush()
-        if f is not None:
-            return f
-        f = Filter(expected_items, fpr)
-        for _, members in self.db.items(prefix=_BUCKET):
-            f.update([members[i : i + FP_WIDTH] for i in range(0, len(members), FP_WIDTH)])
-        return f
-
-    def _save_filter(self) -> None:
-        self.db.insert(_META + b"filter", self.filter.to_bytes())
-        self.db.flush()
-        self.db.insert(_META + b"clean", b"1")
-
     # -- the journal ---------------------------------------------------------------------
 
     def _pending_entries(self) -> list[bytes]:
         """Fingerprints of the requests a previous run accepted but did not finish."""
+        assert self.db is not None
         return [k[len(_JOURNAL) :] for k, _ in self.db.items(prefix=_JOURNAL)]
 
     def _set_aside_scrapy_queue(self, jobdir: str) -> None:
@@ -314,6 +285,7 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         from scrapy.utils.request import request_from_dict
 
         assert self.crawler is not None and self.crawler.engine is not None
+        assert self.db is not None
         resumed = 0
         for fp in self._resume:
             value = self.db.get(_JOURNAL + fp)
@@ -369,12 +341,10 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         self._received = [
             e for e in self._received if not ((final or e[0] < tick) and id(e[1]) not in busy)
         ]
+        assert self.db is not None and self.done is not None
         self.db.flush()  # every request the finished callbacks yielded is journaled now
-        for fp in finished:
-            # Into the filter too: a re-scheduled request never went through request_seen.
-            self.filter.add(fp)
-            self.db.add_to_set(self._bucket(fp), fp)
-        self.db.flush()  # done, durably
+        self.done.add_many(finished)
+        self.done.sync()  # done, durably
         for fp in finished:
             self.db.remove(_JOURNAL + fp)
 
@@ -386,9 +356,13 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         if self.journal:
             # The scraper is closed before the scheduler: every callback has finished.
             self._commit(final=True)
-        if self._tmpdir is None:
-            self._save_filter()
-        self.db.close()
+        if self.done is not None:
+            if self._tmpdir is None:
+                self.done.close()  # saves the filter: the next open does not rebuild it
+            # A temporary store is removed below: dropping the set releases it unsaved.
+            self.done = None
+        if self.db is not None:
+            self.db.close()
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
 

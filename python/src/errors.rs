@@ -20,13 +20,20 @@ create_exception!(
     _bloomsled,
     InvalidConfig,
     Error,
-    "A setting out of range: zero items, a rate outside (0, 1), a reserved tree name..."
+    "A setting out of range (zero items, a rate outside (0, 1), a reserved tree name...) or a \
+     fingerprint of another width than its set's."
 );
 create_exception!(
     _bloomsled,
     CorruptError,
     Error,
     "Bytes that are not a valid filter, or damaged data the crate refused to trust."
+);
+create_exception!(
+    _bloomsled,
+    InUseError,
+    Error,
+    "The folder is held by another open FingerprintSet (in this process or another)."
 );
 create_exception!(
     _bloomsled,
@@ -59,17 +66,21 @@ pub fn to_py(e: bloomsled::Error) -> PyErr {
     use bloomsled::Error as E;
     let msg = e.to_string();
     match e {
-        E::InvalidConfig { .. } | E::ReservedName { .. } | E::UnknownHash { .. } => {
-            InvalidConfig::new_err(msg)
-        }
-        E::Decode(_) | E::Corrupt(_) | E::Corruption { .. } | E::SnapshotRejected { .. } => {
-            CorruptError::new_err(msg)
-        }
+        E::InvalidConfig { .. }
+        | E::ReservedName { .. }
+        | E::UnknownHash { .. }
+        | E::KeyWidth { .. } => InvalidConfig::new_err(msg),
+        E::Decode(_)
+        | E::Corrupt(_)
+        | E::Corruption { .. }
+        | E::SnapshotRejected { .. }
+        | E::FileDamaged { .. } => CorruptError::new_err(msg),
         E::ShapeMismatch { .. } | E::RedisShapeMismatch { .. } => ShapeMismatch::new_err(msg),
         E::SharedFilterLost { .. } => SharedFilterLost::new_err(msg),
         E::SharedFilterNotFound { .. } => SharedFilterNotFound::new_err(msg),
         E::Redis(_) => RedisError::new_err(msg),
         E::Closed(_) => ClosedError::new_err(msg),
+        E::InUse { .. } => InUseError::new_err(msg),
         _ => Error::new_err(msg),
     }
 }
@@ -98,6 +109,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ClosedError", py.get_type::<ClosedError>())?;
     m.add("InvalidConfig", py.get_type::<InvalidConfig>())?;
     m.add("CorruptError", py.get_type::<CorruptError>())?;
+    m.add("InUseError", py.get_type::<InUseError>())?;
     m.add("ShapeMismatch", py.get_type::<ShapeMismatch>())?;
     m.add("SharedFilterLost", py.get_type::<SharedFilterLost>())?;
     m.add(

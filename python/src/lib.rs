@@ -1,5 +1,5 @@
-//! The `bloomsled._bloomsled` extension module: the crate's `Db`, `Tree`, `Filter` and
-//! `SharedFilter` for Python. The public package is `bloomsled` (python/bloomsled/), which
+//! The `bloomsled._bloomsled` extension module: the crate's `Db`, `Tree`, `Filter`,
+//! `FingerprintSet` and `SharedFilter` for Python. The public package is `bloomsled` (python/bloomsled/), which
 //! re-exports these classes and adds the Scrapy dupefilters.
 //!
 //! Rules kept throughout: every class is `frozen` and `Sync` (safe to share between
@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 
 mod errors;
 mod filter;
+mod fpset;
 mod keys;
 mod shared;
 mod store;
@@ -21,6 +22,7 @@ fn _bloomsled(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::Db>()?;
     m.add_class::<store::KeyIter>()?;
     m.add_class::<filter::Filter>()?;
+    m.add_class::<fpset::FingerprintSet>()?;
     m.add_class::<shared::SharedFilter>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

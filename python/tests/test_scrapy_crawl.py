@@ -105,14 +105,34 @@ def test_dupefilter_reopens_with_its_saved_filter(tmp_path):
     df.close("finished")
     # Clean close: the saved filter is loaded, nothing is forgotten.
     df = BloomDupeFilter(str(tmp_path), expected_items=10_000)
-    assert df.filter.stats()["items"] >= 2_990
+    assert df.done is not None and df.db is None  # no journal without a crawler: no sled
+    assert df.done.stats()["filter_rebuilt"] is False
     assert all(df.request_seen(r) for r in reqs)
     new = Request("http://127.0.0.1/new")
     assert not df.request_seen(new)
-    # Not closed (as after a crash): the mark is gone, so the filter is rebuilt from the
-    # buckets and still knows every fingerprint, the one added after the reload included.
-    df.db.flush()
-    df.db.close()
+    # Not closed (as after a crash): the clean mark was cleared at open, so the filter is
+    # rebuilt from the files and still knows every fingerprint, the new one included.
+    df.done.sync()
+    df.done = None  # released without a clean close
     df = BloomDupeFilter(str(tmp_path), expected_items=10_000)
+    assert df.done is not None and df.done.stats()["filter_rebuilt"] is True
     assert all(df.request_seen(r) for r in reqs + [new])
     df.close("finished")
+    done, pending = read_store(str(tmp_path / STORE_DIR))
+    assert len(done) == 3_001 and not pending
+
+
+def test_dupefilter_without_jobdir_opens_no_sled_and_removes_its_folder():
+    from scrapy import Request
+
+    from bloomsled.scrapy import BloomDupeFilter
+
+    df = BloomDupeFilter(None, expected_items=1_000)
+    assert df.db is None, "no journal without JOBDIR: sled must not be opened"
+    folder = Path(df.path)
+    assert (folder / "done").is_dir()
+    reqs = [Request(f"http://127.0.0.1/q/{i}") for i in range(500)]
+    assert [df.request_seen(r) for r in reqs] == [False] * 500
+    assert all(df.request_seen(r) for r in reqs)
+    df.close("finished")
+    assert not folder.exists(), "the temporary store was left behind"

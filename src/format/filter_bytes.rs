@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{decode, encode, mode_of_kind, SnapshotMeta, FILTER_KIND_BLOCKED};
+use super::{decode, encode_to, mode_of_kind, SnapshotMeta, FILTER_KIND_BLOCKED};
 use crate::error::{DecodeError, Error, Result};
 use crate::filter::{Filter, FilterMode};
 
@@ -24,10 +24,22 @@ impl Filter {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = std::io::Cursor::new(Vec::new());
+        self.write_bytes_to(&mut out)
+            .expect("writes to memory do not fail");
+        out.into_inner()
+    }
+
+    /// Writes [`Filter::to_bytes`]'s bytes to `out` (with one copy of the filter's words,
+    /// not two); returns the bytes written.
+    pub(crate) fn write_bytes_to<W: std::io::Write + std::io::Seek>(
+        &self,
+        out: &mut W,
+    ) -> std::io::Result<u64> {
         let words = self.words();
         let payload = words.len() as u64 * 8;
         let meta = SnapshotMeta::of(self, FILTER_KIND_BLOCKED, self.items());
-        encode(&meta, &words, payload.min(MAX_PAGE) as u32)
+        encode_to(&meta, &words, payload.min(MAX_PAGE) as u32, out)
     }
 
     /// Parses [`Filter::to_bytes`] output; a foreign, truncated, corrupt or future-version

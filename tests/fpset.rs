@@ -1,0 +1,647 @@
+//! `FingerprintSet` as an adversary sees it: a model check across flushes, merges and
+//! reopens; `kill -9` of a real child while it adds (at random instants, and blocked inside
+//! a flush and a merge); files damaged for real; a second open; bad input.
+
+mod common;
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use bloomsled::fpset::{FingerprintSet, FingerprintSetConfig};
+use bloomsled::{DecodeError, Error};
+use common::child;
+use proptest::prelude::*;
+
+const W: usize = 20;
+
+/// Fingerprint `i`: 20 bytes that look like a digest, so runs interleave.
+fn fp(i: u64) -> [u8; W] {
+    let mut out = [0u8; W];
+    let h = xxh(i);
+    out[..8].copy_from_slice(&h.to_be_bytes());
+    out[8..16].copy_from_slice(&i.to_be_bytes());
+    out[16..].copy_from_slice(&(h as u32).to_le_bytes());
+    out
+}
+
+fn xxh(i: u64) -> u64 {
+    common::rng::Rng(i).next()
+}
+
+/// A small set: memtables of 16, blocks of 4, merges of 3 runs.
+fn small(dir: &Path) -> FingerprintSetConfig {
+    FingerprintSetConfig::new(dir)
+        .width(W)
+        .expected_items(2_000)
+        .false_positive_rate(0.05)
+        .memtable_items(16)
+        .block_items(4)
+        .merge_factor(3)
+}
+
+/// Every member, checked for duplicates.
+fn members(set: &FingerprintSet) -> HashSet<Vec<u8>> {
+    let mut out = HashSet::new();
+    for m in set.iter().unwrap() {
+        assert!(out.insert(m.unwrap()), "a member listed twice");
+    }
+    out
+}
+
+/// The set's files: only what the manifest lists (no leftovers), plus foreign files.
+fn files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+fn assert_no_leftovers(dir: &Path, set: &FingerprintSet) {
+    let names = files(dir);
+    let runs = names.iter().filter(|n| n.starts_with("run-")).count() as u64;
+    let wals = names.iter().filter(|n| n.starts_with("wal-")).count();
+    assert_eq!(runs, set.stats().runs, "{names:?}");
+    assert_eq!(wals, 1, "{names:?}");
+    assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Insert(u16),
+    InsertMany(Vec<u16>),
+    Contains(u16),
+    ContainsMany(Vec<u16>),
+    Sync,
+    /// Clean close and reopen (the saved filter is loaded).
+    Close,
+    /// Drop without close and reopen (the filter is rebuilt from the files).
+    Drop,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let k = 0u16..400;
+    prop_oneof![
+        8 => k.clone().prop_map(Op::Insert),
+        2 => prop::collection::vec(k.clone(), 0..40).prop_map(Op::InsertMany),
+        4 => k.clone().prop_map(Op::Contains),
+        1 => prop::collection::vec(k, 0..40).prop_map(Op::ContainsMany),
+        1 => Just(Op::Sync),
+        1 => Just(Op::Close),
+        1 => Just(Op::Drop),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Exact against a `HashSet`: every answer, the length and the listing agree after
+    /// every operation, across flushes, merges and both kinds of reopen.
+    #[test]
+    fn agrees_with_a_hash_set(ops in prop::collection::vec(op(), 1..250)) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut model: HashSet<Vec<u8>> = HashSet::new();
+        let mut set = Some(small(dir.path()).open().unwrap());
+        for op in &ops {
+            let s = set.as_ref().unwrap();
+            match op {
+                Op::Insert(k) => {
+                    let f = fp(u64::from(*k));
+                    prop_assert_eq!(s.insert(&f).unwrap(), model.insert(f.to_vec()), "{:?}", op);
+                }
+                Op::InsertMany(ks) => {
+                    let fs: Vec<[u8; W]> = ks.iter().map(|&k| fp(u64::from(k))).collect();
+                    let want: Vec<bool> = fs.iter().map(|f| model.insert(f.to_vec())).collect();
+                    prop_assert_eq!(s.insert_many(&fs).unwrap(), want);
+                }
+                Op::Contains(k) => {
+                    let f = fp(u64::from(*k));
+                    prop_assert_eq!(s.contains(&f).unwrap(), model.contains(&f[..]));
+                }
+                Op::ContainsMany(ks) => {
+                    let fs: Vec<[u8; W]> = ks.iter().map(|&k| fp(u64::from(k))).collect();
+                    let want: Vec<bool> = fs.iter().map(|f| model.contains(&f[..])).collect();
+                    prop_assert_eq!(s.contains_many(&fs).unwrap(), want);
+                }
+                Op::Sync => s.sync().unwrap(),
+                Op::Close => {
+                    set.take().unwrap().close().unwrap();
+                    let s = small(dir.path()).open().unwrap();
+                    prop_assert!(!s.stats().filter_rebuilt);
+                    set = Some(s);
+                }
+                Op::Drop => {
+                    drop(set.take());
+                    let s = small(dir.path()).open().unwrap();
+                    prop_assert!(s.stats().filter_rebuilt);
+                    set = Some(s);
+                }
+            }
+            let s = set.as_ref().unwrap();
+            prop_assert_eq!(s.len(), model.len() as u64);
+        }
+        let s = set.as_ref().unwrap();
+        prop_assert_eq!(members(s), model.clone());
+        for k in 0..400u64 {
+            let f = fp(k);
+            prop_assert_eq!(s.contains(&f).unwrap(), model.contains(&f[..]));
+        }
+        assert_no_leftovers(dir.path(), s);
+    }
+}
+
+#[test]
+fn flushes_and_merges_keep_runs_logarithmic() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = small(dir.path()).open().unwrap();
+    for i in 0..5_000 {
+        assert!(set.insert(&fp(i)).unwrap());
+    }
+    let s = set.stats();
+    assert_eq!(s.members, 5_000);
+    assert!(s.merges > 0 && s.flushes >= 5_000 / 16, "{s:?}");
+    // 5,000 / 16 = 312 flushes: log3(312) < 6 tiers of at most 2 runs each.
+    assert!(s.runs <= 12, "{s:?}");
+    for i in 0..5_000 {
+        assert!(set.contains(&fp(i)).unwrap(), "{i}");
+        assert!(!set.contains(&fp(i + 1_000_000)).unwrap());
+    }
+    assert_no_leftovers(dir.path(), &set);
+}
+
+// -- kill -9 ------------------------------------------------------------------------------
+
+const ROLE_ENV: &str = "BLOOMSLED_FPSET_TEST_ROLE";
+const DIR_ENV: &str = "BLOOMSLED_FPSET_TEST_DIR";
+/// Fingerprints the child adds: `fp(0..CHILD_ADDS)`, syncing every `CHILD_SYNC_EVERY`.
+const CHILD_ADDS: u64 = 200_000;
+const CHILD_SYNC_EVERY: u64 = 500;
+
+fn block_at_step(step: &'static str) {
+    println!("STEP {step}");
+    let target = std::env::var(ROLE_ENV).unwrap_or_default();
+    if target == step {
+        println!("BLOCKED");
+        std::io::stdout().flush().unwrap();
+        loop {
+            std::thread::sleep(Duration::from_secs(60));
+        }
+    }
+}
+
+/// The child: adds fingerprints in order, printing `SYNCED n` after each sync (every
+/// member below `n` is durable), blocking forever at the step its role names, if any.
+#[test]
+fn fpset_child() {
+    let Some(_) = child::role(ROLE_ENV) else {
+        return;
+    };
+    bloomsled::fpset::set_step_hook(block_at_step);
+    let dir = std::path::PathBuf::from(std::env::var(DIR_ENV).unwrap());
+    let set = FingerprintSetConfig::new(&dir)
+        .width(W)
+        .expected_items(CHILD_ADDS)
+        .memtable_items(1_000)
+        .block_items(16)
+        .merge_factor(3)
+        .open()
+        .unwrap();
+    let start = set.len();
+    for i in start..CHILD_ADDS {
+        set.insert(&fp(i)).unwrap();
+        if (i + 1) % CHILD_SYNC_EVERY == 0 {
+            set.sync().unwrap();
+            println!("SYNCED {}", i + 1);
+            std::io::stdout().flush().unwrap();
+        }
+    }
+    println!("DONE");
+}
+
+/// The number of members the killed child reported durable.
+fn synced(lines: &[String]) -> u64 {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("SYNCED "))
+        .filter_map(|n| n.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Reopens after the kill: every synced member is there, nothing else but members the
+/// child added, no duplicate, no leftover; then the set still works.
+fn check_after_kill(dir: &Path, durable: u64) -> u64 {
+    let set = FingerprintSetConfig::new(dir)
+        .width(W)
+        .expected_items(CHILD_ADDS)
+        .memtable_items(1_000)
+        .block_items(16)
+        .merge_factor(3)
+        .open()
+        .unwrap();
+    assert!(set.stats().filter_rebuilt);
+    let all = members(&set);
+    assert_eq!(all.len() as u64, set.len());
+    assert!(
+        set.len() >= durable,
+        "{} members, {durable} synced",
+        set.len()
+    );
+    let added: HashSet<Vec<u8>> = (0..set.len()).map(|i| fp(i).to_vec()).collect();
+    // The child adds in order: what survived is a prefix of what it added.
+    assert_eq!(all, added, "members are not the prefix the child added");
+    for i in 0..set.len() {
+        assert!(set.contains(&fp(i)).unwrap(), "member {i} lost");
+    }
+    assert_no_leftovers(dir, &set);
+    let n = set.len();
+    assert!(set.insert(&fp(n)).unwrap());
+    n
+}
+
+#[test]
+fn kill_9_at_random_instants_loses_no_synced_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut before = 0;
+    for (round, wait_ms) in [0u64, 3, 17, 40, 1].into_iter().enumerate() {
+        let mut cmd = child::command(ROLE_ENV, "add", Some("fpset_child"));
+        cmd.env(DIR_ENV, dir.path());
+        let marker = format!("SYNCED {}", before + 2 * CHILD_SYNC_EVERY);
+        let killed = child::kill_after(
+            cmd,
+            &marker,
+            Duration::from_millis(wait_ms),
+            Some(Duration::from_secs(60)),
+        );
+        assert!(killed.reached, "round {round}: {:?}", killed.lines.last());
+        let durable = synced(&killed.lines);
+        before = check_after_kill(dir.path(), durable);
+    }
+}
+
+#[test]
+fn kill_9_inside_a_flush_and_a_merge_loses_no_synced_member() {
+    for step in [
+        "flush:run-written",
+        "flush:listed",
+        "merge:run-written",
+        "merge:listed",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = child::command(ROLE_ENV, step, Some("fpset_child"));
+        cmd.env(DIR_ENV, dir.path());
+        let killed = child::kill_after(
+            cmd,
+            "BLOCKED",
+            Duration::ZERO,
+            Some(Duration::from_secs(60)),
+        );
+        assert!(killed.reached, "{step}: {:?}", killed.lines.last());
+        let durable = synced(&killed.lines);
+        assert!(durable > 0 || step.starts_with("flush"), "{step}");
+        check_after_kill(dir.path(), durable);
+    }
+}
+
+// -- damaged files -------------------------------------------------------------------------
+
+fn wal_file(dir: &Path) -> std::path::PathBuf {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_str().unwrap().starts_with("wal-"))
+        .unwrap()
+}
+
+fn run_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with("run-"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A set with `n` members in its log only (no run), synced and dropped.
+fn logged(dir: &Path, n: u64) {
+    let set = small(dir).memtable_items(1_000).open().unwrap();
+    for i in 0..n {
+        set.insert(&fp(i)).unwrap();
+    }
+    set.sync().unwrap();
+}
+
+#[test]
+fn a_log_cut_mid_record_loses_only_that_record() {
+    let dir = tempfile::tempdir().unwrap();
+    logged(dir.path(), 10);
+    let wal = wal_file(dir.path());
+    let len = fs::metadata(&wal).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&wal)
+        .unwrap()
+        .set_len(len - 7)
+        .unwrap();
+    let set = small(dir.path()).memtable_items(1_000).open().unwrap();
+    assert_eq!(set.len(), 9);
+    assert_eq!(set.stats().torn_bytes_cut, 24 - 7);
+    for i in 0..9 {
+        assert!(set.contains(&fp(i)).unwrap());
+    }
+    assert!(!set.contains(&fp(9)).unwrap());
+    // The tail was cut on disk: new records follow the good ones.
+    assert!(set.insert(&fp(9)).unwrap());
+    set.sync().unwrap();
+    drop(set);
+    assert_eq!(
+        small(dir.path())
+            .memtable_items(1_000)
+            .open()
+            .unwrap()
+            .len(),
+        10
+    );
+}
+
+#[test]
+fn a_damaged_log_record_before_good_ones_is_a_typed_error_and_nothing_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    logged(dir.path(), 10);
+    let wal = wal_file(dir.path());
+    let mut bytes = fs::read(&wal).unwrap();
+    bytes[36 + 24 * 3 + 5] ^= 0x08; // record 3 of 10
+    fs::write(&wal, &bytes).unwrap();
+    let before = files(dir.path());
+    let err = small(dir.path()).memtable_items(1_000).open().unwrap_err();
+    assert!(
+        matches!(&err, Error::FileDamaged { file, fault: DecodeError::Inconsistent(_) } if *file == wal),
+        "{err}"
+    );
+    assert_eq!(files(dir.path()), before);
+    assert_eq!(fs::read(&wal).unwrap(), bytes, "the log was changed");
+}
+
+#[test]
+fn a_flipped_byte_in_a_run_block_is_found_by_the_read_that_meets_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = small(dir.path()).open().unwrap();
+    for i in 0..16 {
+        set.insert(&fp(i)).unwrap();
+    }
+    assert_eq!(set.stats().runs, 1);
+    set.close().unwrap();
+    let run = run_files(dir.path()).pop().unwrap();
+    let mut bytes = fs::read(&run).unwrap();
+    // Block 1 (blocks of 4 members of 20 bytes plus a CRC, after a 48-byte header).
+    let at = 48 + 84 + 10;
+    bytes[at] ^= 0x01;
+    fs::write(&run, &bytes).unwrap();
+    // Clean: the saved filter is loaded, the run's index is intact; lookups of members in
+    // block 1 fail with the run's name, the others answer.
+    let set = small(dir.path()).open().unwrap();
+    let mut sorted: Vec<[u8; W]> = (0..16).map(fp).collect();
+    sorted.sort();
+    for (i, f) in sorted.iter().enumerate() {
+        match set.contains(f) {
+            Ok(found) => assert!(found && i / 4 != 1, "{i}"),
+            Err(Error::FileDamaged {
+                file,
+                fault: DecodeError::PageChecksum { page: 1, .. },
+            }) => {
+                assert_eq!(file, run);
+                assert_eq!(i / 4, 1);
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    drop(set);
+    // Unclean now: the rebuild streams every block and refuses the damaged one.
+    let err = small(dir.path()).open().unwrap_err();
+    assert!(matches!(err, Error::FileDamaged { .. }), "{err}");
+    assert!(run.exists(), "a damaged run must not be deleted");
+}
+
+#[test]
+fn a_truncated_run_and_a_missing_manifest_are_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = small(dir.path()).open().unwrap();
+    for i in 0..40 {
+        set.insert(&fp(i)).unwrap();
+    }
+    drop(set);
+    let run = run_files(dir.path()).remove(0);
+    let full = fs::read(&run).unwrap();
+    fs::write(&run, &full[..full.len() - 1]).unwrap();
+    let err = small(dir.path()).open().unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::FileDamaged {
+                fault: DecodeError::Truncated { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    fs::write(&run, &full).unwrap();
+    fs::rename(dir.path().join("MANIFEST"), dir.path().join("manifest.bak")).unwrap();
+    let err = small(dir.path()).open().unwrap_err();
+    assert!(matches!(&err, Error::FileDamaged { .. }), "{err}");
+    assert!(run.exists());
+    fs::rename(dir.path().join("manifest.bak"), dir.path().join("MANIFEST")).unwrap();
+    assert_eq!(small(dir.path()).open().unwrap().len(), 40);
+}
+
+#[test]
+fn a_foreign_manifest_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    logged(dir.path(), 3);
+    fs::write(
+        dir.path().join("MANIFEST"),
+        b"{\"version\": 1, \"runs\": []}\n",
+    )
+    .unwrap();
+    let err = small(dir.path()).open().unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::FileDamaged {
+                fault: DecodeError::BadMagic { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("MANIFEST"), "{err}");
+    // A set's file in the manifest's place (a log) is refused too.
+    let wal = fs::read(wal_file(dir.path())).unwrap();
+    fs::write(dir.path().join("MANIFEST"), wal).unwrap();
+    assert!(matches!(
+        small(dir.path()).open(),
+        Err(Error::FileDamaged { .. })
+    ));
+}
+
+#[test]
+fn a_damaged_saved_filter_is_rebuilt_and_leftovers_are_removed_but_not_foreign_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = small(dir.path()).open().unwrap();
+    for i in 0..100 {
+        set.insert(&fp(i)).unwrap();
+    }
+    set.close().unwrap();
+    let filter = dir.path().join("filter.bin");
+    let mut bytes = fs::read(&filter).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    fs::write(&filter, &bytes).unwrap();
+    for name in [
+        "run-00000000000fffff.fps",
+        "wal-0000000000000000.log",
+        "MANIFEST.tmp",
+        "filter.bin.tmp",
+        "notes.txt",
+    ] {
+        fs::write(dir.path().join(name), b"x").unwrap();
+    }
+    let set = small(dir.path()).open().unwrap();
+    let s = set.stats();
+    assert!(s.filter_rebuilt);
+    assert_eq!(s.leftovers_removed, 4, "{s:?}");
+    for i in 0..100 {
+        assert!(set.contains(&fp(i)).unwrap());
+    }
+    assert!(
+        dir.path().join("notes.txt").exists(),
+        "a foreign file was removed"
+    );
+    assert!(
+        !dir.path().join("filter.bin").exists(),
+        "a distrusted filter was kept"
+    );
+    assert_no_leftovers(dir.path(), &set);
+}
+
+#[test]
+fn a_clean_close_is_trusted_once_and_a_new_sizing_rebuilds() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = small(dir.path()).open().unwrap();
+    set.insert_many(&(0..50).map(fp).collect::<Vec<_>>())
+        .unwrap();
+    set.close().unwrap();
+    let set = small(dir.path()).open().unwrap();
+    assert!(!set.stats().filter_rebuilt);
+    drop(set); // no close: the mark was cleared at open
+    let set = small(dir.path()).open().unwrap();
+    assert!(set.stats().filter_rebuilt);
+    set.close().unwrap();
+    let set = small(dir.path()).expected_items(10).open().unwrap();
+    assert!(
+        set.stats().filter_rebuilt,
+        "another sizing must not load the saved filter"
+    );
+    assert_eq!(set.stats().expected_items, 10);
+    for i in 0..50 {
+        assert!(set.contains(&fp(i)).unwrap());
+    }
+}
+
+// -- a second open, bad input -----------------------------------------------------------------
+
+#[test]
+fn a_second_open_of_the_same_folder_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = small(dir.path()).open().unwrap();
+    set.insert(&fp(1)).unwrap();
+    let err = small(dir.path()).open().unwrap_err();
+    assert!(
+        matches!(&err, Error::InUse { path } if path == dir.path()),
+        "{err}"
+    );
+    assert!(err.to_string().contains("in use"), "{err}");
+    set.close().unwrap();
+    assert!(small(dir.path()).open().unwrap().contains(&fp(1)).unwrap());
+}
+
+#[test]
+fn bad_input_is_a_typed_error_and_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = || small(dir.path());
+    for bad in [
+        cfg().width(0),
+        cfg().width(65),
+        cfg().expected_items(0),
+        cfg().false_positive_rate(0.0),
+        cfg().false_positive_rate(1.0),
+        cfg().false_positive_rate(f64::NAN),
+        cfg().memtable_items(0),
+        cfg().memtable_items(1 << 31),
+        cfg().merge_factor(1),
+        cfg().block_items(0),
+    ] {
+        assert!(matches!(bad.open(), Err(Error::InvalidConfig { .. })));
+    }
+    let set = cfg().open().unwrap();
+    for width in [0, 19, 21, 1000] {
+        let key = vec![1u8; width];
+        assert!(
+            matches!(set.insert(&key), Err(Error::KeyWidth { expected: 20, got }) if got == width)
+        );
+        assert!(matches!(set.contains(&key), Err(Error::KeyWidth { .. })));
+    }
+    let batch = vec![fp(1).to_vec(), vec![0u8; 3]];
+    assert!(matches!(
+        set.insert_many(&batch),
+        Err(Error::KeyWidth { .. })
+    ));
+    assert!(set.is_empty(), "a rejected batch stored part of itself");
+    set.close().unwrap();
+    let err = cfg().width(16).open().unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+}
+
+#[test]
+fn a_reopen_without_sizing_keeps_the_stored_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = small(dir.path()).expected_items(777).open().unwrap();
+    set.insert(&fp(1)).unwrap();
+    set.close().unwrap();
+    let set = FingerprintSetConfig::new(dir.path()).open().unwrap();
+    let s = set.stats();
+    assert_eq!((s.expected_items, s.false_positive_rate), (777, 0.05));
+    assert!(
+        !s.filter_rebuilt,
+        "the stored sizing's saved filter was not used"
+    );
+    assert!(set.contains(&fp(1)).unwrap());
+}
+
+#[test]
+fn a_second_process_cannot_open_a_folder_in_use() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = child::command(ROLE_ENV, "flush:run-written", Some("fpset_child"));
+    cmd.env(DIR_ENV, dir.path());
+    let mut proc = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(proc.stdout.take().unwrap());
+    let blocked = out
+        .lines()
+        .map_while(|l| l.ok())
+        .any(|l| l.contains("BLOCKED"));
+    assert!(blocked, "the child ended before holding the set");
+    let err = small(dir.path()).open().unwrap_err();
+    assert!(matches!(err, Error::InUse { .. }), "{err}");
+    child::kill(&mut proc);
+    // The kill released the lock.
+    small(dir.path()).memtable_items(1_000).open().unwrap();
+}
