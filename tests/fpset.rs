@@ -645,3 +645,122 @@ fn a_second_process_cannot_open_a_folder_in_use() {
     // The kill released the lock.
     small(dir.path()).memtable_items(1_000).open().unwrap();
 }
+
+// -- a full disk ---------------------------------------------------------------------------
+
+/// Largest file the `disk-full` child may write (`ulimit -f`, in 512-byte blocks in the
+/// POSIX shell): the log and the first runs fit, a later merge's run does not.
+const FULL_AT_BLOCKS: u32 = 256;
+
+/// The child of [`a_full_disk_fails_the_write_and_the_handle_and_loses_no_synced_member`]:
+/// adds as [`fpset_child`] does until a write fails (`EFBIG` from its file-size limit, a
+/// full disk as a process sees it), then checks that the handle refuses further work.
+#[test]
+fn fpset_disk_full_child() {
+    let Some(_) = child::role(DISK_FULL_ENV) else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(std::env::var(DIR_ENV).unwrap());
+    let set = FingerprintSetConfig::new(&dir)
+        .width(W)
+        .expected_items(CHILD_ADDS)
+        .memtable_items(1_000)
+        .block_items(16)
+        .merge_factor(3)
+        .open()
+        .unwrap();
+    let mut failed = None;
+    for i in 0..CHILD_ADDS {
+        let res = set.insert(&fp(i)).and_then(|_| {
+            if (i + 1) % CHILD_SYNC_EVERY == 0 {
+                set.sync()?;
+                println!("SYNCED {}", i + 1);
+            }
+            Ok(())
+        });
+        if let Err(e) = res {
+            println!("FAILED at {i}: {e}");
+            failed = Some(i);
+            break;
+        }
+    }
+    let failed = failed.expect("the file-size limit was never reached");
+    // Unusable until reopened: no add, no sync may claim success now.
+    let insert = set.insert(&fp(failed + 1));
+    let sync = set.sync();
+    println!("AFTER insert={} sync={}", insert.is_ok(), sync.is_ok());
+    std::io::stdout().flush().unwrap();
+    // Exit without closing: the drop may try to write again and must not panic either.
+    drop(set);
+    println!("DROPPED");
+}
+
+const DISK_FULL_ENV: &str = "BLOOMSLED_FPSET_TEST_DISK_FULL";
+
+#[test]
+fn a_full_disk_fails_the_write_and_the_handle_and_loses_no_synced_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = child::command(DISK_FULL_ENV, "1", Some("fpset_disk_full_child"));
+    // The child runs under a file-size limit, with SIGXFSZ ignored so that a write past it
+    // fails with EFBIG instead of killing the process (an ignored signal stays ignored
+    // across exec).
+    let mut sh = std::process::Command::new("sh");
+    sh.arg("-c")
+        .arg(format!(
+            "trap '' XFSZ; ulimit -f {FULL_AT_BLOCKS} && exec \"$0\" \"$@\""
+        ))
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .env(DIR_ENV, dir.path());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => sh.env(k, v),
+            None => sh.env_remove(k),
+        };
+    }
+    let out = sh.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<String> = stdout.lines().map(String::from).collect();
+    assert!(
+        out.status.success(),
+        "the child failed (a panic?): {}\n{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("FAILED at ")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l == "AFTER insert=false sync=false"),
+        "the handle kept working after a failed write: {lines:?}"
+    );
+    assert!(lines.iter().any(|l| l == "DROPPED"), "{lines:?}");
+    let durable = synced(&lines);
+    assert!(durable > 0, "{lines:?}");
+    // With room again: every synced member is there, and the set works.
+    let set = FingerprintSetConfig::new(dir.path())
+        .width(W)
+        .expected_items(CHILD_ADDS)
+        .memtable_items(1_000)
+        .block_items(16)
+        .merge_factor(3)
+        .open()
+        .unwrap();
+    let all = members(&set);
+    assert_eq!(all.len() as u64, set.len());
+    assert!(
+        set.len() >= durable,
+        "{} members, {durable} synced",
+        set.len()
+    );
+    let added: HashSet<Vec<u8>> = (0..set.len()).map(|i| fp(i).to_vec()).collect();
+    assert_eq!(all, added, "members are not the prefix the child added");
+    for i in 0..durable {
+        assert!(set.contains(&fp(i)).unwrap(), "synced member {i} lost");
+    }
+    assert_no_leftovers(dir.path(), &set);
+    let n = set.len();
+    assert!(set.insert(&fp(n)).unwrap());
+    set.sync().unwrap();
+}
