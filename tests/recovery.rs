@@ -392,3 +392,26 @@ fn writers_racing_the_rebuild_after_open_leave_no_false_negative() {
         check_filter_holds_the_store(&db, counting);
     }
 }
+
+/// The last `Db` handle dropped while the rebuild after open is mid-scan: when the drop
+/// returns, no background thread holds the tree any more, so sled's file lock is free at
+/// once (another process may open the database right away) — plain sled opens it on the
+/// first try, several times over.
+#[test]
+fn dropping_the_database_during_the_rebuild_frees_its_lock_before_returning() {
+    let _serial = serial();
+    for round in 0..5u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let db = reopen_without_snapshot(dir.path(), round % 2 == 1, 30_000, 5_000 + round);
+        wait_until_held();
+        drop(db);
+        let plain = sled::open(dir.path());
+        assert!(
+            plain.is_ok(),
+            "round {round}: sled's lock outlived the drop: {:?}",
+            plain.err()
+        );
+        drop(plain);
+        hold_rebuild_scans_after(None);
+    }
+}

@@ -566,8 +566,9 @@ fn check_user_name(name: &[u8]) -> Result<()> {
 
 impl Drop for DbState {
     /// The database is closing: background rebuilds stop (the filters in use stay valid),
-    /// and this waits for them, so that nothing writes bloomsled's files once the last
-    /// `Db` handle is gone.
+    /// and this waits for them and for every background thread to let go of the trees
+    /// (`store::holds`), so that nothing writes bloomsled's files, and sled's file lock is
+    /// free, once the last `Db` handle is gone.
     fn drop(&mut self) {
         let trees = self.trees.get_mut().unwrap_or_else(|p| p.into_inner());
         for t in trees.values() {
@@ -575,6 +576,11 @@ impl Drop for DbState {
         }
         for t in trees.values() {
             Rebuild(t).wait();
+        }
+        // And until no background thread holds a tree (`store::holds`): sled's lock and
+        // the trees' closing snapshots go with this drop, not a moment after it.
+        for t in trees.values() {
+            t.holds.wait_released();
         }
     }
 }
@@ -706,8 +712,11 @@ fn spawn_snapshotter(db: Weak<DbState>, every: Duration) {
                     .values()
                     .cloned()
                     .collect();
+                // Held until the trees are let go, so that a drop of the database waits
+                // for this pass (claimed: a drop that runs here, below, does not).
+                let holds: Vec<_> = trees.iter().map(|t| t.holds.take().claim()).collect();
                 drop(db);
-                for t in trees {
+                for t in &trees {
                     if let Err(e) = t.snapshot_if_dirty() {
                         log::warn!(
                             "bloomsled: periodic snapshot of {:?} failed: {e}",
@@ -715,6 +724,8 @@ fn spawn_snapshotter(db: Weak<DbState>, every: Duration) {
                         );
                     }
                 }
+                drop(trees);
+                drop(holds);
             }
         });
     if let Err(e) = spawned {

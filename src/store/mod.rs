@@ -4,6 +4,7 @@ mod batch;
 mod config;
 mod db;
 mod filters;
+mod holds;
 mod iter;
 mod policy;
 mod ready;

@@ -116,9 +116,12 @@ impl Rebuild<'_> {
             self.report.tree
         );
         let me = self.me.clone();
+        // Taken here, so that a database dropped before the thread runs waits for it.
+        let hold = self.holds.take();
         let spawned = thread::Builder::new()
             .name("bloomsled-rebuild".into())
             .spawn(move || {
+                let hold = hold.claim();
                 let Some(s) = me.upgrade() else { return };
                 match Rebuild(&s).now(true) {
                     Ok(_) => {}
@@ -132,6 +135,10 @@ impl Rebuild<'_> {
                     }
                 }
                 s.rebuild.pending.store(false, Ordering::Release);
+                // The tree first, then the hold: a waiting drop resumes with the thread's
+                // `Arc` gone.
+                drop(s);
+                drop(hold);
             });
         if let Err(e) = spawned {
             log::warn!("bloomsled: cannot start a rebuild thread: {e}");

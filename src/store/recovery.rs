@@ -21,12 +21,17 @@ pub(crate) fn start(state: &Arc<TreeState>, background: bool) {
         return;
     }
     let me = Arc::downgrade(state);
+    // Taken here, so that a database dropped before the thread runs waits for it.
+    let hold = state.holds.take();
     let spawned = thread::Builder::new()
         .name("bloomsled-recover".into())
         .spawn(move || {
+            let hold = hold.claim();
             if let Some(s) = me.upgrade() {
                 run(&s);
             }
+            // The tree is gone (`s` above), then the hold: see `store::holds`.
+            drop(hold);
         });
     if let Err(e) = spawned {
         log::warn!("bloomsled: cannot start a recovery thread ({e}); rebuilding now");

@@ -7,6 +7,7 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use super::filters::Filters;
+use super::holds::Holds;
 use super::policy::{RebuildPolicy, RebuildState};
 use super::ready::RecoveryState;
 use crate::error::{Error, Result};
@@ -40,6 +41,8 @@ pub(crate) struct TreeState {
     /// `Error::CollectionNotFound` (as sled's handles of a dropped tree do).
     dropped: AtomicBool,
     pub(crate) me: Weak<TreeState>,
+    /// Background threads working on this tree (see [`super::holds`]).
+    pub(crate) holds: Arc<Holds>,
 }
 
 impl TreeState {
@@ -77,6 +80,7 @@ impl TreeState {
             closing: AtomicBool::new(false),
             dropped: AtomicBool::new(false),
             me: me.clone(),
+            holds: Arc::default(),
         })
     }
 
