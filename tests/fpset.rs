@@ -193,6 +193,19 @@ fn block_at_step(step: &'static str) {
     }
 }
 
+/// The set the children write and the checks reopen: small memtables and blocks, so that
+/// flushes and merges come often.
+fn child_set(dir: &Path) -> FingerprintSet {
+    FingerprintSetConfig::new(dir)
+        .width(W)
+        .expected_items(CHILD_ADDS)
+        .memtable_items(1_000)
+        .block_items(16)
+        .merge_factor(3)
+        .open()
+        .unwrap()
+}
+
 /// The child: adds fingerprints in order, printing `SYNCED n` after each sync (every
 /// member below `n` is durable), blocking forever at the step its role names, if any.
 #[test]
@@ -202,14 +215,7 @@ fn fpset_child() {
     };
     bloomsled::fpset::set_step_hook(block_at_step);
     let dir = std::path::PathBuf::from(std::env::var(DIR_ENV).unwrap());
-    let set = FingerprintSetConfig::new(&dir)
-        .width(W)
-        .expected_items(CHILD_ADDS)
-        .memtable_items(1_000)
-        .block_items(16)
-        .merge_factor(3)
-        .open()
-        .unwrap();
+    let set = child_set(&dir);
     let start = set.len();
     for i in start..CHILD_ADDS {
         set.insert(&fp(i)).unwrap();
@@ -235,14 +241,7 @@ fn synced(lines: &[String]) -> u64 {
 /// Reopens after the kill: every synced member is there, nothing else but members the
 /// child added, no duplicate, no leftover; then the set still works.
 fn check_after_kill(dir: &Path, durable: u64) -> u64 {
-    let set = FingerprintSetConfig::new(dir)
-        .width(W)
-        .expected_items(CHILD_ADDS)
-        .memtable_items(1_000)
-        .block_items(16)
-        .merge_factor(3)
-        .open()
-        .unwrap();
+    let set = child_set(dir);
     assert!(set.stats().filter_rebuilt);
     let all = members(&set);
     assert_eq!(all.len() as u64, set.len());
@@ -661,14 +660,7 @@ fn fpset_disk_full_child() {
         return;
     };
     let dir = std::path::PathBuf::from(std::env::var(DIR_ENV).unwrap());
-    let set = FingerprintSetConfig::new(&dir)
-        .width(W)
-        .expected_items(CHILD_ADDS)
-        .memtable_items(1_000)
-        .block_items(16)
-        .merge_factor(3)
-        .open()
-        .unwrap();
+    let set = child_set(&dir);
     let mut failed = None;
     for i in 0..CHILD_ADDS {
         let res = set.insert(&fp(i)).and_then(|_| {
@@ -738,29 +730,7 @@ fn a_full_disk_fails_the_write_and_the_handle_and_loses_no_synced_member() {
     assert!(lines.iter().any(|l| l == "DROPPED"), "{lines:?}");
     let durable = synced(&lines);
     assert!(durable > 0, "{lines:?}");
-    // With room again: every synced member is there, and the set works.
-    let set = FingerprintSetConfig::new(dir.path())
-        .width(W)
-        .expected_items(CHILD_ADDS)
-        .memtable_items(1_000)
-        .block_items(16)
-        .merge_factor(3)
-        .open()
-        .unwrap();
-    let all = members(&set);
-    assert_eq!(all.len() as u64, set.len());
-    assert!(
-        set.len() >= durable,
-        "{} members, {durable} synced",
-        set.len()
-    );
-    let added: HashSet<Vec<u8>> = (0..set.len()).map(|i| fp(i).to_vec()).collect();
-    assert_eq!(all, added, "members are not the prefix the child added");
-    for i in 0..durable {
-        assert!(set.contains(&fp(i)).unwrap(), "synced member {i} lost");
-    }
-    assert_no_leftovers(dir.path(), &set);
-    let n = set.len();
-    assert!(set.insert(&fp(n)).unwrap());
-    set.sync().unwrap();
+    // With room again: every synced member is there, nothing else, no leftover (the
+    // partly written run is one), and the set works.
+    check_after_kill(dir.path(), durable);
 }
