@@ -527,6 +527,37 @@ mod tests {
         );
     }
 
+    /// Two readers run `check` (it returns how many keys it checked) over and over while
+    /// `f`'s retired slot is taken 3,000 times, zeroed (by `prepare`), refilled by `fill`
+    /// and made current; the number of keys checked.
+    fn readers_while_refilled(
+        f: &Filters,
+        fill: &(dyn Fn(&AnyFilter) + Sync),
+        check: impl Fn() -> u64 + Sync,
+    ) -> u64 {
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut n = 0u64;
+                        while !done.load(Ordering::Relaxed) {
+                            n += check();
+                        }
+                        n
+                    })
+                })
+                .collect();
+            for _ in 0..3_000 {
+                let i = f.prepare(|_| true, small).unwrap();
+                fill(f.get(i).unwrap());
+                f.swap(&mut f.close_gate(), i);
+            }
+            done.store(true, Ordering::Relaxed);
+            readers.into_iter().map(|r| r.join().unwrap()).sum::<u64>()
+        })
+    }
+
     /// Readers probing while the current filter is swapped back and forth between two slots,
     /// each retired one zeroed and refilled right after the swap away from it: a reader that
     /// probed a filter being zeroed must notice and probe again, so no key is ever missed.
@@ -534,7 +565,6 @@ mod tests {
     /// swap's new state but the old filter's pointer would read zeroed bits unnoticed.
     #[test]
     fn readers_never_miss_a_key_while_filters_are_swapped_and_recycled() {
-        use std::sync::atomic::AtomicBool;
         let keys: Vec<Vec<u8>> = (0..400u32)
             .map(|i| format!("key {i}").into_bytes())
             .collect();
@@ -545,30 +575,11 @@ mod tests {
             }
         };
         fill(f.get(0).unwrap());
-        let done = AtomicBool::new(false);
-        let checks = std::thread::scope(|s| {
-            let readers: Vec<_> = (0..2)
-                .map(|_| {
-                    s.spawn(|| {
-                        let mut n = 0u64;
-                        while !done.load(Ordering::Relaxed) {
-                            for k in &keys {
-                                assert!(f.contains(k), "false negative for {k:?}");
-                                n += 1;
-                            }
-                        }
-                        n
-                    })
-                })
-                .collect();
-            for _ in 0..3_000 {
-                // Take the retired slot (zeroed by `prepare`), refill it, make it current.
-                let i = f.prepare(|_| true, small).unwrap();
-                fill(f.get(i).unwrap());
-                f.swap(&mut f.close_gate(), i);
+        let checks = readers_while_refilled(&f, &fill, || {
+            for k in &keys {
+                assert!(f.contains(k), "false negative for {k:?}");
             }
-            done.store(true, Ordering::Relaxed);
-            readers.into_iter().map(|r| r.join().unwrap()).sum::<u64>()
+            keys.len() as u64
         });
         assert!(checks > 0);
         assert!(
@@ -646,7 +657,6 @@ mod tests {
     /// a key of that tree is never missed.
     #[test]
     fn read_any_never_misses_a_key_while_one_trees_filters_are_recycled() {
-        use std::sync::atomic::AtomicBool;
         let keys: Vec<Vec<u8>> = (0..300u32)
             .map(|i| format!("key {i}").into_bytes())
             .collect();
@@ -661,30 +671,12 @@ mod tests {
         let busy = &trees[1];
         fill(busy.get(0).unwrap());
         let seed = busy.pinned().1.unwrap().seed();
-        let done = AtomicBool::new(false);
-        let checks = std::thread::scope(|s| {
-            let readers: Vec<_> = (0..2)
-                .map(|_| {
-                    s.spawn(|| {
-                        let mut n = 0u64;
-                        while !done.load(Ordering::Relaxed) {
-                            for (k, &h) in keys.iter().zip(&hashes) {
-                                let got = read_any(trees.iter(), seed, h);
-                                assert_eq!(got, Some(true), "false negative for {k:?}");
-                                n += 1;
-                            }
-                        }
-                        n
-                    })
-                })
-                .collect();
-            for _ in 0..3_000 {
-                let i = busy.prepare(|_| true, small).unwrap();
-                fill(busy.get(i).unwrap());
-                busy.swap(&mut busy.close_gate(), i);
+        let checks = readers_while_refilled(busy, &fill, || {
+            for (k, &h) in keys.iter().zip(&hashes) {
+                let got = read_any(trees.iter(), seed, h);
+                assert_eq!(got, Some(true), "false negative for {k:?}");
             }
-            done.store(true, Ordering::Relaxed);
-            readers.into_iter().map(|r| r.join().unwrap()).sum::<u64>()
+            keys.len() as u64
         });
         assert!(checks > 0);
     }
