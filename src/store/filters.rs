@@ -713,46 +713,58 @@ mod loom_model {
         slot.admit_hash(slot.bits().hash(KEY));
     }
 
+    /// Runs `body` under loom with a preemption bound of 3 unless `LOOM_MAX_PREEMPTIONS`
+    /// says otherwise (loom's docs: 2 or 3 find most bugs; with 3 these models take seconds
+    /// in a release build, and the first finds a false negative when the release fence
+    /// before a retired filter is zeroed is left out); prints how many interleavings ran.
+    fn model(what: &str, body: impl Fn() + Sync + Send + 'static) {
+        use std::sync::atomic::{AtomicUsize as Count, Ordering::Relaxed};
+        let runs = std::sync::Arc::new(Count::new(0));
+        let counted = runs.clone();
+        let mut builder = loom::model::Builder::new();
+        if builder.preemption_bound.is_none() {
+            builder.preemption_bound = Some(3);
+        }
+        builder.check(move || {
+            counted.fetch_add(1, Relaxed);
+            body();
+        });
+        println!(
+            "loom: {} interleavings of {what}, no false negative",
+            runs.load(Relaxed)
+        );
+    }
+
+    /// `f` (holding `KEY` in slot 0, slot 1 built and filled) gets a rebuild thread that
+    /// publishes slot 1, then retires slot 0: reused (zeroed) by the next rebuild,
+    /// refilled, published.
+    fn rebuild_racing(f: &Arc<Filters>) -> loom::thread::JoinHandle<()> {
+        let built = f.prepare(|_| false, tiny).unwrap();
+        assert_eq!(built, 1);
+        fill(f, built);
+        let w = f.clone();
+        loom::thread::spawn(move || {
+            w.swap(&mut w.close_gate(), 1);
+            let reused = w.prepare(|_| true, tiny).unwrap();
+            assert_eq!(reused, 0, "the retired slot is reused");
+            fill(&w, reused);
+            w.swap(&mut w.close_gate(), reused);
+        })
+    }
+
     /// A lookup of a stored key races a rebuild that publishes slot 1, then retires slot 0,
     /// zeroes it for reuse, refills it and publishes it again. The lookup may read either
     /// filter, before, during or after its zeroing: it must never answer "absent".
     #[test]
     fn loom_a_lookup_racing_publish_and_retire_never_misses_a_key() {
-        use std::sync::atomic::{AtomicUsize as Count, Ordering::Relaxed};
-        static RUNS: Count = Count::new(0);
-        let mut builder = loom::model::Builder::new();
-        if builder.preemption_bound.is_none() {
-            // LOOM_MAX_PREEMPTIONS overrides (loom's docs: 2 or 3 find most bugs). With
-            // 3 this model takes seconds in a release build; it finds a false negative
-            // when the release fence before a retired filter is zeroed is left out.
-            builder.preemption_bound = Some(3);
-        }
-        builder.check(|| {
-            RUNS.fetch_add(1, Relaxed);
+        model("a lookup against publish and retire", || {
             let f = Arc::new(Filters::new(tiny().unwrap()));
             f.enter().admit(KEY);
-            let built = f.prepare(|_| false, tiny).unwrap();
-            assert_eq!(built, 1);
-            fill(&f, built);
-            let w = f.clone();
-            let rebuild = loom::thread::spawn(move || {
-                // Publish the new filter.
-                w.swap(&mut w.close_gate(), 1);
-                // Retire the old one: reused (zeroed) by the next rebuild, refilled,
-                // published.
-                let reused = w.prepare(|_| true, tiny).unwrap();
-                assert_eq!(reused, 0, "the retired slot is reused");
-                fill(&w, reused);
-                w.swap(&mut w.close_gate(), reused);
-            });
+            let rebuild = rebuild_racing(&f);
             assert!(f.contains(KEY), "false negative during the rebuild");
             rebuild.join().unwrap();
             assert!(f.contains(KEY), "false negative after the rebuild");
         });
-        println!(
-            "loom: {} interleavings of a lookup against publish and retire, no false negative",
-            RUNS.load(Relaxed)
-        );
     }
 
     /// The same race for a lookup of several trees at once (`read_any`, a window's lookup):
@@ -761,14 +773,7 @@ mod loom_model {
     /// blocks and compares the states' sum. It must never answer "absent".
     #[test]
     fn loom_a_lookup_of_two_trees_racing_publish_and_retire_never_misses_a_key() {
-        use std::sync::atomic::{AtomicUsize as Count, Ordering::Relaxed};
-        static RUNS: Count = Count::new(0);
-        let mut builder = loom::model::Builder::new();
-        if builder.preemption_bound.is_none() {
-            builder.preemption_bound = Some(3);
-        }
-        builder.check(|| {
-            RUNS.fetch_add(1, Relaxed);
+        model("a two-tree lookup against publish and retire", || {
             let other = Filters::new(tiny().unwrap());
             let f = Arc::new(Filters::new(tiny().unwrap()));
             f.enter().admit(KEY);
@@ -776,16 +781,7 @@ mod loom_model {
                 let b = f.get(0).unwrap().bits();
                 (b.seed(), b.hash(KEY))
             };
-            let built = f.prepare(|_| false, tiny).unwrap();
-            fill(&f, built);
-            let w = f.clone();
-            let rebuild = loom::thread::spawn(move || {
-                w.swap(&mut w.close_gate(), 1);
-                let reused = w.prepare(|_| true, tiny).unwrap();
-                assert_eq!(reused, 0, "the retired slot is reused");
-                fill(&w, reused);
-                w.swap(&mut w.close_gate(), reused);
-            });
+            let rebuild = rebuild_racing(&f);
             let both = [&other, &*f];
             assert_eq!(
                 read_any(both.iter().copied(), seed, h),
@@ -795,10 +791,5 @@ mod loom_model {
             rebuild.join().unwrap();
             assert_eq!(read_any(both.iter().copied(), seed, h), Some(true));
         });
-        println!(
-            "loom: {} interleavings of a two-tree lookup against publish and retire, no false \
-             negative",
-            RUNS.load(Relaxed)
-        );
     }
 }
