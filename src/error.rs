@@ -175,7 +175,7 @@ pub enum Error {
         why: String,
     },
 
-    /// A file of a [`crate::fpset::FingerprintSet`] is damaged, truncated, foreign or
+    /// A file of a `FingerprintSet` (crate `bloomsled-fpset`) is damaged, truncated, foreign or
     /// belongs to another set: the set was not opened (or the lookup not answered) and
     /// nothing was changed or deleted.
     #[error("fingerprint set file {} is damaged: {fault}", file.display())]
@@ -186,7 +186,7 @@ pub enum Error {
         fault: DecodeError,
     },
 
-    /// The folder is held by another open [`crate::fpset::FingerprintSet`], in this
+    /// The folder is held by another open `FingerprintSet` (crate `bloomsled-fpset`), in this
     /// process or another; nothing was changed.
     #[error(
         "fingerprint set {} is in use by another open handle (its LOCK file is locked): \

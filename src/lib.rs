@@ -31,7 +31,7 @@
 //!   sizing math ([`FilterConfig`], [`optimal_k`], ...); no I/O. Its block layout (which
 //!   block and bits a hash selects, and their byte encoding) is one module every layer calls.
 //! - the on-disk format (`src/format/`): snapshot header, CRC-checked pages, trust records;
-//!   bytes in, bytes out (public only for the fuzz targets, hidden from these docs).
+//!   bytes in, bytes out (public only to the fuzz targets, through the `fuzzing` feature).
 //! - [`persist`]: what makes a snapshot trustworthy, recovery at open ([`RecoveryReport`],
 //!   [`Recovery::Strict`], [`Distrust`]).
 //! - the store: [`Db`], [`Tree`], [`Config`], [`TreeConfig`], [`Batch`], [`transaction`].
@@ -39,8 +39,9 @@
 //!   many processes and hosts, that reports a lost filter instead of answering "absent"; and
 //!   the classic PHP layout.
 //!
-//! - [`fpset`]: [`FingerprintSet`], an exact, disk-backed set of fixed-width fingerprints
-//!   whose memory is its filter and a small index (a crawler's "seen" set).
+//! The fingerprint set (an exact, disk-backed set of fixed-width fingerprints whose memory
+//! is a bloomsled filter and a small index: a crawler's "seen" set) is its own crate,
+//! `bloomsled-fpset`, in the same workspace.
 //! - [`clock`]: the clocks windows read and the generation arithmetic both kinds of
 //!   window share.
 //! - [`window`]: windows, rings of generation trees whose keys and filters expire together
@@ -57,9 +58,14 @@ pub mod clock;
 mod counters;
 mod error;
 mod filter;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod format;
-pub mod fpset;
+// Without `fuzzing`, parts of the layout API (constants, standalone encoders) serve only
+// the fuzz targets and the format's own tests.
+#[cfg(not(feature = "fuzzing"))]
+#[allow(unreachable_pub, unused_imports, dead_code)]
+mod format;
 pub mod hash;
 pub mod persist;
 #[cfg(feature = "redis")]
@@ -75,7 +81,6 @@ pub use filter::{
     CountingFilter, Filter, FilterConfig, FilterMode, Sizing, COUNTER_MAX,
     DEFAULT_FALSE_POSITIVE_RATE,
 };
-pub use fpset::{FingerprintSet, FingerprintSetConfig};
 pub use persist::{
     RebuildProgress, Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo, VerifyReport,
 };

@@ -9,7 +9,6 @@
 
 mod redis_support;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
@@ -78,17 +77,6 @@ fn all_lost(w: &SharedWindow, keys: &[Vec<u8>]) {
     assert_eq!(never_absent(w, keys), keys.iter().step_by(7).count());
 }
 
-/// The ring entries (`g:<e>` fields) of the window's record.
-fn ring(s: &redis_support::Server, w: &SharedWindow) -> HashMap<u64, String> {
-    let all: HashMap<String, String> = redis::cmd("HGETALL")
-        .arg(w.record_key())
-        .query(&mut s.client())
-        .unwrap();
-    all.into_iter()
-        .filter_map(|(k, v)| Some((k.strip_prefix("g:")?.parse().ok()?, v)))
-        .collect()
-}
-
 #[test]
 fn keys_are_found_inside_the_horizon_and_forgotten_past_it() {
     require_redis!();
@@ -134,7 +122,7 @@ fn keys_are_found_inside_the_horizon_and_forgotten_past_it() {
     let rate = forgotten_maybe as f64 / forgotten as f64;
     assert!(rate < 0.05, "forgotten keys still maybe at rate {rate}");
     // Only the live generations are listed in the ring and kept in the record.
-    let r = ring(&s, &w);
+    let r = redis_support::window_ring(&s, &w);
     let cur = w.current_generation();
     // (Each new generation's entry drops those more than G below it: here the newest
     // entry is cur − 1.)
@@ -266,7 +254,7 @@ fn concurrent_writers_across_rotations_end_with_one_ring_and_no_false_negative()
     let w = SharedWindow::open_with_clock(&ep, "race", Arc::new(c.clone())).unwrap();
     // One ring: each generation's entry is the epoch every thread used, and only one
     // config record exists per generation.
-    let r = ring(&s, &w);
+    let r = redis_support::window_ring(&s, &w);
     for (e, epoch) in seen[0].iter().skip(rounds - g as usize) {
         assert_eq!(
             r.get(e).map(String::as_str),
@@ -377,10 +365,10 @@ fn a_generation_lost_and_recreated_is_an_error_for_every_client() {
     all_lost(&other, &per.concat());
     // The ring entry is written once: still the original epoch.
     let e = w.current_generation();
-    let st_before = ring(&s, &w)[&e].clone();
+    let st_before = redis_support::window_ring(&s, &w)[&e].clone();
     let late = SharedWindow::open_with_clock(&ep, "recreate", Arc::new(c.clone())).unwrap();
     assert!(is_lost(&late.add(b"y").unwrap_err()));
-    assert_eq!(ring(&s, &w)[&e], st_before);
+    assert_eq!(redis_support::window_ring(&s, &w)[&e], st_before);
     // Once the lost generation ages out, the window works again.
     c.advance(Duration::from_millis(4 * W));
     assert!(w.add(b"z").unwrap() && w.contains(b"z").unwrap());
@@ -535,11 +523,11 @@ fn a_creator_that_died_mid_rotation_leaves_a_usable_window() {
         Some(shape.shards),
     )
     .unwrap();
-    assert!(ring(&s, &w).is_empty());
+    assert!(redis_support::window_ring(&s, &w).is_empty());
     let k = keys("after-orphan", 200);
     w.add_many(&k).unwrap();
     assert_eq!(
-        ring(&s, &w)[&e],
+        redis_support::window_ring(&s, &w)[&e],
         format!("{:#018x}", orphan.epoch()),
         "the orphan was adopted"
     );
@@ -688,186 +676,4 @@ fn a_window_on_a_three_master_cluster() {
     let victim = *masters.iter().next().unwrap();
     c3.nodes[victim].cli(&["flushall"]);
     all_lost(&reader, &all);
-}
-
-#[cfg(feature = "cli")]
-mod cli {
-    use super::*;
-    use std::process::{Command, Output, Stdio};
-
-    fn run(args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_bloomsled"))
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-
-    /// `bloomsled redis create NAME --url URL --window SPAN --generations G --items N`,
-    /// then `extra`.
-    fn create(
-        url: &str,
-        name: &str,
-        span: &str,
-        generations: &str,
-        items: &str,
-        extra: &[&str],
-    ) -> Output {
-        let mut args = vec![
-            "redis",
-            "create",
-            name,
-            "--url",
-            url,
-            "--window",
-            span,
-            "--generations",
-            generations,
-            "--items",
-            items,
-        ];
-        args.extend(extra);
-        run(&args)
-    }
-
-    #[test]
-    fn create_add_check_stats_on_a_window() {
-        require_redis!();
-        let s = Server::start();
-        let url = s.url();
-        let out = create(&url, "win", "7d", "7", "10000", &["--fpr", "0.01"]);
-        assert!(out.status.success(), "{out:?}");
-        let w = SharedWindow::open(&Endpoint::url(&url), "win").unwrap();
-        assert_eq!(w.span(), Duration::from_secs(7 * 86_400));
-        assert_eq!(w.generations(), 7);
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("keys.txt");
-        let added: String = (0..3_000).map(|i| format!("https://in/{i}\n")).collect();
-        std::fs::write(&file, &added).unwrap();
-        let f = file.to_str().unwrap();
-        let out = run(&["redis", "add", "win", "--url", &url, f]);
-        assert!(out.status.success(), "{out:?}");
-        let out = run(&["redis", "check", "win", "--url", &url, f]);
-        assert!(out.status.success(), "{out:?}");
-        let text = String::from_utf8(out.stdout).unwrap();
-        assert_eq!(text.lines().count(), 3_000);
-        assert!(text.lines().all(|l| l.starts_with("maybe\t")), "{text}");
-        let absent = dir.path().join("absent.txt");
-        std::fs::write(
-            &absent,
-            (0..1_000)
-                .map(|i| format!("https://out/{i}\n"))
-                .collect::<String>(),
-        )
-        .unwrap();
-        let out = run(&[
-            "redis",
-            "check",
-            "win",
-            "--url",
-            &url,
-            absent.to_str().unwrap(),
-        ]);
-        let text = String::from_utf8(out.stdout).unwrap();
-        assert!(text.lines().filter(|l| l.starts_with("absent\t")).count() > 950);
-        // Library and CLI agree.
-        assert!(w.contains(b"https://in/17").unwrap());
-        let out = run(&["--json", "redis", "stats", "win", "--url", &url]);
-        assert!(out.status.success(), "{out:?}");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(v["window"], true);
-        assert_eq!(v["generations"], 7);
-        assert_eq!(v["live"].as_array().unwrap().len(), 1);
-        let items = v["live"][0]["estimated_items"].as_u64().unwrap();
-        assert!((2_800..3_200).contains(&items), "{v}");
-        let out = run(&["redis", "info", "win", "--url", &url]);
-        let text = String::from_utf8(out.stdout).unwrap();
-        assert!(
-            text.contains("7 generations") && text.contains("generation "),
-            "{text}"
-        );
-        // Commands for plain filters say what NAME is.
-        let out = run(&["redis", "pull", "win", "--url", &url, "/dev/null"]);
-        assert!(!out.status.success());
-        assert!(String::from_utf8_lossy(&out.stderr).contains("shared window"));
-        // Bad durations and lost windows are errors, never "absent" lines.
-        let out = run(&[
-            "redis", "create", "bad", "--url", &url, "--window", "7x", "--items", "10",
-        ]);
-        assert!(!out.status.success());
-        redis::cmd("FLUSHALL").exec(&mut s.client()).unwrap();
-        let out = run(&["redis", "check", "win", "--url", &url, f]);
-        assert!(!out.status.success());
-        assert!(out.stdout.is_empty(), "{out:?}");
-    }
-
-    #[test]
-    fn separate_processes_rotating_at_once_end_with_one_ring() {
-        require_redis!();
-        let s = Server::start();
-        let url = s.url();
-        // Generations of 10 s: the writers all meet a generation nobody created yet (big
-        // enough that creating it takes a while), and every key stays inside the horizon
-        // until the checks below.
-        let out = create(&url, "procs", "30s", "3", "500000", &[]);
-        assert!(out.status.success(), "{out:?}");
-        let dir = tempfile::tempdir().unwrap();
-        let procs = 4;
-        let children: Vec<_> = (0..procs)
-            .map(|p| {
-                let file = dir.path().join(format!("k{p}.txt"));
-                let lines: String = (0..5_000).map(|i| format!("p{p}/{i}\n")).collect();
-                std::fs::write(&file, lines).unwrap();
-                Command::new(env!("CARGO_BIN_EXE_bloomsled"))
-                    .args(["redis", "add", "procs", "--url", &url])
-                    .arg(&file)
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        for c in children {
-            let out = c.wait_with_output().unwrap();
-            assert!(out.status.success(), "{out:?}");
-        }
-        // Every generation the ring lists has exactly one filter, with the listed epoch.
-        let w = SharedWindow::open(&Endpoint::url(&url), "procs").unwrap();
-        let r = ring(&s, &w);
-        assert!(!r.is_empty());
-        let mut cli = s.client();
-        let configs: Vec<String> = redis::cmd("KEYS")
-            .arg("bloomsled:{procs:w*}:config")
-            .query(&mut cli)
-            .unwrap();
-        for (e, epoch) in &r {
-            let key = &w.generation_keys(*e).unwrap()[0];
-            let text: Option<String> = redis::cmd("GET").arg(key).query(&mut cli).unwrap();
-            let text = text.expect("a listed generation has its config record");
-            let listed = u64::from_str_radix(epoch.trim_start_matches("0x"), 16).unwrap();
-            let stored = text
-                .split_whitespace()
-                .find_map(|f| f.strip_prefix("epoch=0x"))
-                .and_then(|h| u64::from_str_radix(h, 16).ok());
-            assert_eq!(stored, Some(listed), "{text} vs {epoch}");
-            assert!(text.contains("state=ready"), "{text}");
-        }
-        // No config record outside the ring (no orphan incarnation of a generation).
-        for key in &configs {
-            let e: u64 = key
-                .rsplit_once(":g")
-                .and_then(|(_, rest)| rest.strip_suffix("}:config"))
-                .and_then(|e| e.parse().ok())
-                .unwrap();
-            assert!(r.contains_key(&e), "{key} is not in the ring {r:?}");
-        }
-        // Every key is found (the horizon is at least 20 s).
-        for p in 0..procs {
-            let all: Vec<Vec<u8>> = (0..5_000)
-                .map(|i| format!("p{p}/{i}").into_bytes())
-                .collect();
-            let found = w.contains_many(&all).unwrap();
-            assert!(found.iter().all(|&b| b), "process {p}");
-        }
-    }
 }

@@ -6,7 +6,6 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -571,41 +570,4 @@ fn kill_9_at_random_points_of_a_loop_of_rotations() {
             .expect("flushed at least once");
         check_after_kill(dir.path(), last);
     }
-}
-
-/// `bloomsled stats` and `verify` show a window and each of its live generations.
-#[cfg(feature = "cli")]
-#[test]
-fn stats_and_verify_show_windows_and_their_generations() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let db = open(dir.path());
-        // On the wall clock, as the CLI opens it: a day-long window in 4 generations.
-        let w = db
-            .open_window("seen", WindowConfig::new(Duration::from_secs(86_400), 4))
-            .unwrap();
-        for i in 0..50 {
-            w.insert(key(0, i), &b""[..]).unwrap();
-        }
-        drop(w);
-        db.close().unwrap();
-    }
-    let bin = env!("CARGO_BIN_EXE_bloomsled");
-    let path = dir.path().to_str().unwrap();
-    let out = Command::new(bin).args(["stats", path]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
-    assert!(
-        text.contains("window \"seen\": span 86400000 ms in 4 generations"),
-        "{text}"
-    );
-    assert!(text.contains("__bloomsled_window:4:seen:"), "{text}");
-    let out = Command::new(bin).args(["verify", path]).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
-    assert!(
-        text.contains("__bloomsled_window:4:seen:")
-            && text.contains("50 keys checked, 0 false negatives"),
-        "{text}"
-    );
 }

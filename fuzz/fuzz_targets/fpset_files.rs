@@ -3,9 +3,8 @@
 //! same bytes; never a panic.
 #![no_main]
 
-use bloomsled::format::fpset::{
-    decode_run_footer, decode_wal_record, open_block, open_index, Manifest, RunHeader,
-    WalHeader,
+use bloomsled_fpset::format::{
+    decode_run_footer, decode_wal_record, open_block, open_index, Manifest, RunHeader, WalHeader,
 };
 use libfuzzer_sys::fuzz_target;
 

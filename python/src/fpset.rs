@@ -16,16 +16,19 @@ use crate::keys::{all_bytes, bytes_of, collect};
 /// An exact set of fixed-width fingerprints on disk, with a Bloom filter in memory.
 #[pyclass(frozen, module = "bloomsled._bloomsled")]
 pub struct FingerprintSet {
-    set: RwLock<Option<bloomsled::FingerprintSet>>,
+    set: RwLock<Option<bloomsled_fpset::FingerprintSet>>,
     path: String,
 }
 
 impl FingerprintSet {
-    fn read(&self) -> RwLockReadGuard<'_, Option<bloomsled::FingerprintSet>> {
+    fn read(&self) -> RwLockReadGuard<'_, Option<bloomsled_fpset::FingerprintSet>> {
         self.set.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn with<T>(&self, f: impl FnOnce(&bloomsled::FingerprintSet) -> PyResult<T>) -> PyResult<T> {
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&bloomsled_fpset::FingerprintSet) -> PyResult<T>,
+    ) -> PyResult<T> {
         let guard = self.read();
         f(guard.as_ref().ok_or_else(closed)?)
     }
@@ -46,7 +49,7 @@ impl FingerprintSet {
     ) -> PyResult<Self> {
         // Sizing not given: a new set gets the crate's defaults (1,000,000 items, 1%), an
         // existing one keeps its own.
-        let mut config = bloomsled::FingerprintSetConfig::new(&path).width(width);
+        let mut config = bloomsled_fpset::FingerprintSetConfig::new(&path).width(width);
         if let Some(n) = expected_items {
             config = config.expected_items(n);
         }

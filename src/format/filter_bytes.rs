@@ -32,7 +32,17 @@ impl Filter {
 
     /// Writes [`Filter::to_bytes`]'s bytes to `out` (with one copy of the filter's words,
     /// not two); returns the bytes written.
-    pub(crate) fn write_bytes_to<W: std::io::Write + std::io::Seek>(
+    ///
+    /// ```
+    /// let f = bloomsled::Filter::new(1_000, 0.01)?;
+    /// f.insert(b"key");
+    /// let mut out = std::io::Cursor::new(Vec::new());
+    /// let n = f.write_bytes_to(&mut out)?;
+    /// assert_eq!(out.into_inner(), f.to_bytes());
+    /// # let _ = n;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn write_bytes_to<W: std::io::Write + std::io::Seek>(
         &self,
         out: &mut W,
     ) -> std::io::Result<u64> {

@@ -5,7 +5,6 @@
 //! - [`record`](self#records): the small records bloomsled keeps inside sled (the database id
 //!   and one trust record per tree) that decide whether a snapshot may be used.
 //! - [`WindowRecord`]: the ring of a window (its generations), in the meta tree.
-//! - [`fpset`]: the manifest, log and run files of a [`crate::fpset::FingerprintSet`].
 //! - a standalone [`crate::Filter`]'s bytes ([`crate::Filter::to_bytes`]): a snapshot of one
 //!   page, with no ids; the same bytes back its serde implementations.
 //!
@@ -23,7 +22,6 @@
 //! See [`TreeRecord`] and [`DbRecord`].
 
 mod filter_bytes;
-pub mod fpset;
 mod record;
 mod snapshot;
 mod window;

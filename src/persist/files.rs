@@ -8,6 +8,7 @@
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Seek, Write};
 use std::path::{Path, PathBuf};
+#[cfg(feature = "failpoints")]
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Distrust, Error, Result};
@@ -18,17 +19,24 @@ pub const DIR_NAME: &str = "bloomsled";
 
 /// Bytes snapshot writes may still write before failing as a full disk would (`u64::MAX`:
 /// no limit). A test seam: see [`fail_snapshot_writes_after`].
+#[cfg(feature = "failpoints")]
 static WRITE_BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// Fault injection for tests: snapshot writes fail with ENOSPC ("no space left on device")
 /// once `bytes` more bytes were written, as on a full disk; `None` lifts the limit.
-/// Process-wide, so use it only in a test binary of its own.
-#[doc(hidden)]
+/// Process-wide, so use it only in a test binary of its own. Feature `failpoints` only.
+///
+/// ```
+/// bloomsled::persist::fail_snapshot_writes_after(Some(4096));
+/// bloomsled::persist::fail_snapshot_writes_after(None);
+/// ```
+#[cfg(feature = "failpoints")]
 pub fn fail_snapshot_writes_after(bytes: Option<u64>) {
     WRITE_BUDGET.store(bytes.unwrap_or(u64::MAX), Ordering::SeqCst);
 }
 
 /// The error a full disk gives: ENOSPC.
+#[cfg(feature = "failpoints")]
 fn no_space() -> io::Error {
     #[cfg(unix)]
     return io::Error::from_raw_os_error(28);
@@ -36,12 +44,15 @@ fn no_space() -> io::Error {
     return io::Error::other("no space left on device");
 }
 
-/// A writer that spends [`WRITE_BUDGET`].
+/// A writer that spends `WRITE_BUDGET` (feature `failpoints`; a plain pass-through
+/// without it).
 struct Budgeted<W>(W);
 
 impl<W: Write> Write for Budgeted<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        #[cfg(feature = "failpoints")]
         let budget = WRITE_BUDGET.load(Ordering::Relaxed);
+        #[cfg(feature = "failpoints")]
         if budget != u64::MAX {
             if budget < buf.len() as u64 {
                 WRITE_BUDGET.store(0, Ordering::Relaxed);

@@ -87,9 +87,12 @@ mod trust;
 use std::time::Duration;
 
 use crate::error::Distrust;
+#[cfg(feature = "failpoints")]
+pub use files::fail_snapshot_writes_after;
 pub(crate) use files::sync_snapshot_dir;
-pub use files::{fail_snapshot_writes_after, DIR_NAME};
+pub use files::DIR_NAME;
 pub(crate) use hold::{hold_limit, wait_at_hold};
+#[cfg(feature = "failpoints")]
 pub use hold::{hold_rebuild_scans_after, rebuild_scans_held};
 pub use meta::META_TREE;
 

@@ -70,9 +70,17 @@ impl WindowConfig {
         self
     }
 
-    /// Test seam: `hook` is called after each step of every rotation (crash tests stop a
-    /// child process there and kill it).
-    #[doc(hidden)]
+    /// Test seam (feature `failpoints`): `hook` is called after each step of every
+    /// rotation (crash tests stop a child process there and kill it).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use bloomsled::window::WindowConfig;
+    /// let config = WindowConfig::new(Duration::from_secs(60), 3)
+    ///     .rotation_hook(|step| eprintln!("rotation step {step:?}"));
+    /// # let _ = config;
+    /// ```
+    #[cfg(feature = "failpoints")]
     pub fn rotation_hook(mut self, hook: impl Fn(RotationStep) + Send + Sync + 'static) -> Self {
         self.hook = Some(Arc::new(hook));
         self

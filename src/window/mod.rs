@@ -87,21 +87,29 @@ pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use config::WindowConfig;
 pub use handle::{GenerationStats, Window, WindowStats};
 
-/// The steps of a rotation, for crash tests (see [`WindowConfig::rotation_hook`]).
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RotationStep {
-    /// The new ring is recorded durably.
-    Recorded,
-    /// The live generations' trees are open (the new one created).
-    Created,
-    /// The new ring serves operations.
-    Published,
-    /// One expired generation was dropped.
-    Dropped {
-        /// Its epoch.
-        epoch: u64,
-    },
-    /// The record lists no generation being dropped.
-    Done,
+/// The steps of a rotation, a test seam: public with the feature `failpoints`
+/// (`WindowConfig::rotation_hook`), crate-private otherwise.
+mod rotation_step {
+    /// The steps of a rotation, for crash tests (see `WindowConfig::rotation_hook`).
+    #[allow(unreachable_pub)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum RotationStep {
+        /// The new ring is recorded durably.
+        Recorded,
+        /// The live generations' trees are open (the new one created).
+        Created,
+        /// The new ring serves operations.
+        Published,
+        /// One expired generation was dropped.
+        Dropped {
+            /// Its epoch.
+            epoch: u64,
+        },
+        /// The record lists no generation being dropped.
+        Done,
+    }
 }
+#[cfg(feature = "failpoints")]
+pub use rotation_step::RotationStep;
+#[cfg(not(feature = "failpoints"))]
+pub(crate) use rotation_step::RotationStep;

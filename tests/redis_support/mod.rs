@@ -370,3 +370,17 @@ impl Cluster {
             .expect("node")
     }
 }
+
+/// The ring entries (`g:<e>` fields) of the window's record.
+pub fn window_ring(
+    s: &Server,
+    w: &bloomsled::shared::SharedWindow,
+) -> std::collections::HashMap<u64, String> {
+    let all: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(w.record_key())
+        .query(&mut s.client())
+        .unwrap();
+    all.into_iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("g:")?.parse().ok()?, v)))
+        .collect()
+}

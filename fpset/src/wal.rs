@@ -7,10 +7,10 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::error::{DecodeError, Error, Result};
-use crate::format::fpset::{
+use crate::format::{
     decode_wal_record, encode_wal_record, wal_record_len, WalHeader, WAL_HEADER_LEN,
 };
+use bloomsled::{DecodeError, Error, Result};
 
 /// File name of the log of generation `generation`.
 pub(crate) fn file_name(generation: u64) -> String {

@@ -13,16 +13,17 @@
 //! * inserts of fresh fingerprints: `FingerprintSet::insert` against sled's `insert`.
 //!
 //! ```text
-//! cargo bench --bench fpset
-//! BLOOMSLED_FPSET_KEYS=10000000 cargo bench --bench fpset
+//! cargo bench -p bloomsled-fpset --bench fpset
+//! BLOOMSLED_FPSET_KEYS=10000000 cargo bench -p bloomsled-fpset --bench fpset
 //! ```
 
 use std::time::Instant;
 
-use bloomsled::fpset::FingerprintSetConfig;
+use bloomsled_fpset::FingerprintSetConfig;
 use common::rounds::{fmt_ns, interleave, median, median_ratio, spread};
 use common::{env_count, size_label, splitmix64};
 
+#[path = "../../benches/common/mod.rs"]
 mod common;
 
 /// Query fingerprints of each kind per round.

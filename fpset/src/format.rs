@@ -1,6 +1,6 @@
-//! The files of a [`crate::fpset::FingerprintSet`]: bytes in, bytes out, no I/O.
+//! The files of a [`crate::FingerprintSet`]: bytes in, bytes out, no I/O.
 //!
-//! Every integer is little-endian; every structure carries a CRC32 ([`super::checksum`]) of
+//! Every integer is little-endian; every structure carries a CRC32 ([`checksum`]) of
 //! what it protects, seeded with the numbers that tie it to its place (the set's id, the
 //! run's sequence number, the block's index, the log's generation), so a record copied from
 //! another file or another set does not verify. Parsers check length, magic, version, CRC,
@@ -40,8 +40,17 @@
 //! footer  RUN_FOOTER_LEN  magic "BLSFEND\0", number of blocks, CRC32 of (seq, both)
 //! ```
 
-use super::checksum;
-use crate::error::DecodeError;
+use bloomsled::DecodeError;
+
+/// CRC32 (crc32fast, the IEEE polynomial) of `parts` read one after the other: the checksum
+/// every structure of these files carries.
+pub fn checksum(parts: &[&[u8]]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize()
+}
 
 /// Format version of every file of a fingerprint set.
 pub const FPSET_VERSION: u32 = 1;

@@ -1,4 +1,4 @@
-//! Runs: sorted, deduplicated files of fingerprints ([`crate::format::fpset`] draws the
+//! Runs: sorted, deduplicated files of fingerprints ([`crate::format`] draws the
 //! layout). A [`Run`] keeps only its sparse index in memory (the first fingerprint of each
 //! block) and reads the one block a lookup needs with a positioned read, so the data stays
 //! in the OS page cache, not in the process. A [`RunWriter`] writes a run from ascending
@@ -7,15 +7,14 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::error::{DecodeError, Error, Result};
-use crate::format::fpset::{
+use crate::format::{
     decode_run_footer, encode_run_footer, open_block, open_index, seal_block, seal_index,
     RunHeader, RUN_FOOTER_LEN, RUN_HEADER_LEN,
 };
+use bloomsled::{DecodeError, Error, Result};
 
 /// File name of run `seq`.
 pub(crate) fn file_name(seq: u64) -> String {
@@ -91,13 +90,12 @@ impl Run {
             ));
         }
         let mut footer = [0u8; RUN_FOOTER_LEN];
-        file.read_exact_at(&mut footer, len - RUN_FOOTER_LEN as u64)
+        crate::pread::read_exact_at(&file, &mut footer, len - RUN_FOOTER_LEN as u64)
             .map_err(Error::Io)?;
         let blocks = decode_run_footer(seq, &footer).map_err(|f| damaged(path, f))?;
         expect("footer's block count", blocks == header.blocks())?;
         let mut index = vec![0u8; header.index_len() as usize];
-        file.read_exact_at(&mut index, header.index_offset())
-            .map_err(Error::Io)?;
+        crate::pread::read_exact_at(&file, &mut index, header.index_offset()).map_err(Error::Io)?;
         let body = open_index(seq, &index).map_err(|f| damaged(path, f))?.len();
         index.truncate(body);
         let run = Run {
@@ -141,8 +139,7 @@ impl Run {
     fn read_block<'b>(&self, i: u64, buf: &'b mut Vec<u8>) -> Result<&'b [u8]> {
         let n = self.header.items_in_block(i) * self.width() + 4;
         buf.resize(n, 0);
-        self.file
-            .read_exact_at(buf, self.header.block_offset(i))
+        crate::pread::read_exact_at(&self.file, buf, self.header.block_offset(i))
             .map_err(Error::Io)?;
         open_block(self.header.seq, i, buf).map_err(|f| damaged(&self.path, f))
     }
@@ -186,7 +183,7 @@ impl Run {
 fn read_up_to(file: &File, buf: &mut [u8], offset: u64) -> Result<usize> {
     let mut got = 0;
     while got < buf.len() {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
+        match crate::pread::read_at(file, &mut buf[got..], offset + got as u64) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -347,8 +344,7 @@ impl RunWriter {
             .out
             .into_inner()
             .map_err(|e| Error::Io(e.into_error()))?;
-        file.write_all_at(&self.header.encode(), 0)
-            .map_err(Error::Io)?;
+        crate::pread::write_all_at(&file, &self.header.encode(), 0).map_err(Error::Io)?;
         file.sync_all().map_err(Error::Io)?;
         Ok(Some(Run {
             header: self.header,

@@ -1,8 +1,9 @@
 //! `bloomsled redis …` against a real redis-server: the output contract scripts rely on,
 //! several processes adding at once, errors that never print "absent", and a creator
 //! killed mid-creation.
-#![cfg(all(feature = "redis", feature = "cli"))]
+#![cfg(feature = "redis")]
 
+#[path = "../../tests/redis_support/mod.rs"]
 mod redis_support;
 
 use std::io::Write;

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use fs2::FileExt;
 
 use super::{run, wal};
-use crate::error::{DecodeError, Error, Result};
-use crate::filter::Filter;
-use crate::format::fpset::Manifest;
+use crate::format::Manifest;
+use bloomsled::Filter;
+use bloomsled::{DecodeError, Error, Result};
 
 /// The manifest's file name.
 pub(crate) const MANIFEST: &str = "MANIFEST";
@@ -188,8 +188,7 @@ impl Folder {
                 return Ok(true);
             }
             if wal::generation_of(name).is_some()
-                && entry.metadata().map_err(Error::Io)?.len()
-                    > crate::format::fpset::WAL_HEADER_LEN as u64
+                && entry.metadata().map_err(Error::Io)?.len() > crate::format::WAL_HEADER_LEN as u64
             {
                 return Ok(true);
             }

@@ -736,3 +736,42 @@ fn a_filter_rebuilt_at_open_keeps_the_databases_size() {
     assert_eq!(v[0]["recovery"]["keys_scanned"], 100, "{v}");
     assert_eq!(v[0]["capacity"], 20_000, "{v}");
 }
+
+/// `bloomsled stats` and `verify` show a window and each of its live generations.
+#[test]
+fn stats_and_verify_show_windows_and_their_generations() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = bloomsled::Config::new().path(dir.path()).open().unwrap();
+        // On the wall clock, as the CLI opens it: a day-long window in 4 generations.
+        let w = db
+            .open_window(
+                "seen",
+                bloomsled::window::WindowConfig::new(std::time::Duration::from_secs(86_400), 4),
+            )
+            .unwrap();
+        for i in 0..50 {
+            w.insert(format!("https://example.com/r0/page/{i}"), &b""[..])
+                .unwrap();
+        }
+        drop(w);
+        db.close().unwrap();
+    }
+    let path = dir.path().to_str().unwrap();
+    let out = bin().args(["stats", path]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("window \"seen\": span 86400000 ms in 4 generations"),
+        "{text}"
+    );
+    assert!(text.contains("__bloomsled_window:4:seen:"), "{text}");
+    let out = bin().args(["verify", path]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("__bloomsled_window:4:seen:")
+            && text.contains("50 keys checked, 0 false negatives"),
+        "{text}"
+    );
+}

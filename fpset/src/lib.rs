@@ -14,7 +14,7 @@
 //!   record each). [`FingerprintSet::sync`] makes every member added so far durable.
 //!   A full memtable is written as a sorted run; runs are merged size-tiered (see
 //!   `tiers.rs`) by a streaming merge with one block per input in memory.
-//! - **files** (layouts in [`crate::format::fpset`]): `MANIFEST` lists the live runs and
+//! - **files** (layouts in [`crate::format`]): `MANIFEST` lists the live runs and
 //!   the log's generation and is replaced atomically (temporary file, fsync, rename,
 //!   folder fsync). A run is listed only once it is complete and synced; the log it
 //!   replaces is dropped only once the manifest lists the run. Files of the set's naming
@@ -29,7 +29,7 @@
 //! - **one handle per folder**: a lock file; a second open gets [`Error::InUse`].
 //!
 //! ```
-//! use bloomsled::fpset::FingerprintSet;
+//! use bloomsled_fpset::FingerprintSet;
 //! # let dir = tempfile::tempdir()?;
 //! # let path = dir.path().join("seen");
 //! let set = FingerprintSet::open(&path, 20, 1_000_000, 0.01)?;
@@ -45,15 +45,26 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+#![warn(unreachable_pub)]
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::error::{Error, Result};
-use crate::filter::Filter;
-use crate::format::fpset::{Manifest, RunEntry, MAX_WIDTH};
+use crate::format::{Manifest, RunEntry, MAX_WIDTH};
+use bloomsled::{Error, Filter, Result};
 
 mod dir;
+/// The files' byte layouts (public only to the fuzz targets, feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod format;
+#[cfg(not(feature = "fuzzing"))]
+#[allow(unreachable_pub)]
+mod format;
 mod memtable;
+mod pread;
 mod run;
 mod tiers;
 mod wal;
@@ -81,7 +92,7 @@ pub const DEFAULT_BLOCK_ITEMS: u32 = 128;
 ///
 /// ```
 /// # let dir = tempfile::tempdir()?;
-/// let set = bloomsled::fpset::FingerprintSetConfig::new(dir.path().join("seen"))
+/// let set = bloomsled_fpset::FingerprintSetConfig::new(dir.path().join("seen"))
 ///     .width(16)
 ///     .expected_items(10_000)
 ///     .false_positive_rate(0.001)
@@ -110,7 +121,7 @@ impl FingerprintSetConfig {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSetConfig::new(dir.path()).open()?;
+    /// let set = bloomsled_fpset::FingerprintSetConfig::new(dir.path()).open()?;
     /// assert_eq!(set.width(), 20);
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
@@ -130,7 +141,7 @@ impl FingerprintSetConfig {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let cfg = bloomsled::fpset::FingerprintSetConfig::new(dir.path()).width(32);
+    /// let cfg = bloomsled_fpset::FingerprintSetConfig::new(dir.path()).width(32);
     /// assert_eq!(cfg.open()?.width(), 32);
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
@@ -144,7 +155,7 @@ impl FingerprintSetConfig {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let cfg = bloomsled::fpset::FingerprintSetConfig::new(dir.path()).expected_items(5);
+    /// let cfg = bloomsled_fpset::FingerprintSetConfig::new(dir.path()).expected_items(5);
     /// assert_eq!(cfg.open()?.stats().expected_items, 5);
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
@@ -158,7 +169,7 @@ impl FingerprintSetConfig {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let cfg = bloomsled::fpset::FingerprintSetConfig::new(dir.path()).false_positive_rate(0.5);
+    /// let cfg = bloomsled_fpset::FingerprintSetConfig::new(dir.path()).false_positive_rate(0.5);
     /// assert_eq!(cfg.open()?.stats().false_positive_rate, 0.5);
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
@@ -171,7 +182,7 @@ impl FingerprintSetConfig {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSetConfig::new(dir.path())
+    /// let set = bloomsled_fpset::FingerprintSetConfig::new(dir.path())
     ///     .width(4)
     ///     .memtable_items(2)
     ///     .open()?;
@@ -189,7 +200,7 @@ impl FingerprintSetConfig {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSetConfig::new(dir.path())
+    /// let set = bloomsled_fpset::FingerprintSetConfig::new(dir.path())
     ///     .width(4)
     ///     .memtable_items(1)
     ///     .merge_factor(2)
@@ -209,7 +220,7 @@ impl FingerprintSetConfig {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSetConfig::new(dir.path()).block_items(32).open()?;
+    /// let set = bloomsled_fpset::FingerprintSetConfig::new(dir.path()).block_items(32).open()?;
     /// assert!(set.is_empty());
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
@@ -220,16 +231,16 @@ impl FingerprintSetConfig {
 
     fn check(&self) -> Result<()> {
         if !(1..=MAX_WIDTH).contains(&self.width) {
-            return Err(Error::config(format!(
+            return Err(invalid_config(format!(
                 "fingerprint width {} (1 to {MAX_WIDTH} bytes)",
                 self.width
             )));
         }
         if self.expected_items == Some(0) {
-            return Err(Error::config("expected_items must be at least 1"));
+            return Err(invalid_config("expected_items must be at least 1"));
         }
         if let Some(p) = self.fpr.filter(|p| !(*p > 0.0 && *p < 1.0)) {
-            return Err(Error::config(format!(
+            return Err(invalid_config(format!(
                 "false_positive_rate {p} is outside (0, 1)"
             )));
         }
@@ -237,7 +248,7 @@ impl FingerprintSetConfig {
             || self.merge_factor < 2
             || self.block_items == 0
         {
-            return Err(Error::config(format!(
+            return Err(invalid_config(format!(
                 "memtable_items {} (1 to 2^30), merge_factor {} (>= 2), block_items {} (>= 1)",
                 self.memtable_items, self.merge_factor, self.block_items
             )));
@@ -249,7 +260,7 @@ impl FingerprintSetConfig {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let cfg = bloomsled::fpset::FingerprintSetConfig::new(dir.path()).width(8);
+    /// let cfg = bloomsled_fpset::FingerprintSetConfig::new(dir.path()).width(8);
     /// let set = cfg.clone().open()?;
     /// assert!(matches!(cfg.open(), Err(bloomsled::Error::InUse { .. })));
     /// # Ok::<(), bloomsled::Error>(())
@@ -356,9 +367,9 @@ impl FingerprintSet {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSet::open(dir.path(), 20, 10_000, 0.01)?;
+    /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 20, 10_000, 0.01)?;
     /// assert!(set.is_empty());
-    /// assert!(bloomsled::fpset::FingerprintSet::open(dir.path().join("x"), 20, 0, 0.01).is_err());
+    /// assert!(bloomsled_fpset::FingerprintSet::open(dir.path().join("x"), 20, 0, 0.01).is_err());
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn open(
@@ -382,7 +393,7 @@ impl FingerprintSet {
             None => create(&folder, &config)?,
         };
         if manifest.width != width {
-            return Err(Error::config(format!(
+            return Err(invalid_config(format!(
                 "{} holds {}-byte fingerprints, not {width}-byte ones",
                 folder.path.display(),
                 manifest.width
@@ -465,7 +476,7 @@ impl FingerprintSet {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSet::open(dir.path(), 8, 100, 0.01)?;
+    /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 8, 100, 0.01)?;
     /// assert_eq!(set.width(), 8);
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
@@ -477,7 +488,7 @@ impl FingerprintSet {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSet::open(dir.path(), 8, 100, 0.01)?;
+    /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 8, 100, 0.01)?;
     /// assert_eq!(set.path(), dir.path());
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
@@ -515,7 +526,7 @@ impl FingerprintSet {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSet::open(dir.path(), 4, 100, 0.01)?;
+    /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 4, 100, 0.01)?;
     /// assert!(set.insert(b"abcd")?);
     /// assert!(!set.insert(b"abcd")?);
     /// assert!(matches!(set.insert(b"abc"), Err(bloomsled::Error::KeyWidth { expected: 4, got: 3 })));
@@ -532,7 +543,7 @@ impl FingerprintSet {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSet::open(dir.path(), 2, 100, 0.01)?;
+    /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 2, 100, 0.01)?;
     /// assert_eq!(set.insert_many(&[b"ab", b"cd", b"ab"])?, [true, true, false]);
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
@@ -566,7 +577,7 @@ impl FingerprintSet {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSet::open(dir.path(), 4, 100, 0.01)?;
+    /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 4, 100, 0.01)?;
     /// set.insert(b"abcd")?;
     /// assert!(set.contains(b"abcd")?);
     /// assert!(!set.contains(b"abce")?);
@@ -585,7 +596,7 @@ impl FingerprintSet {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSet::open(dir.path(), 2, 100, 0.01)?;
+    /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 2, 100, 0.01)?;
     /// set.insert(b"ab")?;
     /// assert_eq!(set.contains_many(&[b"ab", b"cd"])?, [true, false]);
     /// # Ok::<(), bloomsled::Error>(())
@@ -611,7 +622,7 @@ impl FingerprintSet {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSet::open(dir.path(), 4, 100, 0.01)?;
+    /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 4, 100, 0.01)?;
     /// set.insert(b"abcd")?;
     /// set.sync()?;
     /// # Ok::<(), bloomsled::Error>(())
@@ -628,7 +639,7 @@ impl FingerprintSet {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
+    /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
     /// set.insert_many(&[b"a", b"b", b"a"])?;
     /// assert_eq!(set.len(), 2);
     /// # Ok::<(), bloomsled::Error>(())
@@ -644,7 +655,7 @@ impl FingerprintSet {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
+    /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
     /// assert!(set.is_empty());
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
@@ -656,7 +667,7 @@ impl FingerprintSet {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
+    /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
     /// set.insert(b"a")?;
     /// let s = set.stats();
     /// assert_eq!((s.members, s.memtable_items, s.runs), (1, 1, 0));
@@ -695,7 +706,7 @@ impl FingerprintSet {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
+    /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
     /// set.insert_many(&[b"b", b"a"])?;
     /// let mut all = set.iter()?.collect::<Result<Vec<_>, _>>()?;
     /// all.sort();
@@ -720,10 +731,10 @@ impl FingerprintSet {
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
-    /// let set = bloomsled::fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
+    /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
     /// set.insert(b"a")?;
     /// set.close()?;
-    /// let set = bloomsled::fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
+    /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
     /// assert!(!set.stats().filter_rebuilt);
     /// assert!(set.contains(b"a")?);
     /// # Ok::<(), bloomsled::Error>(())
@@ -947,24 +958,34 @@ fn remove_quietly(path: &Path) {
 }
 
 /// A test seam: a function called at the named steps of a flush and a merge (see
-/// [`set_step_hook`]).
+/// `set_step_hook`, feature `failpoints`).
+#[cfg(feature = "failpoints")]
 static STEP_HOOK: std::sync::OnceLock<fn(&'static str)> = std::sync::OnceLock::new();
 
-/// Test seam (process-wide, set once): `hook` is called with the name of each step of a
-/// flush or merge as it is reached: `"flush:run-written"` (the run is synced, the manifest
-/// does not list it yet), `"flush:listed"` (the manifest lists it, the old log is still
-/// there), `"merge:run-written"`, `"merge:listed"` (inputs still there). Crash tests block
-/// a child there and kill it.
-#[doc(hidden)]
+/// Test seam (feature `failpoints`; process-wide, set once): `hook` is called with the name
+/// of each step of a flush or merge as it is reached: `"flush:run-written"` (the run is
+/// synced, the manifest does not list it yet), `"flush:listed"` (the manifest lists it, the
+/// old log is still there), `"merge:run-written"`, `"merge:listed"` (inputs still there).
+/// Crash tests block a child there and kill it.
+///
+/// ```
+/// bloomsled_fpset::set_step_hook(|step| eprintln!("reached {step}"));
+/// ```
+#[cfg(feature = "failpoints")]
 pub fn set_step_hook(hook: fn(&'static str)) {
     let _ = STEP_HOOK.set(hook);
 }
 
+#[cfg(feature = "failpoints")]
 fn step(name: &'static str) {
     if let Some(hook) = STEP_HOOK.get() {
         hook(name);
     }
 }
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+fn step(_name: &'static str) {}
 
 fn random_id() -> Result<u64> {
     let mut b = [0u8; 8];
@@ -1015,4 +1036,9 @@ impl Iterator for Members {
         }
         None
     }
+}
+
+/// The error of a setting out of its range.
+fn invalid_config(what: impl Into<String>) -> Error {
+    Error::InvalidConfig { what: what.into() }
 }

@@ -2,6 +2,7 @@
 //! reopens; `kill -9` of a real child while it adds (at random instants, and blocked inside
 //! a flush and a merge); files damaged for real; a second open; bad input.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::HashSet;
@@ -10,8 +11,8 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use bloomsled::fpset::{FingerprintSet, FingerprintSetConfig};
 use bloomsled::{DecodeError, Error};
+use bloomsled_fpset::{FingerprintSet, FingerprintSetConfig};
 use common::child;
 use proptest::prelude::*;
 
@@ -213,7 +214,7 @@ fn fpset_child() {
     let Some(_) = child::role(ROLE_ENV) else {
         return;
     };
-    bloomsled::fpset::set_step_hook(block_at_step);
+    bloomsled_fpset::set_step_hook(block_at_step);
     let dir = std::path::PathBuf::from(std::env::var(DIR_ENV).unwrap());
     let set = child_set(&dir);
     let start = set.len();
