@@ -110,7 +110,7 @@ pub struct Stats {
     /// not the key existed).
     pub stale_entries: u64,
     /// Plain or counting.
-    pub mode: crate::FilterMode,
+    pub mode: crate::filter::FilterMode,
     /// Counters stuck at their maximum (counting mode; they can never be cleared again).
     pub stuck_counters: u64,
     /// Rebuilds of the filter from the keys since the tree was opened (on demand or
@@ -125,7 +125,7 @@ pub struct Stats {
     /// pass-all stand-in that answers "maybe" for every key.
     pub filter_in_use: bool,
     /// How far the running rebuild (after open, on demand or automatic) has come.
-    pub rebuild_progress: Option<crate::RebuildProgress>,
+    pub rebuild_progress: Option<crate::persist::RebuildProgress>,
     /// Memory of the current filter in bytes (counting mode: bits and counters).
     pub memory_bytes: usize,
     /// Memory of every filter the tree holds, in bytes: the current one, the one being

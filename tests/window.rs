@@ -415,7 +415,7 @@ impl Leftovers {
         let ring = meta
             .get([&b"w/"[..], window].concat())
             .unwrap()
-            .map(|v| bloomsled::format::WindowRecord::decode(&v).unwrap())
+            .map(|v| bloomsled::window::record::WindowRecord::decode(&v).unwrap())
             .map(|r| (r.live, r.dropping));
         let mut stray_files = vec![];
         if let Ok(rd) = std::fs::read_dir(dir.join(bloomsled::persist::DIR_NAME)) {

@@ -4,7 +4,6 @@
 //! - [`snapshot`](self#snapshots): a filter snapshot, a [`Header`] and CRC-checked pages.
 //! - [`record`](self#records): the small records bloomsled keeps inside sled (the database id
 //!   and one trust record per tree) that decide whether a snapshot may be used.
-//! - [`WindowRecord`]: the ring of a window (its generations), in the meta tree.
 //! - a standalone [`crate::Filter`]'s bytes ([`crate::Filter::to_bytes`]): a snapshot of one
 //!   page, with no ids; the same bytes back its serde implementations.
 //!
@@ -24,7 +23,6 @@
 mod filter_bytes;
 mod record;
 mod snapshot;
-mod window;
 
 pub use crate::error::DecodeError;
 use crate::filter::FilterMode;
@@ -36,7 +34,6 @@ pub use snapshot::{
     decode, encode, encode_to, expected_len, parse_header, parse_page, Header, PageHeader,
     SnapshotMeta, HEADER_LEN, PAGE_HEADER_LEN,
 };
-pub use window::{WindowRecord, WINDOW_RECORD_MAGIC};
 
 /// First bytes of a snapshot file.
 pub const MAGIC: [u8; 8] = *b"BLMSLED\0";

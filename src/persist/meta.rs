@@ -12,7 +12,7 @@ use zerocopy::IntoBytes;
 
 use super::Recovery;
 use crate::error::{DbRecordFault, DecodeError, Error, Result};
-use crate::format::{DbRecord, TreeRecord, WindowRecord, FLAG_EMPTY};
+use crate::format::{DbRecord, TreeRecord, FLAG_EMPTY};
 
 /// The name of bloomsled's own sled tree. It is the only tree bloomsled hides from
 /// `tree_names` and `export`, and the only name users cannot open or drop.
@@ -157,43 +157,41 @@ impl Meta {
         Ok(())
     }
 
-    /// The record of window `name`: `None` if it has none, `Some(Err)` if it does not decode.
-    pub(crate) fn read_window(
+    /// The record a layer above the store keeps under `prefix` for `name` (a window's
+    /// ring: `crate::window` owns its prefix and its bytes), if any.
+    pub(crate) fn read_layer_record(
         &self,
+        prefix: &[u8],
         name: &[u8],
-    ) -> Result<Option<std::result::Result<WindowRecord, DecodeError>>> {
-        Ok(self
-            .tree
-            .get(window_key(name))?
-            .map(|b| WindowRecord::decode(&b)))
+    ) -> Result<Option<sled::IVec>> {
+        Ok(self.tree.get(layer_key(prefix, name))?)
     }
 
-    /// Stores the record of window `name`; durable on return if `durable`.
-    pub(crate) fn write_window(
+    /// Stores a layer's record under `prefix` for `name`; durable on return if `durable`.
+    pub(crate) fn write_layer_record(
         &self,
+        prefix: &[u8],
         name: &[u8],
-        record: &WindowRecord,
+        bytes: Vec<u8>,
         durable: bool,
     ) -> Result<()> {
-        self.tree.insert(window_key(name), record.encode())?;
+        self.tree.insert(layer_key(prefix, name), bytes)?;
         if durable {
             self.tree.flush()?;
         }
         Ok(())
     }
 
-    /// The names of every window with a record.
-    pub(crate) fn window_names(&self) -> Result<Vec<Vec<u8>>> {
+    /// The names with a layer's record under `prefix`.
+    pub(crate) fn layer_record_names(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.tree
-            .scan_prefix(WINDOW_PREFIX)
+            .scan_prefix(prefix)
             .keys()
-            .map(|k| Ok(k?[WINDOW_PREFIX.len()..].to_vec()))
+            .map(|k| Ok(k?[prefix.len()..].to_vec()))
             .collect()
     }
 }
 
-const WINDOW_PREFIX: &[u8] = b"w/";
-
-fn window_key(name: &[u8]) -> Vec<u8> {
-    [WINDOW_PREFIX, name].concat()
+fn layer_key(prefix: &[u8], name: &[u8]) -> Vec<u8> {
+    [prefix, name].concat()
 }

@@ -246,7 +246,7 @@ pub(crate) fn forget_closed(
     meta: &meta::Meta,
     db_dir: &std::path::Path,
     name: &[u8],
-) -> crate::Result<()> {
+) -> crate::error::Result<()> {
     if let Some(Ok(record)) = meta.read(name)? {
         files::SnapshotFile::new(db_dir, &record.tree_id).remove(true)?;
     }

@@ -57,7 +57,7 @@ use crate::error::Error;
 
 /// The one answer of a batch call made for one key. A batch always answers every key, so
 /// anything else is a bug, reported as one: never read as "absent".
-fn one(answers: Vec<bool>) -> crate::Result<bool> {
+fn one(answers: Vec<bool>) -> crate::error::Result<bool> {
     match answers[..] {
         [answer] => Ok(answer),
         _ => Err(Error::ReportableBug(format!(

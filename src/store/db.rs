@@ -27,10 +27,12 @@ use crate::persist::{
 /// Name sled gives the default tree.
 const DEFAULT_TREE: &[u8] = b"__sled__default";
 
-/// First bytes of the name of every generation tree of a window (see `crate::window`):
-/// such trees are reserved, hidden from [`Db::tree_names`], and only a window opens or
-/// drops them.
-pub(crate) const GENERATION_PREFIX: &[u8] = b"__bloomsled_window:";
+/// First bytes of the names of the trees the layers above the store make for themselves
+/// (today a window's generations, `__bloomsled_window:…`). Such trees are hidden from
+/// [`Db::tree_names`]; users cannot open or drop them, only the layer that made them
+/// (through `open_tree_inner` / `drop_tree_inner`). Other names starting `__bloomsled_`
+/// stay users' (the meta tree aside).
+pub(crate) const RESERVED_TREE_PREFIX: &[u8] = b"__bloomsled_window:";
 
 /// Opens (or creates) a database at `path` with the default settings.
 ///
@@ -330,7 +332,7 @@ impl Db {
         self.inner
             .tree_names()
             .into_iter()
-            .filter(|n| n != META_TREE && !n.starts_with(GENERATION_PREFIX))
+            .filter(|n| n != META_TREE && !n.starts_with(RESERVED_TREE_PREFIX))
             .collect()
     }
 
@@ -511,8 +513,9 @@ impl Db {
             }
             let tree = if name == DEFAULT_TREE {
                 self.default.clone()
-            } else if name.starts_with(GENERATION_PREFIX) {
-                // A window's generation: the window adopts it when it is next opened.
+            } else if name.starts_with(RESERVED_TREE_PREFIX) {
+                // A layer's tree (a window's generation): the layer adopts it when it is
+                // next opened.
                 self.open_tree_inner(&name, None)?
             } else {
                 self.open_tree(&name)?
@@ -555,7 +558,7 @@ fn check_user_name(name: &[u8]) -> Result<()> {
             why: "it is bloomsled's meta tree; users cannot open or drop it".into(),
         });
     }
-    if name.starts_with(GENERATION_PREFIX) {
+    if name.starts_with(RESERVED_TREE_PREFIX) {
         return Err(Error::ReservedName {
             name: String::from_utf8_lossy(name).into_owned(),
             why: "it names a generation of a window; open the window with Db::open_window".into(),

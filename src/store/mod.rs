@@ -21,7 +21,7 @@ mod write;
 
 pub use batch::Batch;
 pub use config::{Config, TreeConfig};
-pub(crate) use db::GENERATION_PREFIX;
+pub(crate) use db::RESERVED_TREE_PREFIX;
 pub use db::{open, Db};
 pub(crate) use filters::{read_any as read_any_filter, Filters};
 pub use iter::Iter;

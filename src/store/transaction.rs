@@ -145,13 +145,13 @@ impl TransactionalTree {
 
     /// A monotonic id (see `Db::generate_id`). Call this one inside a transaction: sled
     /// deadlocks on `Db::generate_id` there.
-    pub fn generate_id(&self) -> crate::Result<u64> {
+    pub fn generate_id(&self) -> crate::error::Result<u64> {
         Ok(self.inner.generate_id()?)
     }
 }
 
 /// A bloomsled error inside a transaction, as the storage error sled's types can carry.
-fn storage(e: crate::Error) -> UnabortableTransactionError {
+fn storage(e: crate::error::Error) -> UnabortableTransactionError {
     e.into()
 }
 
@@ -176,7 +176,7 @@ struct Run<'t> {
 }
 
 impl<'t> Run<'t> {
-    fn new(trees: &[&'t Tree]) -> crate::Result<Self> {
+    fn new(trees: &[&'t Tree]) -> crate::error::Result<Self> {
         let id = |t: &Tree| Arc::as_ptr(&t.state) as usize;
         let mut order: Vec<&'t Tree> = trees.to_vec();
         order.sort_by_key(|t| id(t));

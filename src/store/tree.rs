@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use sled::{IVec, MergeOperator};
 
+use super::filters::Filters;
 use super::state::TreeState;
 use super::transaction::{self, TransactionalTree};
 use super::write::Writing;
@@ -43,8 +44,8 @@ thread_local! {
 /// ```
 #[derive(Clone)]
 pub struct Tree {
-    pub(crate) inner: sled::Tree,
-    pub(crate) state: Arc<TreeState>,
+    pub(in crate::store) inner: sled::Tree,
+    pub(in crate::store) state: Arc<TreeState>,
 }
 
 impl fmt::Debug for Tree {
@@ -53,6 +54,26 @@ impl fmt::Debug for Tree {
             .field("name", &String::from_utf8_lossy(&self.inner.name()))
             .field("mode", &self.state.mode)
             .finish()
+    }
+}
+
+/// The store's front door for the layer above (windows): the filters' validated-read
+/// protocol and sled's tree for the reads a filter lets through. Nothing above the store
+/// reads a `Tree`'s fields.
+impl Tree {
+    /// The tree's filters: [`Filters::probe_racy`], [`Filters::pinned`],
+    /// [`Filters::still`] and [`Filters::contains_many`] read them with the same validation
+    /// against a concurrent swap that the tree's own lookups use.
+    #[inline(always)]
+    pub(crate) fn filters(&self) -> &Filters {
+        &self.state.filters
+    }
+
+    /// sled's tree, for a read the filter let through (never for a write: writes go
+    /// through the tree's own methods, which set the filter's bits first).
+    #[inline(always)]
+    pub(crate) fn sled_tree(&self) -> &sled::Tree {
+        &self.inner
     }
 }
 

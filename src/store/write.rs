@@ -42,7 +42,7 @@ impl<'a> Writing<'a> {
     /// means the write must not be made.
     pub(crate) fn check_marked(&self) -> Result<()> {
         match &self.state.persist {
-            Some(p) if !p.is_marked() => Err(crate::Error::ReportableBug(format!(
+            Some(p) if !p.is_marked() => Err(crate::error::Error::ReportableBug(format!(
                 "tree {:?}: a transaction's write found the dirty mark behind the generation",
                 self.state.report.tree
             ))),

@@ -16,8 +16,8 @@ use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::persist::RecoveryReport;
 use crate::stats::LookupCounters;
+use crate::stats::Stats;
 use crate::store::{read_any_filter, Db, Tree, TreeConfig};
-use crate::Stats;
 
 /// Read locks on the ring, one per stripe: a thread locks its own stripe's, so lookups from
 /// many threads never write a shared cache line; a rotation takes every stripe's write lock.
@@ -126,7 +126,7 @@ impl States {
         self.slots()
             .iter()
             .zip(live)
-            .all(|(s, g)| g.tree.state.filters.still(*s))
+            .all(|(s, g)| g.tree.filters().still(*s))
     }
 }
 
@@ -194,7 +194,10 @@ impl Db {
     /// temporary database).
     pub fn window_names(&self) -> Result<Vec<IVec>> {
         Ok(match self.meta() {
-            Some(m) => m.window_names()?.into_iter().map(IVec::from).collect(),
+            Some(m) => super::record::names(m)?
+                .into_iter()
+                .map(IVec::from)
+                .collect(),
             None => vec![],
         })
     }
@@ -206,7 +209,7 @@ impl Db {
         let name = name.as_ref();
         let r = self
             .meta()
-            .map(|m| m.read_window(name))
+            .map(|m| super::record::read(m, name))
             .transpose()?
             .flatten()
             .ok_or_else(|| {
@@ -405,7 +408,7 @@ impl Window {
         loop {
             for (s, g) in states.slots().iter_mut().zip(live) {
                 let maybe;
-                (*s, maybe) = g.tree.state.filters.probe_racy(|f| probe(f, key, seed, h));
+                (*s, maybe) = g.tree.filters().probe_racy(|f| probe(f, key, seed, h));
                 if maybe {
                     if let Some(r) = visit(g)? {
                         return Ok(Some(r));
@@ -500,7 +503,7 @@ impl Window {
             if !std::mem::replace(&mut passed, true) {
                 c.passed_on();
             }
-            if g.tree.inner.contains_key(key)? {
+            if g.tree.sled_tree().contains_key(key)? {
                 return Ok(Some(()));
             }
             c.false_positive();
@@ -540,7 +543,7 @@ impl Window {
             let mut any = false;
             for (s, g) in states.slots().iter_mut().zip(live) {
                 let maybe;
-                (*s, maybe) = g.tree.state.filters.probe_racy(|f| probe(f, key, seed, h));
+                (*s, maybe) = g.tree.filters().probe_racy(|f| probe(f, key, seed, h));
                 any |= maybe;
             }
             if any || states.unchanged(live) {
@@ -552,7 +555,7 @@ impl Window {
     /// The filters of `live`, for [`read_any_filter`].
     #[inline(always)]
     fn filters(live: &[Gen]) -> impl Iterator<Item = &crate::store::Filters> + Clone {
-        live.iter().map(|g| &g.tree.state.filters)
+        live.iter().map(|g| g.tree.filters())
     }
 
     /// The live generations of `ring` when the newest is `newest`, newest first.
@@ -584,7 +587,7 @@ impl Window {
         let hashes: Vec<u64> = keys.iter().map(|k| ring.hasher.hash(k.as_ref())).collect();
         loop {
             let pinned: Vec<(u64, Option<&Filter>)> =
-                gens.iter().map(|g| g.tree.state.filters.pinned()).collect();
+                gens.iter().map(|g| g.tree.filters().pinned()).collect();
             let filters: Option<Vec<&Filter>> = pinned
                 .iter()
                 .map(|(_, f)| f.filter(|f| f.seed() == seed))
@@ -593,7 +596,7 @@ impl Window {
                 // Mixed seeds (a generation reopened with another seed): one pass each.
                 out.fill(false);
                 for g in &gens {
-                    let maybe = g.tree.state.filters.contains_many(keys);
+                    let maybe = g.tree.filters().contains_many(keys);
                     out.iter_mut().zip(maybe).for_each(|(o, m)| *o |= m);
                 }
                 return out;
@@ -602,7 +605,7 @@ impl Window {
             let unchanged = gens
                 .iter()
                 .zip(&pinned)
-                .all(|(g, (s, _))| g.tree.state.filters.still(*s));
+                .all(|(g, (s, _))| g.tree.filters().still(*s));
             if unchanged || out.iter().all(|&m| m) {
                 return out;
             }
@@ -697,7 +700,7 @@ impl Window {
             if !std::mem::replace(&mut passed, true) {
                 c.passed_on();
             }
-            let v = g.tree.inner.get(key)?;
+            let v = g.tree.sled_tree().get(key)?;
             if v.is_none() {
                 c.false_positive();
             }
@@ -787,7 +790,7 @@ impl Window {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::Config;
+    use crate::store::Config;
 
     const W: u64 = 1_000;
     const T0: u64 = 1_700_000_000_000;
@@ -825,7 +828,7 @@ mod tests {
         let live = Window::live(&ring, &w.state.epochs, newest);
         let seeds: Vec<u64> = live
             .iter()
-            .map(|g| g.tree.state.filters.pinned().1.unwrap().seed())
+            .map(|g| g.tree.filters().pinned().1.unwrap().seed())
             .collect();
         assert_eq!(seeds, vec![2, 1], "the generations' seeds, newest first");
         let h = ring.hasher.hash(b"any key");

@@ -80,6 +80,14 @@
 mod config;
 mod handle;
 mod names;
+/// The window's record in the meta tree (public only to the fuzz targets and the crate's
+/// own tests, through the `fuzzing` feature).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod record;
+#[cfg(not(feature = "fuzzing"))]
+#[allow(unreachable_pub)]
+mod record;
 mod ring;
 
 /// The clocks, from [`crate::clock`] (one set for local and shared windows).

@@ -3,7 +3,11 @@
 //! `__bloomsled_window:<name length>:<name>:<epoch>`, lengths and epochs in decimal. One name
 //! decodes one way, and a window's name can never make another window's generation names.
 
-use crate::store::GENERATION_PREFIX;
+use crate::store::RESERVED_TREE_PREFIX;
+
+/// First bytes of every generation tree's name: the prefix the store reserves for the
+/// layers above it.
+const GENERATION_PREFIX: &[u8] = RESERVED_TREE_PREFIX;
 
 /// The tree name of generation `epoch` of window `window`.
 pub(crate) fn generation_name(window: &[u8], epoch: u64) -> Vec<u8> {

@@ -7,10 +7,10 @@ use std::collections::BTreeSet;
 use sled::IVec;
 
 use super::names::{generation_name, parse_generation_name};
+use super::record::{self, WindowRecord};
 use super::RotationStep;
 use crate::clock::epoch::Epochs;
 use crate::error::{Error, Result};
-use crate::format::WindowRecord;
 use crate::hash::SeededHash;
 use crate::store::{Db, Tree, TreeConfig};
 
@@ -88,7 +88,7 @@ impl Site<'_> {
         let Some(meta) = self.db.meta() else {
             return Ok(None);
         };
-        match meta.read_window(self.name)? {
+        match record::read(meta, self.name)? {
             None => Ok(None),
             Some(Ok(r)) => {
                 if r.width_ms != self.epochs.width_ms()
@@ -140,7 +140,7 @@ impl Site<'_> {
             live: t.live.clone(),
             dropping: if dropping { t.dropping.clone() } else { vec![] },
         };
-        meta.write_window(self.name, &record, durable)
+        record::write(meta, self.name, &record, durable)
     }
 
     /// Opens (creating if needed) generation `e`'s tree.
@@ -165,7 +165,7 @@ impl Site<'_> {
         }
         (self.hook)(RotationStep::Created);
         let seed = match gens.first() {
-            Some(g) => g.tree.state.filters.pinned().1.map_or(0, |f| f.seed()),
+            Some(g) => g.tree.filters().pinned().1.map_or(0, |f| f.seed()),
             None => 0,
         };
         Ok(Ring {

@@ -17,7 +17,9 @@
 //!      .    4 crc          CRC32 of every byte before it
 //! ```
 
-use super::{checksum, DecodeError, RECORD_VERSION};
+use crate::error::{DecodeError, Result};
+use crate::format::{checksum, RECORD_VERSION};
+use crate::persist::Meta;
 
 /// First bytes of a [`WindowRecord`].
 pub const WINDOW_RECORD_MAGIC: [u8; 8] = *b"BLMSWNDW";
@@ -147,6 +149,29 @@ impl WindowRecord {
         }
         Ok(())
     }
+}
+
+/// Where the meta tree keeps windows' records: `w/<window name>`.
+const RECORD_PREFIX: &[u8] = b"w/";
+
+/// The record of window `name`: `None` if it has none, `Some(Err)` if it does not decode.
+pub(crate) fn read(
+    meta: &Meta,
+    name: &[u8],
+) -> Result<Option<std::result::Result<WindowRecord, DecodeError>>> {
+    Ok(meta
+        .read_layer_record(RECORD_PREFIX, name)?
+        .map(|b| WindowRecord::decode(&b)))
+}
+
+/// Stores the record of window `name`; durable on return if `durable`.
+pub(crate) fn write(meta: &Meta, name: &[u8], record: &WindowRecord, durable: bool) -> Result<()> {
+    meta.write_layer_record(RECORD_PREFIX, name, record.encode(), durable)
+}
+
+/// The names of every window with a record.
+pub(crate) fn names(meta: &Meta) -> Result<Vec<Vec<u8>>> {
+    meta.layer_record_names(RECORD_PREFIX)
 }
 
 #[cfg(test)]
