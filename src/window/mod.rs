@@ -79,7 +79,9 @@
 
 mod config;
 mod handle;
+mod lookup;
 mod names;
+mod open;
 /// The window's record in the meta tree (public only to the fuzz targets and the crate's
 /// own tests, through the `fuzzing` feature).
 #[cfg(feature = "fuzzing")]
@@ -89,11 +91,13 @@ pub mod record;
 #[allow(unreachable_pub)]
 mod record;
 mod ring;
+mod stats;
 
 /// The clocks, from [`crate::clock`] (one set for local and shared windows).
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use config::WindowConfig;
-pub use handle::{GenerationStats, Window, WindowStats};
+pub use handle::Window;
+pub use stats::{GenerationStats, WindowStats};
 
 /// The steps of a rotation, a test seam: public with the feature `failpoints`
 /// (`WindowConfig::rotation_hook`), crate-private otherwise.
