@@ -17,6 +17,8 @@ mod torn;
 pub mod transaction;
 mod tree;
 mod tree_filter;
+mod tree_order;
+mod tree_write;
 mod write;
 
 pub use batch::Batch;
