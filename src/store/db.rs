@@ -4,28 +4,22 @@ use std::collections::HashMap;
 use std::fmt;
 use std::ops::Deref;
 use std::path::Path;
-use std::sync::{Arc, Mutex, Weak};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
 
 use sled::IVec;
 
 use super::config::TreeConfig;
-use super::policy::RebuildPolicy;
-use super::ready::RecoveryState;
 use super::rebuild::Rebuild;
 use super::recovery;
-use super::scan::build_filter;
+use super::snapshotter::spawn_snapshotter;
 use super::state::TreeState;
+use super::tree_open::open_filter;
 use super::{Config, Tree};
 use crate::error::{Error, Result};
-use crate::filter::any::AnyFilter;
-use crate::persist::{
-    self, Meta, Opening, RecoveryOutcome, RecoveryReport, SnapshotInfo, Start, META_TREE,
-};
+use crate::persist::{self, Meta, RecoveryReport, SnapshotInfo, META_TREE};
 
 /// Name sled gives the default tree.
-const DEFAULT_TREE: &[u8] = b"__sled__default";
+pub(super) const DEFAULT_TREE: &[u8] = b"__sled__default";
 
 /// First bytes of the names of the trees the layers above the store make for themselves
 /// (today a window's generations, `__bloomsled_window:…`). Such trees are hidden from
@@ -59,17 +53,17 @@ pub fn open<P: AsRef<Path>>(path: P) -> Result<Db> {
 /// ```
 #[derive(Clone)]
 pub struct Db {
-    inner: sled::Db,
-    default: Tree,
-    state: Arc<DbState>,
+    pub(super) inner: sled::Db,
+    pub(super) default: Tree,
+    pub(super) state: Arc<DbState>,
 }
 
-struct DbState {
-    config: Config,
+pub(super) struct DbState {
+    pub(super) config: Config,
     /// bloomsled's records in sled; `None` for a temporary database.
-    meta: Option<Arc<Meta>>,
+    pub(super) meta: Option<Arc<Meta>>,
     /// One filter per open tree, shared by every handle to it.
-    trees: Mutex<HashMap<IVec, Arc<TreeState>>>,
+    pub(super) trees: Mutex<HashMap<IVec, Arc<TreeState>>>,
 }
 
 impl fmt::Debug for Db {
@@ -129,7 +123,10 @@ impl Db {
         });
         if let Some(every) = state.config.snapshot_interval {
             if !state.config.temporary {
-                spawn_snapshotter(Arc::downgrade(&state), every);
+                spawn_snapshotter(Arc::downgrade(&state), every, |s: &DbState| {
+                    let trees = s.trees.lock().unwrap_or_else(|p| p.into_inner());
+                    trees.values().cloned().collect()
+                });
             }
         }
         Ok(Db {
@@ -369,179 +366,7 @@ impl Db {
         self.inner.was_recovered()
     }
 
-    /// A monotonic id, unique across restarts (sled's `generate_id`).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let db = bloomsled::Config::new().temporary(true).open()?;
-    /// let a = db.generate_id()?;
-    /// let b = db.generate_id()?;
-    /// assert!(b > a);
-    /// # Ok::<(), bloomsled::Error>(())
-    /// ```
-    pub fn generate_id(&self) -> Result<u64> {
-        Ok(self.inner.generate_id()?)
-    }
-
-    /// CRC32 of all keys and values of all trees, in sled's definition (O(n)).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let db = bloomsled::Config::new().temporary(true).open()?;
-    /// let other = bloomsled::Config::new().temporary(true).open()?;
-    /// for d in [&db, &other] {
-    ///     d.open_tree("users")?.insert("alice", "1")?;
-    /// }
-    /// assert_eq!(db.checksum()?, other.checksum()?);
-    /// other.insert("k", "v")?;
-    /// assert_ne!(db.checksum()?, other.checksum()?);
-    /// # Ok::<(), bloomsled::Error>(())
-    /// ```
-    pub fn checksum(&self) -> Result<u32> {
-        Ok(self.inner.checksum()?)
-    }
-
-    /// Bytes the database occupies on disk.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let dir = tempfile::tempdir()?;
-    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
-    /// db.insert("k", vec![0u8; 4096])?;
-    /// db.flush()?;
-    /// assert!(db.size_on_disk()? > 4096);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn size_on_disk(&self) -> Result<u64> {
-        Ok(self.inner.size_on_disk()?)
-    }
-
-    /// Space amplification reported by sled.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # let dir = tempfile::tempdir()?;
-    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
-    /// db.insert("k", vec![0u8; 4096])?;
-    /// db.flush()?;
-    /// assert!(db.space_amplification()? > 0.0);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn space_amplification(&self) -> Result<f64> {
-        Ok(self.inner.space_amplification()?)
-    }
-
-    /// Every tree's entries in sled's version-agnostic export format: `(collection type,
-    /// name, iterator of [key, value])`. bloomsled's meta tree is left out (its records
-    /// belong to this database only).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let old = bloomsled::Config::new().temporary(true).open()?;
-    /// old.insert("k", "v")?;
-    /// let new = bloomsled::Config::new().temporary(true).open()?;
-    /// new.import(old.export());
-    /// assert_eq!(old.checksum()?, new.checksum()?);
-    /// assert!(new.may_contain("k"));
-    /// # Ok::<(), bloomsled::Error>(())
-    /// ```
-    #[allow(clippy::type_complexity)]
-    pub fn export(&self) -> Vec<(Vec<u8>, Vec<u8>, impl Iterator<Item = Vec<Vec<u8>>>)> {
-        self.inner
-            .export()
-            .into_iter()
-            .filter(|(_, name, _)| name != META_TREE)
-            .collect()
-    }
-
-    /// Imports an [`Db::export`] (from this or another sled/bloomsled version), every key
-    /// through the filter.
-    ///
-    /// # Panics
-    /// Like sled's `import`: on a storage error, an unknown collection type, a malformed
-    /// entry, or a key that already exists. [`Db::try_import`] returns those as errors.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let old = bloomsled::Config::new().temporary(true).open()?;
-    /// old.open_tree("users")?.insert("alice", "1")?;
-    /// let new = bloomsled::Config::new().temporary(true).open()?;
-    /// new.import(old.export());
-    /// let users = new.open_tree("users")?;
-    /// assert!(users.may_contain("alice") && users.contains_key("alice")?);
-    /// # Ok::<(), bloomsled::Error>(())
-    /// ```
-    pub fn import(&self, export: Vec<(Vec<u8>, Vec<u8>, impl Iterator<Item = Vec<Vec<u8>>>)>) {
-        if let Err(e) = self.try_import(export) {
-            panic!("import failed: {e}");
-        }
-    }
-
-    /// [`Db::import`] that reports failures instead of panicking. Entries imported before a
-    /// failure stay imported.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let old = bloomsled::Config::new().temporary(true).open()?;
-    /// old.insert("k", "v")?;
-    /// let new = bloomsled::Config::new().temporary(true).open()?;
-    /// new.insert("k", "mine")?;
-    /// // "k" exists in both: an error, and the existing value is kept.
-    /// assert!(new.try_import(old.export()).is_err());
-    /// assert_eq!(new.get("k")?.as_deref(), Some(&b"mine"[..]));
-    /// # Ok::<(), bloomsled::Error>(())
-    /// ```
-    pub fn try_import(
-        &self,
-        export: Vec<(Vec<u8>, Vec<u8>, impl Iterator<Item = Vec<Vec<u8>>>)>,
-    ) -> Result<()> {
-        for (kind, name, entries) in export {
-            if kind != b"tree" {
-                return Err(Error::Import {
-                    what: format!(
-                        "cannot import collection type {:?}",
-                        String::from_utf8_lossy(&kind)
-                    ),
-                });
-            }
-            let tree = if name == DEFAULT_TREE {
-                self.default.clone()
-            } else if name.starts_with(RESERVED_TREE_PREFIX) {
-                // A layer's tree (a window's generation): the layer adopts it when it is
-                // next opened.
-                self.open_tree_inner(&name, None)?
-            } else {
-                self.open_tree(&name)?
-            };
-            for mut kv in entries {
-                let (Some(v), Some(k), true) = (kv.pop(), kv.pop(), kv.is_empty()) else {
-                    return Err(Error::Import {
-                        what: "an entry is not a [key, value] pair".into(),
-                    });
-                };
-                // Insert-if-absent: an existing key is reported, never overwritten.
-                if tree.compare_and_swap(&k, None::<&[u8]>, Some(v))?.is_err() {
-                    return Err(Error::Import {
-                        what: format!(
-                            "it would overwrite key {:?} of tree {:?}",
-                            String::from_utf8_lossy(&k),
-                            String::from_utf8_lossy(&name)
-                        ),
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn lock_trees(&self) -> std::sync::MutexGuard<'_, HashMap<IVec, Arc<TreeState>>> {
+    pub(super) fn lock_trees(&self) -> std::sync::MutexGuard<'_, HashMap<IVec, Arc<TreeState>>> {
         // The map is only ever replaced whole-entry, so a panic elsewhere cannot leave it
         // half-updated: recover from poisoning instead of propagating it.
         self.state
@@ -585,153 +410,5 @@ impl Drop for DbState {
         for t in trees.values() {
             t.holds.wait_released();
         }
-    }
-}
-
-/// The rebuild policy of a configuration, for a tree of sizing `base`.
-fn policy(config: &Config, base: crate::filter::FilterConfig) -> RebuildPolicy {
-    RebuildPolicy {
-        auto: config.auto_rebuild,
-        bound: config.rebuild_fpr,
-        base,
-    }
-}
-
-/// Gives a tree its filter at open: its snapshot if it can be trusted, else a rebuild from
-/// the keys (then a fresh snapshot), or an error in strict mode (see [`crate::persist`]).
-fn open_filter(
-    tree: &sled::Tree,
-    config: &Config,
-    meta: Option<&Arc<Meta>>,
-    name: &[u8],
-    tree_config: Option<&TreeConfig>,
-) -> Result<Arc<TreeState>> {
-    let every = config.snapshot_every_writes;
-    let mode = tree_config.and_then(|c| c.mode).or(config.mode);
-    let sizing = tree_config.map_or(&config.filter, |c| &c.filter);
-    let Some(meta) = meta else {
-        // A temporary database: built from a scan, never persisted.
-        let start = Instant::now();
-        let policy = policy(config, sizing.clone());
-        let (filter, scanned) = build_filter(tree, mode.unwrap_or_default(), &policy)?;
-        let report = RecoveryReport {
-            tree: String::from_utf8_lossy(name).into_owned(),
-            outcome: RecoveryOutcome::InMemory,
-            keys_scanned: scanned,
-            bytes_verified: 0,
-            generation: 0,
-            duration: start.elapsed(),
-            rebuilding: None,
-        };
-        return Ok(TreeState::new(
-            filter,
-            tree.clone(),
-            None,
-            report,
-            every,
-            policy,
-            RecoveryState::ready(),
-        ));
-    };
-    let at = Opening {
-        name,
-        tree,
-        mode,
-        sizing,
-        override_sizing: tree_config.is_some(),
-        recovery: config.recovery,
-        db_dir: &config.path,
-        page_size: config.page_size,
-    };
-    let recovered = persist::recover(meta, &at)?;
-    let policy = policy(config, recovered.sizing);
-    let (filter, recovery) = match recovered.start {
-        Start::Ready(filter) => (*filter, RecoveryState::ready()),
-        Start::Rebuild { expected_keys } => {
-            // Until the rebuild is done, every lookup goes to sled.
-            let shape = policy.base.shape()?;
-            let stand_in = AnyFilter::pass_all(recovered.mode, shape.num_hashes, shape.seed)?;
-            (stand_in, RecoveryState::pending(expected_keys))
-        }
-    };
-    let rebuild = !recovery.is_ready();
-    let state = TreeState::new(
-        filter,
-        tree.clone(),
-        Some(recovered.persistence),
-        recovered.report,
-        every,
-        policy,
-        recovery,
-    );
-    if rebuild {
-        if let RecoveryOutcome::Rebuilt { reason } = &state.report.outcome {
-            log::info!(
-                "bloomsled: tree {:?}: snapshot not trusted ({reason}); {}, every lookup \
-                 goes to sled until then (about {} keys to scan)",
-                state.report.tree,
-                if config.background_recovery {
-                    "serving now and rebuilding the filter in the background"
-                } else {
-                    "rebuilding the filter before open returns"
-                },
-                state
-                    .recovery
-                    .expected_keys
-                    .map_or("an unknown number of".into(), |n| n.to_string()),
-            );
-        }
-        recovery::start(&state, config.background_recovery);
-    } else {
-        // A filter loaded past its capacity (a bulk load closed before its resize finished)
-        // starts the resize now rather than serving a high false-positive rate for good.
-        Rebuild(&state).check();
-    }
-    Ok(state)
-}
-
-/// Background snapshots every `every`, until the database is dropped.
-fn spawn_snapshotter(db: Weak<DbState>, every: Duration) {
-    let spawned = thread::Builder::new()
-        .name("bloomsled-snapshot".into())
-        .spawn(move || {
-            let tick = every.min(Duration::from_millis(100));
-            let mut waited = Duration::ZERO;
-            loop {
-                thread::sleep(tick);
-                waited += tick;
-                if db.strong_count() == 0 {
-                    return;
-                }
-                if waited < every {
-                    continue;
-                }
-                waited = Duration::ZERO;
-                let Some(db) = db.upgrade() else { return };
-                let trees: Vec<Arc<TreeState>> = db
-                    .trees
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .values()
-                    .cloned()
-                    .collect();
-                // Held until the trees are let go, so that a drop of the database waits
-                // for this pass (claimed: a drop that runs here, below, does not).
-                let holds: Vec<_> = trees.iter().map(|t| t.holds.take().claim()).collect();
-                drop(db);
-                for t in &trees {
-                    if let Err(e) = t.snapshot_if_dirty() {
-                        log::warn!(
-                            "bloomsled: periodic snapshot of {:?} failed: {e}",
-                            t.report.tree
-                        );
-                    }
-                }
-                drop(trees);
-                drop(holds);
-            }
-        });
-    if let Err(e) = spawned {
-        log::warn!("bloomsled: cannot start the snapshot thread: {e}");
     }
 }

@@ -1,0 +1,119 @@
+//! A tree's filter at open: its snapshot if it can be trusted, else a rebuild from the
+//! keys, and the rebuild policy a configuration gives it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::config::TreeConfig;
+use super::policy::RebuildPolicy;
+use super::ready::RecoveryState;
+use super::rebuild::Rebuild;
+use super::recovery;
+use super::scan::build_filter;
+use super::state::TreeState;
+use super::Config;
+use crate::error::Result;
+use crate::filter::any::AnyFilter;
+use crate::persist::{self, Meta, Opening, RecoveryOutcome, RecoveryReport, Start};
+
+/// The rebuild policy of a configuration, for a tree of sizing `base`.
+pub(super) fn policy(config: &Config, base: crate::filter::FilterConfig) -> RebuildPolicy {
+    RebuildPolicy {
+        auto: config.auto_rebuild,
+        bound: config.rebuild_fpr,
+        base,
+    }
+}
+
+/// Gives a tree its filter at open: its snapshot if it can be trusted, else a rebuild from
+/// the keys (then a fresh snapshot), or an error in strict mode (see [`crate::persist`]).
+pub(super) fn open_filter(
+    tree: &sled::Tree,
+    config: &Config,
+    meta: Option<&Arc<Meta>>,
+    name: &[u8],
+    tree_config: Option<&TreeConfig>,
+) -> Result<Arc<TreeState>> {
+    let every = config.snapshot_every_writes;
+    let mode = tree_config.and_then(|c| c.mode).or(config.mode);
+    let sizing = tree_config.map_or(&config.filter, |c| &c.filter);
+    let Some(meta) = meta else {
+        // A temporary database: built from a scan, never persisted.
+        let start = Instant::now();
+        let policy = policy(config, sizing.clone());
+        let (filter, scanned) = build_filter(tree, mode.unwrap_or_default(), &policy)?;
+        let report = RecoveryReport {
+            tree: String::from_utf8_lossy(name).into_owned(),
+            outcome: RecoveryOutcome::InMemory,
+            keys_scanned: scanned,
+            bytes_verified: 0,
+            generation: 0,
+            duration: start.elapsed(),
+            rebuilding: None,
+        };
+        return Ok(TreeState::new(
+            filter,
+            tree.clone(),
+            None,
+            report,
+            every,
+            policy,
+            RecoveryState::ready(),
+        ));
+    };
+    let at = Opening {
+        name,
+        tree,
+        mode,
+        sizing,
+        override_sizing: tree_config.is_some(),
+        recovery: config.recovery,
+        db_dir: &config.path,
+        page_size: config.page_size,
+    };
+    let recovered = persist::recover(meta, &at)?;
+    let policy = policy(config, recovered.sizing);
+    let (filter, recovery) = match recovered.start {
+        Start::Ready(filter) => (*filter, RecoveryState::ready()),
+        Start::Rebuild { expected_keys } => {
+            // Until the rebuild is done, every lookup goes to sled.
+            let shape = policy.base.shape()?;
+            let stand_in = AnyFilter::pass_all(recovered.mode, shape.num_hashes, shape.seed)?;
+            (stand_in, RecoveryState::pending(expected_keys))
+        }
+    };
+    let rebuild = !recovery.is_ready();
+    let state = TreeState::new(
+        filter,
+        tree.clone(),
+        Some(recovered.persistence),
+        recovered.report,
+        every,
+        policy,
+        recovery,
+    );
+    if rebuild {
+        if let RecoveryOutcome::Rebuilt { reason } = &state.report.outcome {
+            log::info!(
+                "bloomsled: tree {:?}: snapshot not trusted ({reason}); {}, every lookup \
+                 goes to sled until then (about {} keys to scan)",
+                state.report.tree,
+                if config.background_recovery {
+                    "serving now and rebuilding the filter in the background"
+                } else {
+                    "rebuilding the filter before open returns"
+                },
+                state
+                    .recovery
+                    .expected_keys
+                    .map_or("an unknown number of".into(), |n| n.to_string()),
+            );
+        }
+        recovery::start(&state, config.background_recovery);
+    } else {
+        // A filter loaded past its capacity (a bulk load closed before its resize finished)
+        // starts the resize now rather than serving a high false-positive rate for good.
+        Rebuild(&state).check();
+    }
+    Ok(state)
+}
