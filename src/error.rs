@@ -269,7 +269,7 @@ impl fmt::Display for FilterShape {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Why snapshot bytes (or a trust record) do not decode: byte-level faults, found by
-/// [`crate::format`] in the documented order (magic, version, lengths, checksums, fields).
+/// `src/format` in the documented order (magic, version, lengths, checksums, fields).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecodeError {

@@ -4,10 +4,10 @@
 //! format and the shared (Redis) filter — so a key means the same bits everywhere.
 //!
 //! A change to anything here changes which bits a key sets: it is an on-disk format change
-//! and must come with a new hash kind in [`crate::format`] (snapshots of the old kind are
+//! and must come with a new hash kind in `src/format` (snapshots of the old kind are
 //! then rejected and rebuilt from the keys, never probed with the wrong pattern).
 //!
-//! The layout (hash kind [`crate::format::HASH_KIND_XXH3_BLOCK`]), for a 64-bit key hash
+//! The layout (hash kind `format::HASH_KIND_XXH3_BLOCK`), for a 64-bit key hash
 //! `h` (xxh3-64 with the filter's seed, [`crate::hash::hash_key`]) and `k` bits per key:
 //!
 //! - **Block**: `(h · num_blocks) >> 64` (multiply-shift on 128 bits; the high bits of `h`).

@@ -12,7 +12,7 @@ use crate::filter::{Filter, FilterMode};
 const MAX_PAGE: u64 = 1 << 30;
 
 impl Filter {
-    /// The stable serialized form: a bloomsled snapshot ([`crate::format`]) of this filter,
+    /// The stable serialized form: a bloomsled snapshot (`src/format`) of this filter,
     /// with its shape, seed, items and CRC32s. Pages of zeros are not stored, so an empty or
     /// sparse filter serializes small.
     ///

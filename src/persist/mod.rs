@@ -7,7 +7,7 @@
 //!   snapshot, the highest generation it was written after (`dirty`), and its sizing and
 //!   mode.
 //! - **In files**, `<db>/bloomsled/<tree id>.snap`: each tree's snapshot
-//!   ([`crate::format`]), whose header repeats the database id, the tree id, the snapshot id
+//!   (`src/format`), whose header repeats the database id, the tree id, the snapshot id
 //!   and the generation, all under CRC32.
 //!
 //! # When a snapshot is trusted (`trust::judge`, the one place that decides)
