@@ -57,7 +57,7 @@ use bloomsled::{Error, Filter, Result};
 
 mod config;
 mod dir;
-/// The files' byte layouts (public only to the fuzz targets, feature `fuzzing`).
+// The files' byte layouts (public only to the fuzz targets, feature `fuzzing`).
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod format;

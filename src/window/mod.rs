@@ -82,8 +82,8 @@ mod handle;
 mod lookup;
 mod names;
 mod open;
-/// The window's record in the meta tree (public only to the fuzz targets and the crate's
-/// own tests, through the `fuzzing` feature).
+// The window's record in the meta tree (public only to the fuzz targets and the crate's
+// own tests, through the `fuzzing` feature).
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod record;
