@@ -92,7 +92,7 @@ fn rebuild(c: &mut Criterion) {
             t.apply_batch(b).unwrap();
         }
         db.flush().unwrap();
-        t.snapshot_path().unwrap().to_path_buf()
+        t.filter_snapshot_path().unwrap().to_path_buf()
     };
     let mut g = c.benchmark_group("persist");
     g.sample_size(10).measurement_time(Duration::from_secs(10));

@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use bloomsled::window::{ManualClock, WindowConfig};
+use bloomsled::clock::ManualClock;
+use bloomsled::window::WindowConfig;
 use bloomsled::TreeConfig;
 
 const DAY: Duration = Duration::from_secs(86_400);

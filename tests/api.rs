@@ -98,7 +98,7 @@ fn reopen_loads_snapshots_and_rebuilds_without_them() {
             db.insert(k, b"d".to_vec()).unwrap();
             t.insert(k, b"n".to_vec()).unwrap();
         }
-        snap = t.snapshot_path().unwrap().to_path_buf();
+        snap = t.filter_snapshot_path().unwrap().to_path_buf();
     }
     {
         let db = Config::new()

@@ -49,7 +49,7 @@ impl Fixture {
             for i in 0..KEYS {
                 t.insert(key(i), &b"1"[..]).unwrap();
             }
-            t.snapshot_path().unwrap().to_path_buf()
+            t.filter_snapshot_path().unwrap().to_path_buf()
         };
         let pristine = tempfile::tempdir().unwrap();
         copy_dir(dir.path(), pristine.path());
@@ -273,7 +273,7 @@ fn future_version_garbage_and_foreign_snapshots_are_refused() {
         let db = config(f.dir.path()).open().unwrap();
         let o = db.open_tree("other").unwrap();
         o.insert("x", "y").unwrap();
-        o.snapshot_path().unwrap().to_path_buf()
+        o.filter_snapshot_path().unwrap().to_path_buf()
     };
     let foreign = fs::read(other_snap).unwrap();
     assert_eq!(

@@ -38,7 +38,7 @@ fn colliding_tree_names_keep_separate_filters() {
             t1.insert(format!("one-{i}"), "").unwrap();
             t2.insert(format!("two-{i}"), "").unwrap();
         }
-        assert_ne!(t1.snapshot_path(), t2.snapshot_path());
+        assert_ne!(t1.filter_snapshot_path(), t2.filter_snapshot_path());
         db.close().unwrap();
     }
     let db = Config::new().path(dir.path()).open().unwrap();

@@ -67,7 +67,7 @@ fn a_snapshot_in_the_retired_layout_is_rejected_and_rebuilt_with_no_false_negati
         for i in 0..KEYS {
             t.insert(key(i), &b"v"[..]).unwrap();
         }
-        t.snapshot_path().unwrap().to_path_buf()
+        t.filter_snapshot_path().unwrap().to_path_buf()
     };
     let (header, words) = format::decode(&fs::read(&snap).unwrap()).unwrap();
     assert_eq!(header.hash_kind.get(), HASH_KIND_XXH3_BLOCK);

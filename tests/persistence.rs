@@ -93,7 +93,7 @@ fn automatic_snapshots_by_write_count_and_by_interval() {
         .open()
         .unwrap();
     assert_eq!(db.recovery_report().generation, 0);
-    let snap = db.snapshot_path().unwrap().to_path_buf();
+    let snap = db.filter_snapshot_path().unwrap().to_path_buf();
     // A new tree has no snapshot file yet.
     assert!(!snap.exists());
     for i in 0..250 {
@@ -109,7 +109,7 @@ fn automatic_snapshots_by_write_count_and_by_interval() {
         .snapshot_interval(Duration::from_millis(50))
         .open()
         .unwrap();
-    let snap = db.snapshot_path().unwrap().to_path_buf();
+    let snap = db.filter_snapshot_path().unwrap().to_path_buf();
     // The new tree's first periodic snapshot is of the empty filter: its record says so,
     // no file is written.
     std::thread::sleep(Duration::from_millis(200));
@@ -136,7 +136,7 @@ fn dropped_trees_lose_their_snapshot_files() {
     let db = Config::new().path(dir.path()).open().unwrap();
     let t = db.open_tree("gone").unwrap();
     t.insert("k", "v").unwrap();
-    let snap = t.snapshot_path().unwrap().to_path_buf();
+    let snap = t.filter_snapshot_path().unwrap().to_path_buf();
     t.snapshot().unwrap();
     assert!(snap.exists());
     t.insert("k2", "v").unwrap(); // dirty: dropping the handle would snapshot it
@@ -154,7 +154,7 @@ fn dropped_trees_lose_their_snapshot_files() {
 fn temporary_databases_keep_no_snapshots() {
     let db = Config::new().temporary(true).open().unwrap();
     assert_eq!(db.recovery_report().outcome, RecoveryOutcome::InMemory);
-    assert!(db.snapshot_path().is_none());
+    assert!(db.filter_snapshot_path().is_none());
     assert!(matches!(
         db.snapshot(),
         Err(bloomsled::Error::Unsupported(_))
@@ -311,7 +311,7 @@ fn a_tree_never_written_reloads_empty_without_a_file() {
         let db = Config::new().path(dir.path()).open().unwrap();
         let t = db.open_tree("idle").unwrap();
         assert_eq!(t.recovery_report().outcome, RecoveryOutcome::Created);
-        let p = t.snapshot_path().unwrap().to_path_buf();
+        let p = t.filter_snapshot_path().unwrap().to_path_buf();
         db.close().unwrap();
         p
     };

@@ -2,7 +2,7 @@
 //! filter is rebuilt in the background, writers racing the rebuild leave no false negative,
 //! and a close (or another kill) during the rebuild loses nothing.
 //!
-//! The rebuild is held mid-scan with the test seam `persist::hold_rebuild_scans_after`
+//! The rebuild is held mid-scan with the test seam `persist::pause_rebuild_scans_after`
 //! (process-wide), so the tests of this file run one at a time (`SERIAL`).
 
 mod common;
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use bloomsled::persist::{hold_rebuild_scans_after, rebuild_scans_held, DIR_NAME};
+use bloomsled::persist::{pause_rebuild_scans_after, rebuild_scans_paused, DIR_NAME};
 use bloomsled::{Batch, Config, Db, Distrust, RecoveryOutcome, Tree};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -51,7 +51,7 @@ fn key(i: u64) -> Vec<u8> {
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     let g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    hold_rebuild_scans_after(None);
+    pause_rebuild_scans_after(None);
     g
 }
 
@@ -102,7 +102,7 @@ fn recovery_child() {
             db
         }
         "held" => {
-            hold_rebuild_scans_after(Some(30_000));
+            pause_rebuild_scans_after(Some(30_000));
             let db = config(&dir, counting).open().unwrap();
             wait_until_held();
             for i in 20_000_000..20_000_100 {
@@ -146,7 +146,7 @@ fn assert_stale_rebuild(r: &bloomsled::RecoveryReport) {
 /// Waits (bounded) until a rebuild scan is held by the seam: a condition, not a timing.
 fn wait_until_held() {
     let start = Instant::now();
-    while rebuild_scans_held() == 0 {
+    while rebuild_scans_paused() == 0 {
         assert!(start.elapsed() < WAIT, "no rebuild scan reached the hold");
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -199,7 +199,7 @@ fn after_kill_9_the_database_answers_at_once_and_gets_its_filter_back() {
         crash_child(dir.path(), counting, "load");
         let keys = child_keys(counting);
 
-        hold_rebuild_scans_after(Some(60_000));
+        pause_rebuild_scans_after(Some(60_000));
         let db = config(dir.path(), counting).open().unwrap();
         let r = db.recovery_report();
         assert_stale_rebuild(&r);
@@ -219,7 +219,7 @@ fn after_kill_9_the_database_answers_at_once_and_gets_its_filter_back() {
         check_answers(&db, &keys, 50_000_000..50_002_000);
 
         // Released: the filter comes back and holds every key.
-        hold_rebuild_scans_after(None);
+        pause_rebuild_scans_after(None);
         assert!(db.wait_for_filter(WAIT).unwrap());
         let s = db.stats();
         assert!(s.filter_in_use, "{s:?}");
@@ -282,14 +282,14 @@ fn close_during_the_rebuild_is_prompt_and_the_next_open_restarts_it() {
     };
     let before = files(dir.path());
 
-    hold_rebuild_scans_after(Some(20_000));
+    pause_rebuild_scans_after(Some(20_000));
     let db = config(dir.path(), false).open().unwrap();
     db.insert("written during the rebuild", "v").unwrap();
     wait_until_held();
     // The held scan sees the close and gives up; drop waits for it.
     drop(db);
     assert_eq!(
-        rebuild_scans_held(),
+        rebuild_scans_paused(),
         0,
         "a rebuild thread outlived the database"
     );
@@ -304,7 +304,7 @@ fn close_during_the_rebuild_is_prompt_and_the_next_open_restarts_it() {
         "a snapshot was written for a tree whose filter was not rebuilt"
     );
 
-    hold_rebuild_scans_after(None);
+    pause_rebuild_scans_after(None);
     let db = config(dir.path(), false).open().unwrap();
     let r = db.recovery_report();
     assert_stale_rebuild(&r);
@@ -330,7 +330,7 @@ fn reopen_without_snapshot(dir: &Path, counting: bool, n: u64, hold: u64) -> Db 
     for e in std::fs::read_dir(dir.join(DIR_NAME)).unwrap() {
         std::fs::remove_file(e.unwrap().path()).unwrap();
     }
-    hold_rebuild_scans_after(Some(hold));
+    pause_rebuild_scans_after(Some(hold));
     config(dir, counting).open().unwrap()
 }
 
@@ -385,7 +385,7 @@ fn writers_racing_the_rebuild_after_open_leave_no_false_negative() {
             }
             // Let the writers start, then let the scan run under them.
             std::thread::sleep(Duration::from_millis(20));
-            hold_rebuild_scans_after(None);
+            pause_rebuild_scans_after(None);
             assert!(db.wait_for_filter(WAIT).unwrap());
             stop.store(true, Ordering::Relaxed);
         });
@@ -412,6 +412,6 @@ fn dropping_the_database_during_the_rebuild_frees_its_lock_before_returning() {
             plain.err()
         );
         drop(plain);
-        hold_rebuild_scans_after(None);
+        pause_rebuild_scans_after(None);
     }
 }

@@ -107,7 +107,12 @@ fn paths_by_tree(dir: &Path) -> BTreeMap<&'static str, PathBuf> {
     let db = config(dir).open().unwrap();
     let out = TREES
         .iter()
-        .map(|&n| (n, tree(&db, n).snapshot_path().unwrap().to_path_buf()))
+        .map(|&n| {
+            (
+                n,
+                tree(&db, n).filter_snapshot_path().unwrap().to_path_buf(),
+            )
+        })
         .collect();
     db.close().unwrap();
     out

@@ -126,7 +126,7 @@ fn config_for(expected: Option<u64>) -> Config {
     let config = Config::new()
         .recovery(Recovery::Repair)
         .background_recovery(false);
-    let default = config.filter_config().get_expected_items();
+    let default = config.filter_config().capacity();
     config.expected_items(expected.unwrap_or(default).max(1))
 }
 

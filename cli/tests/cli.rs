@@ -620,7 +620,7 @@ fn rebuild_with_a_damaged_snapshot_keeps_the_recorded_mode() {
     for i in 0..200 {
         db.insert(format!("k{i}"), "v").unwrap();
     }
-    let snap = db.snapshot_path().unwrap().to_path_buf();
+    let snap = db.filter_snapshot_path().unwrap().to_path_buf();
     db.close().unwrap();
     let mut bytes = std::fs::read(&snap).unwrap();
     bytes[20] ^= 0xff; // inside the header: its CRC fails
@@ -723,7 +723,7 @@ fn a_filter_rebuilt_at_open_keeps_the_databases_size() {
     for i in 0..100 {
         db.insert(format!("k{i}"), "v").unwrap();
     }
-    let snap = db.snapshot_path().unwrap().to_path_buf();
+    let snap = db.filter_snapshot_path().unwrap().to_path_buf();
     db.close().unwrap();
     let mut bytes = std::fs::read(&snap).unwrap();
     let last = bytes.len() - 1;

@@ -10,7 +10,7 @@ use crate::FingerprintSet;
 /// Filter sizing of a new set when none is given: members.
 pub const DEFAULT_EXPECTED_ITEMS: u64 = 1_000_000;
 /// Filter sizing of a new set when none is given: false-positive rate.
-pub const DEFAULT_FALSE_POSITIVE_RATE: f64 = 0.01;
+pub const DEFAULT_SET_FALSE_POSITIVE_RATE: f64 = 0.01;
 /// Default number of recent members kept in memory before they are written as a run.
 pub const DEFAULT_MEMTABLE_ITEMS: usize = 64 * 1024;
 /// Most members a memtable may be configured to hold (2^30).
@@ -49,7 +49,7 @@ impl FingerprintSetConfig {
     /// A set in folder `path` (created if missing) of 20-byte fingerprints. Unless
     /// [`expected_items`](Self::expected_items) or
     /// [`false_positive_rate`](Self::false_positive_rate) say otherwise, a new set's filter
-    /// is sized for [`DEFAULT_EXPECTED_ITEMS`] at [`DEFAULT_FALSE_POSITIVE_RATE`] and an
+    /// is sized for [`DEFAULT_EXPECTED_ITEMS`] at [`DEFAULT_SET_FALSE_POSITIVE_RATE`] and an
     /// existing set keeps its own sizing.
     ///
     /// ```

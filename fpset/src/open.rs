@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use bloomsled::{Error, Filter, Result};
 
 use crate::config::invalid_config;
-use crate::config::{DEFAULT_EXPECTED_ITEMS, DEFAULT_FALSE_POSITIVE_RATE};
+use crate::config::{DEFAULT_EXPECTED_ITEMS, DEFAULT_SET_FALSE_POSITIVE_RATE};
 use crate::dir::Folder;
 use crate::format::Manifest;
 use crate::memtable::Memtable;
@@ -142,7 +142,7 @@ pub(crate) fn create(folder: &Folder, config: &FingerprintSetConfig) -> Result<M
         set_id: random_id()?,
         clean: false,
         expected_items: config.expected_items.unwrap_or(DEFAULT_EXPECTED_ITEMS),
-        fpr: config.fpr.unwrap_or(DEFAULT_FALSE_POSITIVE_RATE),
+        fpr: config.fpr.unwrap_or(DEFAULT_SET_FALSE_POSITIVE_RATE),
         wal_gen: 1,
         next_seq: 1,
         filter_len: 0,

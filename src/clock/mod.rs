@@ -2,11 +2,9 @@
 //!
 //! One [`Clock`] trait and its two clocks serve both kinds of window, the local
 //! [`Window`](crate::window::Window) and the Redis-backed `SharedWindow` (feature `redis`).
-//! Paths a user writes (all name the same items):
-//! - `bloomsled::clock::{Clock, SystemClock, ManualClock}`, their home;
-//! - `bloomsled::window::{Clock, SystemClock, ManualClock}`, re-exported next to `Window`;
-//! - `bloomsled::shared::{Clock, SystemClock, ManualClock}` (feature `redis`), re-exported
-//!   next to `SharedWindow`.
+//! Their one public path is `bloomsled::clock::{Clock, SystemClock, ManualClock}`. (The
+//! re-exports `bloomsled::window::…` and `bloomsled::shared::…` of earlier releases still
+//! compile, hidden from the docs, for one release.)
 //!
 //! The generation arithmetic both windows share (which generation a time belongs to,
 //! which are live, when one expires, and the limits on a window's shape) lives in this

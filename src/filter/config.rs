@@ -101,9 +101,9 @@ impl FilterConfig {
     ///
     /// ```
     /// let cfg = bloomsled::FilterConfig::new(5_000);
-    /// assert_eq!(cfg.get_expected_items(), 5_000);
+    /// assert_eq!(cfg.capacity(), 5_000);
     /// ```
-    pub fn get_expected_items(&self) -> u64 {
+    pub fn capacity(&self) -> u64 {
         self.capacity
     }
 
@@ -112,9 +112,9 @@ impl FilterConfig {
     /// ```
     /// use bloomsled::{FilterConfig, Sizing};
     /// let cfg = FilterConfig::new(5_000).bits_per_key(12.0);
-    /// assert_eq!(cfg.get_sizing(), Sizing::BitsPerKey(12.0));
+    /// assert_eq!(cfg.sizing(), Sizing::BitsPerKey(12.0));
     /// ```
-    pub fn get_sizing(&self) -> Sizing {
+    pub fn sizing(&self) -> Sizing {
         self.sizing
     }
 
@@ -122,9 +122,9 @@ impl FilterConfig {
     ///
     /// ```
     /// let cfg = bloomsled::FilterConfig::new(5_000).seed(7);
-    /// assert_eq!(cfg.get_seed(), 7);
+    /// assert_eq!(cfg.hash_seed(), 7);
     /// ```
-    pub fn get_seed(&self) -> u64 {
+    pub fn hash_seed(&self) -> u64 {
         self.seed
     }
 
@@ -133,11 +133,35 @@ impl FilterConfig {
     ///
     /// ```
     /// let cfg = bloomsled::FilterConfig::new(5_000);
-    /// assert_eq!(cfg.get_num_hashes(), None);
-    /// assert_eq!(cfg.num_hashes(4).get_num_hashes(), Some(4));
+    /// assert_eq!(cfg.num_hashes_override(), None);
+    /// assert_eq!(cfg.num_hashes(4).num_hashes_override(), Some(4));
     /// ```
-    pub fn get_num_hashes(&self) -> Option<u32> {
+    pub fn num_hashes_override(&self) -> Option<u32> {
         self.num_hashes
+    }
+
+    /// Renamed [`FilterConfig::capacity`] (Rust's API guidelines: no `get_` prefix).
+    #[deprecated(since = "0.2.0", note = "renamed `capacity`")]
+    pub fn get_expected_items(&self) -> u64 {
+        self.capacity()
+    }
+
+    /// Renamed [`FilterConfig::sizing`] (Rust's API guidelines: no `get_` prefix).
+    #[deprecated(since = "0.2.0", note = "renamed `sizing`")]
+    pub fn get_sizing(&self) -> Sizing {
+        self.sizing()
+    }
+
+    /// Renamed [`FilterConfig::hash_seed`] (Rust's API guidelines: no `get_` prefix).
+    #[deprecated(since = "0.2.0", note = "renamed `hash_seed`")]
+    pub fn get_seed(&self) -> u64 {
+        self.hash_seed()
+    }
+
+    /// Renamed [`FilterConfig::num_hashes_override`] (Rust's API guidelines: no `get_` prefix).
+    #[deprecated(since = "0.2.0", note = "renamed `num_hashes_override`")]
+    pub fn get_num_hashes(&self) -> Option<u32> {
+        self.num_hashes_override()
     }
 
     /// Checks every setting and computes the shape; the errors `build` would return.

@@ -27,15 +27,15 @@ pub(crate) fn record_for(tree_id: [u8; 16], mode: FilterMode, cfg: &FilterConfig
 /// Writes `mode` and `cfg` into `r`.
 pub(crate) fn set_settings(r: &mut TreeRecord, mode: FilterMode, cfg: &FilterConfig) {
     r.filter_kind = U32::new(format::filter_kind(mode));
-    let (kind, value) = match cfg.get_sizing() {
+    let (kind, value) = match cfg.sizing() {
         Sizing::FalsePositiveRate(p) => (1, p),
         Sizing::BitsPerKey(b) => (2, b),
     };
     r.sizing_kind = U32::new(kind);
     r.sizing = U64::new(value.to_bits());
-    r.capacity = U64::new(cfg.get_expected_items());
-    r.num_hashes = U32::new(cfg.get_num_hashes().unwrap_or(0));
-    r.seed = U64::new(cfg.get_seed());
+    r.capacity = U64::new(cfg.capacity());
+    r.num_hashes = U32::new(cfg.num_hashes_override().unwrap_or(0));
+    r.seed = U64::new(cfg.hash_seed());
 }
 
 /// The sizing a record stores.

@@ -78,10 +78,10 @@
 //! foreign id the database ids differ and each tree is rebuilt (`ForeignDatabase`).
 
 mod files;
-mod hold;
 mod live;
 mod meta;
 mod recover;
+mod scan_pause;
 mod trust;
 
 use std::time::Duration;
@@ -91,10 +91,10 @@ use crate::error::Distrust;
 pub use files::fail_snapshot_writes_after;
 pub(crate) use files::sync_snapshot_dir;
 pub use files::DIR_NAME;
-pub(crate) use hold::{hold_limit, wait_at_hold};
-#[cfg(feature = "failpoints")]
-pub use hold::{hold_rebuild_scans_after, rebuild_scans_held};
 pub use meta::META_TREE;
+pub(crate) use scan_pause::{pause_limit, wait_at_pause};
+#[cfg(feature = "failpoints")]
+pub use scan_pause::{pause_rebuild_scans_after, rebuild_scans_paused};
 
 pub(crate) use live::Persistence;
 pub(crate) use meta::Meta;

@@ -331,5 +331,5 @@ pub(crate) fn filter_image(f: &AnyFilter) -> Result<super::live::FilterImage> {
 
 /// The empty filter of a sizing.
 fn empty_filter(mode: FilterMode, sizing: &FilterConfig) -> Result<AnyFilter> {
-    AnyFilter::new(mode, sizing.shape()?, sizing.get_expected_items())
+    AnyFilter::new(mode, sizing.shape()?, sizing.capacity())
 }

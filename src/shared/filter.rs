@@ -145,7 +145,7 @@ impl SharedFilter {
             num_blocks: fshape.num_blocks,
             shards: layout.shards,
             shard_blocks: layout.shard_blocks,
-            capacity: config.get_expected_items(),
+            capacity: config.capacity(),
             counting: options.counting,
         };
         Self::create_in(Arc::new(Session::open(endpoint)?), layout, shape)

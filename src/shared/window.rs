@@ -28,7 +28,9 @@
 
 mod record;
 
-/// The clocks, from [`crate::clock`] (one set for local and shared windows).
+// The clocks' path of earlier releases, kept one release: their one documented path is
+// `bloomsled::clock`.
+#[doc(hidden)]
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 
 use std::collections::BTreeMap;
@@ -146,7 +148,8 @@ impl SharedWindowConfig {
     /// The clock the window reads (default [`SystemClock`]).
     ///
     /// ```
-    /// use bloomsled::shared::{ManualClock, SharedWindowConfig};
+    /// use bloomsled::clock::ManualClock;
+    /// use bloomsled::shared::SharedWindowConfig;
     /// use bloomsled::FilterConfig;
     /// use std::sync::Arc;
     /// use std::time::Duration;
@@ -306,7 +309,7 @@ impl SharedWindow {
             num_blocks: fshape.num_blocks,
             shards: probe.shards,
             shard_blocks: probe.shard_blocks,
-            capacity: config.filter.get_expected_items(),
+            capacity: config.filter.capacity(),
             counting: false,
         };
         let session = Arc::new(Session::open(endpoint)?);
@@ -358,7 +361,8 @@ impl SharedWindow {
     /// Opens the existing window `name`, reading time from `clock`.
     ///
     /// ```no_run
-    /// use bloomsled::shared::{Endpoint, ManualClock, SharedWindow};
+    /// use bloomsled::clock::ManualClock;
+    /// use bloomsled::shared::{Endpoint, SharedWindow};
     /// use std::sync::Arc;
     /// let clock = ManualClock::starting_now();
     /// let ep = Endpoint::url("redis://127.0.0.1:6379/");

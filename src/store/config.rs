@@ -42,7 +42,7 @@ pub struct Config {
     pub(crate) snapshot_interval: Option<Duration>,
     pub(crate) page_size: u32,
     /// `None`: each tree keeps the mode it was created in (plain for new trees).
-    pub(crate) mode: Option<FilterMode>,
+    pub(crate) filter_mode: Option<FilterMode>,
     pub(crate) auto_rebuild: bool,
     pub(crate) rebuild_fpr: Option<f64>,
 }
@@ -60,7 +60,7 @@ impl Default for Config {
             snapshot_every_writes: 0,
             snapshot_interval: None,
             page_size: format::DEFAULT_PAGE_SIZE,
-            mode: None,
+            filter_mode: None,
             auto_rebuild: true,
             rebuild_fpr: None,
         }
@@ -160,7 +160,7 @@ impl Config {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn counting(mut self, on: bool) -> Config {
-        self.mode = Some(if on {
+        self.filter_mode = Some(if on {
             FilterMode::Counting
         } else {
             FilterMode::Plain
@@ -482,7 +482,7 @@ sizing_setters!(TreeConfig);
 #[derive(Debug, Clone, Default)]
 pub struct TreeConfig {
     pub(crate) filter: FilterConfig,
-    pub(crate) mode: Option<FilterMode>,
+    pub(crate) filter_mode: Option<FilterMode>,
 }
 
 impl TreeConfig {
@@ -493,7 +493,7 @@ impl TreeConfig {
 
     /// Counting mode (`remove` takes keys out of the filter) or plain mode.
     pub fn counting(mut self, on: bool) -> TreeConfig {
-        self.mode = Some(if on {
+        self.filter_mode = Some(if on {
             FilterMode::Counting
         } else {
             FilterMode::Plain

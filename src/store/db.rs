@@ -267,7 +267,7 @@ impl Db {
         let mut trees = self.lock_trees();
         if let Some(state) = trees.get(name) {
             if let Some(c) = &config {
-                state.set_settings(c.mode, &c.filter)?;
+                state.set_settings(c.filter_mode, &c.filter)?;
             }
             return Ok(Tree::new(self.inner.open_tree(name)?, state.clone()));
         }

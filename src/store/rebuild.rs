@@ -23,7 +23,7 @@ use super::scan::{scan_cuts, scan_round, scan_threads, Cursor};
 use super::state::TreeState;
 use crate::error::{Error, Result};
 use crate::filter::any::{AnyFilter, FilterMode};
-use crate::persist::{hold_limit, wait_at_hold, SnapshotInfo};
+use crate::persist::{pause_limit, wait_at_pause, SnapshotInfo};
 
 /// Longest round of a scan (one hold of the gate) while no writer waits: re-positioning
 /// sled's iterators (a few microseconds) is amortized over it. A writer that arrives ends
@@ -314,10 +314,10 @@ impl Rebuild<'_> {
         let mut scanned = 0u64;
         self.rebuild.scanned.store(0, Ordering::Relaxed);
         loop {
-            wait_at_hold(scanned, || self.closing.load(Ordering::Relaxed));
+            wait_at_pause(scanned, || self.closing.load(Ordering::Relaxed));
             self.check_open()?;
             let mut gate = self.filters.close_gate();
-            let hold = hold_limit();
+            let hold = pause_limit();
             let stop = |elapsed: Duration, read: u64| {
                 elapsed >= MAX_ROUND
                     || self.filters.writers_waiting()

@@ -185,13 +185,20 @@ impl Tree {
     /// ```
     /// # let dir = tempfile::tempdir()?;
     /// let temporary = bloomsled::Config::new().temporary(true).open()?;
-    /// assert_eq!(temporary.snapshot_path(), None);
+    /// assert_eq!(temporary.filter_snapshot_path(), None);
     /// let db = bloomsled::Config::new().path(dir.path()).open()?;
-    /// assert!(db.snapshot_path().unwrap().starts_with(dir.path()));
+    /// assert!(db.filter_snapshot_path().unwrap().starts_with(dir.path()));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn snapshot_path(&self) -> Option<&std::path::Path> {
+    pub fn filter_snapshot_path(&self) -> Option<&std::path::Path> {
         self.state.persist.as_ref().map(|p| p.snapshot_path())
+    }
+
+    /// Renamed [`Tree::filter_snapshot_path`]: `Config::snapshot_path` is sled's (a no-op
+    /// setting), this is bloomsled's filter file; one name, one meaning.
+    #[deprecated(since = "0.2.0", note = "renamed `filter_snapshot_path`")]
+    pub fn snapshot_path(&self) -> Option<&std::path::Path> {
+        self.filter_snapshot_path()
     }
 
     /// Filter and lookup statistics. Reads every filter word: O(filter size).

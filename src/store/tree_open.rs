@@ -35,7 +35,9 @@ pub(super) fn open_filter(
     tree_config: Option<&TreeConfig>,
 ) -> Result<Arc<TreeState>> {
     let every = config.snapshot_every_writes;
-    let mode = tree_config.and_then(|c| c.mode).or(config.mode);
+    let mode = tree_config
+        .and_then(|c| c.filter_mode)
+        .or(config.filter_mode);
     let sizing = tree_config.map_or(&config.filter, |c| &c.filter);
     let Some(meta) = meta else {
         // A temporary database: built from a scan, never persisted.

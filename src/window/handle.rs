@@ -31,7 +31,8 @@ struct Stripe(RwLock<Arc<Ring>>);
 ///
 /// ```
 /// use std::time::Duration;
-/// use bloomsled::window::{ManualClock, WindowConfig};
+/// use bloomsled::clock::ManualClock;
+/// use bloomsled::window::WindowConfig;
 /// let db = bloomsled::Config::new().temporary(true).open()?;
 /// let clock = ManualClock::new(0);
 /// let seen = db.open_window("seen", WindowConfig::new(Duration::from_secs(3), 3).clock(clock.clone()))?;

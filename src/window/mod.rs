@@ -93,7 +93,9 @@ mod record;
 mod ring;
 mod stats;
 
-/// The clocks, from [`crate::clock`] (one set for local and shared windows).
+// The clocks' path of earlier releases, kept one release: their one documented path is
+// `bloomsled::clock`.
+#[doc(hidden)]
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use config::WindowConfig;
 pub use handle::Window;
