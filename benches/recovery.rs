@@ -1,4 +1,4 @@
-//! Recovery after `kill -9`: how long a crashed database is unavailable, against sled's own
+//! RecoveryPolicy after `kill -9`: how long a crashed database is unavailable, against sled's own
 //! open of the same files. Every step is a fresh process (this binary, re-run as a child),
 //! as an operator meets it.
 //!

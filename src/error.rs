@@ -78,7 +78,7 @@ pub enum Error {
     Decode(#[from] DecodeError),
 
     /// A tree's snapshot could not be trusted and the database was opened with
-    /// `Recovery::Strict`, which forbids rebuilding silently.
+    /// `RecoveryPolicy::Strict`, which forbids rebuilding silently.
     #[error("snapshot of tree {tree:?} rejected: {fault}")]
     SnapshotRejected {
         /// Tree name (lossy UTF-8).
@@ -98,8 +98,8 @@ pub enum Error {
     },
 
     /// The database record in bloomsled's meta tree is missing or damaged and the database
-    /// was opened with `Recovery::Strict`, which forbids rebuilding silently. (Under
-    /// `Recovery::Repair` the database gets a new id and every tree's filter is rebuilt.)
+    /// was opened with `RecoveryPolicy::Strict`, which forbids rebuilding silently. (Under
+    /// `RecoveryPolicy::Repair` the database gets a new id and every tree's filter is rebuilt.)
     /// Nothing was changed.
     #[error("bloomsled's database record rejected: {fault}")]
     DatabaseRecordRejected {
@@ -342,7 +342,7 @@ pub enum DecodeError {
 }
 
 /// Why a tree's snapshot was not used at open: the filter was rebuilt from the keys instead
-/// (or, under [`crate::Recovery::Strict`], the open failed with this reason).
+/// (or, under [`crate::RecoveryPolicy::Strict`], the open failed with this reason).
 ///
 /// The rule that produces these lives in one function, `persist::trust::judge`; see
 /// [`crate::persist`] for the argument that a snapshot passing it holds every stored key.

@@ -33,7 +33,7 @@
 //! - the on-disk format (`src/format/`): snapshot header, CRC-checked pages, trust records;
 //!   bytes in, bytes out (public only to the fuzz targets, through the `fuzzing` feature).
 //! - [`persist`]: what makes a snapshot trustworthy, recovery at open ([`RecoveryReport`],
-//!   [`Recovery::Strict`], [`Distrust`]).
+//!   [`RecoveryPolicy::Strict`], [`Distrust`]).
 //! - the store: [`Db`], [`Tree`], [`Config`], [`TreeConfig`], [`Batch`], [`transaction`].
 //! - `shared` (feature `redis`): the same filter kept in Redis / Redis Cluster, shared by
 //!   many processes and hosts, that reports a lost filter instead of answering "absent"; and
@@ -81,8 +81,10 @@ pub use filter::{
     CountingFilter, Filter, FilterConfig, FilterMode, Sizing, COUNTER_MAX,
     DEFAULT_FALSE_POSITIVE_RATE,
 };
+#[allow(deprecated)]
+pub use persist::Recovery;
 pub use persist::{
-    RebuildProgress, Recovery, RecoveryOutcome, RecoveryReport, SnapshotInfo, VerifyReport,
+    RebuildProgress, RecoveryOutcome, RecoveryPolicy, RecoveryReport, SnapshotInfo, VerifyReport,
 };
 /// sled's hidden testing re-exports, which sled's own test suite uses (an epoch guard and
 /// the space-amplification bound), so those tests compile against bloomsled unchanged.

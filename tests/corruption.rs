@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use bloomsled::format::{HEADER_LEN, PAGE_HEADER_LEN};
-use bloomsled::{Config, DecodeError, Distrust, Error, Recovery, RecoveryOutcome};
+use bloomsled::{Config, DecodeError, Distrust, Error, RecoveryOutcome, RecoveryPolicy};
 
 const KEYS: u32 = 2_000;
 const PAGE: u32 = 512;
@@ -104,7 +104,7 @@ impl Fixture {
 
     /// Opens in strict mode; returns the fault it reports; restores the files.
     fn strict_fault(&self) -> Distrust {
-        let r = self.cfg().recovery(Recovery::Strict).open();
+        let r = self.cfg().recovery(RecoveryPolicy::Strict).open();
         let fault = match r.and_then(|db| db.open_tree("t")) {
             Err(Error::SnapshotRejected { tree, fault }) => {
                 assert_eq!(tree, "t");
@@ -319,7 +319,7 @@ fn a_rolled_back_snapshot_is_not_trusted() {
     fs::remove_dir_all(f.dir.path()).unwrap();
     copy_dir(moved_on.path(), f.dir.path());
     match config(f.dir.path())
-        .recovery(Recovery::Strict)
+        .recovery(RecoveryPolicy::Strict)
         .open()
         .and_then(|db| db.open_tree("t"))
     {

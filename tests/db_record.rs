@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bloomsled::persist::META_TREE;
-use bloomsled::{Config, DbRecordFault, Distrust, Error, Recovery, RecoveryOutcome};
+use bloomsled::{Config, DbRecordFault, Distrust, Error, RecoveryOutcome, RecoveryPolicy};
 
 const TREES: [&str; 2] = ["a", "b"];
 const KEYS: u32 = 2_000;
@@ -106,7 +106,7 @@ fn repaired(dir: &Path, reason: impl Fn(&Distrust) -> bool) {
 fn strict_error(dir: &Path) -> Error {
     Config::new()
         .path(dir)
-        .recovery(Recovery::Strict)
+        .recovery(RecoveryPolicy::Strict)
         .open()
         .and_then(|db| db.open_tree("a").map(|_| ()))
         .unwrap_err()

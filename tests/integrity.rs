@@ -7,7 +7,7 @@ use common::copy_dir;
 use std::fs;
 use std::path::Path;
 
-use bloomsled::{Config, Distrust, Recovery, RecoveryOutcome, TreeConfig};
+use bloomsled::{Config, Distrust, RecoveryOutcome, RecoveryPolicy, TreeConfig};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// The first 8 bytes of xxh3's default secret: a name that starts with them cancels the
@@ -141,7 +141,7 @@ fn only_bloomsleds_own_meta_tree_is_hidden() {
     }
     let err = Config::new()
         .path(other.path())
-        .recovery(Recovery::Strict)
+        .recovery(RecoveryPolicy::Strict)
         .open()
         .unwrap_err();
     assert!(
@@ -181,7 +181,7 @@ fn a_format_1_database_is_rebuilt_and_keeps_every_key() {
     // Strict mode refuses to guess.
     match Config::new()
         .path(dir.path())
-        .recovery(Recovery::Strict)
+        .recovery(RecoveryPolicy::Strict)
         .open()
     {
         Err(bloomsled::Error::SnapshotRejected {

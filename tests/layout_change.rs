@@ -6,7 +6,7 @@ use std::fs;
 
 use bloomsled::format::{self, SnapshotMeta, HASH_KIND_XXH3_BLOCK, HASH_KIND_XXH3_GOLDEN};
 use bloomsled::hash::hash_key;
-use bloomsled::{Config, DecodeError, Distrust, Error, Recovery, RecoveryOutcome};
+use bloomsled::{Config, DecodeError, Distrust, Error, RecoveryOutcome, RecoveryPolicy};
 
 const KEYS: u32 = 3_000;
 const G: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -121,7 +121,7 @@ fn a_snapshot_in_the_retired_layout_is_rejected_and_rebuilt_with_no_false_negati
 
     // Strict mode: the typed fault, nothing opened.
     match cfg()
-        .recovery(Recovery::Strict)
+        .recovery(RecoveryPolicy::Strict)
         .open()
         .and_then(|db| db.open_tree("t"))
     {

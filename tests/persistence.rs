@@ -6,7 +6,7 @@ use common::copy_dir;
 use std::time::{Duration, Instant};
 
 use bloomsled::transaction::TransactionResult;
-use bloomsled::{Batch, Config, Distrust, Recovery, RecoveryOutcome};
+use bloomsled::{Batch, Config, Distrust, RecoveryOutcome, RecoveryPolicy};
 
 fn key(i: u32) -> String {
     format!("https://blocklist.example/{i}")
@@ -28,7 +28,7 @@ fn clean_close_then_reopen_loads_without_a_scan() {
     // Strict mode is satisfied by a cleanly closed database.
     let db = Config::new()
         .path(dir.path())
-        .recovery(Recovery::Strict)
+        .recovery(RecoveryPolicy::Strict)
         .open()
         .unwrap();
     let t = db.open_tree("urls").unwrap();
@@ -251,7 +251,7 @@ fn changing_the_mode_rebuilds_the_filter_or_is_refused_in_strict_mode() {
     let strict = Config::new()
         .path(dir.path())
         .counting(false)
-        .recovery(Recovery::Strict)
+        .recovery(RecoveryPolicy::Strict)
         .open()
         .unwrap_err();
     assert!(
@@ -318,7 +318,7 @@ fn a_tree_never_written_reloads_empty_without_a_file() {
     assert!(!snap.exists());
     let db = Config::new()
         .path(dir.path())
-        .recovery(Recovery::Strict)
+        .recovery(RecoveryPolicy::Strict)
         .open()
         .unwrap();
     let t = db.open_tree("idle").unwrap();

@@ -1,4 +1,4 @@
-//! Recovery after `kill -9`: the database answers correctly from the first call while its
+//! RecoveryPolicy after `kill -9`: the database answers correctly from the first call while its
 //! filter is rebuilt in the background, writers racing the rebuild leave no false negative,
 //! and a close (or another kill) during the rebuild loses nothing.
 //!

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use bloomsled::{Config, Db, Recovery};
+use bloomsled::{Config, Db, RecoveryPolicy};
 use common::child;
 use common::rng::Rng;
 
@@ -274,7 +274,7 @@ fn strict_mode_refuses_every_tampered_snapshot() {
     let pa = paths_by_tree(&a);
     let pb = paths_by_tree(&b);
     let open_strict = |dir: &Path| -> bloomsled::Result<()> {
-        let db = config(dir).recovery(Recovery::Strict).open()?;
+        let db = config(dir).recovery(RecoveryPolicy::Strict).open()?;
         for name in TREES {
             if name != "__sled__default" {
                 db.open_tree(name)?;

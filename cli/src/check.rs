@@ -4,7 +4,7 @@ use std::io::{self, BufRead, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
-use bloomsled::Recovery;
+use bloomsled::RecoveryPolicy;
 use serde::Serialize;
 
 use crate::error::{CliError, CliResult};
@@ -19,7 +19,7 @@ struct CheckRow<'a> {
 }
 
 pub fn run(path: &Path, tree: Option<&str>, keys: &[String], json: bool) -> CliResult<ExitCode> {
-    let db = open::open_existing(&open::resolve(path), Recovery::Repair)?;
+    let db = open::open_existing(&open::resolve(path), RecoveryPolicy::Repair)?;
     let t = open::open_tree(&db, tree)?;
     let keys: Vec<String> = if keys.len() == 1 && keys[0] == "-" {
         io::stdin()

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use bloomsled::{Batch, Config, Recovery, Stats};
+use bloomsled::{Batch, Config, RecoveryPolicy, Stats};
 use serde::Serialize;
 
 use crate::error::{CliError, CliResult};
@@ -124,7 +124,7 @@ fn overfull(s: &Stats) -> bool {
 /// the sizing its record stores (and is resized after the load if the load overfilled it).
 fn config_for(expected: Option<u64>) -> Config {
     let config = Config::new()
-        .recovery(Recovery::Repair)
+        .recovery(RecoveryPolicy::Repair)
         .background_recovery(false);
     let default = config.filter_config().capacity();
     config.expected_items(expected.unwrap_or(default).max(1))

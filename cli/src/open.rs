@@ -7,7 +7,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use bloomsled::window::Window;
-use bloomsled::{Config, Db, Recovery, Tree};
+use bloomsled::{Config, Db, RecoveryPolicy, Tree};
 
 use crate::demo::folder;
 use crate::error::{CliError, CliResult};
@@ -41,7 +41,7 @@ pub fn resolve(path: &Path) -> PathBuf {
 /// keeps the mode and sizing its trust record stores, also when its filter is rebuilt at
 /// open. A filter that must be rebuilt is rebuilt before this returns: a command is
 /// short-lived, and a rebuild left in the background would be cut off at its exit.
-pub fn open_existing(path: &Path, recovery: Recovery) -> CliResult<Db> {
+pub fn open_existing(path: &Path, recovery: RecoveryPolicy) -> CliResult<Db> {
     open_existing_with(
         path,
         Config::new().recovery(recovery).background_recovery(false),

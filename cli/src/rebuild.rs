@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use bloomsled::{Config, FilterMode, Recovery, RecoveryReport, Tree};
+use bloomsled::{Config, FilterMode, RecoveryPolicy, RecoveryReport, Tree};
 use serde::Serialize;
 
 use crate::error::{CliError, CliResult};
@@ -39,7 +39,7 @@ pub fn run(path: &Path, mode: Option<FilterMode>, json: bool) -> CliResult<ExitC
         return Err(CliError::NotADatabase(path));
     }
     let mut config = Config::new()
-        .recovery(Recovery::Repair)
+        .recovery(RecoveryPolicy::Repair)
         .background_recovery(false);
     if let Some(m) = mode {
         config = config.counting(m == FilterMode::Counting);

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use bloomsled::Recovery;
+use bloomsled::RecoveryPolicy;
 use serde::Serialize;
 
 use crate::error::CliResult;
@@ -21,7 +21,7 @@ struct SnapshotRow {
 }
 
 pub fn run(path: &Path, json: bool) -> CliResult<ExitCode> {
-    let db = open::open_existing(&open::resolve(path), Recovery::Repair)?;
+    let db = open::open_existing(&open::resolve(path), RecoveryPolicy::Repair)?;
     let mut rows = Vec::new();
     for t in open::all_trees(&db)? {
         let info = t.snapshot()?;

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use bloomsled::{Config, Recovery, Tree};
+use bloomsled::{Config, RecoveryPolicy, Tree};
 use serde::Serialize;
 
 use crate::error::CliResult;
@@ -64,7 +64,7 @@ struct WindowLine {
 /// waited for; without, their progress is shown instead.
 pub fn run(path: &Path, wait: bool, json: bool) -> CliResult<ExitCode> {
     let config = Config::new()
-        .recovery(Recovery::Repair)
+        .recovery(RecoveryPolicy::Repair)
         .background_recovery(!wait);
     let db = open::open_existing_with(&open::resolve(path), config)?;
     let trees = open::all_trees(&db)?;

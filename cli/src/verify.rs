@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use bloomsled::Recovery;
+use bloomsled::RecoveryPolicy;
 use serde::Serialize;
 
 use crate::error::{CliError, CliResult};
@@ -49,7 +49,7 @@ struct RejectedRow {
 pub fn run(path: &Path, json: bool) -> CliResult<ExitCode> {
     let path = open::resolve(path);
     // Strict: a snapshot that cannot be trusted is a finding, not something to repair here.
-    let db = match open::open_existing(&path, Recovery::Strict) {
+    let db = match open::open_existing(&path, RecoveryPolicy::Strict) {
         Ok(db) => db,
         Err(
             e @ CliError::Open {

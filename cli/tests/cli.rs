@@ -557,7 +557,7 @@ fn rebuild_keeps_each_trees_mode_and_size() {
     let db = bloomsled::Config::new()
         .path(&path)
         .counting(true)
-        .recovery(bloomsled::Recovery::Strict)
+        .recovery(bloomsled::RecoveryPolicy::Strict)
         .open()
         .unwrap();
     let other = db.open_tree("other").unwrap();
@@ -635,7 +635,7 @@ fn rebuild_with_a_damaged_snapshot_keeps_the_recorded_mode() {
     let db = bloomsled::Config::new()
         .path(&path)
         .counting(true)
-        .recovery(bloomsled::Recovery::Strict)
+        .recovery(bloomsled::RecoveryPolicy::Strict)
         .open()
         .unwrap();
     assert!(db.recovery_report().loaded());

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::IntoBytes;
 
-use super::Recovery;
+use super::RecoveryPolicy;
 use crate::error::{DbRecordFault, DecodeError, Error, Result};
 use crate::format::{DbRecord, TreeRecord, FLAG_EMPTY};
 
@@ -74,13 +74,13 @@ impl Meta {
     /// Opens the meta tree, creating the database id on first use.
     ///
     /// A database record that is missing (the tree holds other keys) or does not decode
-    /// means nothing bloomsled stored can be vouched for: under [`Recovery::Repair`] every
+    /// means nothing bloomsled stored can be vouched for: under [`RecoveryPolicy::Repair`] every
     /// tree record is durably marked stale first, then a new random database id is
     /// written, and [`Meta::reset`] says why (each tree opened by this process is rebuilt
-    /// with that reason); under [`Recovery::Strict`] it is
+    /// with that reason); under [`RecoveryPolicy::Strict`] it is
     /// [`Error::DatabaseRecordRejected`] and nothing is changed. Keys of the tree that are
     /// not bloomsled's records are never touched.
-    pub(crate) fn open(db: &sled::Db, recovery: Recovery) -> Result<Arc<Meta>> {
+    pub(crate) fn open(db: &sled::Db, recovery: RecoveryPolicy) -> Result<Arc<Meta>> {
         let tree = db.open_tree(META_TREE)?;
         let fault = match tree.get(DB_KEY)? {
             Some(bytes) => match DbRecord::decode(&bytes) {
@@ -104,7 +104,7 @@ impl Meta {
             }
             None => DbRecordFault::Missing,
         };
-        if recovery == Recovery::Strict {
+        if recovery == RecoveryPolicy::Strict {
             return Err(Error::DatabaseRecordRejected { fault });
         }
         log::warn!(

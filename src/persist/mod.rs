@@ -16,7 +16,7 @@
 //! (`dirty < generation`), (3) every CRC of the file passes, (4) the file's database id is
 //! this database's, (5) its tree id is the record's, and (6) its snapshot id and generation
 //! are the ones the record names. Otherwise the filter is rebuilt from a scan of the keys
-//! (or, under [`Recovery::Strict`], open fails with the reason), and the
+//! (or, under [`RecoveryPolicy::Strict`], open fails with the reason), and the
 //! [`RecoveryReport`] says why.
 //!
 //! # Why a trusted snapshot holds every stored key
@@ -102,7 +102,7 @@ pub(crate) use recover::{filter_image, recover, Opening, Start};
 
 /// What `open` does with a snapshot it cannot trust.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Recovery {
+pub enum RecoveryPolicy {
     /// Rebuild the filter from a scan of the tree's keys (default), and report why. By
     /// default the tree serves at once (every lookup goes to sled until the filter is
     /// back) and the scan runs in the background; see `Config::background_recovery`.
@@ -111,6 +111,17 @@ pub enum Recovery {
     /// Fail with [`crate::Error::SnapshotRejected`] naming what failed.
     Strict,
 }
+
+/// Renamed [`RecoveryPolicy`] (beside `RecoveryReport` and `RecoveryOutcome`, which say what
+/// happened, this says what to do); the old name stays one release.
+///
+/// ```
+/// #[allow(deprecated)]
+/// let old = bloomsled::Recovery::Strict;
+/// assert_eq!(old, bloomsled::RecoveryPolicy::Strict);
+/// ```
+#[deprecated(since = "0.2.0", note = "renamed `RecoveryPolicy`")]
+pub type Recovery = RecoveryPolicy;
 
 /// How a tree's filter came to be at open.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Recovery at open, in three steps, each readable alone: [`decide`] whether a tree's
+//! RecoveryPolicy at open, in three steps, each readable alone: [`decide`] whether a tree's
 //! snapshot can be trusted (the rule itself is [`judge`]'s), then either [`load`] it or
 //! [`restart`] the tree's record so that nothing older is trusted again; the rebuild itself
 //! is the store's (in the background, or before open returns). Nothing here scans keys.
@@ -12,7 +12,7 @@ use zerocopy::little_endian::U64;
 use super::live::{record_for, settings_of, Persistence};
 use super::meta::{random_id, Meta};
 use super::trust::{judge, Identity, Trusted};
-use super::{Recovery, RecoveryOutcome, RecoveryReport};
+use super::{RecoveryOutcome, RecoveryPolicy, RecoveryReport};
 use crate::error::{DecodeError, Distrust, Error, Result};
 use crate::filter::any::AnyFilter;
 use crate::filter::{FilterConfig, FilterMode};
@@ -32,7 +32,7 @@ pub(crate) struct Opening<'a> {
     /// True if `sizing` replaces the sizing the tree's record stores.
     pub(crate) override_sizing: bool,
     /// `Strict` turns a reason to rebuild into an error.
-    pub(crate) recovery: Recovery,
+    pub(crate) recovery: RecoveryPolicy,
     /// The database directory.
     pub(crate) db_dir: &'a Path,
     /// Snapshot page size.
@@ -80,7 +80,7 @@ enum Decision {
 }
 
 /// Gives a tree its start at open: its snapshot if [`judge`] trusts it, else a fresh
-/// record and [`Start::Rebuild`], or an error under [`Recovery::Strict`]. No handle to the
+/// record and [`Start::Rebuild`], or an error under [`RecoveryPolicy::Strict`]. No handle to the
 /// tree exists yet, so nothing writes.
 pub(crate) fn recover(meta: &Arc<Meta>, at: &Opening<'_>) -> Result<Recovered> {
     let start = Instant::now();
@@ -97,7 +97,7 @@ pub(crate) fn recover(meta: &Arc<Meta>, at: &Opening<'_>) -> Result<Recovered> {
             record,
             persistence,
         } => load(at, mode, filter, bytes, &record, persistence, start),
-        Decision::Distrusted { fault, .. } if at.recovery == Recovery::Strict => {
+        Decision::Distrusted { fault, .. } if at.recovery == RecoveryPolicy::Strict => {
             Err(Error::SnapshotRejected {
                 tree: String::from_utf8_lossy(at.name).into_owned(),
                 fault,

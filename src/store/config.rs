@@ -9,7 +9,7 @@ use super::Db;
 use crate::error::{Error, Result};
 use crate::filter::{FilterConfig, FilterMode};
 use crate::format;
-use crate::persist::Recovery;
+use crate::persist::RecoveryPolicy;
 
 /// The smallest page cache sled starts with (a smaller one fails sled's assertion).
 const MIN_CACHE_CAPACITY: u64 = 256;
@@ -36,7 +36,7 @@ pub struct Config {
     pub(crate) filter: FilterConfig,
     pub(crate) path: PathBuf,
     pub(crate) temporary: bool,
-    pub(crate) recovery: Recovery,
+    pub(crate) recovery: RecoveryPolicy,
     pub(crate) background_recovery: bool,
     pub(crate) snapshot_every_writes: u64,
     pub(crate) snapshot_interval: Option<Duration>,
@@ -55,7 +55,7 @@ impl Default for Config {
             // sled's default directory.
             path: PathBuf::from("default.sled"),
             temporary: false,
-            recovery: Recovery::Repair,
+            recovery: RecoveryPolicy::Repair,
             background_recovery: true,
             snapshot_every_writes: 0,
             snapshot_interval: None,
@@ -84,15 +84,15 @@ impl Config {
     }
 
     /// What to do at open when a tree's snapshot cannot be trusted (corrupt, truncated,
-    /// foreign, future version, or stale after a crash): [`Recovery::Repair`] (default)
-    /// rebuilds the filter from the keys; [`Recovery::Strict`] returns
+    /// foreign, future version, or stale after a crash): [`RecoveryPolicy::Repair`] (default)
+    /// rebuilds the filter from the keys; [`RecoveryPolicy::Strict`] returns
     /// [`Error::SnapshotRejected`] naming what failed.
-    pub fn recovery(mut self, recovery: Recovery) -> Config {
+    pub fn recovery(mut self, recovery: RecoveryPolicy) -> Config {
         self.recovery = recovery;
         self
     }
 
-    /// Where a tree whose snapshot is not trusted ([`Recovery::Repair`]) rebuilds its
+    /// Where a tree whose snapshot is not trusted ([`RecoveryPolicy::Repair`]) rebuilds its
     /// filter: in the background (`true`, the default) or before `open`/`open_tree`
     /// returns (`false`, for callers who prefer to wait).
     ///
@@ -150,7 +150,7 @@ impl Config {
     ///
     /// A tree's record stores its mode, and an open that does not call `counting` keeps it.
     /// Opening a tree with the other mode set explicitly rebuilds its filter from the keys
-    /// (or, with [`Recovery::Strict`], is an error).
+    /// (or, with [`RecoveryPolicy::Strict`], is an error).
     ///
     /// ```
     /// let db = bloomsled::Config::new().temporary(true).counting(true).open()?;
