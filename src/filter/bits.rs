@@ -146,7 +146,8 @@ impl Blocks {
         self.blocks[i].0[j].store(v, Relaxed);
     }
 
-    /// Hints the CPU to start loading block `i` (no-op off x86-64).
+    /// Hints the CPU to start loading block `i` (`prefetcht0` on x86-64, `prfm pldl1keep` on
+    /// aarch64, a no-op elsewhere). The batched lookups call it whatever the probe kernel.
     #[inline(always)]
     pub(crate) fn prefetch(&self, i: usize) {
         #[cfg(target_arch = "x86_64")]
@@ -161,7 +162,22 @@ impl Blocks {
                 _mm_prefetch::<_MM_HINT_T0>(p)
             };
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
+        {
+            let p = self.blocks[i].0.as_ptr();
+            // SAFETY: `prfm` is a hint: it never faults, writes nothing and changes no
+            // register or flag; `p` points into a live allocation anyway (bounds-checked
+            // index above).
+            #[allow(unsafe_code)]
+            unsafe {
+                std::arch::asm!(
+                    "prfm pldl1keep, [{p}]",
+                    p = in(reg) p,
+                    options(nostack, preserves_flags, readonly)
+                );
+            }
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         let _ = i;
     }
 
