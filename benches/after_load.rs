@@ -11,6 +11,9 @@
 //! snapshot) used meanwhile and which one used the most, whether a rebuild was running, and
 //! the process's transparent huge pages (`AnonHugePages` of `/proc/self/smaps_rollup`).
 //!
+//! First, a standalone filter for `BLOOMSLED_AFTER_LOAD_FILTER_KEYS` keys (default 50M; 0:
+//! none) is made and filled, and the process's huge pages printed before and after.
+//!
 //! ```text
 //! cargo bench --bench after_load
 //! BLOOMSLED_AFTER_LOAD_KEYS=50000000 cargo bench --bench after_load
@@ -97,6 +100,25 @@ fn main() {
             "at the default capacity"
         }
     );
+    // A standalone filter of `BLOOMSLED_AFTER_LOAD_FILTER_KEYS` keys (default 50M, 0: none),
+    // filled: did its memory get huge pages (it asks for them past 8 MiB)?
+    let big = env_count("BLOOMSLED_AFTER_LOAD_FILTER_KEYS", 50_000_000);
+    if big > 0 {
+        let before = huge_kb();
+        let f = bloomsled::Filter::with_bits_per_key(big, 10.0).expect("filter");
+        let empty = huge_kb();
+        for i in 0..big {
+            f.insert_hash(common::splitmix64(i));
+        }
+        println!(
+            "a filter for {big} keys ({} MiB): AnonHugePages {before} kB before, {empty} kB made, {} kB filled",
+            f.num_bits() / 8 / (1 << 20),
+            huge_kb()
+        );
+    }
+    if n == 0 {
+        return;
+    }
     let absent: Vec<Vec<u8>> = (0..Q as u64).map(|j| key((1 << 40) + j)).collect();
     let mut config = Config::new().temporary(true).false_positive_rate(0.01);
     if sized {
