@@ -14,8 +14,7 @@ fn supported() -> Vec<&'static str> {
         if std::is_x86_feature_detected!("avx2") {
             k.push("avx2");
         }
-        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq")
-        {
+        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq") {
             k.push("avx512");
         }
     }
@@ -26,7 +25,9 @@ fn supported() -> Vec<&'static str> {
 /// a false-positive rate near the configured one), and the kernel's name is printed.
 fn child() {
     let f = bloomsled::Filter::new(20_000, 0.01).unwrap();
-    let keys: Vec<String> = (0..20_000).map(|i| format!("https://example.com/{i}")).collect();
+    let keys: Vec<String> = (0..20_000)
+        .map(|i| format!("https://example.com/{i}"))
+        .collect();
     for k in &keys {
         f.insert(k.as_bytes());
     }
@@ -54,7 +55,11 @@ fn the_environment_forces_a_kernel_the_cpu_runs() {
         (Some("neon-ish"), best),
     ];
     for name in ["scalar", "avx2", "avx512"] {
-        let want = if supported.contains(&name) { name } else { best };
+        let want = if supported.contains(&name) {
+            name
+        } else {
+            best
+        };
         cases.push((Some(name), want));
     }
     for (value, want) in cases {

@@ -112,7 +112,7 @@ const MULTIPLIERS: Multipliers = {
 /// The block's two 32-byte halves.
 ///
 /// # Safety
-/// The CPU must have AVX.
+/// The CPU must have AVX2.
 #[target_feature(enable = "avx2")]
 #[inline]
 unsafe fn load_block(b: &Block) -> (__m256i, __m256i) {
@@ -204,7 +204,7 @@ impl Draws {
     /// True if every draw in use is set in `signs` (from [`Draws::signs`]).
     ///
     /// # Safety
-    /// The CPU must have AVX.
+    /// The CPU must have AVX2.
     #[target_feature(enable = "avx2")]
     #[inline]
     unsafe fn all_set(&self, signs: __m256i) -> bool {

@@ -8,6 +8,13 @@
 //! whose target never changes and is always predicted (a `match` on `k` at every lookup
 //! would do as well; the loop over `0..k` does not).
 //!
+//! The probe comes in three kinds ([`KernelKind`]), all testing exactly the bits of
+//! `filter::layout`: the unrolled scalar one here, on every CPU; eight draws per 256-bit
+//! vector with AVX2 (`filter::avx2`); eight per 512-bit vector with AVX-512 (`filter::simd`).
+//! A filter takes the fastest this CPU runs, detected at run time, unless `BLOOMSLED_KERNEL`
+//! names another ([`KernelKind::selected`]); a vector probe is handed out only by its module,
+//! after checking the CPU. Inserts are scalar in every kind.
+//!
 //! Inserts ([`Kernel::insert`]) first run the probe: a key whose bits are all set writes
 //! nothing, and never takes the line away from other cores. Otherwise every draw's bit gets
 //! a locked `or` whose result is unused (`lock or`), with no branch on which bits were
@@ -126,6 +133,7 @@ impl Kernel {
 
 /// The environment variable that forces a probe kernel: `scalar`, `avx2` or `avx512` (the
 /// names of [`KernelKind::name`]; a contract, outside checks use them).
+#[cfg_attr(loom, allow(dead_code))]
 pub(crate) const KERNEL_ENV: &str = "BLOOMSLED_KERNEL";
 
 /// The probe implementations a filter can run. Every one answers exactly as the layout's
@@ -156,6 +164,7 @@ impl KernelKind {
 
     /// The kind named `name` (as [`KernelKind::name`] writes it, surrounding blanks and
     /// letter case ignored).
+    #[cfg_attr(loom, allow(dead_code))]
     fn from_name(name: &str) -> Option<KernelKind> {
         let name = name.trim();
         KernelKind::ALL
@@ -205,6 +214,7 @@ impl KernelKind {
 
 /// The kind `value` (of `BLOOMSLED_KERNEL`, `None` if unset) selects where `supported` says
 /// which kinds the CPU runs, and a warning to log if it asked for one it cannot have.
+#[cfg_attr(loom, allow(dead_code))]
 fn choose(
     value: Option<&str>,
     supported: impl Fn(KernelKind) -> bool,
