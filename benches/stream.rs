@@ -984,7 +984,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
     });
     let mut table = format!(
         "#### {} keys in the filter, 10 bits/key, {} absent, {} present and {} mixed query keys\n\n\
-         Medians of {rounds} interleaved rounds; in brackets the median per-round ratio to \
+         bloomsled's probe kernel: {} (`BLOOMSLED_KERNEL`). Medians of {rounds} interleaved rounds; in brackets the median per-round ratio to \
          the baseline of its section and its min–max. False-positive rate: bloomsled \
          {:.3}%, fastbloom {:.3}%, bloomfilter {:.3}%.\n\n\
          | per key | absent keys | present keys | 50/50 mix |\n|---|---:|---:|---:|\n",
@@ -992,6 +992,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
         Q,
         Q,
         Q,
+        bloomsled::probe_kernel(),
         100.0 * fpr_bs,
         100.0 * fpr_fb,
         100.0 * fpr_bf
