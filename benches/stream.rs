@@ -47,9 +47,21 @@
 //! BLOOMSLED_STREAM_KEYS=50000000 cargo bench --bench stream    # 50M keys, filters only
 //! BLOOMSLED_STREAM_BPK=0,12,16 cargo bench --bench stream       # stores at the default, 12, 16 bits/key
 //! ```
-//! `BLOOMSLED_STREAM_KEYS` is a comma list of sizes (default 2,000,000). The table is
-//! printed; `BLOOMSLED_STREAM_DOCS=1` also writes it into docs/benchmarks.md
+//! `BLOOMSLED_STREAM_KEYS` is a comma list of sizes (default 2,000,000; empty: none). The
+//! table is printed; `BLOOMSLED_STREAM_DOCS=1` also writes it into docs/benchmarks.md
 //! between the `bench-stream` markers.
+//!
+//! Before it, the per-kernel table: for each size of `BLOOMSLED_STREAM_KERNEL_KEYS` (default
+//! 2,000,000; empty: no table) and each probe kernel of `BLOOMSLED_STREAM_KERNELS` (default
+//! `scalar,avx2,avx512`), a child process of this bench run with `BLOOMSLED_KERNEL` set to
+//! it measures fastbloom + xxh3, `Filter::contains` and `Tree::may_contain` on absent and
+//! present keys (a kernel the CPU cannot run says so). Written between the
+//! `bench-stream-kernels` markers.
+//!
+//! ```text
+//! # every kernel at 2M and 50M keys, nothing else:
+//! BLOOMSLED_STREAM_KEYS= BLOOMSLED_STREAM_KERNEL_KEYS=2000000,50000000 cargo bench --bench stream
+//! ```
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -149,18 +161,186 @@ fn cell(per: &[f64], base: Option<&[f64]>) -> String {
 }
 
 fn main() {
+    let rounds = env_count("BLOOMSLED_STREAM_ROUNDS", 9) as usize;
+    if std::env::var_os(KERNEL_CHILD).is_some() {
+        // A child of `kernel_table`: this process's kernel (`BLOOMSLED_KERNEL`), one size.
+        kernel_child(env_count("BLOOMSLED_STREAM_KERNEL_N", 2_000_000), rounds);
+        return;
+    }
     let sizes = env_list("BLOOMSLED_STREAM_KEYS", "2000000");
     let store_upto = env_count("BLOOMSLED_STREAM_STORE_UPTO", 2_000_000);
-    let rounds = env_count("BLOOMSLED_STREAM_ROUNDS", 9) as usize;
     // 0 stands for the default sizing (`DEFAULT_FALSE_POSITIVE_RATE`), measured by default.
     let bpk_extra = env_list("BLOOMSLED_STREAM_BPK", "0");
     let mut out = String::new();
     for &n in &sizes {
         out += &run_size(n, n <= store_upto, rounds, &bpk_extra);
     }
+    let kernel_sizes = env_list("BLOOMSLED_STREAM_KERNEL_KEYS", "2000000");
+    if !kernel_sizes.is_empty() {
+        let table = kernel_table(&kernel_sizes, rounds);
+        println!("{table}");
+        if std::env::var_os("BLOOMSLED_STREAM_DOCS").is_some() {
+            common::write_docs_table("bench-stream-kernels", &table);
+        }
+    }
     println!("{out}");
-    if std::env::var_os("BLOOMSLED_STREAM_DOCS").is_some() {
+    if std::env::var_os("BLOOMSLED_STREAM_DOCS").is_some() && !out.is_empty() {
         common::write_docs_table("bench-stream", &out);
+    }
+}
+
+/// Set in a child process of [`kernel_table`].
+const KERNEL_CHILD: &str = "BLOOMSLED_STREAM_KERNEL_CHILD";
+
+/// The per-kernel table: for each size and each kernel of `BLOOMSLED_STREAM_KERNELS`
+/// (default `scalar,avx2,avx512`), a child process of this bench with `BLOOMSLED_KERNEL` set
+/// to it (the variable is read once per process) measures fastbloom + xxh3,
+/// `Filter::contains` and `Tree::may_contain` on the same absent and present key streams, in
+/// interleaved rounds. A kernel this CPU cannot run is reported as such, not measured.
+fn kernel_table(sizes: &[u64], rounds: usize) -> String {
+    let kernels =
+        std::env::var("BLOOMSLED_STREAM_KERNELS").unwrap_or_else(|_| "scalar,avx2,avx512".into());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mut out = format!(
+        "#### The probe kernels, each forced in its own process (`BLOOMSLED_KERNEL`), 10 bits/key\n\n\
+         CPU: {cpu} ({}). Medians of {rounds} interleaved rounds per process; in brackets the \
+         median per-round ratio to fastbloom 0.17 + xxh3-64 measured in the same rounds, and its \
+         min–max. `Tree::may_contain`: a tree whose filter is sized for the keys (the same \
+         bytes), holding the present query keys.\n\n\
+         | keys | kernel | fastbloom absent | `Filter::contains` absent | `Tree::may_contain` absent \
+         | fastbloom present | `Filter::contains` present | `Tree::may_contain` present |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|\n",
+        cpu_features()
+    );
+    for &n in sizes {
+        for kernel in kernels.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+            let t = Instant::now();
+            let child = std::process::Command::new(std::env::current_exe().expect("own path"))
+                .env(KERNEL_CHILD, "1")
+                .env("BLOOMSLED_KERNEL", kernel)
+                .env("BLOOMSLED_STREAM_KERNEL_N", n.to_string())
+                .env("BLOOMSLED_STREAM_ROUNDS", rounds.to_string())
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("spawn the bench's child");
+            assert!(child.status.success(), "{kernel}: the child failed");
+            let text = String::from_utf8_lossy(&child.stdout);
+            let mut ran = None;
+            let mut per: Vec<(String, Vec<f64>)> = Vec::new();
+            for line in text.lines() {
+                if let Some(k) = line.strip_prefix("kernel\t") {
+                    ran = Some(k.to_string());
+                } else if let Some(rest) = line.strip_prefix("row\t") {
+                    let (name, values) = rest.split_once('\t').expect("name and values");
+                    let v = values.split(',').map(|x| x.parse().expect("ns")).collect();
+                    per.push((name.to_string(), v));
+                }
+            }
+            let ran = ran.expect("the child names its kernel");
+            eprintln!(
+                "[{}] kernel {kernel} measured in {:.1?}",
+                size_label(n),
+                t.elapsed()
+            );
+            if !ran.eq_ignore_ascii_case(kernel) {
+                out += &format!(
+                    "| {} | {kernel} | not on this CPU (it ran {ran}) | | | | | |\n",
+                    size_label(n)
+                );
+                continue;
+            }
+            let get = |name: &str| -> &[f64] {
+                &per.iter()
+                    .find(|(x, _)| x == name)
+                    .expect("a measured row")
+                    .1
+            };
+            let mut row = format!("| {} | **{kernel}** |", size_label(n));
+            for tag in ["absent", "present"] {
+                let base = get(&format!("fastbloom/{tag}"));
+                row += &format!(" {} |", cell(base, None));
+                for what in ["filter", "may_contain"] {
+                    row += &format!(" {} |", cell(get(&format!("{what}/{tag}")), Some(base)));
+                }
+            }
+            out += &row;
+            out += "\n";
+        }
+    }
+    out
+}
+
+/// The CPU's vector extensions that the kernels use, as "AVX2 yes, AVX-512 F/DQ yes".
+fn cpu_features() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        format!(
+            "AVX2 {}, AVX-512 F/DQ {}",
+            yes(std::is_x86_feature_detected!("avx2")),
+            yes(std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512dq"))
+        )
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        std::env::consts::ARCH.to_string()
+    }
+}
+
+/// One process of [`kernel_table`]: `n` keys, this process's kernel; prints `kernel\t<name>`
+/// and a `row\t<contender>\t<ns per key, round by round>` line per contender.
+fn kernel_child(n: u64, rounds: usize) {
+    println!("kernel\t{}", bloomsled::probe_kernel());
+    let absent: Vec<Vec<u8>> = (0..Q as u64).map(|j| key(ABSENT_BASE + j)).collect();
+    let present: Vec<Vec<u8>> = (0..Q as u64)
+        .map(|j| key(splitmix64(j ^ 0xA5A5_5A5A) % n))
+        .collect();
+    let tree = load_sized(n, &present);
+    let f = Filter::with_bits_per_key(n, 10.0).expect("filter");
+    let mut fb =
+        fastbloom::BloomFilter::with_num_bits(f.num_bits() as usize).hashes(f.num_hashes());
+    let seed = f.seed();
+    load_chunks(n, CHUNK, |ids, buf| {
+        for i in ids {
+            write_key(buf, i);
+            let h = hash_key(buf, seed);
+            f.insert_hash(h);
+            fb.insert_hash(h);
+        }
+    });
+    assert_eq!(
+        count(&present, |k| f.contains(k)),
+        Q as u64,
+        "false negative"
+    );
+    let mut c = Contenders::default();
+    for (tag, keys) in [("absent", &absent), ("present", &present)] {
+        let (f, fb, tree) = (&f, &fb, &tree);
+        c.add(format!("fastbloom/{tag}"), move || {
+            ns_per(Q, || count(keys, |k| fb.contains_hash(hash_key(k, seed))))
+        });
+        c.add(format!("filter/{tag}"), move || {
+            ns_per(Q, || count(keys, |k| f.contains(k)))
+        });
+        c.add(format!("may_contain/{tag}"), move || {
+            ns_per(Q, || count(keys, |k| tree.may_contain(k)))
+        });
+    }
+    let (names, mut runs) = c.into_parts();
+    let mut refs: Vec<&mut dyn FnMut() -> f64> = runs.iter_mut().map(|b| &mut **b as _).collect();
+    let per = interleave(rounds, &mut refs);
+    for (name, v) in names.iter().zip(&per) {
+        let v: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
+        println!("row\t{name}\t{}", v.join(","));
     }
 }
 
@@ -804,7 +984,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
     });
     let mut table = format!(
         "#### {} keys in the filter, 10 bits/key, {} absent, {} present and {} mixed query keys\n\n\
-         Medians of {rounds} interleaved rounds; in brackets the median per-round ratio to \
+         bloomsled's probe kernel: {} (`BLOOMSLED_KERNEL`). Medians of {rounds} interleaved rounds; in brackets the median per-round ratio to \
          the baseline of its section and its min–max. False-positive rate: bloomsled \
          {:.3}%, fastbloom {:.3}%, bloomfilter {:.3}%.\n\n\
          | per key | absent keys | present keys | 50/50 mix |\n|---|---:|---:|---:|\n",
@@ -812,6 +992,7 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
         Q,
         Q,
         Q,
+        bloomsled::probe_kernel(),
         100.0 * fpr_bs,
         100.0 * fpr_fb,
         100.0 * fpr_bf

@@ -78,7 +78,7 @@ pub mod window;
 pub use error::{DbRecordFault, DecodeError, Distrust, Error, FilterShape, Result};
 pub use filter::math::{bits_for, blocked_fpr, optimal_k, standard_fpr};
 pub use filter::{
-    CountingFilter, Filter, FilterConfig, FilterMode, Sizing, COUNTER_MAX,
+    probe_kernel, CountingFilter, Filter, FilterConfig, FilterMode, Sizing, COUNTER_MAX,
     DEFAULT_FALSE_POSITIVE_RATE,
 };
 #[allow(deprecated)]

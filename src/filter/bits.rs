@@ -38,29 +38,154 @@ impl Block {
 }
 
 pub(crate) struct Blocks {
-    blocks: Box<[Block]>,
+    blocks: Owned,
+}
+
+/// The blocks' memory, owned: a boxed slice, or (a large filter on Linux) an anonymous
+/// mapping of its own. Dereferences to the blocks with no branch on which it is.
+struct Owned {
+    ptr: std::ptr::NonNull<Block>,
+    len: usize,
+    /// `Some((base, bytes))` if the blocks live in a mapping `Drop` unmaps; `None` if they
+    /// are a `Box<[Block]>` given up with `Box::into_raw`.
+    mapping: Option<(usize, usize)>,
+}
+
+// SAFETY: `Owned` owns its blocks exactly as a `Box<[Block]>` does (nothing else points to
+// them, `Drop` frees them once), and `Block` is `Send` and `Sync` (atomics only).
+#[allow(unsafe_code)]
+unsafe impl Send for Owned {}
+// SAFETY: as above: shared access is `&[Block]`, which is `Sync`.
+#[allow(unsafe_code)]
+unsafe impl Sync for Owned {}
+
+impl Owned {
+    fn boxed(b: Box<[Block]>) -> Owned {
+        let len = b.len();
+        let ptr = std::ptr::NonNull::from(Box::leak(b)).cast::<Block>();
+        Owned {
+            ptr,
+            len,
+            mapping: None,
+        }
+    }
+
+    /// `n` zeroed blocks in an anonymous mapping of their own, starting on a huge-page
+    /// boundary, asked for transparent huge pages, and each huge page backed by a write (see
+    /// [`Blocks::zeroed`]); `None` if the mapping is refused.
+    #[cfg(all(target_os = "linux", not(loom)))]
+    fn mapped(n: usize) -> Option<Owned> {
+        let len = n.checked_mul(std::mem::size_of::<Block>())?;
+        let map_len = len.checked_add(HUGE_PAGE_BYTES)?;
+        // SAFETY: a new private anonymous mapping at an address the kernel picks: it
+        // overlaps no memory Rust knows of. It is zero-filled by the kernel.
+        #[allow(unsafe_code)]
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return None;
+        }
+        let start = (base as usize).next_multiple_of(HUGE_PAGE_BYTES);
+        let huge = advise_huge_pages(start, len);
+        let owned = Owned {
+            // `start` is inside the mapping (less than a huge page past its page-aligned
+            // base, and `len` bytes fit before its end), so not null, and 64-byte aligned.
+            ptr: std::ptr::NonNull::new(start as *mut Block)?,
+            len: n,
+            mapping: Some((base as usize, map_len)),
+        };
+        let per_huge = HUGE_PAGE_BYTES / std::mem::size_of::<Block>();
+        for i in huge.step_by(per_huge) {
+            owned[i].0[0].store(0, Relaxed);
+        }
+        Some(owned)
+    }
+}
+
+impl std::ops::Deref for Owned {
+    type Target = [Block];
+
+    #[inline(always)]
+    fn deref(&self) -> &[Block] {
+        // SAFETY: `ptr` points to `len` initialized (zeroed or stored) blocks that `self`
+        // owns and frees only in `Drop`; they are only ever shared (`&`), their words
+        // being atomics.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::slice::from_raw_parts(self.ptr.as_ptr(), self.len)
+        }
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        match self.mapping {
+            #[cfg(all(target_os = "linux", not(loom)))]
+            Some((base, bytes)) => {
+                // SAFETY: `[base, base + bytes)` is the mapping `Owned::mapped` made, unmapped
+                // only here; no reference into it outlives `self`.
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc::munmap(base as *mut libc::c_void, bytes);
+                }
+            }
+            #[cfg(not(all(target_os = "linux", not(loom))))]
+            Some(_) => unreachable!("mappings are made on Linux only"),
+            None => {
+                let slice = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
+                // SAFETY: `ptr` and `len` came from `Box::leak` of a `Box<[Block]>` in
+                // `Owned::boxed`, rebuilt once, here.
+                #[allow(unsafe_code)]
+                drop(unsafe { Box::from_raw(slice) });
+            }
+        }
+    }
 }
 
 impl Blocks {
-    /// `n` zeroed blocks; `None` if the allocation is refused. A large filter asks for
-    /// transparent huge pages before its memory is first touched (see [`advise_huge_pages`]).
+    /// `n` zeroed blocks; `None` if the allocation is refused.
     ///
-    /// The memory comes from the allocator already zeroed (`calloc`), so a large filter's
-    /// pages are backed only when first written: a sparse filter (a new tree sized for a
-    /// million keys that holds a few) costs what it touches, not its full size.
+    /// A large filter (at least [`HUGE_PAGE_MIN_BYTES`], on Linux) gets a mapping of its own
+    /// asking for transparent huge pages, each backed at once by a write: a probe of a
+    /// filter far past the TLB's reach otherwise pays a page walk on top of its cache miss
+    /// (with 2 MiB pages a 64 MB filter needs 32 TLB entries instead of 16,384). Neither the
+    /// allocator nor the first touch can be left to do it: Rust's allocator zeroes memory
+    /// aligned to 64 bytes by writing it (`aligned_alloc` then `memset`), which backs every
+    /// page with a 4 KiB one before any advice can be given, and a page first touched by a
+    /// read (a lookup, or an insert's probe, which reads before it writes) maps the shared
+    /// zero page, which the write after it replaces with a 4 KiB page. Measured
+    /// (`benches/after_load.rs`): a 59 MiB filter filled by inserts had 8 MiB in huge pages
+    /// before, all of its aligned part after. Filters this large are sized for millions of
+    /// keys; they are paid for when made, not page by page. Smaller filters come zeroed
+    /// from the allocator.
     #[cfg(not(loom))]
     pub(crate) fn zeroed(n: usize) -> Option<Self> {
         use zerocopy::FromZeros;
+        #[cfg(target_os = "linux")]
+        if n.saturating_mul(std::mem::size_of::<Block>()) >= HUGE_PAGE_MIN_BYTES {
+            if let Some(blocks) = Owned::mapped(n) {
+                return Some(Blocks { blocks });
+            }
+        }
         let blocks = <[Block]>::new_box_zeroed_with_elems(n).ok()?;
-        advise_huge_pages(blocks.as_ptr() as usize, n * std::mem::size_of::<Block>());
-        Some(Blocks { blocks })
+        Some(Blocks {
+            blocks: Owned::boxed(blocks),
+        })
     }
 
     /// Under loom, blocks of loom's atomics, made one by one (they are not plain zeroes).
     #[cfg(loom)]
     pub(crate) fn zeroed(n: usize) -> Option<Self> {
         Some(Blocks {
-            blocks: (0..n).map(|_| Block::default()).collect(),
+            blocks: Owned::boxed((0..n).map(|_| Block::default()).collect()),
         })
     }
 
@@ -146,7 +271,8 @@ impl Blocks {
         self.blocks[i].0[j].store(v, Relaxed);
     }
 
-    /// Hints the CPU to start loading block `i` (no-op off x86-64).
+    /// Hints the CPU to start loading block `i` (`prefetcht0` on x86-64, `prfm pldl1keep` on
+    /// aarch64, a no-op elsewhere). The batched lookups call it whatever the probe kernel.
     #[inline(always)]
     pub(crate) fn prefetch(&self, i: usize) {
         #[cfg(target_arch = "x86_64")]
@@ -161,7 +287,22 @@ impl Blocks {
                 _mm_prefetch::<_MM_HINT_T0>(p)
             };
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
+        {
+            let p = self.blocks[i].0.as_ptr();
+            // SAFETY: `prfm` is a hint: it never faults, writes nothing and changes no
+            // register or flag; `p` points into a live allocation anyway (bounds-checked
+            // index above).
+            #[allow(unsafe_code)]
+            unsafe {
+                std::arch::asm!(
+                    "prfm pldl1keep, [{p}]",
+                    p = in(reg) p,
+                    options(nostack, preserves_flags, readonly)
+                );
+            }
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         let _ = i;
     }
 
@@ -196,40 +337,42 @@ impl Blocks {
 }
 
 /// Filters at least this large ask for transparent huge pages.
-#[cfg_attr(loom, allow(dead_code))]
+#[cfg_attr(any(loom, not(target_os = "linux")), allow(dead_code))]
 const HUGE_PAGE_MIN_BYTES: usize = 8 << 20;
+
+/// The size of a transparent huge page (x86-64 and aarch64 with 4 KiB base pages).
+#[cfg_attr(any(loom, not(target_os = "linux")), allow(dead_code))]
+const HUGE_PAGE_BYTES: usize = 2 << 20;
 
 /// Asks the kernel to back the 2 MiB-aligned part of `[addr, addr + len)` with transparent
 /// huge pages (Linux `madvise(MADV_HUGEPAGE)`; a no-op elsewhere, for small filters, or when
-/// the kernel says no). A probe of a filter far larger than the TLB's reach otherwise pays a
-/// page walk on top of its cache miss; with 2 MiB pages a 64 MB filter needs 32 TLB entries
-/// instead of 16,384. Called before the memory is first written, so the first touch can
+/// the kernel says no), and returns the blocks (64 bytes each, counted from `addr`) of that
+/// part: the caller writes one word per huge page before anything reads them (see
+/// [`Blocks::zeroed`]). Called before the memory is first touched, so the first write can
 /// allocate huge pages directly, which matters where THP is in `madvise` mode.
-#[cfg_attr(loom, allow(dead_code))]
-fn advise_huge_pages(addr: usize, len: usize) {
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        if len < HUGE_PAGE_MIN_BYTES {
-            return;
-        }
-        let start = addr.next_multiple_of(HUGE);
-        let end = (addr + len) / HUGE * HUGE;
-        if end <= start {
-            return;
-        }
-        // SAFETY: `[start, end)` lies inside an allocation this function's caller owns and
-        // has reserved but not yet initialized, so no Rust reference points into it.
-        // MADV_HUGEPAGE is advice about how to back those pages: it never reads or writes
-        // their contents, and a failure (THP disabled, old kernel) leaves the memory as it
-        // was, so the result is deliberately ignored.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
-        }
+#[cfg(all(target_os = "linux", not(loom)))]
+fn advise_huge_pages(addr: usize, len: usize) -> std::ops::Range<usize> {
+    if len < HUGE_PAGE_MIN_BYTES {
+        return 0..0;
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (addr, len, HUGE_PAGE_MIN_BYTES);
+    let start = addr.next_multiple_of(HUGE_PAGE_BYTES);
+    let end = (addr + len) / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
+    if end <= start {
+        return 0..0;
+    }
+    // SAFETY: `[start, end)` lies inside the mapping `Owned::mapped` just made, not yet
+    // touched, and no Rust reference points into it. MADV_HUGEPAGE is advice about how to
+    // back those pages: it never reads or writes their contents, and a failure (THP
+    // disabled, old kernel) leaves the memory as it was, so the result only decides
+    // whether to back the huge pages now.
+    #[allow(unsafe_code)]
+    let advised =
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) == 0 };
+    if !advised {
+        return 0..0;
+    }
+    let block = std::mem::size_of::<Block>();
+    (start - addr) / block..(end - addr) / block
 }
 
 #[cfg(test)]
@@ -242,6 +385,14 @@ mod tests {
         let n = (16 << 20) / 64;
         let b = Blocks::zeroed(n).unwrap();
         assert_eq!(b.len(), n);
+        // On Linux, a mapping of its own starting on a huge-page boundary; a small filter
+        // stays on the heap.
+        #[cfg(target_os = "linux")]
+        {
+            assert!(b.blocks.mapping.is_some());
+            assert_eq!(b.blocks.ptr.as_ptr() as usize % HUGE_PAGE_BYTES, 0);
+            assert!(Blocks::zeroed(1000).unwrap().blocks.mapping.is_none());
+        }
         assert!(b.words().all(|w| w == 0));
         let mut m = [0u64; BLOCK_WORDS];
         m[3] = 1 << 17;

@@ -231,6 +231,13 @@ impl CountingFilter {
             .unwrap_or(0)
     }
 
+    /// This filter with the probe of `kind` (see [`Filter::with_kernel`]).
+    #[cfg(test)]
+    pub(crate) fn with_kernel(mut self, kind: super::kernel::KernelKind) -> CountingFilter {
+        self.bits = self.bits.with_kernel(kind);
+        self
+    }
+
     /// The bits that lookups read, as a plain [`Filter`] (shape, statistics, probing).
     pub fn bits(&self) -> &Filter {
         &self.bits

@@ -8,6 +8,13 @@
 //! whose target never changes and is always predicted (a `match` on `k` at every lookup
 //! would do as well; the loop over `0..k` does not).
 //!
+//! The probe comes in three kinds ([`KernelKind`]), all testing exactly the bits of
+//! `filter::layout`: the unrolled scalar one here, on every CPU; eight draws per 256-bit
+//! vector with AVX2 (`filter::avx2`); eight per 512-bit vector with AVX-512 (`filter::simd`).
+//! A filter takes the fastest this CPU runs, detected at run time, unless `BLOOMSLED_KERNEL`
+//! names another ([`KernelKind::selected`]); a vector probe is handed out only by its module,
+//! after checking the CPU. Inserts are scalar in every kind.
+//!
 //! Inserts ([`Kernel::insert`]) first run the probe: a key whose bits are all set writes
 //! nothing, and never takes the line away from other cores. Otherwise every draw's bit gets
 //! a locked `or` whose result is unused (`lock or`), with no branch on which bits were
@@ -83,22 +90,38 @@ impl Kernel {
     }
 
     /// The kernels for `k` bits per key; `None` outside `1..=MAX_HASHES`. The probe is the
-    /// AVX-512 one where the CPU has it (`filter::simd`), the unrolled scalar one elsewhere.
+    /// one [`KernelKind::selected`] names (the best this CPU runs, or `BLOOMSLED_KERNEL`'s).
     pub(crate) fn for_k(k: u32) -> Option<Kernel> {
+        Kernel::for_kind(KernelKind::selected(), k)
+    }
+
+    /// The kernels of `kind` for `k`; `None` outside `1..=MAX_HASHES`. Where `kind` has no
+    /// probe for this `k` (the vector probes stop at 16) or this CPU cannot run it, the
+    /// scalar one: a vector probe is handed out only after its module checked the CPU.
+    pub(crate) fn for_kind(kind: KernelKind, k: u32) -> Option<Kernel> {
         let scalar = Kernel::for_scalar(k)?;
-        // (Not under loom: its atomics are not the 64 bytes the vector load reads.)
+        // (Not under loom: its atomics are not the bytes the vector loads read.)
         #[cfg(all(target_arch = "x86_64", not(loom)))]
-        if let (Some(contains), Some(contains_any)) = (
-            super::simd::contains_for(k),
-            super::simd::contains_any_for(k),
-        ) {
-            return Some(Kernel {
+        let vector = match kind {
+            KernelKind::Scalar => None,
+            KernelKind::Avx2 => super::avx2::kernels_for(k),
+            KernelKind::Avx512 => {
+                super::simd::contains_for(k).zip(super::simd::contains_any_for(k))
+            }
+        };
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let vector: Option<(ContainsFn, ContainsAnyFn)> = {
+            let _ = kind;
+            None
+        };
+        Some(match vector {
+            Some((contains, contains_any)) => Kernel {
                 contains,
                 contains_any,
                 ..scalar
-            });
-        }
-        Some(scalar)
+            },
+            None => scalar,
+        })
     }
 
     /// The scalar kernels for `k`, on any CPU.
@@ -108,11 +131,269 @@ impl Kernel {
     }
 }
 
+/// The environment variable that forces a probe kernel: `scalar`, `avx2` or `avx512` (the
+/// names of [`KernelKind::name`]; a contract, outside checks use them).
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) const KERNEL_ENV: &str = "BLOOMSLED_KERNEL";
+
+/// The probe implementations a filter can run. Every one answers exactly as the layout's
+/// reference probe (`layout::all_set`); they differ in speed only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KernelKind {
+    /// The unrolled scalar probe, on every CPU.
+    Scalar,
+    /// Eight draws per 256-bit vector (`filter::avx2`), on x86-64 CPUs with AVX2.
+    Avx2,
+    /// Eight draws per 512-bit vector (`filter::simd`), on x86-64 CPUs with AVX-512 F and DQ.
+    Avx512,
+}
+
+impl KernelKind {
+    /// Every kind, from the slowest to the fastest where all run.
+    pub(crate) const ALL: [KernelKind; 3] =
+        [KernelKind::Scalar, KernelKind::Avx2, KernelKind::Avx512];
+
+    /// The kind's name, as `BLOOMSLED_KERNEL` takes it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            KernelKind::Scalar => "scalar",
+            KernelKind::Avx2 => "avx2",
+            KernelKind::Avx512 => "avx512",
+        }
+    }
+
+    /// The kind named `name` (as [`KernelKind::name`] writes it, surrounding blanks and
+    /// letter case ignored).
+    #[cfg_attr(loom, allow(dead_code))]
+    fn from_name(name: &str) -> Option<KernelKind> {
+        let name = name.trim();
+        KernelKind::ALL
+            .into_iter()
+            .find(|k| k.name().eq_ignore_ascii_case(name))
+    }
+
+    /// True if this CPU runs the kind's probe.
+    pub(crate) fn is_supported(self) -> bool {
+        match self {
+            KernelKind::Scalar => true,
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            KernelKind::Avx2 => super::avx2::has_avx2(),
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            KernelKind::Avx512 => super::simd::has_avx512(),
+            #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+            KernelKind::Avx2 | KernelKind::Avx512 => false,
+        }
+    }
+
+    /// The kinds this CPU runs, the scalar one first.
+    #[cfg(test)]
+    pub(crate) fn supported() -> impl Iterator<Item = KernelKind> {
+        KernelKind::ALL.into_iter().filter(|k| k.is_supported())
+    }
+
+    /// The kind new filters use: `BLOOMSLED_KERNEL`'s if set to a kind this CPU runs, the
+    /// best one otherwise. The variable is read once, at the first filter made; an unknown
+    /// or unsupported value is logged (`log::warn!`) and the best kind used instead.
+    pub(crate) fn selected() -> KernelKind {
+        #[cfg(not(loom))]
+        {
+            static SELECTED: std::sync::OnceLock<KernelKind> = std::sync::OnceLock::new();
+            *SELECTED.get_or_init(|| {
+                let value = std::env::var(KERNEL_ENV).ok();
+                let (kind, warning) = choose(value.as_deref(), KernelKind::is_supported);
+                if let Some(w) = warning {
+                    log::warn!("{w}");
+                }
+                kind
+            })
+        }
+        #[cfg(loom)]
+        KernelKind::Scalar
+    }
+}
+
+/// The kind `value` (of `BLOOMSLED_KERNEL`, `None` if unset) selects where `supported` says
+/// which kinds the CPU runs, and a warning to log if it asked for one it cannot have.
+#[cfg_attr(loom, allow(dead_code))]
+fn choose(
+    value: Option<&str>,
+    supported: impl Fn(KernelKind) -> bool,
+) -> (KernelKind, Option<String>) {
+    let best = KernelKind::ALL
+        .into_iter()
+        .filter(|&k| supported(k))
+        .last()
+        .unwrap_or(KernelKind::Scalar);
+    let Some(value) = value.filter(|v| !v.trim().is_empty()) else {
+        return (best, None);
+    };
+    match KernelKind::from_name(value) {
+        Some(kind) if supported(kind) => (kind, None),
+        Some(kind) => (
+            best,
+            Some(format!(
+                "{KERNEL_ENV}={value}: this CPU cannot run the {} probe; using {}",
+                kind.name(),
+                best.name()
+            )),
+        ),
+        None => (
+            best,
+            Some(format!(
+                "{KERNEL_ENV}={value:?} is not a probe kernel (scalar, avx2 or avx512); using {}",
+                best.name()
+            )),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::filter::layout::{self, block_index};
     use crate::hash::hash_key;
+
+    /// The kernels of `k` of every kind this CPU runs, with their kind.
+    fn every_kernel(k: u32) -> impl Iterator<Item = (KernelKind, Kernel)> {
+        assert!(Kernel::for_k(0).is_none() && Kernel::for_kind(KernelKind::Scalar, 0).is_none());
+        KernelKind::supported().map(move |kind| {
+            (
+                kind,
+                Kernel::for_kind(kind, k).expect("a kernel for every valid k"),
+            )
+        })
+    }
+
+    /// What `BLOOMSLED_KERNEL` selects: the kind it names where the CPU runs it; the best
+    /// kind the CPU runs, with a warning, for a kind it does not or a name that is none;
+    /// the best, silently, when unset or blank.
+    #[test]
+    fn the_environment_selects_a_supported_kernel_or_warns() {
+        use KernelKind::*;
+        let all = |_: KernelKind| true;
+        let no512 = |k: KernelKind| k != Avx512;
+        let scalar_only = |k: KernelKind| k == Scalar;
+        assert_eq!(choose(None, all), (Avx512, None));
+        assert_eq!(choose(None, no512), (Avx2, None));
+        assert_eq!(choose(Some("  "), scalar_only), (Scalar, None));
+        for (value, want) in [("scalar", Scalar), ("avx2", Avx2), ("avx512", Avx512)] {
+            assert_eq!(choose(Some(value), all), (want, None));
+        }
+        assert_eq!(choose(Some(" AVX2\n"), all), (Avx2, None));
+        assert_eq!(choose(Some("scalar"), scalar_only), (Scalar, None));
+        let (kind, warning) = choose(Some("avx512"), no512);
+        assert_eq!(kind, Avx2);
+        let warning = warning.expect("a warning");
+        assert!(warning.contains("BLOOMSLED_KERNEL=avx512") && warning.contains("using avx2"));
+        let (kind, warning) = choose(Some("avx2"), scalar_only);
+        assert_eq!(kind, Scalar);
+        assert!(warning
+            .expect("a warning")
+            .contains("cannot run the avx2 probe"));
+        for bogus in ["neon", "avx", "avx-512", "1", "sse2"] {
+            let (kind, warning) = choose(Some(bogus), no512);
+            assert_eq!(kind, Avx2, "{bogus}");
+            assert!(warning
+                .expect("a warning")
+                .contains("is not a probe kernel"));
+        }
+        // This process's choice is one this CPU runs, and the one filters get.
+        let selected = KernelKind::selected();
+        assert!(selected.is_supported());
+        assert_eq!(crate::probe_kernel(), selected.name());
+        assert!(KernelKind::supported().any(|k| k == Scalar));
+        for kind in KernelKind::ALL {
+            assert_eq!(KernelKind::from_name(kind.name()), Some(kind));
+        }
+    }
+
+    /// The filter's operations with every kernel this CPU runs, on random hashes, against
+    /// the layout's reference probe over the filter's own words: `insert_hash` (new iff a
+    /// bit was unset), `contains`/`contains_hash`, `contains_many` and `contains_hash_many`
+    /// (which prefetch), and a counting filter's inserts, removes and lookups.
+    #[test]
+    fn every_kernel_answers_as_the_reference_through_the_filter() {
+        use crate::filter::{CountingFilter, Filter, FilterConfig};
+        let mut x = 0x5eed_u64;
+        let mut next = move || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        let reference = |f: &Filter, h: u64| {
+            let words = f.words();
+            let blk = block_index(h, f.num_blocks());
+            layout::all_set(h, f.num_hashes(), |j| words[blk * 8 + j])
+        };
+        for kind in KernelKind::supported() {
+            for k in [1u32, 3, 6, 8, 9, 10, 16, 17, 24] {
+                // Small filters (64 blocks) so that the fill goes from empty to dense.
+                let shape = FilterConfig::new(1_000)
+                    .bits_per_key(32.0)
+                    .num_hashes(k)
+                    .shape()
+                    .unwrap();
+                let f = Filter::with_shape(shape, 1_000).unwrap().with_kernel(kind);
+                let (mut yes, mut no) = (0, 0);
+                for round in 0..6 {
+                    let inserted: Vec<u64> = (0..200).map(|_| next()).collect();
+                    for &h in &inserted {
+                        let want_new = !reference(&f, h);
+                        assert_eq!(f.insert_hash(h), want_new, "{kind:?}, k = {k}");
+                    }
+                    let queries: Vec<u64> = (0..500)
+                        .map(|i| {
+                            if i % 4 == 0 {
+                                inserted[i % 200]
+                            } else {
+                                next()
+                            }
+                        })
+                        .collect();
+                    let want: Vec<bool> = queries.iter().map(|&h| reference(&f, h)).collect();
+                    let got: Vec<bool> = queries.iter().map(|&h| f.contains_hash(h)).collect();
+                    assert_eq!(got, want, "{kind:?}, k = {k}, round {round}");
+                    let mut many = vec![false; queries.len()];
+                    f.contains_hash_many(&queries, &mut many);
+                    assert_eq!(many, want, "{kind:?}, k = {k}: contains_hash_many");
+                    // By key: `contains` and the hashing, prefetching `contains_many`.
+                    let keys: Vec<Vec<u8>> = (0..300u64)
+                        .map(|_| next().to_le_bytes().repeat(1 + round))
+                        .collect();
+                    f.insert_many(&keys[..100]);
+                    let want: Vec<bool> = keys.iter().map(|k| reference(&f, f.hash(k))).collect();
+                    assert_eq!(f.contains_many(&keys), want, "{kind:?}, k = {k}");
+                    assert!(keys.iter().zip(&want).all(|(key, &w)| f.contains(key) == w));
+                    yes += want.iter().filter(|&&w| w).count();
+                    no += want.iter().filter(|&&w| !w).count();
+                }
+                assert!(yes > 0 && no > 0, "{kind:?}, k = {k}: {yes} yes, {no} no");
+                // Counting mode looks up through the same bits, removes clear them.
+                let c = CountingFilter::with_shape(shape, 1_000)
+                    .unwrap()
+                    .with_kernel(kind);
+                let hs: Vec<u64> = (0..300).map(|_| next()).collect();
+                hs.iter().for_each(|&h| c.insert_hash(h));
+                assert!(
+                    hs.iter().all(|&h| c.contains_hash(h)),
+                    "{kind:?}: false negative"
+                );
+                hs[..150].iter().for_each(|&h| {
+                    c.remove_hash(h);
+                });
+                for &h in &hs {
+                    assert_eq!(
+                        c.contains_hash(h),
+                        reference(c.bits(), h),
+                        "{kind:?}, k = {k}"
+                    );
+                }
+                assert!(hs[150..].iter().all(|&h| c.contains_hash(h)));
+            }
+        }
+    }
 
     /// Every `k`'s kernels set exactly the documented bits and test them like the generic
     /// probe does, on blocks full of other keys too.
@@ -120,17 +401,19 @@ mod tests {
     fn every_k_sets_and_tests_the_layouts_bits() {
         assert!(Kernel::for_k(0).is_none());
         assert!(Kernel::for_k(MAX_HASHES + 1).is_none());
-        let both =
-            (1..=MAX_HASHES).flat_map(|k| [(k, Kernel::for_k(k)), (k, Kernel::for_scalar(k))]);
-        for (k, kern) in both {
-            let kern = kern.expect("a kernel for every valid k");
+        let every = (1..=MAX_HASHES).flat_map(|k| every_kernel(k).map(move |kern| (k, kern)));
+        for (k, (kind, kern)) in every {
             let b = Blocks::zeroed(4).unwrap();
             for i in 0..300u64 {
                 let h = hash_key(&i.to_le_bytes(), u64::from(k));
                 let blk = block_index(h, 4);
                 let before: Vec<u64> = b.words().collect();
                 let generic = layout::all_set(h, k, |j| before[blk * 8 + j]);
-                assert_eq!((kern.contains)(b.block(blk), h), generic, "k = {k}");
+                assert_eq!(
+                    (kern.contains)(b.block(blk), h),
+                    generic,
+                    "{kind:?}, k = {k}"
+                );
                 let new = kern.insert(b.block(blk), h);
                 assert_eq!(new, !generic, "insert says new iff a bit was unset");
                 let after: Vec<u64> = b.words().collect();
@@ -148,10 +431,8 @@ mod tests {
     /// probes answer or-ed, for any number of blocks, on blocks from empty to full.
     #[test]
     fn the_several_block_probe_ors_the_single_ones() {
-        let both =
-            (1..=MAX_HASHES).flat_map(|k| [(k, Kernel::for_k(k)), (k, Kernel::for_scalar(k))]);
-        for (k, kern) in both {
-            let kern = kern.expect("a kernel for every valid k");
+        let every = (1..=MAX_HASHES).flat_map(|k| every_kernel(k).map(move |kern| (k, kern)));
+        for (k, (kind, kern)) in every {
             let b = Blocks::zeroed(6).unwrap();
             // Block i holds about 4^i keys' bits: empty, sparse, ..., saturated.
             for i in 0..6u64 {
@@ -173,7 +454,8 @@ mod tests {
                     for from in 0..=(blocks.len() - n) {
                         let some = &blocks[from..from + n];
                         let want = some.iter().any(|blk| (kern.contains)(blk, h));
-                        assert_eq!((kern.contains_any)(some, h), want, "k = {k}, {n} blocks");
+                        let got = (kern.contains_any)(some, h);
+                        assert_eq!(got, want, "{kind:?}, k = {k}, {n} blocks");
                         if (n, from) == (3, 0) {
                             if want {
                                 yes += 1;

@@ -6,6 +6,8 @@
 //! number of threads may insert and query at once through `&Filter`.
 
 pub(crate) mod any;
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+mod avx2;
 mod batch;
 mod bits;
 mod config;
@@ -236,6 +238,15 @@ impl Filter {
         (self.kernel.contains_any)(blocks, h)
     }
 
+    /// This filter with the probe of `kind` (a kind this CPU runs): how the tests run every
+    /// kernel in one process (`BLOOMSLED_KERNEL` picks one per process).
+    #[cfg(test)]
+    pub(crate) fn with_kernel(mut self, kind: kernel::KernelKind) -> Filter {
+        assert!(kind.is_supported(), "{kind:?} on a CPU without it");
+        self.kernel = Kernel::for_kind(kind, self.num_hashes).expect("a valid k");
+        self
+    }
+
     /// Merges `other` into `self`, so that `self` contains every key of both. The two must
     /// have the same shape and seed.
     pub fn union(&self, other: &Filter) -> Result<()> {
@@ -351,6 +362,25 @@ impl Filter {
         out.extend(self.blocks.words());
         Some(out)
     }
+}
+
+/// The name of the probe kernel this process's filters run: `"scalar"`, `"avx2"` or
+/// `"avx512"`.
+///
+/// The fastest one the CPU runs, detected at run time, unless the environment variable
+/// `BLOOMSLED_KERNEL` names another one the CPU runs (`scalar`, `avx2` or `avx512`): a way to
+/// measure or compare the kernels on one machine. The variable is read once, when the first
+/// filter is made (or this function first called); an unknown value, or a kernel this CPU
+/// cannot run, is logged as a warning (`log` crate) and the fastest kernel used instead.
+/// Every kernel sets and tests the same bits: snapshots and shared filters do not depend on
+/// it.
+///
+/// ```
+/// let k = bloomsled::probe_kernel();
+/// assert!(["scalar", "avx2", "avx512"].contains(&k));
+/// ```
+pub fn probe_kernel() -> &'static str {
+    kernel::KernelKind::selected().name()
 }
 
 /// Checks a shape's block count and `k`, and gives the kernels of its `k`.

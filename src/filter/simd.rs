@@ -27,7 +27,7 @@ type ContainsFn = fn(&Block, u64) -> bool;
 type ContainsAnyFn = fn(&[&Block], u64) -> bool;
 
 /// True if this CPU runs the vector probes: AVX-512 F and DQ.
-fn has_avx512() -> bool {
+pub(super) fn has_avx512() -> bool {
     std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq")
 }
 
