@@ -45,12 +45,17 @@ def main():
         "COOKIES_ENABLED": False,
         "RETRY_ENABLED": True,
         "DUPEFILTER_CLASS": "bloomsled.scrapy.BloomDupeFilter",
+        "SPIDER_MIDDLEWARES": {"bloomsled.scrapy.BloomDoneMiddleware": 0},
         "BLOOMSLED_EXPECTED_ITEMS": 100000,
         "LOGSTATS_INTERVAL": 5,
     }
     for arg in sys.argv[2:]:
         k, _, v = arg.partition("=")
         settings[k] = v
+    if settings.pop("NO_DONE_MIDDLEWARE", None):
+        del settings["SPIDER_MIDDLEWARES"]
+    if settings.pop("NO_BLOOMSLED", None):  # left to ADDONS
+        del settings["SPIDER_MIDDLEWARES"], settings["DUPEFILTER_CLASS"]
     process = CrawlerProcess(settings)
     process.crawl(SiteSpider, start_url=start)
     process.start()
