@@ -138,7 +138,7 @@ def read_store(path: str) -> tuple[set[bytes], set[bytes]]:
     added: set[bytes] = set()
     for kind, fp, _ in log.records():
         (added if kind == ADD else done).add(fp)
-    return done & (added | done), added - done
+    return done, added - done
 
 
 def _boot_id() -> Optional[str]:
@@ -402,15 +402,18 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         if not self.journal:
             return
         assert crawler is not None
-        _write_state(store, clean=False)  # before any change
         self.pending_log = PendingLog(store, FP_WIDTH)
         if self.recovery == "power-loss":
             for chunk in self.pending_log.done_fingerprints():
                 self.seen.add_many(chunk)
         if self.pending_log.size() > len(b"BSPLOG\x00\x01"):
+            # Crash-safe on its own; after a crash it also gives `seen` the log's members.
             self._resume_count = self.pending_log.compact(
                 self.seen, add_to_seen=self.recovery != "clean"
             )
+        # Only now (a crash during a rebuild above must lead to the same rebuild again),
+        # and before any new record: the store is open, not clean, in this boot.
+        _write_state(store, clean=False)
         self._resume_end = self.pending_log.size()
         if self._resume_count:
             self._set_aside_scrapy_queue(path)  # type: ignore[arg-type]
