@@ -684,7 +684,7 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
 
             deferred_from_coro(engine.close_spider_async(reason=SHARED_FILTER_LOST_REASON))
         else:
-            engine.close_spider(crawler.spider, SHARED_FILTER_LOST_REASON)
+            engine.close_spider(crawler.spider, SHARED_FILTER_LOST_REASON)  # type: ignore[arg-type]
 
     def close(self, reason: str) -> None:
         self.filter = None
