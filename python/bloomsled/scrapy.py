@@ -251,6 +251,9 @@ class BloomDoneMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         self.tracker = _tracker(crawler)
         self.tracker.middleware = True
+        #: The output being processed per response (to tell an exception before the
+        #: callback from one raised while its output is iterated).
+        self._parents: weakref.WeakKeyDictionary[Any, _Parent] = weakref.WeakKeyDictionary()
         crawler.signals.connect(self._scheduled, signal=signals.request_scheduled)
 
     @classmethod
@@ -261,10 +264,26 @@ class BloomDoneMiddleware:
         if request.dont_filter:  # no request_seen will come for it: nothing to wait for
             self.tracker.settled(request)
 
+    def process_spider_exception(
+        self, response: Response, exception: Exception, spider: Any = None
+    ) -> None:
+        """Called (being outermost) only when no other middleware handled the exception,
+        which then ends the response's processing. Raised while the callback's output was
+        iterated: the output's wrapper finishes it, once the requests yielded before are
+        through. Raised before the callback ran (no errback): it is done now."""
+        if response not in self._parents:
+            parent = _Parent(response.request)  # type: ignore[arg-type]
+            self.tracker.finish(parent)
+
+    def _start(self, response: Response) -> _Parent:
+        parent = _Parent(response.request)  # type: ignore[arg-type]
+        self._parents[response] = parent
+        return parent
+
     def process_spider_output(
         self, response: Response, result: Iterable[Any], spider: Any = None
     ) -> Iterator[Any]:
-        parent = _Parent(response.request)  # type: ignore[arg-type]
+        parent = self._start(response)
         try:
             for r in result:
                 if isinstance(r, Request):
@@ -279,7 +298,7 @@ class BloomDoneMiddleware:
     async def process_spider_output_async(
         self, response: Response, result: AsyncIterator[Any], spider: Any = None
     ) -> AsyncIterator[Any]:
-        parent = _Parent(response.request)  # type: ignore[arg-type]
+        parent = self._start(response)
         try:
             async for r in result:
                 if isinstance(r, Request):
