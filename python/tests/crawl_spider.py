@@ -20,7 +20,7 @@ class FailInputMiddleware:
     def from_crawler(cls, crawler):
         return cls(crawler.settings.getint("FAIL_INPUT_EVERY"))
 
-    def process_spider_input(self, response):
+    def process_spider_input(self, response, spider=None):  # Scrapy < 2.14 passes spider
         if int(response.url.rsplit("/", 1)[1]) % self.every == 1:
             raise RuntimeError(f"test: input of {response.url} rejected")
 

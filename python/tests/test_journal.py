@@ -88,11 +88,13 @@ def test_compaction_keeps_pending_and_moves_done(tmp_path):
 
 
 def open_filter(path: Path):
-    from scrapy.utils.test import get_crawler
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
 
     from bloomsled.scrapy import BloomDupeFilter
 
-    crawler = get_crawler()
+    # A crawler that is never started: the filter only connects its signals.
+    crawler = Crawler(Spider, {})
     return BloomDupeFilter(str(path), expected_items=10_000, crawler=crawler)
 
 
