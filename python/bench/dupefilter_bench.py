@@ -251,6 +251,11 @@ def run_one(name: str, n: int) -> dict:
         reqs = None
         close()
         disk = dir_mb(tmp)
+        # Of which: the dupefilter's own files (bloomsled's store, or RFPDupeFilter's
+        # requests.seen); the rest of a JOBDIR is Scrapy's queue, the same for both.
+        own = dir_mb(os.path.join(tmp, "bloomsled-dupefilter"))
+        if os.path.exists(os.path.join(tmp, "requests.seen")):
+            own += os.path.getsize(os.path.join(tmp, "requests.seen")) / 2**20
         return {
             "contender": name,
             "n": n,
@@ -263,6 +268,7 @@ def run_one(name: str, n: int) -> dict:
             "baseline_rss_mb": base,
             "peak_rss_mb": rss_mb(),
             "disk_mb": disk,
+            "filter_disk_mb": own,
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -387,15 +393,20 @@ def print_table(results: list) -> None:
     rows = [r for r in results if "contender" in r]
     rfp = next((r for r in rows if r["contender"] == "rfp"), None)
     print()
-    print("| contender | fingerprints | new request (CPU) | seen request (CPU) | vs RFP (new) | peak RSS | vs RFP (RSS) | disk |")
+    print("| contender | fingerprints | new request (CPU) | seen request (CPU) | vs RFP (new) | peak RSS | vs RFP (RSS) | disk (the filter's own) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        vs = f"{r['new_ns'] / rfp['new_ns']:.2f}x" if rfp else "-"
-        vr = f"{r['peak_rss_mb'] / rfp['peak_rss_mb']:.3f}" if rfp else "-"
+        # The _jobdir rows are compared with rfp_jobdir, the others with rfp.
+        base = rfp
+        if r["contender"].endswith("_jobdir"):
+            base = next((x for x in rows if x["contender"] == "rfp_jobdir"), None)
+        vs = f"{r['new_ns'] / base['new_ns']:.2f}x" if base else "-"
+        vr = f"{r['peak_rss_mb'] / base['peak_rss_mb']:.3f}" if base else "-"
+        own = f" ({r['filter_disk_mb']:.0f} MiB)" if r.get("filter_disk_mb") else ""
         extra = f" (+ Redis {r['redis_used_memory_mb']:.0f} MiB)" if "redis_used_memory_mb" in r else ""
         print(
             f"| {r['contender']} | {r['n']:,} | {r['new_ns'] / 1000:.1f} µs | {r['dup_ns'] / 1000:.1f} µs "
-            f"| {vs} | {r['peak_rss_mb']:.0f} MiB{extra} | {vr} | {r['disk_mb']:.0f} MiB |"
+            f"| {vs} | {r['peak_rss_mb']:.0f} MiB{extra} | {vr} | {r['disk_mb']:.0f} MiB{own} |"
         )
     for r in results:
         if "filter_present_many_ns" in r:
