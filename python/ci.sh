@@ -18,7 +18,7 @@ py="${PYTHON:-python3}"
 oldest="${PY_OLDEST:-/root/.pyenv/versions/3.9.18/bin/python}"
 newest="${PY_NEWEST:-/root/.pyenv/versions/3.13.0/bin/python}"
 
-# The extension crate is its own cargo workspace: lint it here, not from the root.
+# The extension crate (a workspace member that links Python): formatted and linted here.
 (cd "$here" && cargo fmt --check && cargo clippy --locked --all-targets -- -D warnings)
 
 work="$(mktemp -d)"
