@@ -52,7 +52,7 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::format::Manifest;
+use crate::format::{Manifest, RunEntry};
 use bloomsled::{Error, Filter, Result};
 
 mod config;
@@ -442,6 +442,23 @@ impl Inner {
 
     fn len(&self) -> u64 {
         self.manifest.runs.iter().map(|r| r.count).sum::<u64>() + self.memtable.len() as u64
+    }
+
+    /// Keeps the runs largest first, the manifest's list and the open runs alike: the
+    /// order `tiers::merge_due` reads (it decides nothing else: members have no age).
+    fn sort_runs(&mut self) {
+        let mut pairs: Vec<(RunEntry, Arc<Run>)> = self
+            .manifest
+            .runs
+            .drain(..)
+            .zip(self.runs.drain(..))
+            .collect();
+        pairs.sort_by_key(|p| std::cmp::Reverse(p.0.count));
+        for (entry, run) in pairs {
+            self.manifest.runs.push(entry);
+            self.runs.push(run);
+        }
+        self.order_runs();
     }
 
     fn order_runs(&mut self) {

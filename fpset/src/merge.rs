@@ -2,6 +2,7 @@
 //! step is saved by an atomic manifest replacement, so a crash leaves the old or the new
 //! set of runs, never a mix.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use bloomsled::Result;
@@ -53,8 +54,10 @@ impl FingerprintSet {
         }
         inner.memtable.clear();
         inner.flushes += 1;
-        inner.order_runs();
-        while let Some(start) = tiers::merge_due(
+        inner.sort_runs();
+        // Anywhere in the list, not only among the newest runs: this also finishes a chain
+        // of merges a crash cut short (see `tiers`).
+        while let Some(range) = tiers::merge_due(
             &inner
                 .manifest
                 .runs
@@ -64,13 +67,13 @@ impl FingerprintSet {
             cfg.memtable_items as u64,
             cfg.merge_factor,
         ) {
-            self.merge(inner, start)?;
+            self.merge(inner, range)?;
         }
         Ok(())
     }
 
-    /// Merges the runs from index `start` to the newest into one run.
-    pub(crate) fn merge(&self, inner: &mut Inner, start: usize) -> Result<()> {
+    /// Merges the runs `range` (indexes into the runs, largest first) into one run.
+    pub(crate) fn merge(&self, inner: &mut Inner, range: Range<usize>) -> Result<()> {
         let cfg = &self.config;
         let dir = &self.folder.path;
         let seq = inner.manifest.next_seq;
@@ -82,7 +85,7 @@ impl FingerprintSet {
             seq,
             cfg.block_items,
         )?;
-        let mut cursors: Vec<Cursor> = inner.runs[start..]
+        let mut cursors: Vec<Cursor> = inner.runs[range.clone()]
             .iter()
             .map(|r| Cursor::new(Arc::clone(r)))
             .collect();
@@ -106,7 +109,7 @@ impl FingerprintSet {
         let merged = w.finish()?;
         step("merge:run-written");
         let mut next = inner.manifest.clone();
-        let inputs: Vec<u64> = next.runs.drain(start..).map(|r| r.seq).collect();
+        let inputs: Vec<u64> = next.runs.drain(range.clone()).map(|r| r.seq).collect();
         next.next_seq += 1;
         if let Some(r) = &merged {
             next.runs.push(RunEntry {
@@ -120,12 +123,12 @@ impl FingerprintSet {
             remove_quietly(&dir.join(run::file_name(s)));
         }
         inner.manifest = next;
-        inner.runs.truncate(start);
+        inner.runs.drain(range);
         if let Some(r) = merged {
             inner.runs.push(Arc::new(r));
         }
         inner.merges += 1;
-        inner.order_runs();
+        inner.sort_runs();
         Ok(())
     }
 }

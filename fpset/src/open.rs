@@ -109,7 +109,7 @@ impl FingerprintSet {
             merges: 0,
             broken: None,
         };
-        inner.order_runs();
+        inner.sort_runs();
         let set = FingerprintSet {
             filter,
             config,

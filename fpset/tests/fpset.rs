@@ -181,11 +181,21 @@ const DIR_ENV: &str = "BLOOMSLED_FPSET_TEST_DIR";
 /// Fingerprints the child adds: `fp(0..CHILD_ADDS)`, syncing every `CHILD_SYNC_EVERY`.
 const CHILD_ADDS: u64 = 200_000;
 const CHILD_SYNC_EVERY: u64 = 500;
+/// Overrides `CHILD_ADDS` (the total the child adds up to).
+const ADDS_ENV: &str = "BLOOMSLED_FPSET_TEST_ADDS";
 
+/// Blocks forever at the step the role names: `step` (its first time) or `step#k` (the
+/// `k`-th time it is reached).
 fn block_at_step(step: &'static str) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static REACHED: AtomicUsize = AtomicUsize::new(0);
     println!("STEP {step}");
-    let target = std::env::var(ROLE_ENV).unwrap_or_default();
-    if target == step {
+    let role = std::env::var(ROLE_ENV).unwrap_or_default();
+    let (target, k) = match role.split_once('#') {
+        Some((t, k)) => (t.to_string(), k.parse().unwrap_or(1)),
+        None => (role, 1),
+    };
+    if target == step && REACHED.fetch_add(1, Ordering::Relaxed) + 1 == k {
         println!("BLOCKED");
         std::io::stdout().flush().unwrap();
         loop {
@@ -218,7 +228,11 @@ fn fpset_child() {
     let dir = std::path::PathBuf::from(std::env::var(DIR_ENV).unwrap());
     let set = child_set(&dir);
     let start = set.len();
-    for i in start..CHILD_ADDS {
+    let adds = std::env::var(ADDS_ENV)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(CHILD_ADDS);
+    for i in start..adds {
         set.insert(&fp(i)).unwrap();
         if (i + 1) % CHILD_SYNC_EVERY == 0 {
             set.sync().unwrap();
@@ -305,6 +319,69 @@ fn kill_9_inside_a_flush_and_a_merge_loses_no_synced_member() {
         assert!(durable > 0 || step.starts_with("flush"), "{step}");
         check_after_kill(dir.path(), durable);
     }
+}
+
+/// The most runs a set of `members` may hold after a flush and its merges: `factor - 1`
+/// per tier, tiers 0 to the tier of a run holding every member (`tiers.rs`).
+fn tiering_bound(members: u64, memtable_items: u64, factor: u64) -> u64 {
+    let mut tiers = 1;
+    let mut cap = memtable_items * factor;
+    while members >= cap {
+        tiers += 1;
+        cap *= factor;
+    }
+    (factor - 1) * tiers
+}
+
+/// Issue 33: a chain of merges saves each step on its own, and a kill between two steps
+/// used to leave runs that never merged again (25 runs where 12 were allowed after 24
+/// kills). Killed 50 times inside merge chains (after a merge was listed, or after its run
+/// was written and before it was listed; the 2nd to 4th merge of each child, so often in
+/// the middle of a chain), the set keeps every synced member, and once the next flush and
+/// its merges are done its run count is within the size tiering's bound again.
+#[test]
+fn fifty_kills_inside_merge_chains_keep_the_run_count_within_the_tiering_bound() {
+    let (memtable, factor) = (1_000u64, 3u64); // child_set's
+    let dir = tempfile::tempdir().unwrap();
+    let mut most_runs_after_kill = 0;
+    for round in 0..50u64 {
+        let step = ["merge:listed", "merge:run-written"][(round % 2) as usize];
+        let k = 2 + round % 3;
+        let mut cmd = child::command(ROLE_ENV, format!("{step}#{k}"), Some("fpset_child"));
+        cmd.env(DIR_ENV, dir.path()).env(ADDS_ENV, "100000000");
+        let killed = child::kill_after(
+            cmd,
+            "BLOCKED",
+            Duration::ZERO,
+            Some(Duration::from_secs(60)),
+        );
+        assert!(killed.reached, "round {round}: {:?}", killed.lines.last());
+        let durable = synced(&killed.lines);
+        let set = child_set(dir.path());
+        let n = set.len();
+        assert!(n >= durable, "round {round}: {n} members, {durable} synced");
+        for i in [0, durable.saturating_sub(1), n - 1] {
+            assert!(
+                set.contains(&fp(i)).unwrap(),
+                "round {round}: member {i} lost"
+            );
+        }
+        most_runs_after_kill = most_runs_after_kill.max(set.stats().runs);
+        // One memtable more: a flush, and every merge due anywhere in the list.
+        for i in n..n + memtable {
+            assert!(set.insert(&fp(i)).unwrap());
+        }
+        let runs = set.stats().runs;
+        let bound = tiering_bound(set.len(), memtable, factor);
+        assert_eq!(run_files(dir.path()).len() as u64, runs, "round {round}");
+        assert!(
+            runs <= bound,
+            "round {round}: {runs} runs for {} members, the tiering allows {bound}",
+            set.len()
+        );
+        set.close().unwrap();
+    }
+    println!("50 kills: at most {most_runs_after_kill} runs right after a kill");
 }
 
 // -- damaged files -------------------------------------------------------------------------

@@ -17,9 +17,12 @@ the harness adds little above the baseline (``fp_only`` shows how much).
     python bench/dupefilter_bench.py -n 10000000 -c bloom,rfp
 
 Contenders: ``fp_only`` (no filter: the fingerprint alone, the floor of cost and memory
-that every contender pays), ``rfp`` Scrapy's RFPDupeFilter (a Python set), ``rfp_jobdir`` (the same with
-JOBDIR: a file append per request), ``bloom`` bloomsled.scrapy.BloomDupeFilter (store in a
-temporary folder), ``bloom_jobdir`` (store under JOBDIR), ``rbloom``, ``pybloom_live``,
+that every contender pays), ``rfp`` Scrapy's RFPDupeFilter (a Python set), ``bloom``
+bloomsled.scrapy.BloomDupeFilter (store in a temporary folder), ``rfp_jobdir`` and
+``bloom_jobdir``: the two through Scrapy's own ``Scheduler`` with ``JOBDIR``, as a
+resumable crawl runs them (``enqueue_request``: the dupefilter, then Scrapy's disk queue,
+which holds the frontier on disk for both; BloomDupeFilter's log of pending requests is
+open and written), disk being the whole JOBDIR; ``rbloom``, ``pybloom_live``,
 ``redis_setbit`` (the scrapy-redis-bloomfilter pattern: k GETBITs then k SETBITs per
 fingerprint, pipelined, on a private redis-server; its Redis memory is reported apart).
 ``contains_many`` compares ``Filter.contains_many`` and ``Tree.contains_many`` with a Python
@@ -82,16 +85,44 @@ def make_rfp(n, tmp):
     return df.request_seen, lambda: df.close("finished")
 
 
-def make_rfp_jobdir(n, tmp):
-    from scrapy.dupefilters import RFPDupeFilter
+def _scheduler(tmp, dupefilter: str):
+    """Scrapy's own Scheduler with JOBDIR, as a resumable crawl runs it: each request goes
+    through ``enqueue_request`` (the dupefilter, then Scrapy's disk queue, which keeps the
+    frontier on disk for both contenders)."""
+    from scrapy import Spider
+    from scrapy.core.scheduler import Scheduler
+    from scrapy.utils.test import get_crawler
 
-    df = RFPDupeFilter(tmp)
-    return df.request_seen, lambda: df.close("finished")
+    crawler = get_crawler(
+        Spider,
+        {
+            "JOBDIR": tmp,
+            "DUPEFILTER_CLASS": dupefilter,
+            "BLOOMSLED_EXPECTED_ITEMS": int(os.environ["BENCH_N"]),
+            "LOG_ENABLED": False,
+        },
+    )
+    from scrapy.core.engine import ExecutionEngine
+
+    spider = Spider.from_crawler(crawler, "bench")
+    crawler.spider = spider
+    # The default priority queue asks the engine's downloader for its slots.
+    crawler.engine = ExecutionEngine(crawler, lambda _: None)
+    sched = Scheduler.from_crawler(crawler)
+    sched.open(spider)
+
+    def seen(request):
+        return not sched.enqueue_request(request)
+
+    return seen, lambda: sched.close("finished")
+
+
+def make_rfp_jobdir(n, tmp):
+    return _scheduler(tmp, "scrapy.dupefilters.RFPDupeFilter")
 
 
 def _bloom_options() -> dict:
-    cache = os.environ.get("BENCH_CACHE_BYTES")
-    return {"cache_bytes": int(cache)} if cache else {}
+    return {}
 
 
 def make_bloom(n, tmp):
@@ -102,10 +133,7 @@ def make_bloom(n, tmp):
 
 
 def make_bloom_jobdir(n, tmp):
-    from bloomsled.scrapy import BloomDupeFilter
-
-    df = BloomDupeFilter(tmp, expected_items=n, **_bloom_options())
-    return df.request_seen, lambda: df.close("finished")
+    return _scheduler(tmp, "bloomsled.scrapy.BloomDupeFilter")
 
 
 def make_rbloom(n, tmp):
@@ -187,6 +215,7 @@ def run_one(name: str, n: int) -> dict:
     import scrapy  # noqa: F401  (imported before the baseline)
 
     tmp = tempfile.mkdtemp(prefix=f"bench-{name}-")
+    os.environ["BENCH_N"] = str(n)
     try:
         seen, close = globals()[f"make_{name}"](n, tmp)
         # At most one chunk of requests is alive at a time (the baseline holds one), so
@@ -221,6 +250,12 @@ def run_one(name: str, n: int) -> dict:
             c_dup += time.process_time() - c0
         reqs = None
         close()
+        disk = dir_mb(tmp)
+        # Of which: the dupefilter's own files (bloomsled's store, or RFPDupeFilter's
+        # requests.seen); the rest of a JOBDIR is Scrapy's queue, the same for both.
+        own = dir_mb(os.path.join(tmp, "bloomsled-dupefilter"))
+        if os.path.exists(os.path.join(tmp, "requests.seen")):
+            own += os.path.getsize(os.path.join(tmp, "requests.seen")) / 2**20
         return {
             "contender": name,
             "n": n,
@@ -232,7 +267,8 @@ def run_one(name: str, n: int) -> dict:
             "dups_filtered": dups / len(indices),
             "baseline_rss_mb": base,
             "peak_rss_mb": rss_mb(),
-            "disk_mb": dir_mb(tmp),
+            "disk_mb": disk,
+            "filter_disk_mb": own,
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -308,12 +344,7 @@ def main() -> None:
     ap.add_argument("-c", "--contenders", default=",".join(ALL + ["contains_many"]))
     ap.add_argument("--run", help=argparse.SUPPRESS)
     ap.add_argument("--json", help="also write the results to this file")
-    ap.add_argument(
-        "--cache-bytes", type=int, help="BloomDupeFilter's sled cache (default: its own default)"
-    )
     args = ap.parse_args()
-    if args.cache_bytes:
-        os.environ["BENCH_CACHE_BYTES"] = str(args.cache_bytes)
     if args.run:
         res = contains_many_bench(args.n) if args.run == "contains_many" else run_one(args.run, args.n)
         print(json.dumps(res))
@@ -362,15 +393,20 @@ def print_table(results: list) -> None:
     rows = [r for r in results if "contender" in r]
     rfp = next((r for r in rows if r["contender"] == "rfp"), None)
     print()
-    print("| contender | fingerprints | new request (CPU) | seen request (CPU) | vs RFP (new) | peak RSS | vs RFP (RSS) | disk |")
+    print("| contender | fingerprints | new request (CPU) | seen request (CPU) | vs RFP (new) | peak RSS | vs RFP (RSS) | disk (the filter's own) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        vs = f"{r['new_ns'] / rfp['new_ns']:.2f}x" if rfp else "-"
-        vr = f"{r['peak_rss_mb'] / rfp['peak_rss_mb']:.3f}" if rfp else "-"
+        # The _jobdir rows are compared with rfp_jobdir, the others with rfp.
+        base = rfp
+        if r["contender"].endswith("_jobdir"):
+            base = next((x for x in rows if x["contender"] == "rfp_jobdir"), None)
+        vs = f"{r['new_ns'] / base['new_ns']:.2f}x" if base else "-"
+        vr = f"{r['peak_rss_mb'] / base['peak_rss_mb']:.3f}" if base else "-"
+        own = f" ({r['filter_disk_mb']:.0f} MiB)" if r.get("filter_disk_mb") else ""
         extra = f" (+ Redis {r['redis_used_memory_mb']:.0f} MiB)" if "redis_used_memory_mb" in r else ""
         print(
             f"| {r['contender']} | {r['n']:,} | {r['new_ns'] / 1000:.1f} µs | {r['dup_ns'] / 1000:.1f} µs "
-            f"| {vs} | {r['peak_rss_mb']:.0f} MiB{extra} | {vr} | {r['disk_mb']:.0f} MiB |"
+            f"| {vs} | {r['peak_rss_mb']:.0f} MiB{extra} | {vr} | {r['disk_mb']:.0f} MiB{own} |"
         )
     for r in results:
         if "filter_present_many_ns" in r:

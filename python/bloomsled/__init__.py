@@ -6,6 +6,10 @@ absent keys never touch the store, and the filter survives restarts and ``kill -
 ``FingerprintSet`` is an exact set of fixed-width fingerprints (request digests) on disk
 whose memory is its filter, not its members.
 ``bloomsled.scrapy`` holds the Scrapy dupefilters.
+
+Exceptions are named as PEP 8 asks (``...Error``); the names of earlier versions
+(``InvalidConfig``, ``ShapeMismatch``, ``SharedFilterLost``, ``SharedFilterNotFound``)
+are aliases of the same classes.
 """
 
 from ._bloomsled import (
@@ -17,11 +21,15 @@ from ._bloomsled import (
     FingerprintSet,
     InUseError,
     InvalidConfig,
+    InvalidConfigError,
     RedisError,
     ShapeMismatch,
+    ShapeMismatchError,
     SharedFilter,
     SharedFilterLost,
+    SharedFilterLostError,
     SharedFilterNotFound,
+    SharedFilterNotFoundError,
     Tree,
     __version__,
 )
@@ -35,11 +43,15 @@ __all__ = [
     "FingerprintSet",
     "InUseError",
     "InvalidConfig",
+    "InvalidConfigError",
     "RedisError",
     "ShapeMismatch",
+    "ShapeMismatchError",
     "SharedFilter",
     "SharedFilterLost",
+    "SharedFilterLostError",
     "SharedFilterNotFound",
+    "SharedFilterNotFoundError",
     "Tree",
     "__version__",
 ]

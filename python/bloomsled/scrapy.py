@@ -1,82 +1,103 @@
 """Scrapy dupefilters backed by bloomsled.
 
-Swap one line of ``settings.py``::
+Swap one line of ``settings.py``, and for a resumable crawl (``JOBDIR``) add the
+middleware that tells the filter when a callback has finished::
 
     DUPEFILTER_CLASS = "bloomsled.scrapy.BloomDupeFilter"
+    SPIDER_MIDDLEWARES = {"bloomsled.scrapy.BloomDoneMiddleware": 0}
+
+or, the same two settings in one line, ``ADDONS = {"bloomsled.scrapy.BloomsledAddon": 0}``.
 
 ``BloomDupeFilter`` is exact: a Bloom filter answers new fingerprints, a
 ``bloomsled.FingerprintSet`` on disk confirms the rest, so no request is ever dropped as a
 false positive. Its memory is the filter (about 1.2 bytes per expected item at 1%) and a
-small index, not a Python set of every fingerprint: the fingerprints themselves live in
-files read through the OS page cache.
+small index, not a Python set of every fingerprint, with or without ``JOBDIR``: the
+fingerprints and the pending requests live in files read by streaming or through the OS
+page cache.
 
 ``RedisBloomDupeFilter`` shares one Bloom filter between many spider processes through
 Redis or Redis Cluster; a lost filter closes the spider with an error instead of letting
 every request through again.
 
-Durability with ``JOBDIR`` (what survives ``kill -9``)
-=======================================================
+Durability with ``JOBDIR`` (what survives a crash)
+===================================================
 
 The store is the folder ``JOBDIR/bloomsled-dupefilter``. It holds:
 
-* ``done/``: the *done* fingerprints, a ``bloomsled.FingerprintSet`` (sorted runs, a
-  write-ahead log, and a Bloom filter in memory that answers new fingerprints without a
-  read; saved at a clean close, rebuilt from the files after a crash);
-* ``journal/``: a bloomsled ``Db`` with one key per *pending* request (accepted, not yet
-  done), holding the pickled request. It is written by one atomic insert-if-absent (sled's
-  compare-and-swap) when ``request_seen`` accepts the request: of two racers exactly one
-  sees "new".
+* ``seen/``: every accepted fingerprint (pending or done), a ``bloomsled.FingerprintSet``.
+  ``request_seen`` answers from it alone;
+* ``pending.log``: an append-only, CRC-checked log (``bloomsled._journal``): one record
+  per accepted request (its fingerprint and the pickled request), one per request done.
+  Compacted when done records make up half of it (and at open): the done fingerprints
+  move to ``done.fps``, the pending requests are rewritten;
+* ``state``: whether the store was closed cleanly, and the boot it was opened in.
 
-A request is seen if it is done or pending. It becomes *done* ("recorded") only when all of
-this has happened, in this order: its response was received; the spider's callback for it
-has finished (so every request it yielded went through ``request_seen`` and is journaled);
-a flush made those journal entries durable; its fingerprint was added to the done set and
-the set synced; and then its journal entry was removed. This runs every
-``BLOOMSLED_COMMIT_INTERVAL`` seconds (1 s) and at close. So, after any crash:
+A request is accepted by appending its record (one ``write(2)``: in the OS when
+``request_seen`` returns) and then adding its fingerprint to ``seen``. It is *done* when
+its callback has finished and every request the callback yielded has been through
+``request_seen`` (``BloomDoneMiddleware`` sees both, through public Scrapy APIs); its done
+record is then appended at once, with no fsync. Every ``BLOOMSLED_COMMIT_INTERVAL`` seconds
+(1 s) the log is fsynced once, if it changed. On resume, every pending request is
+re-scheduled by the filter itself; Scrapy's own ``JOBDIR/requests.queue`` is only
+consistent after a clean close, and its requests are all in the log, so it is set aside
+(renamed, never deleted).
 
-* a done request was fetched and its children are durably journaled or done: it is never
-  fetched again, and nothing it linked to is lost;
-* a pending request is fetched (again) on resume: at restart the journal is the frontier.
-  Scrapy's own disk queue is only consistent after a clean close, and its requests are all
-  in the journal anyway, so the filter sets ``JOBDIR/requests.queue`` aside (renamed, never
-  deleted) and re-schedules every pending request itself;
-* a request accepted less than ``BLOOMSLED_FLUSH_MS`` (500 ms) before the crash may be
-  unknown after it: then its parent was not done yet (a parent is marked done only after a
-  flush that covers its children's journal entries), so the parent is fetched again and
-  finds it again.
+What each kind of failure costs:
 
-A flush per request would cost a millisecond-scale fsync per request; this costs a few
-fsyncs per second. What a crash can cost is re-fetching the requests in flight during the
-last second, never a request that was recorded, and never a page left unreached.
+* **process crash** (``kill -9``, the OOM killer, a container stop): every record was
+  handed to the OS, so nothing is lost and the requests fetched again are only those in
+  flight: downloaded or downloading, their callbacks not finished (at most about
+  ``CONCURRENT_REQUESTS``, plus responses waiting for the scraper). The next open scans
+  and compacts the log (time proportional to the log, which is about the frontier) and
+  adds its fingerprints to ``seen`` in case the set lost its unsynced tail.
+* **power loss, kernel crash** (detected by a boot id that differs and no clean close):
+  only the log up to its last fsync is kept, a valid prefix (a torn tail is cut at the
+  first record that fails its CRC). A request whose done record was lost is fetched
+  again: about one ``BLOOMSLED_COMMIT_INTERVAL`` of crawl. Nothing is lost: a done record
+  follows, in the same file, the records of every request its callback yielded. ``seen``
+  cannot be trusted (it may hold fingerprints whose records were lost), so it is rebuilt
+  from ``done.fps`` and the log: a scan of the whole store.
+* **clean close**: nothing is fetched twice.
 
-Without ``JOBDIR`` the done set lives in a temporary folder removed at close, and there is
-no journal (nothing can resume), so no sled database is opened at all.
+Requests with ``dont_filter`` are not journaled (as with Scrapy's own filter); a redirect
+source and a request whose download failed stay pending and are fetched again on resume.
+
+Without ``BloomDoneMiddleware`` the filter cannot tell when a callback has finished: it
+warns, and marks requests done only at a clean close (a crash then re-fetches every page
+of the run). Without ``JOBDIR`` the seen set lives in a temporary folder removed at
+close, and there is no log (nothing can resume).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import os
 import pickle
 import shutil
 import tempfile
+import threading
 import time
+import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Iterator, Optional, Union
 
-from scrapy import signals
+from scrapy import Request, signals
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.job import job_dir
 from scrapy.utils.request import RequestFingerprinter, referer_str
 
-from . import Db, FingerprintSet, SharedFilter, SharedFilterLost
+from . import FingerprintSet, SharedFilter, SharedFilterLost
+from ._journal import ADD, DONE, PendingLog, fsync_dir
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.http import Request
+    from scrapy.http import Response
+    from scrapy.settings import BaseSettings
     from scrapy.spiders import Spider
 
-__all__ = ["BloomDupeFilter", "RedisBloomDupeFilter"]
+__all__ = ["BloomDoneMiddleware", "BloomDupeFilter", "BloomsledAddon", "RedisBloomDupeFilter"]
 
 logger = logging.getLogger(__name__)
 
@@ -84,35 +105,218 @@ logger = logging.getLogger(__name__)
 STORE_DIR = "bloomsled-dupefilter"
 DEFAULT_EXPECTED_ITEMS = 10_000_000
 DEFAULT_FPR = 0.01
+#: Kept for compatibility: the store no longer opens a sled database.
 DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
 DEFAULT_FLUSH_MS = 500
 DEFAULT_COMMIT_INTERVAL = 1.0
+#: The log is compacted once it is this large and half of it is done requests.
+DEFAULT_COMPACT_MIN_BYTES = 64 * 1024 * 1024
 #: Reason a spider is closed with when its shared filter was lost.
 SHARED_FILTER_LOST_REASON = "bloomsled_shared_filter_lost"
 
-_PENDING = b"P"
-#: Key prefix of the journal's entries (one per pending request).
-_JOURNAL = b"p"
-#: Sub-folders of the store: the done fingerprints (a FingerprintSet), the journal (a Db).
-DONE_DIR = "done"
-JOURNAL_DIR = "journal"
+#: Sub-folder of the store holding every accepted fingerprint.
+SEEN_DIR = "seen"
+#: The store's state file (clean close, boot id).
+STATE_FILE = "state"
 #: Fingerprints are kept at this width (Scrapy's are SHA-1 digests; others are hashed).
 FP_WIDTH = 20
+#: Import path of the middleware, as ``SPIDER_MIDDLEWARES`` names it.
+MIDDLEWARE_PATH = "bloomsled.scrapy.BloomDoneMiddleware"
 
 
 def read_store(path: str) -> tuple[set[bytes], set[bytes]]:
-    """(done fingerprints, pending fingerprints) of a closed BloomDupeFilter store: for
-    inspection and tests. After a crash one fingerprint may be in both (its journal entry
-    is removed after it is done): it is fetched again, so count it as pending."""
+    """(done fingerprints, pending fingerprints) of a closed or crashed BloomDupeFilter
+    store, read from its log and ``done.fps``: for inspection and tests (this one builds
+    Python sets)."""
     done: set[bytes] = set()
     pending: set[bytes] = set()
-    if Path(path, DONE_DIR).exists():
-        with FingerprintSet(str(Path(path, DONE_DIR)), width=FP_WIDTH) as fps:
-            done = set(fps.members())
-    if Path(path, JOURNAL_DIR).exists():
-        with Db(str(Path(path, JOURNAL_DIR))) as db:
-            pending = {k[len(_JOURNAL) :] for k, _ in db.items(prefix=_JOURNAL)}
-    return done - pending, pending
+    if not Path(path, "pending.log").exists():
+        return done, pending
+    log = PendingLog(Path(path), FP_WIDTH)
+    for chunk in log.done_fingerprints():
+        done.update(chunk)
+    added: set[bytes] = set()
+    for kind, fp, _ in log.records():
+        (added if kind == ADD else done).add(fp)
+    return done, added - done
+
+
+def _boot_id() -> Optional[str]:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def _read_state(store: Path) -> Optional[dict[str, Any]]:
+    try:
+        state = json.loads((store / STATE_FILE).read_text())
+        return state if isinstance(state, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _write_state(store: Path, clean: bool) -> None:
+    tmp = store / (STATE_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"format": 1, "clean": clean, "boot_id": _boot_id()}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, store / STATE_FILE)
+    fsync_dir(store)
+
+
+_REQUEST_DEFAULTS: Optional[dict[str, Any]] = None
+
+
+def _request_payload(request: Request, spider: Any) -> bytes:
+    """The pickled request, without the fields a plain ``Request(url)`` has anyway."""
+    global _REQUEST_DEFAULTS
+    if _REQUEST_DEFAULTS is None:
+        _REQUEST_DEFAULTS = Request("http://localhost/").to_dict()
+    d = request.to_dict(spider=spider)
+    small = {k: v for k, v in d.items() if k == "url" or _REQUEST_DEFAULTS.get(k, d) != v}
+    return pickle.dumps(small, protocol=4)
+
+
+# -- knowing when a callback has finished ---------------------------------------------
+
+
+class _Parent:
+    """A response whose callback's output is being processed."""
+
+    __slots__ = ("request", "outstanding", "finished")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.outstanding = 0
+        self.finished = False
+
+
+class _DoneTracker:
+    """Per crawler: which responses' callbacks have finished with every request they
+    yielded through the dupefilter. Shared by the middleware and the dupefilter."""
+
+    def __init__(self) -> None:
+        self.children: weakref.WeakKeyDictionary[Request, _Parent] = weakref.WeakKeyDictionary()
+        self.on_done: Optional[Any] = None
+        self.middleware = False
+
+    def adopt(self, parent: _Parent, child: Request) -> None:
+        if child not in self.children:
+            self.children[child] = parent
+            parent.outstanding += 1
+
+    def finish(self, parent: _Parent) -> None:
+        parent.finished = True
+        if parent.outstanding == 0:
+            self._done(parent)
+
+    def settled(self, child: Request) -> None:
+        """``child`` went through the dupefilter (journaled or seen), or needs no journal."""
+        parent = self.children.pop(child, None)
+        if parent is not None:
+            parent.outstanding -= 1
+            if parent.finished and parent.outstanding == 0:
+                self._done(parent)
+
+    def _done(self, parent: _Parent) -> None:
+        if self.on_done is not None:
+            self.on_done(parent.request)
+
+
+_TRACKERS: weakref.WeakKeyDictionary[Any, _DoneTracker] = weakref.WeakKeyDictionary()
+
+
+def _tracker(crawler: Any) -> _DoneTracker:
+    t = _TRACKERS.get(crawler)
+    if t is None:
+        t = _TRACKERS[crawler] = _DoneTracker()
+    return t
+
+
+class BloomDoneMiddleware:
+    """Spider middleware that tells ``BloomDupeFilter`` when a request is done: its
+    callback (or errback) has finished, and every request it yielded went through the
+    dupefilter. Public Scrapy APIs only: ``process_spider_output`` (sync and async)
+    wraps the callback's output, the ``request_scheduled`` signal settles children that
+    skip the filter (``dont_filter``).
+
+    Install it with an order below every other spider middleware, so that its wrapper is
+    the outermost and sees each request as the engine gets it::
+
+        SPIDER_MIDDLEWARES = {"bloomsled.scrapy.BloomDoneMiddleware": 0}
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.tracker = _tracker(crawler)
+        self.tracker.middleware = True
+        #: The output being processed per response (to tell an exception before the
+        #: callback from one raised while its output is iterated).
+        self._parents: weakref.WeakKeyDictionary[Any, _Parent] = weakref.WeakKeyDictionary()
+        crawler.signals.connect(self._scheduled, signal=signals.request_scheduled)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> BloomDoneMiddleware:
+        return cls(crawler)
+
+    def _scheduled(self, request: Request, spider: Any = None) -> None:
+        if request.dont_filter:  # no request_seen will come for it: nothing to wait for
+            self.tracker.settled(request)
+
+    def process_spider_exception(
+        self, response: Response, exception: Exception, spider: Any = None
+    ) -> None:
+        """Called (being outermost) only when no other middleware handled the exception,
+        which then ends the response's processing. Raised while the callback's output was
+        iterated: the output's wrapper finishes it, once the requests yielded before are
+        through. Raised before the callback ran (no errback): it is done now."""
+        if response not in self._parents:
+            parent = _Parent(response.request)  # type: ignore[arg-type]
+            self.tracker.finish(parent)
+
+    def _start(self, response: Response) -> _Parent:
+        parent = _Parent(response.request)  # type: ignore[arg-type]
+        self._parents[response] = parent
+        return parent
+
+    def process_spider_output(
+        self, response: Response, result: Iterable[Any], spider: Any = None
+    ) -> Iterator[Any]:
+        parent = self._start(response)
+        try:
+            for r in result:
+                if isinstance(r, Request):
+                    self.tracker.adopt(parent, r)
+                yield r
+        except Exception:
+            self.tracker.finish(parent)  # the callback failed: it is over too
+            raise
+        # Not in a `finally`: a generator closed unfinished (GeneratorExit) is not done.
+        self.tracker.finish(parent)
+
+    async def process_spider_output_async(
+        self, response: Response, result: AsyncIterator[Any], spider: Any = None
+    ) -> AsyncIterator[Any]:
+        parent = self._start(response)
+        try:
+            async for r in result:
+                if isinstance(r, Request):
+                    self.tracker.adopt(parent, r)
+                yield r
+        except Exception:
+            self.tracker.finish(parent)
+            raise
+        self.tracker.finish(parent)
+
+
+class BloomsledAddon:
+    """Scrapy add-on: ``ADDONS = {"bloomsled.scrapy.BloomsledAddon": 0}`` sets
+    ``DUPEFILTER_CLASS`` to ``BloomDupeFilter`` and installs ``BloomDoneMiddleware``."""
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        settings.set("DUPEFILTER_CLASS", "bloomsled.scrapy.BloomDupeFilter", priority="addon")
+        settings["SPIDER_MIDDLEWARES"][MIDDLEWARE_PATH] = 0
 
 
 class _DupeLog:
@@ -144,13 +348,15 @@ class _DupeLog:
         spider.crawler.stats.inc_value("dupefilter/filtered")
 
 
+
 class BloomDupeFilter(_DupeLog, BaseDupeFilter):
     """Exact duplicate filter: bloomsled's Bloom filter in front of a FingerprintSet.
 
     Settings: ``BLOOMSLED_EXPECTED_ITEMS`` (10,000,000: the filter's sizing),
-    ``BLOOMSLED_FPR`` (0.01), ``BLOOMSLED_CACHE_BYTES`` (32 MiB of sled cache for the
-    journal, with ``JOBDIR``), ``BLOOMSLED_FLUSH_MS`` (500: the journal's flush period),
-    ``BLOOMSLED_COMMIT_INTERVAL`` (1.0 s), ``DUPEFILTER_DEBUG``, ``JOBDIR``.
+    ``BLOOMSLED_FPR`` (0.01), ``BLOOMSLED_COMMIT_INTERVAL`` (1.0 s: the log's fsync
+    period, with ``JOBDIR``), ``BLOOMSLED_COMPACT_MIN_BYTES`` (64 MiB), ``DUPEFILTER_DEBUG``,
+    ``JOBDIR``. ``BLOOMSLED_CACHE_BYTES`` and ``BLOOMSLED_FLUSH_MS`` are accepted and
+    ignored (they sized the sled journal of earlier versions).
     """
 
     def __init__(
@@ -164,10 +370,13 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         flush_ms: int = DEFAULT_FLUSH_MS,
         commit_interval: float = DEFAULT_COMMIT_INTERVAL,
+        compact_min_bytes: int = DEFAULT_COMPACT_MIN_BYTES,
         crawler: Optional[Crawler] = None,
     ) -> None:
+        del cache_bytes, flush_ms  # no sled database any more
         self._init_common(fingerprinter, debug, crawler)
         self.commit_interval = commit_interval
+        self.compact_min_bytes = compact_min_bytes
         self._tmpdir: Optional[str] = None
         if path:
             store = Path(path, STORE_DIR)
@@ -175,40 +384,72 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
             self._tmpdir = tempfile.mkdtemp(prefix="bloomsled-dupefilter-")
             store = Path(self._tmpdir, "db")
         self.path = str(store)
-        if (store / "conf").exists() and not (store / DONE_DIR).exists():
+        self._store = store
+        store.mkdir(parents=True, exist_ok=True)
+        if not (store / SEEN_DIR).exists() and any(
+            (store / old).exists() for old in ("conf", "done", "journal")
+        ):
             logger.warning(
-                "bloomsled: %s was written by an older BloomDupeFilter (a sled store at "
-                "its root); it is left untouched and not read: this crawl starts afresh",
+                "bloomsled: %s was written by an older BloomDupeFilter (a sled journal); "
+                "it is left untouched and not read: this crawl starts afresh",
                 store,
             )
-        # The journal needs a JOBDIR (something to resume) and a crawler (to re-schedule).
+        # The log needs a JOBDIR (something to resume) and a crawler (to re-schedule).
         self.journal = bool(path) and crawler is not None
-        self.done: Optional[FingerprintSet] = FingerprintSet(
-            str(store / DONE_DIR),
+        self._lock = threading.Lock()
+        self.pending_log: Optional[PendingLog] = None
+        self._resume_end = 0
+        self._resume_count = 0
+        self._loop: Any = None
+        self._received: Optional[list[bytes]] = None  # fallback without the middleware
+        self._tracker: Optional[_DoneTracker] = None
+        #: How the store was found at open: fresh, clean, process-crash or power-loss.
+        self.recovery = "fresh"
+        if self.journal:
+            self.recovery = self._judge_state()
+            if self.recovery == "power-loss" and (store / SEEN_DIR).exists():
+                # Its unsynced members may have outlived the log records behind them.
+                aside = store / f"{SEEN_DIR}.distrusted-{int(time.time())}"
+                (store / SEEN_DIR).rename(aside)
+                shutil.rmtree(aside)
+        self.seen: Optional[FingerprintSet] = FingerprintSet(
+            str(store / SEEN_DIR),
             expected_items=max(1, expected_items),
             fpr=fpr,
             width=FP_WIDTH,
         )
-        # Without a journal no sled database is opened: sled's memory is not needed.
-        self.db: Optional[Db] = None
-        if self.journal:
-            self.db = Db(
-                str(store / JOURNAL_DIR),
-                expected_items=max(100_000, expected_items // 4),
-                cache_capacity=cache_bytes,
-                flush_every_ms=flush_ms,
+        if not self.journal:
+            return
+        assert crawler is not None
+        self.pending_log = PendingLog(store, FP_WIDTH)
+        if self.recovery == "power-loss":
+            for chunk in self.pending_log.done_fingerprints():
+                self.seen.add_many(chunk)
+        if self.pending_log.size() > len(b"BSPLOG\x00\x01"):
+            # Crash-safe on its own; after a crash it also gives `seen` the log's members.
+            self._resume_count = self.pending_log.compact(
+                self.seen, add_to_seen=self.recovery != "clean"
             )
-        self._received: list[tuple[int, Request, bytes]] = []
-        self._tick = 0
-        self._resume: list[bytes] = []
-        self._loop: Any = None
-        if self.journal:
-            self._resume = self._pending_entries()
-            if self._resume:
-                self._set_aside_scrapy_queue(path)
-            assert crawler is not None
-            crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
-            crawler.signals.connect(self._response_received, signal=signals.response_received)
+        # Only now (a crash during a rebuild above must lead to the same rebuild again),
+        # and before any new record: the store is open, not clean, in this boot.
+        _write_state(store, clean=False)
+        self._resume_end = self.pending_log.size()
+        if self._resume_count:
+            self._set_aside_scrapy_queue(path)  # type: ignore[arg-type]
+        self._tracker = _tracker(crawler)
+        self._tracker.on_done = self._request_done
+        crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
+
+    def _judge_state(self) -> str:
+        if not (self._store / "pending.log").exists():
+            return "fresh"
+        state = _read_state(self._store)
+        if state is not None and state.get("clean") is True:
+            return "clean"
+        boot = _boot_id()
+        if state is not None and boot is not None and state.get("boot_id") == boot:
+            return "process-crash"
+        return "power-loss"
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BloomDupeFilter:
@@ -219,9 +460,8 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
             fingerprinter=crawler.request_fingerprinter,
             expected_items=s.getint("BLOOMSLED_EXPECTED_ITEMS", DEFAULT_EXPECTED_ITEMS),
             fpr=s.getfloat("BLOOMSLED_FPR", DEFAULT_FPR),
-            cache_bytes=s.getint("BLOOMSLED_CACHE_BYTES", DEFAULT_CACHE_BYTES),
-            flush_ms=s.getint("BLOOMSLED_FLUSH_MS", DEFAULT_FLUSH_MS),
             commit_interval=s.getfloat("BLOOMSLED_COMMIT_INTERVAL", DEFAULT_COMMIT_INTERVAL),
+            compact_min_bytes=s.getint("BLOOMSLED_COMPACT_MIN_BYTES", DEFAULT_COMPACT_MIN_BYTES),
             crawler=crawler,
         )
 
@@ -233,25 +473,29 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
 
     def request_seen(self, request: Request) -> bool:
         fp = self._fp(request)
-        done = self.done
-        assert done is not None, "request_seen after close"
-        if not self.journal:
+        seen = self.seen
+        assert seen is not None, "request_seen after close"
+        if self.pending_log is None:
             # One call: the filter answers new fingerprints, the set confirms the rest.
-            return not done.add(fp)
-        # Done? The filter's "no" is certain; its "maybe" is confirmed on disk.
-        if fp in done:
-            return True
-        # Pending, or new: one compare-and-swap journals it unless it is there already
-        # (the journal's own filter answers most of these "absent" without a read).
-        assert self.db is not None
-        if _JOURNAL + fp in self.db:
-            return True
-        return not self.db.insert_if_absent(_JOURNAL + fp, self._journal_value(request))
+            return not seen.add(fp)
+        with self._lock:
+            # Seen (pending or done)? The filter's "no" is certain, its "maybe" is read.
+            if fp in seen:
+                result = True
+            else:
+                # Journaled first (in the OS when this returns), then seen: a crash
+                # between the two leaves a record whose fingerprint the next open adds.
+                self.pending_log.append_add(fp, self._journal_value(request))
+                seen.add(fp)
+                result = False
+        if self._tracker is not None:
+            self._tracker.settled(request)
+        return result
 
     def _journal_value(self, request: Request) -> bytes:
         spider = self.crawler.spider if self.crawler is not None else None
         try:
-            return _PENDING + pickle.dumps(request.to_dict(spider=spider), protocol=4)
+            return _request_payload(request, spider)
         except Exception as e:  # a callback that is not a spider method, an unpicklable meta
             logger.warning(
                 "bloomsled: %s cannot be journaled (%s); it will not be re-scheduled "
@@ -259,14 +503,9 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
                 request,
                 e,
             )
-            return _PENDING
+            return b""
 
-    # -- the journal ---------------------------------------------------------------------
-
-    def _pending_entries(self) -> list[bytes]:
-        """Fingerprints of the requests a previous run accepted but did not finish."""
-        assert self.db is not None
-        return [k[len(_JOURNAL) :] for k, _ in self.db.items(prefix=_JOURNAL)]
+    # -- the log -------------------------------------------------------------------------
 
     def _set_aside_scrapy_queue(self, jobdir: str) -> None:
         queue = Path(jobdir, "requests.queue")
@@ -276,7 +515,7 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
             logger.info(
                 "bloomsled: %d pending requests in the journal; Scrapy's queue %s set aside "
                 "as %s, the journal re-schedules them",
-                len(self._resume),
+                self._resume_count,
                 queue,
                 aside,
             )
@@ -285,84 +524,88 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         from scrapy.utils.request import request_from_dict
 
         assert self.crawler is not None and self.crawler.engine is not None
-        assert self.db is not None
+        assert self.pending_log is not None and self._tracker is not None
+        if not self._tracker.middleware:
+            logger.warning(
+                "bloomsled: %s is not in SPIDER_MIDDLEWARES: BloomDupeFilter cannot tell "
+                "when a callback has finished, so it records requests as done only at a "
+                "clean close, and a crash re-fetches every page of this run. Add "
+                "SPIDER_MIDDLEWARES = {%r: 0} (or ADDONS = {%r: 0})",
+                MIDDLEWARE_PATH,
+                MIDDLEWARE_PATH,
+                "bloomsled.scrapy.BloomsledAddon",
+            )
+            self._received = []
+            self.crawler.signals.connect(self._response_received, signal=signals.response_received)
         resumed = 0
-        for fp in self._resume:
-            value = self.db.get(_JOURNAL + fp)
-            if value is None or len(value) <= len(_PENDING):
-                continue
-            try:
-                request = request_from_dict(pickle.loads(value[len(_PENDING) :]), spider=spider)
-            except Exception as e:
-                logger.error("bloomsled: pending request %s cannot be restored: %s", fp.hex(), e)
-                continue
-            # Its fingerprint is in the store already: let it past the filter.
-            self.crawler.engine.crawl(request.replace(dont_filter=True))
-            resumed += 1
-        if self._resume:
+        if self._resume_count:
+            for kind, fp, payload in self.pending_log.records(end=self._resume_end):
+                if kind != ADD:
+                    continue
+                if not payload:
+                    logger.error("bloomsled: pending request %s was not journaled", fp.hex())
+                    continue
+                try:
+                    request = request_from_dict(pickle.loads(payload), spider=spider)
+                except Exception as e:
+                    logger.error("bloomsled: pending request %s cannot be restored: %s", fp.hex(), e)
+                    continue
+                # Its fingerprint is in the store already: let it past the filter.
+                self.crawler.engine.crawl(request.replace(dont_filter=True))
+                resumed += 1
             logger.info("bloomsled: re-scheduled %d pending requests", resumed)
-        self._resume = []
         from twisted.internet import task
 
-        self._loop = task.LoopingCall(self._commit)
+        self._loop = task.LoopingCall(self._tick)
         self._loop.start(self.commit_interval, now=False)
 
     def _response_received(self, response: Any, request: Request, spider: Spider) -> None:
-        self._received.append((self._tick, request, self._fp(request)))
+        assert self._received is not None
+        self._received.append(self._fp(request))
 
-    def _in_scraper(self) -> Optional[set[int]]:
-        """Ids of the requests whose callbacks have not finished, or None if unknown."""
-        try:
-            slot = self.crawler.engine.scraper.slot  # type: ignore[union-attr]
-            if slot is None:
-                return set()
-            busy = {id(r) for r in slot.active}
-            busy.update(id(entry[1]) for entry in slot.queue)
-            return busy
-        except AttributeError:
-            return None
+    def _request_done(self, request: Request) -> None:
+        """The callback for ``request`` finished and its children are journaled."""
+        log = self.pending_log
+        if log is None or self.seen is None:
+            return
+        fp = self._fp(request)
+        with self._lock:
+            if fp in self.seen:  # not a dont_filter request that was never journaled
+                log.append_done(fp)
 
-    def _commit(self, final: bool = False) -> None:
-        """Marks done the requests whose callbacks finished, after a flush (see above)."""
-        tick = self._tick
-        self._tick += 1
-        if not self._received:
+    def _tick(self) -> None:
+        """Once per ``BLOOMSLED_COMMIT_INTERVAL``: the log's fsync; a compaction when due."""
+        log = self.pending_log
+        if log is None or self.seen is None:
             return
-        busy = set() if final else self._in_scraper()
-        if busy is None:  # an unknown Scrapy: only the close can tell callbacks are over
-            return
-        # A response received during this tick may not have reached the scraper's queue
-        # yet: it waits for the next commit.
-        finished = [
-            fp for t, r, fp in self._received if (final or t < tick) and id(r) not in busy
-        ]
-        if not finished:
-            return
-        self._received = [
-            e for e in self._received if not ((final or e[0] < tick) and id(e[1]) not in busy)
-        ]
-        assert self.db is not None and self.done is not None
-        self.db.flush()  # every request the finished callbacks yielded is journaled now
-        self.done.add_many(finished)
-        self.done.sync()  # done, durably
-        for fp in finished:
-            self.db.remove(_JOURNAL + fp)
+        with self._lock:
+            log.fsync()
+            size = log.size()
+            if size >= self.compact_min_bytes and log.dead_bytes() * 2 >= size:
+                log.compact(self.seen, add_to_seen=False)
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def close(self, reason: str) -> None:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
-        if self.journal:
-            # The scraper is closed before the scheduler: every callback has finished.
-            self._commit(final=True)
-        if self.done is not None:
+        if self._tracker is not None and self._tracker.on_done == self._request_done:
+            self._tracker.on_done = None
+        if self.pending_log is not None and self.seen is not None:
+            if self._received:
+                # The scraper is closed before the scheduler: every callback has finished.
+                for fp in self._received:
+                    self.pending_log.append_done(fp)
+                self._received = []
+            self.pending_log.close()  # fsync
+        if self.seen is not None:
             if self._tmpdir is None:
-                self.done.close()  # saves the filter: the next open does not rebuild it
+                self.seen.close()  # saves the filter: the next open does not rebuild it
             # A temporary store is removed below: dropping the set releases it unsaved.
-            self.done = None
-        if self.db is not None:
-            self.db.close()
+            self.seen = None
+        if self.pending_log is not None:
+            _write_state(self._store, clean=True)
+            self.pending_log = None
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
 
@@ -460,7 +703,7 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
 
             deferred_from_coro(engine.close_spider_async(reason=SHARED_FILTER_LOST_REASON))
         else:
-            engine.close_spider(crawler.spider, SHARED_FILTER_LOST_REASON)
+            engine.close_spider(crawler.spider, SHARED_FILTER_LOST_REASON)  # type: ignore[arg-type]
 
     def close(self, reason: str) -> None:
         self.filter = None

@@ -18,7 +18,7 @@ create_exception!(
 );
 create_exception!(
     _bloomsled,
-    InvalidConfig,
+    InvalidConfigError,
     Error,
     "A setting out of range (zero items, a rate outside (0, 1), a reserved tree name...) or a \
      fingerprint of another width than its set's."
@@ -37,20 +37,20 @@ create_exception!(
 );
 create_exception!(
     _bloomsled,
-    ShapeMismatch,
+    ShapeMismatchError,
     Error,
     "Two filters (or a filter and its Redis copy) have different shapes."
 );
 create_exception!(
     _bloomsled,
-    SharedFilterLost,
+    SharedFilterLostError,
     Error,
     "A shared filter was lost in Redis (flushed, evicted, restarted empty, recreated): \
      its answers can no longer be trusted."
 );
 create_exception!(
     _bloomsled,
-    SharedFilterNotFound,
+    SharedFilterNotFoundError,
     Error,
     "No shared filter of that name exists in Redis."
 );
@@ -69,15 +69,15 @@ pub fn to_py(e: bloomsled::Error) -> PyErr {
         E::InvalidConfig { .. }
         | E::ReservedName { .. }
         | E::UnknownHash { .. }
-        | E::KeyWidth { .. } => InvalidConfig::new_err(msg),
+        | E::KeyWidth { .. } => InvalidConfigError::new_err(msg),
         E::Decode(_)
         | E::Corrupt(_)
         | E::Corruption { .. }
         | E::SnapshotRejected { .. }
         | E::FileDamaged { .. } => CorruptError::new_err(msg),
-        E::ShapeMismatch { .. } | E::RedisShapeMismatch { .. } => ShapeMismatch::new_err(msg),
-        E::SharedFilterLost { .. } => SharedFilterLost::new_err(msg),
-        E::SharedFilterNotFound { .. } => SharedFilterNotFound::new_err(msg),
+        E::ShapeMismatch { .. } | E::RedisShapeMismatch { .. } => ShapeMismatchError::new_err(msg),
+        E::SharedFilterLost { .. } => SharedFilterLostError::new_err(msg),
+        E::SharedFilterNotFound { .. } => SharedFilterNotFoundError::new_err(msg),
         E::Redis(_) => RedisError::new_err(msg),
         E::Closed(_) => ClosedError::new_err(msg),
         E::InUse { .. } => InUseError::new_err(msg),
@@ -102,20 +102,36 @@ pub fn closed() -> PyErr {
     ClosedError::new_err("the database is closed")
 }
 
-/// Registers the exception classes on the module.
+/// Old exception names and the classes they now name (`(alias, class)`).
+pub const ALIASES: &[(&str, &str)] = &[
+    ("InvalidConfig", "InvalidConfigError"),
+    ("ShapeMismatch", "ShapeMismatchError"),
+    ("SharedFilterLost", "SharedFilterLostError"),
+    ("SharedFilterNotFound", "SharedFilterNotFoundError"),
+];
+
+/// Registers the exception classes (and the aliases of their old names) on the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("Error", py.get_type::<Error>())?;
     m.add("ClosedError", py.get_type::<ClosedError>())?;
-    m.add("InvalidConfig", py.get_type::<InvalidConfig>())?;
+    m.add("InvalidConfigError", py.get_type::<InvalidConfigError>())?;
     m.add("CorruptError", py.get_type::<CorruptError>())?;
     m.add("InUseError", py.get_type::<InUseError>())?;
-    m.add("ShapeMismatch", py.get_type::<ShapeMismatch>())?;
-    m.add("SharedFilterLost", py.get_type::<SharedFilterLost>())?;
+    m.add("ShapeMismatchError", py.get_type::<ShapeMismatchError>())?;
     m.add(
-        "SharedFilterNotFound",
-        py.get_type::<SharedFilterNotFound>(),
+        "SharedFilterLostError",
+        py.get_type::<SharedFilterLostError>(),
+    )?;
+    m.add(
+        "SharedFilterNotFoundError",
+        py.get_type::<SharedFilterNotFoundError>(),
     )?;
     m.add("RedisError", py.get_type::<RedisError>())?;
+    // The names before PEP 8's `...Error` suffix, kept as aliases of the same classes so
+    // that `except bloomsled.InvalidConfig` keeps working.
+    for (old, new) in ALIASES {
+        m.add(*old, m.getattr(*new)?)?;
+    }
     Ok(())
 }

@@ -56,7 +56,7 @@ impl SharedFilter {
         Ok(SharedFilter { f })
     }
 
-    /// Opens the existing filter `name`; SharedFilterNotFound if there is none.
+    /// Opens the existing filter `name`; SharedFilterNotFoundError if there is none.
     #[classmethod]
     #[pyo3(signature = (name, url, cluster = false))]
     fn open(
@@ -73,7 +73,7 @@ impl SharedFilter {
         Ok(SharedFilter { f })
     }
 
-    /// Adds `key`; True if it was new. SharedFilterLost if the filter was lost.
+    /// Adds `key`; True if it was new. SharedFilterLostError if the filter was lost.
     fn add(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let k = bytes_of(key)?;
         py.detach(|| self.f.add(&k)).py_err()
@@ -92,7 +92,7 @@ impl SharedFilter {
     }
 
     /// Looks up every key (pipelined). Never answers "absent" for a lost filter: raises
-    /// SharedFilterLost instead.
+    /// SharedFilterLostError instead.
     fn contains_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
         let objs = collect(keys)?;
         let ks = all_bytes(&objs)?;

@@ -34,7 +34,9 @@ class Site:
     """`pages` pages at /p/<i>; page i links to i+1 (so every page is reachable from 0),
     to a few random pages (duplicates across pages, cycles), to itself and to page 0."""
 
-    def __init__(self, pages: int, links: int = 8, seed: int = 7, delay: float = 0.0):
+    def __init__(
+        self, pages: int, links: int = 8, seed: int = 7, delay: float = 0.0, broken: int = 0
+    ):
         rng = random.Random(seed)
         self.pages = pages
         self.delay = delay
@@ -42,7 +44,10 @@ class Site:
         for i in range(pages):
             out = [(i + 1) % pages, i, 0] + [rng.randrange(pages) for _ in range(links)]
             out += out[:2]  # the same link twice on one page
+            if broken and i % broken == 0:
+                out.append(pages + i)  # a link to a missing page: 404
             self.links.append(out)
+        self.broken = broken
         self.hits: Counter[str] = Counter()
         self.lock = threading.Lock()
         site = self
@@ -55,6 +60,8 @@ class Site:
                     return
                 i = int(parts[2])
                 if i >= site.pages:
+                    with site.lock:
+                        site.hits[self.path] += 1
                     self.send_error(404)
                     return
                 with site.lock:
@@ -80,6 +87,10 @@ class Site:
 
     def all_paths(self) -> set[str]:
         return {f"/p/{i}" for i in range(self.pages)}
+
+    def broken_paths(self) -> set[str]:
+        """The missing pages that pages link to (404)."""
+        return {f"/p/{self.pages + i}" for i in range(0, self.pages, self.broken or self.pages + 1)}
 
     def snapshot(self) -> Counter[str]:
         with self.lock:

@@ -9,6 +9,22 @@ import scrapy
 from scrapy.crawler import CrawlerProcess
 
 
+class FailInputMiddleware:
+    """FAIL_INPUT_EVERY=n: a spider middleware that raises before the callback of every
+    n-th page (no errback, no other middleware handles it)."""
+
+    def __init__(self, every):
+        self.every = every
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        return cls(crawler.settings.getint("FAIL_INPUT_EVERY"))
+
+    def process_spider_input(self, response, spider=None):  # Scrapy < 2.14 passes spider
+        if int(response.url.rsplit("/", 1)[1]) % self.every == 1:
+            raise RuntimeError(f"test: input of {response.url} rejected")
+
+
 class SiteSpider(scrapy.Spider):
     name = "site"
 
@@ -29,8 +45,12 @@ class SiteSpider(scrapy.Spider):
         yield self._start_request()
 
     def parse(self, response):
+        # RAISE_EVERY=n: the callback of every n-th page fails after yielding its links.
+        every = self.settings.getint("RAISE_EVERY")
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href, callback=self.parse)
+        if every and int(response.url.rsplit("/", 1)[1]) % every == 0:
+            raise ValueError(f"test: callback of {response.url} fails")
 
 
 def main():
@@ -45,12 +65,19 @@ def main():
         "COOKIES_ENABLED": False,
         "RETRY_ENABLED": True,
         "DUPEFILTER_CLASS": "bloomsled.scrapy.BloomDupeFilter",
+        "SPIDER_MIDDLEWARES": {"bloomsled.scrapy.BloomDoneMiddleware": 0},
         "BLOOMSLED_EXPECTED_ITEMS": 100000,
         "LOGSTATS_INTERVAL": 5,
     }
     for arg in sys.argv[2:]:
         k, _, v = arg.partition("=")
         settings[k] = v
+    if settings.pop("NO_DONE_MIDDLEWARE", None):
+        del settings["SPIDER_MIDDLEWARES"]
+    if settings.get("FAIL_INPUT_EVERY"):
+        settings["SPIDER_MIDDLEWARES"]["__main__.FailInputMiddleware"] = 100
+    if settings.pop("NO_BLOOMSLED", None):  # left to ADDONS
+        del settings["SPIDER_MIDDLEWARES"], settings["DUPEFILTER_CLASS"]
     process = CrawlerProcess(settings)
     process.crawl(SiteSpider, start_url=start)
     process.start()

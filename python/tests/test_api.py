@@ -162,3 +162,23 @@ def test_sets_and_prefix_items(tmp_path):
     with bloomsled.Db(path) as db:  # reopened (a loaded snapshot): writes still work
         assert db.add_to_set(b"b1", b"cccc") and db.insert_if_absent(b"new")
         assert db.get(b"b1") == b"aaaabbbbcccc"
+
+
+def test_exception_names_follow_pep8_and_old_names_are_aliases():
+    renamed = {
+        "InvalidConfig": "InvalidConfigError",
+        "ShapeMismatch": "ShapeMismatchError",
+        "SharedFilterLost": "SharedFilterLostError",
+        "SharedFilterNotFound": "SharedFilterNotFoundError",
+    }
+    for old, new in renamed.items():
+        cls = getattr(bloomsled, new)
+        assert cls.__name__ == new
+        assert getattr(bloomsled, old) is cls, f"{old} must stay an alias of {new}"
+        assert issubclass(cls, bloomsled.Error)
+    for name in bloomsled.__all__:
+        obj = getattr(bloomsled, name)
+        if isinstance(obj, type) and issubclass(obj, BaseException):
+            assert obj.__name__.endswith("Error"), f"{obj.__name__} is not named ...Error"
+    with pytest.raises(bloomsled.InvalidConfigError):
+        bloomsled.Filter(0)

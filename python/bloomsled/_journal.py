@@ -1,0 +1,333 @@
+"""The files of ``BloomDupeFilter``'s resumable store: a log of pending requests and a
+file of done fingerprints. Pure Python, no per-entry memory: each is read by streaming.
+
+``pending.log``, an append-only log of CRC-checked records::
+
+    header   b"BSPLOG" 0x00 0x01                   (magic, format version 1)
+    record   crc32 u32 | kind u8 | length u32 | fp (width bytes) | payload (length bytes)
+
+``kind`` is ``A`` (a request accepted: the payload is the pickled request) or ``D`` (a
+request done: no payload). The CRC32 (little-endian, like every integer here) covers
+``kind`` through ``payload``. A request is *pending* if the log holds its ``A`` record and
+no ``D`` record for its fingerprint. Each record is handed to the OS by one ``write(2)``
+(no buffering in the process): a process crash loses none of them, and a torn last record
+(a crash inside the call) fails its CRC and is cut off at the next open. Only
+:meth:`PendingLog.fsync` makes records survive a power loss.
+
+``done.fps``, an append-only file of chunks of done fingerprints (used only to rebuild the
+seen set after a power loss)::
+
+    header   b"BSDONE" 0x00 0x01
+    chunk    crc32 u32 | count u32 | count * width bytes        (crc32 covers count..end)
+
+Compaction (:meth:`PendingLog.compact`) moves the fingerprints of the ``D`` records into
+``done.fps`` (appended and fsynced first) and rewrites the log with only the pending ``A``
+records (temporary file, fsync, rename, folder fsync), so the log stays about the size of
+the frontier. The set of done fingerprints it needs while it runs is a temporary
+``FingerprintSet`` on disk, whose memory is its small filter.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import shutil
+import struct
+import zlib
+from pathlib import Path
+from typing import Iterator, Optional, Tuple
+
+from ._bloomsled import FingerprintSet
+
+logger = logging.getLogger(__name__)
+
+LOG_MAGIC = b"BSPLOG\x00\x01"
+DONE_MAGIC = b"BSDONE\x00\x01"
+ADD = ord("A")
+DONE = ord("D")
+_HEAD = struct.Struct("<IBI")  # crc32, kind, payload length
+_CHUNK = struct.Struct("<II")  # crc32, count
+#: Fingerprints per lookup batch and per ``done.fps`` chunk during a compaction.
+_BATCH = 65_536
+#: A payload longer than this is not a request this module wrote: the record is damaged.
+MAX_PAYLOAD = 64 * 1024 * 1024
+
+
+class JournalDamagedError(Exception):
+    """A journal file that is not one (wrong magic): nothing is changed or deleted."""
+
+
+def fsync_dir(path: Path) -> None:
+    """Makes a rename or a new file in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _check_magic(path: Path, magic: bytes) -> None:
+    with open(path, "rb") as f:
+        got = f.read(len(magic))
+    if got != magic:
+        raise JournalDamagedError(
+            f"{path} does not start with {magic!r} (got {got!r}): not a bloomsled journal "
+            "file of this version; it is left untouched"
+        )
+
+
+def _create(path: Path, magic: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(magic)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def encode_record(kind: int, fp: bytes, payload: bytes = b"") -> bytes:
+    """One log record (see the module docs)."""
+    body = bytes((kind,)) + struct.pack("<I", len(payload)) + fp + payload
+    return struct.pack("<I", zlib.crc32(body)) + body
+
+
+class PendingLog:
+    """``pending.log`` in ``folder`` (created if absent), opened for appending."""
+
+    def __init__(self, folder: Path, width: int) -> None:
+        self.folder = Path(folder)
+        self.width = width
+        self.path = self.folder / "pending.log"
+        self.done_path = self.folder / "done.fps"
+        if not self.path.exists():
+            _create(self.path, LOG_MAGIC)
+        _check_magic(self.path, LOG_MAGIC)
+        if not self.done_path.exists():
+            _create(self.done_path, DONE_MAGIC)
+        _check_magic(self.done_path, DONE_MAGIC)
+        self._fd: Optional[int] = None
+        #: Bytes written since the last fsync (the tick syncs only when there are some).
+        self.unsynced = 0
+        #: Accepted and done records since the log was last rewritten, and their bytes.
+        self.adds = 0
+        self.add_bytes = 0
+        self.dones = 0
+        self.torn_bytes_cut = 0
+        self.done_torn_bytes_cut = 0
+
+    # -- appending ----------------------------------------------------------------------
+
+    def _open_fd(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        return self._fd
+
+    def append_add(self, fp: bytes, payload: bytes) -> None:
+        """Journals an accepted request: in the OS when this returns (one ``write(2)``)."""
+        rec = encode_record(ADD, fp, payload)
+        _write_all(self._open_fd(), rec)
+        self.unsynced += len(rec)
+        self.adds += 1
+        self.add_bytes += len(rec)
+
+    def append_done(self, fp: bytes) -> None:
+        """Records a request as done: in the OS when this returns (one ``write(2)``)."""
+        rec = encode_record(DONE, fp)
+        _write_all(self._open_fd(), rec)
+        self.unsynced += len(rec)
+        self.dones += 1
+
+    def fsync(self) -> bool:
+        """Makes every record appended so far survive a power loss; True if it synced."""
+        if self._fd is None or not self.unsynced:
+            return False
+        os.fsync(self._fd)
+        self.unsynced = 0
+        return True
+
+    def close(self) -> None:
+        self.fsync()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def dead_bytes(self) -> int:
+        """An estimate of the bytes a compaction would drop (done requests' records)."""
+        avg = self.add_bytes / self.adds if self.adds else 0
+        return int(min(self.dones, self.adds) * avg) + self.dones * _HEAD.size
+
+    # -- reading ------------------------------------------------------------------------
+
+    def records(self, end: Optional[int] = None) -> Iterator[Tuple[int, bytes, bytes]]:
+        """(kind, fp, payload) of every valid record, in order, up to ``end`` bytes.
+
+        Stops at the first record that is torn or fails its CRC and cuts the file there
+        (only the tail a crash can leave: nothing before it was readable past it).
+        """
+        w = self.width
+        with open(self.path, "rb", buffering=0) as raw:
+            f = io.BufferedReader(raw, buffer_size=1 << 20)
+            f.read(len(LOG_MAGIC))
+            pos = len(LOG_MAGIC)
+            size = os.fstat(raw.fileno()).st_size if end is None else end
+            while pos < size:
+                head = f.read(_HEAD.size)
+                if len(head) < _HEAD.size:
+                    break
+                crc, kind, length = _HEAD.unpack(head)
+                if kind not in (ADD, DONE) or length > MAX_PAYLOAD:
+                    break
+                rest = f.read(w + length)
+                if len(rest) < w + length or zlib.crc32(head[4:] + rest) != crc:
+                    break
+                pos += _HEAD.size + w + length
+                yield kind, rest[:w], rest[w:]
+        if end is None and pos < size:
+            self._cut(pos, size)
+
+    def _cut(self, pos: int, size: int) -> None:
+        logger.warning(
+            "bloomsled: %s: %d bytes after offset %d are a torn or damaged tail (a crash "
+            "while appending); cut off",
+            self.path,
+            size - pos,
+            pos,
+        )
+        self.torn_bytes_cut += size - pos
+        with open(self.path, "r+b") as f:
+            f.truncate(pos)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def done_fingerprints(self) -> Iterator[list[bytes]]:
+        """Chunks of ``done.fps``, stopping at (and cutting) a torn or damaged tail."""
+        w = self.width
+        size = self.done_path.stat().st_size
+        pos = len(DONE_MAGIC)
+        with open(self.done_path, "rb") as f:
+            f.seek(pos)
+            while pos < size:
+                head = f.read(_CHUNK.size)
+                if len(head) < _CHUNK.size:
+                    break
+                crc, count = _CHUNK.unpack(head)
+                body = f.read(count * w)
+                if len(body) < count * w or zlib.crc32(head[4:] + body) != crc:
+                    break
+                pos += _CHUNK.size + count * w
+                yield [body[i : i + w] for i in range(0, len(body), w)]
+        if pos < size:
+            logger.warning("bloomsled: %s: torn tail of %d bytes cut off", self.done_path, size - pos)
+            self.done_torn_bytes_cut += size - pos
+            with open(self.done_path, "r+b") as f:
+                f.truncate(pos)
+                os.fsync(f.fileno())
+
+    def size(self) -> int:
+        return self.path.stat().st_size
+
+    # -- compaction ---------------------------------------------------------------------
+
+    def compact(self, seen: FingerprintSet, add_to_seen: bool) -> int:
+        """Moves done fingerprints to ``done.fps`` and rewrites the log with the pending
+        requests only; returns their number.
+
+        ``add_to_seen``: also add every fingerprint of the log to ``seen`` (after a crash,
+        whose set may have lost its unsynced tail). Order, so that a crash anywhere in
+        here loses nothing: the log is fsynced (the ``D`` records, and before them the
+        ``A`` records of every request a done callback yielded); ``seen`` is synced (a
+        fingerprint leaves the log only once ``seen`` holds it durably); the done
+        fingerprints are appended to ``done.fps`` and fsynced; only then is the new log
+        renamed over the old one.
+        """
+        self.fsync()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        tmpdir = self.folder / "compaction.tmp"
+        if tmpdir.exists():
+            shutil.rmtree(tmpdir)  # this method's own leftover from a crash
+        tmpdir.mkdir()
+        done = FingerprintSet(
+            str(tmpdir / "done"),
+            expected_items=max(1024, self.dones),
+            fpr=0.01,
+            width=self.width,
+        )
+        try:
+            # Pass 1: the done fingerprints, into the temporary set and done.fps.
+            batch: list[bytes] = []
+            seen_batch: list[bytes] = []
+            with open(self.done_path, "ab") as out:
+                for kind, fp, _ in self.records():
+                    if kind == DONE:
+                        batch.append(fp)
+                    if add_to_seen:
+                        seen_batch.append(fp)
+                        if len(seen_batch) >= _BATCH:
+                            seen.add_many(seen_batch)
+                            seen_batch = []
+                    if len(batch) >= _BATCH:
+                        self._move_done(done, out, batch)
+                        batch = []
+                if seen_batch:
+                    seen.add_many(seen_batch)
+                seen.sync()
+                if batch:
+                    self._move_done(done, out, batch)
+                out.flush()
+                os.fsync(out.fileno())
+            # Pass 2: the pending records, into the new log.
+            tmp = self.path.with_name("pending.log.tmp")
+            pending = 0
+            total = 0
+            with open(tmp, "wb") as out:
+                out.write(LOG_MAGIC)
+                recs: list[Tuple[bytes, bytes]] = []
+
+                def flush_recs() -> int:
+                    kept = 0
+                    nonlocal total
+                    for (fp, payload), is_done in zip(
+                        recs, done.contains_many([fp for fp, _ in recs])
+                    ):
+                        if not is_done:
+                            rec = encode_record(ADD, fp, payload)
+                            out.write(rec)
+                            total += len(rec)
+                            kept += 1
+                    recs.clear()
+                    return kept
+
+                for kind, fp, payload in self.records():
+                    if kind == ADD:
+                        recs.append((fp, payload))
+                        if len(recs) >= _BATCH // 16:
+                            pending += flush_recs()
+                pending += flush_recs()
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, self.path)
+            fsync_dir(self.folder)
+        finally:
+            done.close()
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        self.adds = pending
+        self.add_bytes = total
+        self.dones = 0
+        self.unsynced = 0
+        return pending
+
+    def _move_done(self, done: FingerprintSet, out: io.BufferedWriter, batch: list[bytes]) -> None:
+        done.add_many(batch)
+        body = struct.pack("<I", len(batch)) + b"".join(batch)
+        out.write(struct.pack("<I", zlib.crc32(body)) + body)
