@@ -109,6 +109,11 @@ impl Db {
         config.validate()?;
         if !config.temporary {
             super::torn::set_aside_torn_snapshot(&config.path)?;
+            super::torn_conf::complete_torn_conf(
+                &config.path,
+                config.sled.segment_size,
+                config.sled.use_compression,
+            )?;
         }
         let inner = config.open_sled()?;
         let meta = if config.temporary {

@@ -14,6 +14,7 @@ mod scan;
 mod state;
 mod subscriber;
 mod torn;
+mod torn_conf;
 pub mod transaction;
 mod tree;
 mod tree_filter;
