@@ -17,16 +17,22 @@
 //! folder fsync is undone, newest first. [`Mounted::unmount`] without a cut keeps
 //! everything: that is a process crash (`kill -9`), the control.
 //!
-//! # The model, and why passing here means passing on ext4
-//! This is the POSIX reading of durability: a file's data survives only up to its last
-//! `fsync`/`fdatasync`, a name only once its folder was fsynced. ext4's default
-//! (`data=ordered`) keeps at least as much: its journal commits names in order with
-//! every later fsync of any file, and writes a file's data before the metadata that
-//! exposes it (and, on rename over a file, its data). So a program that keeps its promises
-//! here keeps them on ext4's default; the converse does not hold (a program that fsyncs a
-//! new file but never its folder can pass on ext4 and fail here — on purpose). Not
-//! modelled: writes torn inside one request, data lost out of write order, and metadata
-//! other than names and lengths (modes, times).
+//! # The models
+//! File data is the same in both: a file's writes survive up to its last `fsync` or
+//! `fdatasync` (plus, with a seed, a prefix of the later ones). Names differ:
+//! - [`Model::Ext4Ordered`] — ext4's default (`data=ordered`, no `fast_commit`): one
+//!   journal for the whole file system, committed by any `fsync`, so an fsync of *any*
+//!   file or folder makes every earlier create, rename and unlink durable. Data is kept
+//!   no more than the POSIX rule above (ext4 also writes back data on a rename over a
+//!   file and at journal commits: it keeps more), so a program that keeps its promises
+//!   here keeps them on ext4's default.
+//! - [`Model::Posix`] — the letter of POSIX: a name is durable only once its own folder
+//!   was fsynced (both folders for a rename). Stricter than any common file system.
+//!
+//! Not modelled: writes torn inside one request, data lost out of write order, metadata
+//! other than names and lengths (modes, times), and `sync_file_range(2)`, which never
+//! reaches a FUSE file system (it flushes no disk cache either, so it is no durability
+//! promise).
 //!
 //! Linux only; mounting needs `/dev/fuse` and the `fusermount3` program (Debian: `fuse3`),
 //! or root.
@@ -55,6 +61,16 @@ use fuser::{
     BackgroundSession, FileAttr, FileType, Filesystem, MountOption, ReplyAttr, ReplyCreate,
     ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, TimeOrNow,
 };
+
+/// Which changes to names an `fsync` makes durable (see the crate docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Model {
+    /// Any fsync commits every earlier change to any folder (ext4's default journal).
+    #[default]
+    Ext4Ordered,
+    /// Only an fsync of a folder commits the changes to that folder.
+    Posix,
+}
 
 const TTL: Duration = Duration::from_secs(1);
 const ROOT: u64 = 1;
@@ -124,6 +140,7 @@ struct State {
     unsynced: HashMap<u64, Vec<DataUndo>>,
     names: Vec<NameChange>,
     frozen: bool,
+    model: Model,
 }
 
 impl State {
@@ -537,6 +554,9 @@ impl Filesystem for Fs {
     fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _ds: bool, reply: ReplyEmpty) {
         let mut s = tri!(reply, self.state());
         s.unsynced.remove(&ino);
+        if s.model == Model::Ext4Ordered {
+            s.names.clear();
+        }
         reply.ok();
     }
 
@@ -580,6 +600,9 @@ impl Filesystem for Fs {
 
     fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _ds: bool, reply: ReplyEmpty) {
         let mut s = tri!(reply, self.state());
+        if s.model == Model::Ext4Ordered {
+            s.names.clear();
+        }
         for change in &mut s.names {
             change.waiting_for.retain(|&d| d != ino);
         }
@@ -619,7 +642,7 @@ pub struct PowerCutFs;
 
 impl PowerCutFs {
     /// Mounts `<base>/mnt` over the backing folder `<base>/data` (both made if missing; what
-    /// `data` holds is taken as durable).
+    /// `data` holds is taken as durable), with ext4's ordering ([`Model::Ext4Ordered`]).
     ///
     /// ```no_run
     /// let fs = bloomsled_powercut::PowerCutFs::mount(std::path::Path::new("/tmp/pc"))?;
@@ -627,6 +650,18 @@ impl PowerCutFs {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn mount(base: &Path) -> io::Result<Mounted> {
+        Self::mount_with(base, Model::Ext4Ordered)
+    }
+
+    /// [`PowerCutFs::mount`] with the given model of which names an fsync makes durable.
+    ///
+    /// ```no_run
+    /// use bloomsled_powercut::{Model, PowerCutFs};
+    /// let fs = PowerCutFs::mount_with(std::path::Path::new("/tmp/pc"), Model::Posix)?;
+    /// fs.unmount()?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn mount_with(base: &Path, model: Model) -> io::Result<Mounted> {
         let data = base.join("data");
         let stash = base.join("stash");
         let mountpoint = base.join("mnt");
@@ -649,6 +684,7 @@ impl PowerCutFs {
             unsynced: HashMap::new(),
             names: Vec::new(),
             frozen: false,
+            model,
         }));
         let options = [
             MountOption::FSName("powercut".into()),
@@ -682,7 +718,8 @@ impl Mounted {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).frozen = true;
     }
 
-    /// Unmounts (every writer must be dead), then drops from the backing folder what was
+    /// Unmounts (every writer must be dead and every file on the mount closed, or this
+    /// waits for them), then drops from the backing folder what was
     /// not durable: see the crate docs. With a seed, it picks per file how many unsynced
     /// writes reached the disk anyway (none, half the time); without, none did.
     pub fn cut(mut self, seed: Option<u64>) -> io::Result<CutReport> {
@@ -802,7 +839,7 @@ mod tests {
             return None;
         }
         let b = base(name);
-        let m = PowerCutFs::mount(&b).expect("mount");
+        let m = PowerCutFs::mount_with(&b, Model::Posix).expect("mount");
         Some((b, m))
     }
 
@@ -835,6 +872,7 @@ mod tests {
         fs::rename(mnt.join("a.tmp"), mnt.join("a2")).unwrap();
         fs::remove_file(mnt.join("a2")).unwrap();
         assert_eq!(fs::read(mnt.join("a")).unwrap(), b"durable lost");
+        assert!(m.pending().1 >= 4);
         let report = m.cut(None).unwrap();
         assert_eq!(fs::read(b.join("data/a")).unwrap(), b"durable");
         assert!(!b.join("data/b").exists());
@@ -864,12 +902,33 @@ mod tests {
         assert_eq!(fs::read(b.join("data/d/x")).unwrap(), b"x");
         assert!(!b.join("data/d/y").exists());
         // The control: unmount keeps everything.
-        let m = PowerCutFs::mount(&b).unwrap();
+        let m = PowerCutFs::mount_with(&b, Model::Posix).unwrap();
         fs::write(m.mountpoint().join("d/z"), b"z").unwrap();
         fs::remove_file(m.mountpoint().join("d/x")).unwrap();
         m.unmount().unwrap();
         assert_eq!(fs::read(b.join("data/d/z")).unwrap(), b"z");
         assert!(!b.join("data/d/x").exists());
+        fs::remove_dir_all(&b).unwrap();
+    }
+
+    #[test]
+    fn ext4_any_fsync_commits_every_earlier_name() {
+        let Some((b, m)) = mounted("ext4") else {
+            return;
+        };
+        drop(m);
+        let m = PowerCutFs::mount_with(&b, Model::Ext4Ordered).unwrap();
+        let mnt = m.mountpoint().to_path_buf();
+        fs::create_dir(mnt.join("d")).unwrap();
+        fs::write(mnt.join("d/named"), b"data never synced").unwrap();
+        let f = File::create(mnt.join("other")).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        fs::write(mnt.join("d/after"), b"after").unwrap();
+        m.cut(None).unwrap();
+        assert_eq!(fs::read(b.join("data/d/named")).unwrap(), b"");
+        assert!(b.join("data/other").exists());
+        assert!(!b.join("data/d/after").exists());
         fs::remove_dir_all(&b).unwrap();
     }
 
@@ -891,4 +950,109 @@ mod tests {
         assert_eq!(fs::read(b.join("data/f")).unwrap(), vec![7; 10_000]);
         fs::remove_dir_all(&b).unwrap();
     }
+}
+
+/// What ends a run of [`run_child`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The power is cut (with this seed for the writes that reached the disk anyway, see
+    /// [`Mounted::cut`]) and the child dies with it.
+    PowerCut(u64),
+    /// `kill -9` of the child, the machine stays up: every write stays (the control).
+    Kill,
+}
+
+/// What a run of [`run_child`] saw.
+#[derive(Debug)]
+pub struct ChildRun {
+    /// Every line the child printed before it died (a line is printed after the act it
+    /// reports returned, so a line seen here was true before the fault).
+    pub lines: Vec<String>,
+    /// What the power cut undid (`None` under [`Fault::Kill`]).
+    pub cut: Option<CutReport>,
+    /// Whether the child printed the marker before it died or exited.
+    pub reached: bool,
+}
+
+/// Mounts the power-cut file system at `<base>/mnt` over `<base>/data`, starts the child
+/// that `command` makes for the mount point, waits until it prints a line containing
+/// `marker` (at most `limit`), lets it run `then` longer, and ends it with `fault`. The
+/// backing folder `<base>/data` then holds what a reboot would find.
+///
+/// ```no_run
+/// use std::process::Command;
+/// use std::time::Duration;
+/// use bloomsled_powercut::{run_child, Fault};
+/// let run = run_child(
+///     std::path::Path::new("/tmp/pc-run"),
+///     |mnt| { let mut c = Command::new("touch"); c.arg(mnt.join("f")); c },
+///     "never printed",
+///     Duration::ZERO,
+///     Duration::from_secs(5),
+///     Fault::PowerCut(7),
+/// )?;
+/// assert!(!run.reached);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn run_child(
+    base: &Path,
+    command: impl FnOnce(&Path) -> std::process::Command,
+    marker: &str,
+    then: Duration,
+    limit: Duration,
+    fault: Fault,
+) -> io::Result<ChildRun> {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    let mounted = PowerCutFs::mount(base)?;
+    let mut cmd = command(mounted.mountpoint());
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+    let out = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + limit;
+    let mut lines = Vec::new();
+    let reached = loop {
+        let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
+            break false;
+        };
+        let hit = line.contains(marker);
+        lines.push(line);
+        if hit {
+            break true;
+        }
+    };
+    if reached {
+        std::thread::sleep(then);
+    }
+    if matches!(fault, Fault::PowerCut(_)) {
+        // The power goes first: nothing the child does after this instant reaches a disk.
+        mounted.freeze();
+    }
+    let _ = child.kill();
+    child.wait()?;
+    reader.join().expect("the reader thread");
+    lines.extend(rx.try_iter());
+    let cut = match fault {
+        Fault::PowerCut(seed) => Some(mounted.cut(Some(seed))?),
+        Fault::Kill => {
+            mounted.unmount()?;
+            None
+        }
+    };
+    Ok(ChildRun {
+        lines,
+        cut,
+        reached,
+    })
 }
