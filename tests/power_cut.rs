@@ -76,7 +76,7 @@ fn key(i: u64) -> Vec<u8> {
 
 /// Key `i` is removed (by the counting writer) when the writer reaches `i + 7`.
 fn removed(i: u64) -> bool {
-    i % 5 == 0
+    i.is_multiple_of(5)
 }
 
 // Window: generations of 1 s, 3 of them, a round of 50 keys per generation.

@@ -108,6 +108,7 @@ struct DataUndo {
 }
 
 /// How to undo one change to a folder.
+#[derive(Debug)]
 enum NameUndo {
     /// A file or folder was made at this path: remove it.
     Created(PathBuf),
@@ -173,7 +174,13 @@ impl State {
             .collect();
         for (p, ino) in moved {
             self.inodes.remove(&p);
-            let new = to.join(p.strip_prefix(from).expect("filtered by prefix"));
+            let rest = p.strip_prefix(from).expect("filtered by prefix");
+            // (joining an empty rest would add a trailing slash: "not a directory")
+            let new = if rest.as_os_str().is_empty() {
+                to.to_path_buf()
+            } else {
+                to.join(rest)
+            };
             self.inodes.insert(new.clone(), ino);
             self.paths.insert(ino, new);
         }
@@ -616,6 +623,30 @@ impl Filesystem for Fs {
     }
 }
 
+fn undo_name(undo: NameUndo) -> io::Result<()> {
+    match undo {
+        NameUndo::Created(p) => {
+            if fs::symlink_metadata(&p)
+                .map(|m| m.is_dir())
+                .unwrap_or(false)
+            {
+                fs::remove_dir_all(&p)?;
+            } else if p.exists() {
+                fs::remove_file(&p)?;
+            }
+        }
+        NameUndo::Unlinked { path, stash } => fs::rename(stash, path)?,
+        NameUndo::RemovedDir(p) => fs::create_dir(p)?,
+        NameUndo::Renamed { from, to, replaced } => {
+            fs::rename(&to, &from)?;
+            if let Some(stash) = replaced {
+                fs::rename(stash, to)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What a power cut undid.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CutReport {
@@ -753,7 +784,9 @@ impl Mounted {
             let Some(path) = s.paths.get(&ino) else {
                 continue;
             };
-            let file = OpenOptions::new().write(true).open(path)?;
+            let file = OpenOptions::new().write(true).open(path).map_err(|e| {
+                io::Error::new(e.kind(), format!("rolling back {}: {e}", path.display()))
+            })?;
             for u in undos[keep..].iter().rev() {
                 file.set_len(u.old_len.max(u.offset + u.old.len() as u64))?;
                 file.write_all_at(&u.old, u.offset)?;
@@ -765,26 +798,9 @@ impl Mounted {
         let names = std::mem::take(&mut s.names);
         for change in names.into_iter().rev() {
             report.names_undone += 1;
-            match change.undo {
-                NameUndo::Created(p) => {
-                    if fs::symlink_metadata(&p)
-                        .map(|m| m.is_dir())
-                        .unwrap_or(false)
-                    {
-                        fs::remove_dir_all(&p)?;
-                    } else if p.exists() {
-                        fs::remove_file(&p)?;
-                    }
-                }
-                NameUndo::Unlinked { path, stash } => fs::rename(stash, path)?,
-                NameUndo::RemovedDir(p) => fs::create_dir(p)?,
-                NameUndo::Renamed { from, to, replaced } => {
-                    fs::rename(&to, &from)?;
-                    if let Some(stash) = replaced {
-                        fs::rename(stash, to)?;
-                    }
-                }
-            }
+            let what = format!("{:?}", change.undo);
+            undo_name(change.undo)
+                .map_err(|e| io::Error::new(e.kind(), format!("power cut: undoing {what}: {e}")))?;
         }
         let stash = s.stash.clone();
         drop(s);
@@ -1007,9 +1023,15 @@ pub fn run_child(
     use std::sync::mpsc;
     use std::time::Instant;
 
-    let mounted = PowerCutFs::mount(base)?;
+    let ctx =
+        |what: &'static str| move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
+    let mounted = PowerCutFs::mount(base).map_err(ctx("mount"))?;
     let mut cmd = command(mounted.mountpoint());
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(ctx("spawn the child"))?;
     let out = child.stdout.take().expect("piped stdout");
     let (tx, rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {
@@ -1044,9 +1066,9 @@ pub fn run_child(
     reader.join().expect("the reader thread");
     lines.extend(rx.try_iter());
     let cut = match fault {
-        Fault::PowerCut(seed) => Some(mounted.cut(Some(seed))?),
+        Fault::PowerCut(seed) => Some(mounted.cut(Some(seed)).map_err(ctx("cut"))?),
         Fault::Kill => {
-            mounted.unmount()?;
+            mounted.unmount().map_err(ctx("unmount"))?;
             None
         }
     };
