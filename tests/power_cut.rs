@@ -2,8 +2,8 @@
 //! child process writes to a database on the mount — plain or counting inserts, batches
 //! and transactions, snapshots, rebuilds (explicit, and the one an open after a crash runs
 //! in the background), window rotations — and the power is cut at a random instant (seeded,
-//! printed): every write not fsynced is dropped, every folder change not made durable by a
-//! folder fsync is undone. The parent then opens what a reboot would find and checks:
+//! printed): every write not fsynced is dropped, every folder change not made durable is
+//! undone (by ext4's default ordering, or in one cut of three by the letter of POSIX). The parent then opens what a reboot would find and checks:
 //! - every key sled kept is `may_contain` (no false negative, so no stale snapshot was
 //!   trusted), and in counting mode still is after a third of the keys are removed;
 //! - every key the child saw `flush()` return for is in sled (sled's own promise; a loss
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use bloomsled::window::{ManualClock, WindowConfig};
 use bloomsled::{Batch, Config, Db, Transactional, TreeConfig};
-use bloomsled_powercut::{run_child, Fault};
+use bloomsled_powercut::{run_child, run_child_with, Fault, Model};
 use common::child;
 use common::rng::Rng;
 
@@ -338,7 +338,15 @@ fn case(kind: Kind, seed: u64, fault: Fault, tally: &mut Tally) {
     let child_seed = rng.next();
     // From the child's start (often inside open) to well into its writes.
     let then = Duration::from_millis(rng.below(400));
-    let run = run_child(
+    // One cut in three on the letter of POSIX (a name durable only by its folder's fsync),
+    // the rest on ext4's default ordering.
+    let model = if rng.below(3) == 0 {
+        Model::Posix
+    } else {
+        Model::Ext4Ordered
+    };
+    let run = run_child_with(
+        model,
         base.path(),
         |mnt| spawn(mnt, child_seed),
         // A window's first rotation comes after its first flushed round.
@@ -378,7 +386,7 @@ fn case(kind: Kind, seed: u64, fault: Fault, tally: &mut Tally) {
                 where_ = format!(" (disk copied to {})", to.display());
             }
             let line = format!(
-                "{kind:?} seed {seed} {fault:?} then {then:?}: {f:?}{where_} {:?}",
+                "{kind:?} seed {seed} {fault:?} {model:?} then {then:?}: {f:?}{where_} {:?}",
                 run.cut
             );
             eprintln!("{line}");

@@ -990,7 +990,8 @@ pub struct ChildRun {
     pub reached: bool,
 }
 
-/// Mounts the power-cut file system at `<base>/mnt` over `<base>/data`, starts the child
+/// Mounts the power-cut file system at `<base>/mnt` over `<base>/data` (with
+/// [`Model::Ext4Ordered`], or [`Model::Posix`] if `BLOOMSLED_POWER_CUT_MODEL=posix`), starts the child
 /// that `command` makes for the mount point, waits until it prints a line containing
 /// `marker` (at most `limit`), lets it run `then` longer, and ends it with `fault`. The
 /// backing folder `<base>/data` then holds what a reboot would find.
@@ -1018,6 +1019,40 @@ pub fn run_child(
     limit: Duration,
     fault: Fault,
 ) -> io::Result<ChildRun> {
+    let model = match std::env::var("BLOOMSLED_POWER_CUT_MODEL").as_deref() {
+        Ok("posix") => Model::Posix,
+        _ => Model::Ext4Ordered,
+    };
+    run_child_with(model, base, command, marker, then, limit, fault)
+}
+
+/// [`run_child`] on a file system of the given [`Model`].
+///
+/// ```no_run
+/// use std::process::Command;
+/// use std::time::Duration;
+/// use bloomsled_powercut::{run_child_with, Fault, Model};
+/// let run = run_child_with(
+///     Model::Posix,
+///     std::path::Path::new("/tmp/pc-posix"),
+///     |mnt| { let mut c = Command::new("touch"); c.arg(mnt.join("f")); c },
+///     "never printed",
+///     Duration::ZERO,
+///     Duration::from_secs(5),
+///     Fault::PowerCut(7),
+/// )?;
+/// assert!(!run.reached);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn run_child_with(
+    model: Model,
+    base: &Path,
+    command: impl FnOnce(&Path) -> std::process::Command,
+    marker: &str,
+    then: Duration,
+    limit: Duration,
+    fault: Fault,
+) -> io::Result<ChildRun> {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     use std::sync::mpsc;
@@ -1025,7 +1060,7 @@ pub fn run_child(
 
     let ctx =
         |what: &'static str| move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
-    let mounted = PowerCutFs::mount(base).map_err(ctx("mount"))?;
+    let mounted = PowerCutFs::mount_with(base, model).map_err(ctx("mount"))?;
     let mut cmd = command(mounted.mountpoint());
     let mut child = cmd
         .stdout(Stdio::piped())
