@@ -30,23 +30,45 @@ pub(crate) fn random_id() -> Result<[u8; 16]> {
 /// The meta tree of one open database.
 pub(crate) struct Meta {
     tree: sled::Tree,
+    /// sled's log file, fsynced after each durable write: sled's own `flush()` ends in
+    /// `sync_file_range(2)`, which survives a process crash but not a power cut
+    /// (spacejam/sled#1452). `None` for a database without one on disk.
+    log: Option<std::fs::File>,
     db_id: [u8; 16],
     /// Set if the database record was missing or damaged at open and replaced.
     reset: Option<DbRecordFault>,
 }
 
+/// sled's `flush()`, then an fsync of its log: durable against a power cut too.
+fn flush_durably(tree: &sled::Tree, log: Option<&std::fs::File>) -> Result<()> {
+    tree.flush()?;
+    if let Some(log) = log {
+        log.sync_all()?;
+    }
+    Ok(())
+}
+
+/// sled's log file `<db>/db`, with its name made durable (sled never fsyncs its folder).
+fn open_log(db_dir: &std::path::Path) -> Result<Option<std::fs::File>> {
+    let Ok(log) = std::fs::File::open(db_dir.join("db")) else {
+        return Ok(None);
+    };
+    std::fs::File::open(db_dir)?.sync_all()?;
+    Ok(Some(log))
+}
+
 /// Writes a new random database id, durably; returns it.
-fn write_db_record(tree: &sled::Tree) -> Result<[u8; 16]> {
+fn write_db_record(tree: &sled::Tree, log: Option<&std::fs::File>) -> Result<[u8; 16]> {
     let id = random_id()?;
     tree.insert(DB_KEY, DbRecord::new(id).as_bytes())?;
-    tree.flush()?;
+    flush_durably(tree, log)?;
     Ok(id)
 }
 
 /// Marks every readable tree record stale (dirty at its snapshot's generation, not empty),
 /// durably, so that no snapshot is trusted again even if this open does not get to rebuild
 /// every tree before a crash. Unreadable records stay as they are (never trusted either).
-fn mark_every_tree_stale(tree: &sled::Tree) -> Result<()> {
+fn mark_every_tree_stale(tree: &sled::Tree, log: Option<&std::fs::File>) -> Result<()> {
     for entry in tree.scan_prefix(TREE_PREFIX) {
         let (key, bytes) = entry?;
         let Ok(mut record) = TreeRecord::decode(&bytes) else {
@@ -57,7 +79,7 @@ fn mark_every_tree_stale(tree: &sled::Tree) -> Result<()> {
         record.flags = U32::new(record.flags.get() & !FLAG_EMPTY);
         tree.insert(key, &record.encode()[..])?;
     }
-    tree.flush()?;
+    flush_durably(tree, log)?;
     Ok(())
 }
 
@@ -80,13 +102,19 @@ impl Meta {
     /// with that reason); under [`RecoveryPolicy::Strict`] it is
     /// [`Error::DatabaseRecordRejected`] and nothing is changed. Keys of the tree that are
     /// not bloomsled's records are never touched.
-    pub(crate) fn open(db: &sled::Db, recovery: RecoveryPolicy) -> Result<Arc<Meta>> {
+    pub(crate) fn open(
+        db: &sled::Db,
+        db_dir: &std::path::Path,
+        recovery: RecoveryPolicy,
+    ) -> Result<Arc<Meta>> {
         let tree = db.open_tree(META_TREE)?;
+        let log = open_log(db_dir)?;
         let fault = match tree.get(DB_KEY)? {
             Some(bytes) => match DbRecord::decode(&bytes) {
                 Ok(record) => {
                     return Ok(Arc::new(Meta {
                         tree,
+                        log,
                         db_id: record.db_id,
                         reset: None,
                     }))
@@ -95,9 +123,10 @@ impl Meta {
             },
             None if tree.first()?.is_none() => {
                 // A new database.
-                let db_id = write_db_record(&tree)?;
+                let db_id = write_db_record(&tree, log.as_ref())?;
                 return Ok(Arc::new(Meta {
                     tree,
+                    log,
                     db_id,
                     reset: None,
                 }));
@@ -111,10 +140,11 @@ impl Meta {
             "bloomsled: the database record is {fault}: every tree's filter will be rebuilt \
              under a new database id"
         );
-        mark_every_tree_stale(&tree)?;
-        let db_id = write_db_record(&tree)?;
+        mark_every_tree_stale(&tree, log.as_ref())?;
+        let db_id = write_db_record(&tree, log.as_ref())?;
         Ok(Arc::new(Meta {
             tree,
+            log,
             db_id,
             reset: Some(fault),
         }))
@@ -145,7 +175,7 @@ impl Meta {
     pub(crate) fn write(&self, name: &[u8], record: &mut TreeRecord, durable: bool) -> Result<()> {
         self.tree.insert(tree_key(name), &record.encode()[..])?;
         if durable {
-            self.tree.flush()?;
+            flush_durably(&self.tree, self.log.as_ref())?;
         }
         Ok(())
     }
@@ -153,7 +183,7 @@ impl Meta {
     /// Deletes the record of tree `name`, durably.
     pub(crate) fn remove(&self, name: &[u8]) -> Result<()> {
         self.tree.remove(tree_key(name))?;
-        self.tree.flush()?;
+        flush_durably(&self.tree, self.log.as_ref())?;
         Ok(())
     }
 
@@ -177,7 +207,7 @@ impl Meta {
     ) -> Result<()> {
         self.tree.insert(layer_key(prefix, name), bytes)?;
         if durable {
-            self.tree.flush()?;
+            flush_durably(&self.tree, self.log.as_ref())?;
         }
         Ok(())
     }

@@ -47,6 +47,19 @@
 //! Writers are never held off by a snapshot; the first write after each snapshot pays one
 //! sled flush.
 //!
+//! # Power loss
+//! A power cut keeps only what was fsynced (names: once a later fsync committed them, on
+//! ext4's default journal). sled 0.34.7's `flush()` ends in `sync_file_range(2)`, not an
+//! fsync (spacejam/sled#1452): it survives a process crash, not a power cut. So every
+//! durable write of the meta tree (the dirty mark, a snapshot's record, the database
+//! record, a window's ring record) is sled's flush *and then an fsync of sled's log file*
+//! (whose name is made durable by an fsync of its folder at open): the mark is on the
+//! platter before the key's write starts, with no reliance on how sled recovers its log.
+//! The cost is one fsync per generation, paid by the first write after a snapshot. The
+//! snapshot file is fsynced with its folder before the record names it, so a recovered
+//! record never names a missing file. `tests/power_cut.rs` holds this to a file system
+//! that drops every unsynced write (`powercut/`), across every kind of writer.
+//!
 //! # Why serving before the filter is rebuilt never gives a false negative
 //! A tree whose snapshot is not trusted opens with a *stand-in* filter whose every bit is
 //! set (every counter stuck at its maximum, in counting mode, so no remove clears one), and

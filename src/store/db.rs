@@ -105,12 +105,17 @@ impl Db {
         config.validate()?;
         if !config.temporary {
             super::torn::set_aside_torn_snapshot(&config.path)?;
+            super::torn_conf::complete_torn_conf(
+                &config.path,
+                config.sled.segment_size,
+                config.sled.use_compression,
+            )?;
         }
         let inner = config.open_sled()?;
         let meta = if config.temporary {
             None
         } else {
-            Some(Meta::open(&inner, config.recovery)?)
+            Some(Meta::open(&inner, &config.path, config.recovery)?)
         };
         let default_state = open_filter(&inner, &config, meta.as_ref(), DEFAULT_TREE, None)?;
         let default = Tree::new(inner.deref().clone(), default_state.clone());

@@ -17,6 +17,7 @@ mod snapshotter;
 mod state;
 mod subscriber;
 mod torn;
+mod torn_conf;
 pub mod transaction;
 mod tree;
 mod tree_filter;

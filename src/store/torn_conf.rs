@@ -1,0 +1,114 @@
+//! sled 0.34.7's torn `conf` file: completed when a power cut interrupted sled's write of it.
+//!
+//! When sled creates a database it writes `<db>/conf` — three text lines (`segment_size`,
+//! `use_compression`, `version`) and then their CRC32 — in two `write`s and never fsyncs
+//! it. A power cut after the name reached the disk can leave any prefix of those bytes.
+//! sled treats a file of at most 8 bytes as absent (and writes a new one), but a longer
+//! prefix fails its CRC or its parse, and sled then refuses to open the database, every
+//! time, with `Read corrupted data at file offset None` (found by `tests/power_cut.rs`).
+//!
+//! sled writes `conf` only when it creates a database, from the configuration it is
+//! opened with. So if what is on disk is a *strict prefix* of exactly what this open's
+//! configuration would have written, the only thing missing is the rest of that one
+//! write: bloomsled completes it (the torn file is first copied to
+//! `<db>/bloomsled/sled-torn-conf`, never deleted), fsyncs it and its folder, and sled
+//! opens. A file that is not such a prefix (other settings, another version, damage) is
+//! left alone, and sled's own error stands.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::persist::DIR_NAME;
+
+/// The bytes sled 0.34.7 writes to `conf` for these settings: its three lines, then the
+/// CRC32 of them, little-endian.
+fn sled_conf_bytes(segment_size: usize, use_compression: bool) -> Vec<u8> {
+    let mut out = format!(
+        "segment_size: {segment_size}\nuse_compression: {use_compression}\nversion: 0.34\n"
+    )
+    .into_bytes();
+    let crc = crate::format::checksum(&[&out]);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Completes a torn `<db>/conf` (see the module docs); returns where the torn copy went.
+/// Only while holding sled's lock on `<db>/db`, as `set_aside_torn_snapshot` does.
+pub(crate) fn complete_torn_conf(
+    db_dir: &Path,
+    segment_size: usize,
+    use_compression: bool,
+) -> io::Result<Option<PathBuf>> {
+    use fs2::FileExt;
+    let Ok(lock) = fs::File::open(db_dir.join("db")) else {
+        return Ok(None);
+    };
+    if lock.try_lock_exclusive().is_err() {
+        return Ok(None);
+    }
+    let path = db_dir.join("conf");
+    let Ok(on_disk) = fs::read(&path) else {
+        return Ok(None);
+    };
+    let whole = sled_conf_bytes(segment_size, use_compression);
+    // At most 8 bytes: sled itself treats the file as absent and rewrites it.
+    if on_disk.len() <= 8 || on_disk.len() >= whole.len() || !whole.starts_with(&on_disk) {
+        return Ok(None);
+    }
+    let aside = db_dir.join(DIR_NAME).join("sled-torn-conf");
+    fs::create_dir_all(&aside)?;
+    let copy = aside.join(format!("conf.{}-bytes", on_disk.len()));
+    fs::write(&copy, &on_disk)?;
+    let f = fs::OpenOptions::new().write(true).open(&path)?;
+    use std::os::unix::fs::FileExt as _;
+    f.write_all_at(&whole[on_disk.len()..], on_disk.len() as u64)?;
+    f.sync_all()?;
+    fs::File::open(db_dir)?.sync_all()?;
+    log::warn!(
+        "bloomsled: sled's {} was torn by a power cut ({} of {} bytes; sled 0.34.7 would \
+         refuse to open); completed, the torn copy kept at {}",
+        path.display(),
+        on_disk.len(),
+        whole.len(),
+        copy.display()
+    );
+    Ok(Some(copy))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_strict_prefix_of_this_configs_conf_is_completed_and_sled_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("db");
+        let db = sled::Config::new().path(&d).open().unwrap();
+        db.insert("k", "v").unwrap();
+        db.flush().unwrap();
+        drop(db);
+        let whole = fs::read(d.join("conf")).unwrap();
+        assert_eq!(
+            whole,
+            sled_conf_bytes(512 * 1024, false),
+            "sled's own bytes"
+        );
+        for cut in [9, 30, whole.len() - 4, whole.len() - 1] {
+            fs::write(d.join("conf"), &whole[..cut]).unwrap();
+            if cut == whole.len() - 4 {
+                // The lines without their CRC: what the power-cut test found.
+                assert!(sled::Config::new().path(&d).open().is_err(), "sled refuses");
+            }
+            let copy = complete_torn_conf(&d, 512 * 1024, false).unwrap().unwrap();
+            assert_eq!(fs::read(copy).unwrap(), &whole[..cut]);
+            assert_eq!(fs::read(d.join("conf")).unwrap(), whole);
+            let db = sled::Config::new().path(&d).open().unwrap();
+            assert_eq!(db.get("k").unwrap().unwrap(), b"v");
+        }
+        // Not a prefix of this config's bytes (another segment size): left alone.
+        fs::write(d.join("conf"), &whole[..30]).unwrap();
+        assert_eq!(complete_torn_conf(&d, 1 << 20, false).unwrap(), None);
+        assert_eq!(fs::read(d.join("conf")).unwrap(), &whole[..30]);
+    }
+}

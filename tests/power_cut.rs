@@ -1,0 +1,570 @@
+//! Power cuts, proven on a file system that forgets (the `bloomsled-powercut` crate): a
+//! child process writes to a database on the mount — plain or counting inserts, batches
+//! and transactions, snapshots, rebuilds (explicit, and the one an open after a crash runs
+//! in the background), window rotations — and the power is cut at a random instant (seeded,
+//! printed): every write not fsynced is dropped, every folder change not made durable is
+//! undone (by ext4's default ordering, or in one cut of three by the letter of POSIX). The parent then opens what a reboot would find and checks:
+//! - every key sled kept is `may_contain` (no false negative, so no stale snapshot was
+//!   trusted), and in counting mode still is after a third of the keys are removed;
+//! - every key the child saw `flush()` return for is in sled (sled's own promise; a loss
+//!   is sled's bug, reported apart);
+//! - a window opens with its ring whole and finds every flushed key inside its horizon.
+//!
+//! The same harness with `kill -9` and no cut is the control. Without FUSE the test
+//! skips loudly, or fails under `CI=true`. `BLOOMSLED_POWER_CUTS` sets the cuts per kind of
+//! writer (default 30), `BLOOMSLED_POWER_CUT_SEED` the first seed.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bloomsled::window::{ManualClock, WindowConfig};
+use bloomsled::{Batch, Config, Db, Transactional, TreeConfig};
+use bloomsled_powercut::{run_child, run_child_with, Fault, Model};
+use common::child;
+use common::rng::Rng;
+
+const CHILD_ENV: &str = "BLOOMSLED_POWER_CUT_CHILD";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Plain,
+    Counting,
+    Batches,
+    Snapshots,
+    Rebuilds,
+    Window,
+}
+
+const KINDS: [Kind; 6] = [
+    Kind::Plain,
+    Kind::Counting,
+    Kind::Batches,
+    Kind::Snapshots,
+    Kind::Rebuilds,
+    Kind::Window,
+];
+
+impl Kind {
+    fn parse(s: &str) -> Kind {
+        *KINDS
+            .iter()
+            .find(|k| format!("{k:?}") == s)
+            .expect("a kind")
+    }
+}
+
+fn config(dir: &Path, kind: Kind) -> Config {
+    Config::new()
+        .path(dir)
+        .counting(kind == Kind::Counting)
+        .expected_items(2_000)
+        .bits_per_key(8.0)
+        .snapshot_page_size(1024)
+        .flush_every_ms(Some(10))
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!(
+        "https://cut.example.com/{i:06}/{}",
+        "p".repeat((i % 37) as usize)
+    )
+    .into_bytes()
+}
+
+/// Key `i` is removed (by the counting writer) when the writer reaches `i + 7`.
+fn removed(i: u64) -> bool {
+    i.is_multiple_of(5)
+}
+
+// Window: generations of 1 s, 3 of them, a round of 50 keys per generation.
+const W: u64 = 1_000;
+const G: u32 = 3;
+const T0: u64 = 1_700_000_000_000;
+const PER_ROUND: u64 = 50;
+
+fn window_config(clock: &ManualClock) -> WindowConfig {
+    WindowConfig::new(Duration::from_millis(W * u64::from(G)), G)
+        .tree_config(TreeConfig::new().expected_items(500))
+        .clock(clock.clone())
+}
+
+/// The child: writes key 0, 1, 2, … in the way its kind says, and prints `flushed N` each
+/// time a `flush()` returned with keys `0..N` written, until the power goes.
+fn child(dir: &Path, kind: Kind, seed: u64) {
+    let mut rng = Rng(seed);
+    println!("start");
+    if kind == Kind::Window {
+        let db = Config::new()
+            .path(dir)
+            .flush_every_ms(Some(10))
+            .open()
+            .unwrap();
+        let clock = ManualClock::new(T0);
+        let w = db.open_window("cut", window_config(&clock)).unwrap();
+        for round in 0.. {
+            clock.set(T0 + round * W);
+            for i in 0..PER_ROUND {
+                w.insert(key(round * PER_ROUND + i), &b"w"[..]).unwrap();
+            }
+            w.flush().unwrap();
+            println!("flushed {round}");
+        }
+        return;
+    }
+    let db = config(dir, kind).open().unwrap();
+    let other = db.open_tree("other").unwrap();
+    let mut i = 0u64;
+    loop {
+        match kind {
+            Kind::Batches if rng.below(2) == 0 => {
+                let mut b = Batch::default();
+                for _ in 0..1 + rng.below(20) {
+                    b.insert(key(i), &b"b"[..]);
+                    i += 1;
+                }
+                db.apply_batch(b).unwrap();
+            }
+            Kind::Batches => {
+                let (k1, k2) = (key(i), key(i + 1));
+                i += 2;
+                let r: bloomsled::transaction::TransactionResult<()> =
+                    (&*db, &other).transaction(|(a, b)| {
+                        a.insert(k1.clone(), &b"t"[..])?;
+                        b.insert(k2.clone(), &b"t"[..])?;
+                        Ok(())
+                    });
+                r.unwrap();
+            }
+            _ => {
+                db.insert(key(i), vec![b'v'; rng.index(100)]).unwrap();
+                i += 1;
+            }
+        }
+        if kind == Kind::Counting && i >= 7 && removed(i - 7) {
+            db.remove(key(i - 7)).unwrap();
+        }
+        if kind == Kind::Snapshots && rng.below(40) == 0 {
+            db.snapshot().unwrap();
+            other.snapshot().unwrap();
+        }
+        if kind == Kind::Rebuilds && rng.below(300) == 0 {
+            db.rebuild().unwrap();
+        }
+        if rng.below(25) == 0 {
+            db.flush().unwrap();
+            println!("flushed {i}");
+        }
+    }
+}
+
+fn last_flushed(lines: &[String]) -> Option<u64> {
+    lines
+        .iter()
+        .rev()
+        .find_map(|l| l.split("flushed ").nth(1))
+        .map(|n| n.parse().unwrap())
+}
+
+/// What one check found wrong: bloomsled's fault, or sled's (it lost what it flushed).
+#[derive(Debug)]
+#[allow(dead_code)] // the messages are read through Debug
+enum Finding {
+    Bloomsled(String),
+    Sled(String),
+}
+
+/// Opens what the disk holds after the fault and checks the invariants.
+fn verify(dir: &Path, kind: Kind, flushed: Option<u64>) -> Result<u64, Finding> {
+    if kind == Kind::Window {
+        return verify_window(dir, flushed);
+    }
+    let db: Db = config(dir, kind)
+        .open()
+        .map_err(|e| Finding::Bloomsled(format!("reopen failed: {e}")))?;
+    let other = db
+        .open_tree("other")
+        .map_err(|e| Finding::Bloomsled(format!("open_tree failed: {e}")))?;
+    let mut checked = 0;
+    for tree in [&*db, &other] {
+        let report = tree.recovery_report();
+        let keys: Vec<_> = tree
+            .iter()
+            .keys()
+            .collect::<Result<_, _>>()
+            .map_err(|e| Finding::Bloomsled(format!("iter: {e}")))?;
+        for k in &keys {
+            if !tree.may_contain(k) {
+                return Err(Finding::Bloomsled(format!(
+                    "FALSE NEGATIVE in {:?}: {:?} ({report:?})",
+                    report.tree,
+                    String::from_utf8_lossy(k)
+                )));
+            }
+            checked += 1;
+        }
+        if kind == Kind::Counting {
+            for k in keys.iter().step_by(3) {
+                tree.remove(k)
+                    .map_err(|e| Finding::Bloomsled(format!("remove: {e}")))?;
+            }
+            for (n, k) in keys.iter().enumerate() {
+                if n % 3 != 0 && !tree.may_contain(k) {
+                    return Err(Finding::Bloomsled(format!(
+                        "SHORT COUNTER in {:?}: {:?} ({report:?})",
+                        report.tree,
+                        String::from_utf8_lossy(k)
+                    )));
+                }
+            }
+        }
+    }
+    // sled's own promise: what a returned flush covered is there (batches and
+    // transactions put some keys in `other`, so look in both).
+    if let Some(n) = flushed {
+        if kind != Kind::Counting {
+            // (the counting check above removed keys; plain kinds only)
+            for i in 0..n {
+                let k = key(i);
+                let there = db
+                    .contains_key(&k)
+                    .map_err(|e| Finding::Bloomsled(e.to_string()))?
+                    || other
+                        .contains_key(&k)
+                        .map_err(|e| Finding::Bloomsled(e.to_string()))?;
+                if !there {
+                    return Err(Finding::Sled(format!(
+                        "sled lost key {i} of the {n} its flush() covered"
+                    )));
+                }
+            }
+        }
+    }
+    db.close()
+        .map_err(|e| Finding::Bloomsled(format!("close: {e}")))?;
+    Ok(checked)
+}
+
+fn verify_window(dir: &Path, flushed: Option<u64>) -> Result<u64, Finding> {
+    let cur = flushed.map_or(0, |r| r + 1);
+    let clock = ManualClock::new(T0 + cur * W);
+    let db = Config::new()
+        .path(dir)
+        .open()
+        .map_err(|e| Finding::Bloomsled(format!("reopen failed: {e}")))?;
+    let w = db
+        .open_window("cut", window_config(&clock))
+        .map_err(|e| Finding::Bloomsled(format!("window open failed: {e}")))?;
+    let mut checked = 0;
+    // Every key a generation tree holds is in the window's filter.
+    for (_, tree) in w
+        .generation_trees()
+        .map_err(|e| Finding::Bloomsled(format!("generation_trees: {e}")))?
+    {
+        for k in tree.iter().keys() {
+            let k = k.map_err(|e| Finding::Bloomsled(format!("iter: {e}")))?;
+            if !w.may_contain(&k) {
+                return Err(Finding::Bloomsled(format!(
+                    "FALSE NEGATIVE in the window: {:?}",
+                    String::from_utf8_lossy(&k)
+                )));
+            }
+            checked += 1;
+        }
+    }
+    // Every flushed round inside the horizon is found.
+    if let Some(last) = flushed {
+        for round in 0..=last {
+            if cur >= round + u64::from(G) {
+                continue;
+            }
+            for i in 0..PER_ROUND {
+                let k = key(round * PER_ROUND + i);
+                let found = w
+                    .contains_key(&k)
+                    .map_err(|e| Finding::Bloomsled(format!("contains_key: {e}")))?;
+                if !found {
+                    return Err(Finding::Sled(format!(
+                        "window lost flushed round {round} key {i} (rounds 0..={last} flushed)"
+                    )));
+                }
+            }
+        }
+    }
+    drop(w);
+    db.close()
+        .map_err(|e| Finding::Bloomsled(format!("close: {e}")))?;
+    Ok(checked)
+}
+
+struct Tally {
+    cuts: u64,
+    kills: u64,
+    keys: u64,
+    undone: u64,
+    failed: Vec<String>,
+    sled: Vec<String>,
+}
+
+/// One case: a fresh database, a child on the mount ended by `fault`, then the checks. The
+/// rebuild kind first crashes a child (kill -9) so that the next child's open rebuilds in
+/// the background while it writes, and the cut can land in that rebuild.
+fn case(kind: Kind, seed: u64, fault: Fault, tally: &mut Tally) {
+    let base = tempfile::tempdir().unwrap();
+    let data = base.path().join("data");
+    let mut rng = Rng(seed);
+    let spawn = |mnt: &Path, seed: u64| {
+        let mut cmd = child::command(CHILD_ENV, mnt.join("db"), None);
+        cmd.env("BLOOMSLED_POWER_CUT_KIND", format!("{kind:?}"))
+            .env("BLOOMSLED_POWER_CUT_CHILD_SEED", seed.to_string());
+        cmd
+    };
+    let limit = Duration::from_secs(60);
+    if kind == Kind::Rebuilds {
+        let first = rng.next();
+        let run = run_child(
+            base.path(),
+            |mnt| spawn(mnt, first),
+            "flushed",
+            Duration::from_millis(50 + rng.below(150)),
+            limit,
+            Fault::Kill,
+        )
+        .expect("the first run");
+        assert!(run.reached, "seed {seed}: the first child never flushed");
+    }
+    let child_seed = rng.next();
+    // From the child's start (often inside open) to well into its writes.
+    let then = Duration::from_millis(rng.below(400));
+    // One cut in three on the letter of POSIX (a name durable only by its folder's fsync),
+    // the rest on ext4's default ordering.
+    let model = if rng.below(3) == 0 {
+        Model::Posix
+    } else {
+        Model::Ext4Ordered
+    };
+    let run = run_child_with(
+        model,
+        base.path(),
+        |mnt| spawn(mnt, child_seed),
+        // A window's first rotation comes after its first flushed round.
+        if kind == Kind::Window {
+            "flushed"
+        } else {
+            "start"
+        },
+        then,
+        limit,
+        fault,
+    )
+    .expect("the power-cut run");
+    if !run.reached {
+        tally
+            .failed
+            .push(format!("{kind:?} seed {seed}: the child never started"));
+        return;
+    }
+    match fault {
+        Fault::PowerCut(_) => {
+            tally.cuts += 1;
+            let c = run.cut.as_ref().expect("a cut report");
+            tally.undone += (c.writes_undone + c.names_undone) as u64;
+        }
+        Fault::Kill => tally.kills += 1,
+    }
+    let flushed = last_flushed(&run.lines);
+    match verify(&data.join("db"), kind, flushed) {
+        Ok(n) => tally.keys += n,
+        Err(f) => {
+            let keep = std::env::var("BLOOMSLED_POWER_CUT_EVIDENCE").ok();
+            let mut where_ = String::new();
+            if let Some(to) = keep {
+                let to = PathBuf::from(to).join(format!("{kind:?}-{seed}"));
+                let _ = Command::new("cp").arg("-a").arg(&data).arg(&to).status();
+                where_ = format!(" (disk copied to {})", to.display());
+            }
+            let line = format!(
+                "{kind:?} seed {seed} {fault:?} {model:?} then {then:?}: {f:?}{where_} {:?}",
+                run.cut
+            );
+            eprintln!("{line}");
+            match f {
+                Finding::Bloomsled(_) => tally.failed.push(line),
+                Finding::Sled(_) => tally.sled.push(line),
+            }
+        }
+    }
+}
+
+fn main() {
+    if let Some(dir) = child::role(CHILD_ENV) {
+        let kind = Kind::parse(&std::env::var("BLOOMSLED_POWER_CUT_KIND").unwrap());
+        let seed = std::env::var("BLOOMSLED_POWER_CUT_CHILD_SEED")
+            .unwrap()
+            .parse()
+            .unwrap();
+        child(Path::new(&dir), kind, seed);
+        return;
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(filter) = args.iter().find(|a| !a.starts_with('-')) {
+        if !"power_cut".contains(filter.as_str()) {
+            println!("power_cut: 0 passed, 0 failed");
+            return;
+        }
+    }
+    if args.iter().any(|a| a == "--list") {
+        println!("power_cut: test");
+        return;
+    }
+    let sled_repro = std::env::var_os("BLOOMSLED_POWER_CUT_SLED_REPRO").is_some();
+    if let Err(why) = bloomsled_powercut::available() {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            eprintln!("power_cut: FAILED: no FUSE on this machine under CI=true: {why}");
+            std::process::exit(1);
+        }
+        eprintln!(
+            "\n\n*** power_cut: SKIPPED, this machine cannot mount FUSE: {why} ***\n\
+             *** (apt-get install -y fuse3; under CI=true this fails) ***\n"
+        );
+        println!("power_cut: 0 passed, 0 failed");
+        return;
+    }
+    if sled_repro {
+        // The ignored reproducer of sled's own bug (see its doc).
+        match sled_flush_survives_a_power_cut() {
+            Ok(()) => println!("power_cut: 1 passed, 0 failed"),
+            Err(e) => {
+                println!("sled_flush_survives_a_power_cut: {e} (spacejam/sled#1452)");
+                println!("power_cut: 0 passed, 1 failed");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
+    let per_kind: u64 = std::env::var("BLOOMSLED_POWER_CUTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(35);
+    let first: u64 = std::env::var("BLOOMSLED_POWER_CUT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    println!("power_cut: seed {first} (BLOOMSLED_POWER_CUT_SEED={first} reproduces this run)");
+    let started = Instant::now();
+    let mut seeds = Rng(first);
+    let mut total = Tally {
+        cuts: 0,
+        kills: 0,
+        keys: 0,
+        undone: 0,
+        failed: Vec::new(),
+        sled: Vec::new(),
+    };
+    for kind in KINDS {
+        let t = Instant::now();
+        let mut tally = Tally {
+            cuts: 0,
+            kills: 0,
+            keys: 0,
+            undone: 0,
+            failed: Vec::new(),
+            sled: Vec::new(),
+        };
+        for n in 0..per_kind + per_kind.div_ceil(6) {
+            let seed = seeds.next();
+            // One case in seven is the control: kill -9, no cut.
+            let fault = if n % 7 == 6 {
+                Fault::Kill
+            } else {
+                Fault::PowerCut(seed)
+            };
+            case(kind, seed, fault, &mut tally);
+        }
+        println!(
+            "power_cut: {kind:?}: {} cuts, {} kill -9 controls, {} changes undone, {} keys \
+             checked, {} failures, {} sled losses in {:.1?}",
+            tally.cuts,
+            tally.kills,
+            tally.undone,
+            tally.keys,
+            tally.failed.len(),
+            tally.sled.len(),
+            t.elapsed()
+        );
+        total.cuts += tally.cuts;
+        total.kills += tally.kills;
+        total.keys += tally.keys;
+        total.undone += tally.undone;
+        total.failed.extend(tally.failed);
+        total.sled.extend(tally.sled);
+    }
+    println!(
+        "power_cut: {} cuts and {} controls in {:.1?}; {} keys checked",
+        total.cuts,
+        total.kills,
+        started.elapsed(),
+        total.keys
+    );
+    for f in total.failed.iter().chain(&total.sled) {
+        println!("  {f}");
+    }
+    // sled's own losses are sled 0.34.7's bug (spacejam/sled#1452: `flush()` ends in
+    // sync_file_range(2), no fsync), reported here and reproduced by the ignored test
+    // `sled_flush_survives_a_power_cut`; bloomsled's promises do not rest on them.
+    let failed = total.failed.len();
+    println!(
+        "power_cut: {} passed, {failed} failed",
+        total.cuts + total.kills - failed as u64
+    );
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
+
+/// sled 0.34.7's `flush()` is not durable against power loss (spacejam/sled#1452, and
+/// #1351): it ends in `sync_file_range(2)`, which commits neither the file's size nor the
+/// disk's cache, so keys a returned `flush()` covered are lost at a cut (only the
+/// background flusher's `sync_all`, every `flush_every_ms`, is a real fsync). Run with
+/// `BLOOMSLED_POWER_CUT_SLED_REPRO=1 cargo test --test power_cut`: it fails until sled
+/// fixes it. bloomsled's own promises do not rest on it (its dirty mark and the key are in
+/// one log, recovered as a prefix), and the main run reports these losses apart.
+fn sled_flush_survives_a_power_cut() -> Result<(), String> {
+    let base = tempfile::tempdir().unwrap();
+    let run = run_child(
+        base.path(),
+        |mnt| {
+            let mut cmd = child::command(CHILD_ENV, mnt.join("db"), None);
+            cmd.env("BLOOMSLED_POWER_CUT_KIND", "Plain")
+                .env("BLOOMSLED_POWER_CUT_CHILD_SEED", "1");
+            cmd
+        },
+        "flushed",
+        Duration::from_millis(2),
+        Duration::from_secs(60),
+        Fault::PowerCut(1),
+    )
+    .expect("the run");
+    let flushed = last_flushed(&run.lines).ok_or("the child never flushed")?;
+    // bloomsled's open, which completes sled's torn `conf` (sled's other power-cut bug,
+    // src/store/torn_conf.rs), so that this shows the flush bug alone.
+    let db = config(&base.path().join("data/db"), Kind::Plain)
+        .open()
+        .map_err(|e| format!("open: {e}"))?;
+    let lost = (0..flushed)
+        .filter(|&i| !db.contains_key(key(i)).unwrap())
+        .count();
+    if lost > 0 {
+        return Err(format!(
+            "sled lost {lost} of the {flushed} keys its flush() covered"
+        ));
+    }
+    Ok(())
+}
