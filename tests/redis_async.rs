@@ -32,7 +32,9 @@ async fn adds_lookups_and_batches_answer_and_tasks_share_one_handle() {
     let s = Server::start();
     let ep = Endpoint::url(s.url());
     let config = FilterConfig::new(20_000).false_positive_rate(0.01);
-    let f = AsyncSharedFilter::create(&ep, "urls", &config).await.unwrap();
+    let f = AsyncSharedFilter::create(&ep, "urls", &config)
+        .await
+        .unwrap();
     let added = keys("in", 20_000);
     let news = f.add_many(&added).await.unwrap();
     assert_eq!(news.len(), added.len());
@@ -40,7 +42,10 @@ async fn adds_lookups_and_batches_answer_and_tasks_share_one_handle() {
     assert!(f.contains_many(&added).await.unwrap().iter().all(|&b| b));
     // Single-key paths agree with the batches.
     assert!(f.contains(&added[7]).await.unwrap());
-    assert!(!f.add(&added[7]).await.unwrap(), "re-adding a key is not new");
+    assert!(
+        !f.add(&added[7]).await.unwrap(),
+        "re-adding a key is not new"
+    );
     assert!(f.add(b"").await.unwrap() && f.contains(b"").await.unwrap());
     // Absent keys: mostly rejected, at about the rate the filter was sized for.
     let absent = keys("out", 20_000);
@@ -79,7 +84,12 @@ async fn adds_lookups_and_batches_answer_and_tasks_share_one_handle() {
     // Open finds the same filter; create with another shape is refused.
     let again = AsyncSharedFilter::open(&ep, "urls").await.unwrap();
     assert_eq!((again.epoch(), again.shape()), (f.epoch(), f.shape()));
-    assert!(again.contains_many(&added).await.unwrap().iter().all(|&b| b));
+    assert!(again
+        .contains_many(&added)
+        .await
+        .unwrap()
+        .iter()
+        .all(|&b| b));
     let other = FilterConfig::new(50_000);
     assert!(matches!(
         AsyncSharedFilter::create(&ep, "urls", &other).await,
@@ -113,7 +123,9 @@ async fn a_sync_and_an_async_client_share_one_filter() {
     let sync = tokio::task::spawn_blocking(move || {
         SharedFilter::create(&sync_ep, "both", &sync_config).unwrap()
     });
-    let asy = AsyncSharedFilter::create(&ep, "both", &config).await.unwrap();
+    let asy = AsyncSharedFilter::create(&ep, "both", &config)
+        .await
+        .unwrap();
     let sync = Arc::new(sync.await.unwrap());
     assert_eq!(sync.epoch(), asy.epoch());
     assert_eq!(sync.shape(), asy.shape());
@@ -129,7 +141,12 @@ async fn a_sync_and_an_async_client_share_one_filter() {
         .unwrap();
     asy.add_many(&by_async).await.unwrap();
     // Each finds the other's keys, and sees them as not new.
-    assert!(asy.contains_many(&by_sync).await.unwrap().iter().all(|&b| b));
+    assert!(asy
+        .contains_many(&by_sync)
+        .await
+        .unwrap()
+        .iter()
+        .all(|&b| b));
     assert!(asy.add_many(&by_sync).await.unwrap().iter().all(|&n| !n));
     let (s2, k2) = (sync.clone(), by_async.clone());
     let (found, news) = tokio::task::spawn_blocking(move || {
@@ -170,14 +187,19 @@ async fn a_sync_and_an_async_client_share_one_filter() {
     let cs = Arc::new(cs);
     let cs2 = cs.clone();
     let (counts, found) = tokio::task::spawn_blocking(move || {
-        (cs2.counts(b"token").unwrap(), cs2.contains(b"other").unwrap())
+        (
+            cs2.counts(b"token").unwrap(),
+            cs2.contains(b"other").unwrap(),
+        )
     })
     .await
     .unwrap();
     assert_eq!(counts[0], 1);
     assert!(found);
     assert_eq!(
-        ca.remove_many(&[&b"token"[..], b"never-added"]).await.unwrap(),
+        ca.remove_many(&[&b"token"[..], b"never-added"])
+            .await
+            .unwrap(),
         vec![true, false]
     );
     assert!(!ca.contains(b"token").await.unwrap());
@@ -346,6 +368,9 @@ fn a_round_trip_to_a_slow_redis_leaves_the_runtime_ticking() {
             .unwrap();
         let (ticks, found) = ticks_during(async { sync.contains(b"k") }).await;
         assert!(found.unwrap());
-        assert_eq!(ticks, 0, "the sync lookup blocked the runtime's only worker");
+        assert_eq!(
+            ticks, 0,
+            "the sync lookup blocked the runtime's only worker"
+        );
     });
 }

@@ -9,10 +9,10 @@ use crate::error::{Error, Result};
 use crate::filter::FilterConfig;
 
 use super::conn::Endpoint;
+use super::init;
 use super::layout::{self, Cells, Layout};
 use super::record::{new_epoch, Record, SharedShape, State};
 use super::session::Session;
-use super::init;
 
 /// Keys per pipeline in `add_many`/`contains_many`: bounds the memory of one batch while
 /// keeping round trips rare (one per node per this many keys).
