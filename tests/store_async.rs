@@ -14,53 +14,66 @@ use bloomsled::{Config, Error};
 /// The rebuild hold is process-wide: tests that rebuild take turns.
 static REBUILDS: Mutex<()> = Mutex::new(());
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn open_write_snapshot_close_and_reopen_without_a_scan() {
-    let _turn = REBUILDS.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    let config = Config::new().path(dir.path()).expected_items(10_000);
-    let db = config.open_async().await.unwrap();
-    assert!(db
-        .wait_for_filter_async(Duration::from_secs(60))
-        .await
-        .unwrap());
-    let users = db.open_tree_async("users").await.unwrap();
-    for i in 0..5_000u32 {
-        db.insert(i.to_be_bytes(), "v").unwrap();
-        users.insert(i.to_le_bytes(), "u").unwrap();
-    }
-    assert!(db.flush_async().await.unwrap() > 0);
-    let info = users.snapshot_async().await.unwrap();
-    assert!(info.bytes > 0);
-    db.close_async().await.unwrap();
-    drop(users);
-
-    // Both trees come back from their snapshots, no key scanned, every key found.
-    let db = config.open_async().await.unwrap();
-    let users = db.open_tree_async("users").await.unwrap();
-    assert!(db.recovery_report().loaded() && users.recovery_report().loaded());
-    assert!((0..5_000u32).all(|i| db.may_contain(i.to_be_bytes())));
-    assert!((0..5_000u32).all(|i| users.contains_key(i.to_le_bytes()).unwrap()));
-    assert_eq!(users.get(u32::MAX.to_le_bytes()).unwrap(), None);
+/// A multi-threaded runtime of two workers.
+fn multi_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rebuild_async_resizes_a_filter_past_its_capacity() {
+#[test]
+fn open_write_snapshot_close_and_reopen_without_a_scan() {
     let _turn = REBUILDS.lock().unwrap_or_else(|p| p.into_inner());
-    let db = Config::new()
-        .temporary(true)
-        .expected_items(100)
-        .auto_rebuild(false)
-        .open_async()
-        .await
-        .unwrap();
-    for i in 0..20_000u32 {
-        db.insert(i.to_be_bytes(), "").unwrap();
-    }
-    let r = db.rebuild_async().await.unwrap();
-    assert_eq!(r.keys_scanned, 20_000);
-    assert!(r.capacity >= 20_000);
-    assert!((0..20_000u32).all(|i| db.may_contain(i.to_be_bytes())));
+    multi_thread().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::new().path(dir.path()).expected_items(10_000);
+        let db = config.open_async().await.unwrap();
+        assert!(db
+            .wait_for_filter_async(Duration::from_secs(60))
+            .await
+            .unwrap());
+        let users = db.open_tree_async("users").await.unwrap();
+        for i in 0..5_000u32 {
+            db.insert(i.to_be_bytes(), "v").unwrap();
+            users.insert(i.to_le_bytes(), "u").unwrap();
+        }
+        assert!(db.flush_async().await.unwrap() > 0);
+        let info = users.snapshot_async().await.unwrap();
+        assert!(info.bytes > 0);
+        db.close_async().await.unwrap();
+        drop(users);
+
+        // Both trees come back from their snapshots, no key scanned, every key found.
+        let db = config.open_async().await.unwrap();
+        let users = db.open_tree_async("users").await.unwrap();
+        assert!(db.recovery_report().loaded() && users.recovery_report().loaded());
+        assert!((0..5_000u32).all(|i| db.may_contain(i.to_be_bytes())));
+        assert!((0..5_000u32).all(|i| users.contains_key(i.to_le_bytes()).unwrap()));
+        assert_eq!(users.get(u32::MAX.to_le_bytes()).unwrap(), None);
+    });
+}
+
+#[test]
+fn rebuild_async_resizes_a_filter_past_its_capacity() {
+    let _turn = REBUILDS.lock().unwrap_or_else(|p| p.into_inner());
+    multi_thread().block_on(async {
+        let db = Config::new()
+            .temporary(true)
+            .expected_items(100)
+            .auto_rebuild(false)
+            .open_async()
+            .await
+            .unwrap();
+        for i in 0..20_000u32 {
+            db.insert(i.to_be_bytes(), "").unwrap();
+        }
+        let r = db.rebuild_async().await.unwrap();
+        assert_eq!(r.keys_scanned, 20_000);
+        assert!(r.capacity >= 20_000);
+        assert!((0..20_000u32).all(|i| db.may_contain(i.to_be_bytes())));
+    });
 }
 
 #[test]
