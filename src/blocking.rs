@@ -20,6 +20,8 @@ where
     match runtime.spawn_blocking(work).await {
         Ok(r) => r,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => Err(Error::Closed(format!("{what}: the runtime shut down first ({e})"))),
+        Err(e) => Err(Error::Closed(format!(
+            "{what}: the runtime shut down first ({e})"
+        ))),
     }
 }

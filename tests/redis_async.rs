@@ -12,7 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloomsled::shared::{AsyncSharedFilter, Endpoint, SharedFilter, SharedOptions};
+use bloomsled::shared::{
+    AsyncSharedFilter, AsyncSharedWindow, Endpoint, ManualClock, SharedFilter, SharedOptions,
+    SharedWindow, SharedWindowConfig,
+};
 use bloomsled::{Error, FilterConfig};
 use redis_support::{Cluster, Server};
 
@@ -301,6 +304,57 @@ async fn a_cluster_filter_answers_from_every_master_and_reports_a_flushed_one() 
         .unwrap();
     assert!(matches!(f.contains_many(&added).await, Err(e) if is_lost(&e)));
     assert!(matches!(f.add_many(&added).await, Err(e) if is_lost(&e)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_window_shares_a_window_with_the_sync_one_and_reports_its_loss() {
+    require_redis!();
+    let s = Server::start();
+    let ep = Endpoint::url(s.url());
+    let clock = ManualClock::new(1_000_000_000);
+    let config = SharedWindowConfig::new(Duration::from_secs(60), 3, FilterConfig::new(10_000))
+        .clock(Arc::new(clock.clone()));
+    let w = AsyncSharedWindow::create(&ep, "recent", &config)
+        .await
+        .unwrap();
+    assert_eq!((w.name(), w.generations()), ("recent", 3));
+    let first = keys("first", 3_000);
+    assert!(
+        w.add_many(&first)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|&&n| n)
+            .count()
+            > 2_990
+    );
+    assert!(w.contains_many(&first).await.unwrap().iter().all(|&b| b));
+    // One generation later, a sync handle of the same window adds; both see both.
+    clock.advance(Duration::from_secs(20));
+    let second = keys("second", 3_000);
+    let (ep2, c2, k2) = (ep.clone(), clock.clone(), second.clone());
+    let (epoch, sees_first) = tokio::task::spawn_blocking(move || {
+        let sw = SharedWindow::open_with_clock(&ep2, "recent", Arc::new(c2)).unwrap();
+        sw.add_many(&k2).unwrap();
+        let first = keys("first", 3_000);
+        (sw.epoch(), sw.contains_many(&first).unwrap())
+    })
+    .await
+    .unwrap();
+    assert_eq!(epoch, w.epoch());
+    assert!(sees_first.iter().all(|&b| b));
+    assert!(w.contains_many(&second).await.unwrap().iter().all(|&b| b));
+    assert!(w.contains(&second[0]).await.unwrap() && !w.add(&second[0]).await.unwrap());
+    assert_eq!(w.stats().await.unwrap().live.len(), 2);
+    // Past the span, the first keys are forgotten.
+    clock.advance(Duration::from_secs(45));
+    assert!(!w.contains_many(&first).await.unwrap().iter().all(|&b| b));
+
+    // The server flushed: an error, never "absent".
+    redis::cmd("FLUSHALL").exec(&mut s.client()).unwrap();
+    assert!(matches!(w.contains(&second[0]).await, Err(e) if is_lost(&e)));
+    assert!(matches!(w.contains_many(&second).await, Err(e) if is_lost(&e)));
+    assert!(matches!(w.add(b"k").await, Err(e) if is_lost(&e)));
 }
 
 /// Counts the ticks of a 5 ms interval on the calling runtime while `call` is pending.

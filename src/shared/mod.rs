@@ -26,7 +26,8 @@
 //! once `t + span` has passed.
 //!
 //! [`AsyncSharedFilter`] (feature `tokio`) is the same filter for async code: the same
-//! commands and checks, sent over redis-rs's async connections without blocking a thread.
+//! commands and checks, sent over redis-rs's async connections without blocking a thread;
+//! [`AsyncSharedWindow`] runs the window on tokio's blocking pool.
 //!
 //! [`ClassicFilter`] reads and extends the bitmaps of the PHP `BloomFilterRedis` class (one
 //! bucket key, the classic string hashes of [`crate::hash::classic`] as bit offsets), bit for
@@ -49,7 +50,7 @@ mod value;
 mod window;
 
 #[cfg(feature = "tokio")]
-pub use aio::AsyncSharedFilter;
+pub use aio::{AsyncSharedFilter, AsyncSharedWindow};
 pub use classic::ClassicFilter;
 pub use conn::Endpoint;
 pub use filter::{SharedFilter, SharedOptions};
