@@ -376,6 +376,7 @@ async fn ticks_during<F: std::future::Future>(call: F) -> (u64, F::Output) {
     // Read at once, without yielding: no tick can run between the call's end and here.
     let during = ticks.load(Ordering::SeqCst) - before;
     ticker.abort();
+    eprintln!("{during} ticks of 5 ms while the call was pending");
     (during, out)
 }
 
@@ -425,6 +426,25 @@ fn a_round_trip_to_a_slow_redis_leaves_the_runtime_ticking() {
         assert_eq!(
             ticks, 0,
             "the sync lookup blocked the runtime's only worker"
+        );
+
+        // The async window, paused the same way: the worker keeps ticking.
+        let config = SharedWindowConfig::new(Duration::from_secs(60), 2, FilterConfig::new(100));
+        let w = AsyncSharedWindow::create(&ep, "slow-window", &config)
+            .await
+            .unwrap();
+        w.add(b"k").await.unwrap();
+        redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(500)
+            .arg("ALL")
+            .exec(&mut admin)
+            .unwrap();
+        let (ticks, found) = ticks_during(w.contains(b"k")).await;
+        assert!(found.unwrap());
+        assert!(
+            ticks >= 10,
+            "{ticks} ticks while the window's lookup waited"
         );
     });
 }
