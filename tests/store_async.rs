@@ -1,6 +1,6 @@
 //! The async forms of what blocks on a local database (feature `tokio`): open, close, open
 //! a tree, flush, snapshot, rebuild and wait for a filter, awaited on tokio runtimes; a
-//! rebuild held mid-scan (the `failpoints` hold) leaves a `current_thread` runtime's only
+//! rebuild paused mid-scan (the `failpoints` pause) leaves a `current_thread` runtime's only
 //! worker ticking; and a call outside any runtime is an error, not a panic.
 #![cfg(feature = "tokio")]
 
@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bloomsled::persist::{hold_rebuild_scans_after, rebuild_scans_held};
+use bloomsled::persist::{pause_rebuild_scans_after, rebuild_scans_paused};
 use bloomsled::{Config, Error};
 
-/// The rebuild hold is process-wide: tests that rebuild take turns.
+/// The rebuild-scan pause is process-wide: tests that rebuild take turns.
 static REBUILDS: Mutex<()> = Mutex::new(());
 
 /// A multi-threaded runtime of two workers.
@@ -77,7 +77,7 @@ fn rebuild_async_resizes_a_filter_past_its_capacity() {
 }
 
 #[test]
-fn a_held_rebuild_leaves_the_only_worker_ticking() {
+fn a_paused_rebuild_leaves_the_only_worker_ticking() {
     let _turn = REBUILDS.lock().unwrap_or_else(|p| p.into_inner());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -104,13 +104,13 @@ fn a_held_rebuild_leaves_the_only_worker_ticking() {
             }
         });
         // The scan stops after 1,000 keys until released.
-        hold_rebuild_scans_after(Some(1_000));
+        pause_rebuild_scans_after(Some(1_000));
         let tree = (*db).clone();
         let rebuild = tokio::spawn(async move { tree.rebuild_async().await });
-        while rebuild_scans_held() == 0 {
+        while rebuild_scans_paused() == 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        // The rebuild is in flight and held: the worker keeps running other tasks,
+        // The rebuild is in flight and paused: the worker keeps running other tasks,
         // and lookups are answered meanwhile.
         let before = ticks.load(Ordering::SeqCst);
         while ticks.load(Ordering::SeqCst) < before + 10 {
@@ -118,7 +118,7 @@ fn a_held_rebuild_leaves_the_only_worker_ticking() {
             tokio::task::yield_now().await;
         }
         assert!(!rebuild.is_finished());
-        hold_rebuild_scans_after(None);
+        pause_rebuild_scans_after(None);
         let r = rebuild.await.unwrap().unwrap();
         assert_eq!(r.keys_scanned, 10_000);
         ticker.abort();
