@@ -54,6 +54,8 @@
 #![deny(unsafe_code)]
 #![warn(unreachable_pub)]
 
+#[cfg(feature = "tokio")]
+mod blocking;
 pub mod clock;
 mod counters;
 mod error;

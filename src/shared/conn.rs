@@ -89,21 +89,9 @@ impl Endpoint {
 
     /// Opens a connection.
     pub(crate) fn connect(&self) -> Result<Conn> {
-        if self.urls.is_empty() || self.urls.iter().any(|u| u.is_empty()) {
-            return Err(Error::config("a Redis endpoint needs at least one URL"));
-        }
+        self.check_urls()?;
         if self.cluster {
-            // A few retries with short waits: enough to follow MOVED/ASK and a slot map
-            // refresh, while a dead master gives an error within seconds (the crate's
-            // default, 16 retries with exponential waits, could block for minutes).
-            let con = ClusterClientBuilder::new(self.urls.clone())
-                .connection_timeout(self.connect_timeout)
-                .response_timeout(self.io_timeout)
-                .retries(CLUSTER_RETRIES)
-                .min_retry_wait(50)
-                .max_retry_wait(1000)
-                .build()?
-                .get_connection()?;
+            let con = self.cluster_client()?.get_connection()?;
             Ok(Conn::Cluster(Box::new(con)))
         } else {
             let con = redis::Client::open(self.urls[0].as_str())?
@@ -112,6 +100,36 @@ impl Endpoint {
             con.set_write_timeout(Some(self.io_timeout))?;
             Ok(Conn::Single(con))
         }
+    }
+}
+
+impl Endpoint {
+    /// A URL-less endpoint is an error, not a connection attempt to nowhere.
+    pub(crate) fn check_urls(&self) -> Result<()> {
+        if self.urls.is_empty() || self.urls.iter().any(|u| u.is_empty()) {
+            return Err(Error::config("a Redis endpoint needs at least one URL"));
+        }
+        Ok(())
+    }
+
+    /// The cluster client both the sync and the async connections are made by. A few
+    /// retries with short waits: enough to follow MOVED/ASK and a slot map refresh, while
+    /// a dead master gives an error within seconds (the crate's default, 16 retries with
+    /// exponential waits, could block for minutes).
+    pub(crate) fn cluster_client(&self) -> Result<redis::cluster::ClusterClient> {
+        Ok(ClusterClientBuilder::new(self.urls.clone())
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.io_timeout)
+            .retries(CLUSTER_RETRIES)
+            .min_retry_wait(50)
+            .max_retry_wait(1000)
+            .build()?)
+    }
+
+    /// How long connecting may take, and one reply (the async connection's settings).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn timeouts(&self) -> (Duration, Duration) {
+        (self.connect_timeout, self.io_timeout)
     }
 }
 

@@ -1,7 +1,7 @@
 //! The shared filter: create/open, add and lookup, one command per key.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis::Value;
 
@@ -9,22 +9,18 @@ use crate::error::{Error, Result};
 use crate::filter::FilterConfig;
 
 use super::conn::Endpoint;
-use super::layout::{self, BlockAddr, Cells, Layout};
+use super::init;
+use super::layout::{self, Cells, Layout};
 use super::record::{new_epoch, Record, SharedShape, State};
 use super::session::Session;
-use super::{init, lost, value};
 
 /// Keys per pipeline in `add_many`/`contains_many`: bounds the memory of one batch while
 /// keeping round trips rare (one per node per this many keys).
-const PIPELINE_KEYS: usize = 8192;
-
-/// How long `open` waits for a filter that another process is still creating (a live
-/// creator keeps its lease, see [`init::LEASE`]; a dead one's record expires sooner).
-const READY_WAIT: Duration = Duration::from_secs(120);
+pub(super) const PIPELINE_KEYS: usize = 8192;
 
 /// Times `create` tries again when the record it waited on vanished (its creator died and
 /// the lease expired, or it was deleted).
-const CREATE_ATTEMPTS: u32 = 3;
+pub(super) const CREATE_ATTEMPTS: u32 = 3;
 
 /// Options of [`SharedFilter::create_with`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -129,6 +125,16 @@ impl SharedFilter {
         config: &FilterConfig,
         options: &SharedOptions,
     ) -> Result<Self> {
+        let (layout, shape) = Self::shaped(name, config, options)?;
+        Self::create_in(Arc::new(Session::open(endpoint)?), layout, shape)
+    }
+
+    /// The layout and shape of the filter `name` that `config` and `options` describe.
+    pub(super) fn shaped(
+        name: &str,
+        config: &FilterConfig,
+        options: &SharedOptions,
+    ) -> Result<(Layout, SharedShape)> {
         let fshape = config.shape()?;
         let cells = if options.counting {
             Cells::Counters
@@ -148,7 +154,7 @@ impl SharedFilter {
             capacity: config.capacity(),
             counting: options.counting,
         };
-        Self::create_in(Arc::new(Session::open(endpoint)?), layout, shape)
+        Ok((layout, shape))
     }
 
     /// Creates the filter of `layout` and `shape` through `session` (or opens it if it
@@ -172,15 +178,7 @@ impl SharedFilter {
             };
             // The init record is a lease: it expires unless its creator renews it while it
             // writes the blocks, so a creator that dies mid-way does not block the name.
-            let set = session.one(
-                redis::cmd("SET")
-                    .arg(&key)
-                    .arg(record.encode())
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(init::LEASE.as_millis() as u64)
-                    .clone(),
-            )?;
+            let set = session.one(init::lease(&key, &record))?;
             if !matches!(set, Value::Nil) {
                 init::write_blocks(&session, &layout, &record)?;
                 init::mark_ready(&session, name, &record)?;
@@ -193,14 +191,10 @@ impl SharedFilter {
             }
             // Someone else created it (or is creating it): use theirs if it is ours.
             match Self::wait_ready(&session, name) {
-                Ok(r) if r.shape != shape => {
-                    return Err(Error::RedisShapeMismatch {
-                        name: name.into(),
-                        asked: shape.to_string(),
-                        found: r.shape.to_string(),
-                    })
+                Ok(r) => {
+                    init::check_same_shape(name, shape, r.shape)?;
+                    return Self::from_record(session, name, r);
                 }
-                Ok(r) => return Self::from_record(session, name, r),
                 // The record vanished while we waited: its creator died (the lease ran
                 // out) or it was deleted. Create it ourselves.
                 Err(Error::SharedFilterNotFound { .. }) if attempt < CREATE_ATTEMPTS => continue,
@@ -223,46 +217,16 @@ impl SharedFilter {
         let key = layout::config_key(name);
         let start = Instant::now();
         loop {
-            let text = match session.one(redis::cmd("GET").arg(&key).clone())? {
-                Value::Nil => {
-                    return Err(Error::SharedFilterNotFound {
-                        name: name.into(),
-                        why: format!("no config record at {key:?}"),
-                    })
-                }
-                v => value::bytes(v, &key)?,
-            };
-            let r = Record::decode(&text)?;
-            if r.state == State::Ready {
+            let reply = session.one(redis::cmd("GET").arg(&key).clone())?;
+            if let Some(r) = init::ready_record(name, &key, reply, start.elapsed())? {
                 return Ok(r);
             }
-            if start.elapsed() > READY_WAIT {
-                return Err(Error::SharedFilterNotFound {
-                    name: name.into(),
-                    why: format!(
-                        "still being created after {READY_WAIT:?} (a record without a lease, \
-                         left by an older version whose creator died? delete {key:?} and \
-                         create it again)"
-                    ),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(init::READY_PAUSE);
         }
     }
 
     fn from_record(session: Arc<Session>, name: &str, record: Record) -> Result<Self> {
-        let layout = Layout::new(
-            name,
-            record.shape.num_blocks,
-            record.shape.shards,
-            record.shape.cells(),
-        )?;
-        if layout.shard_blocks != record.shape.shard_blocks {
-            return Err(Error::Corrupt(format!(
-                "config record of {name:?}: {} shards of {} blocks, this build lays out {}",
-                record.shape.shards, record.shape.shard_blocks, layout.shard_blocks
-            )));
-        }
+        let layout = init::layout_of(name, &record)?;
         Ok(SharedFilter {
             session,
             layout,
@@ -383,28 +347,6 @@ impl SharedFilter {
         );
         self.session.run(|| cmds.clone())?;
         Ok(())
-    }
-
-    pub(super) fn check_tag(&self, addr: BlockAddr, tag: &[u8]) -> Result<()> {
-        if tag == self.epoch.to_be_bytes() {
-            return Ok(());
-        }
-        let why = if tag.iter().all(|&b| b == 0) {
-            format!(
-                "block at byte {} has no epoch: the filter's data was lost (flushed, evicted, \
-                 expired, restarted or failed over empty) and is gone",
-                addr.byte
-            )
-        } else {
-            format!(
-                "block at byte {} belongs to epoch {:#x}, not {:#x}: the filter was deleted \
-                 and created again; reopen it",
-                addr.byte,
-                u64::from_be_bytes(tag.try_into().unwrap_or([0; 8])),
-                self.epoch
-            )
-        };
-        Err(lost(self, addr.shard, why))
     }
 }
 

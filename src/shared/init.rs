@@ -1,11 +1,13 @@
 //! Creation: writing every block with the new epoch, then marking the record ready.
 
-use redis::Value;
+use std::time::Duration;
+
+use redis::{Cmd, Value};
 
 use crate::error::{Error, Result};
 
 use super::layout::{Layout, TAG_BYTES};
-use super::record::{Record, State};
+use super::record::{Record, SharedShape, State};
 use super::session::Session;
 
 /// Bytes of commands per pipeline while creating or copying a filter: bounds the memory a
@@ -14,17 +16,37 @@ pub(crate) const PIPELINE_BYTES: u64 = 16 << 20;
 
 /// How long an `init` record lives unless its creator renews it (after every pipeline of
 /// blocks it writes): a creator that dies leaves the name free again within this time.
-pub(crate) const LEASE: std::time::Duration = std::time::Duration::from_secs(20);
+pub(crate) const LEASE: Duration = Duration::from_secs(20);
 
 /// Renews the lease only if the record is still this creator's `init` record: never puts a
 /// deadline on another creator's record, least of all a ready one.
 const RENEW_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
                             return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 
+/// How long `open` waits for a filter that another process is still creating (a live
+/// creator keeps its lease, see [`LEASE`]; a dead one's record expires sooner).
+pub(crate) const READY_WAIT: Duration = Duration::from_secs(120);
+
+/// The pause between two reads of a record that is still being created.
+pub(crate) const READY_PAUSE: Duration = Duration::from_millis(20);
+
 /// Writes every shard in full: zero bits and the epoch in every block's tag. The first
 /// write of a shard is a `SET`, which replaces whatever the key held (a stale shard of a
 /// lost incarnation, bits a late client set after a flush).
 pub(crate) fn write_blocks(session: &Session, layout: &Layout, record: &Record) -> Result<()> {
+    for batch in block_writes(layout, record) {
+        session.run(|| batch.clone())?;
+    }
+    Ok(())
+}
+
+/// The pipelines [`write_blocks`] sends, in order, made one at a time: `SET` and
+/// `SETRANGE` of tagged zeros (about 1 MiB each), at most about [`PIPELINE_BYTES`] per
+/// pipeline, every full one ending with a renewal of the creator's lease.
+pub(crate) fn block_writes<'a>(
+    layout: &'a Layout,
+    record: &Record,
+) -> impl Iterator<Item = Vec<Cmd>> + 'a {
     let chunk = tagged_zeros(
         layout.cells.chunk_blocks().min(layout.shard_blocks),
         layout,
@@ -37,38 +59,51 @@ pub(crate) fn write_blocks(session: &Session, layout: &Layout, record: &Record) 
         .arg(record.encode())
         .arg(LEASE.as_millis() as u64)
         .clone();
-    let mut cmds = Vec::new();
-    let mut pending = 0u64;
+    // Each write: its shard, offset and length.
+    let mut writes = Vec::new();
     for s in 0..layout.shards as usize {
         let len = layout.shard_len(s);
         let mut at = 0u64;
         while at < len {
             let n = (len - at).min(chunk.len() as u64) as usize;
-            let cmd = if at == 0 {
-                redis::cmd("SET")
-                    .arg(layout.key(s))
-                    .arg(&chunk[..n])
-                    .clone()
-            } else {
-                redis::cmd("SETRANGE")
-                    .arg(layout.key(s))
-                    .arg(at)
-                    .arg(&chunk[..n])
-                    .clone()
-            };
-            cmds.push(cmd);
-            pending += n as u64;
+            writes.push((s, at, n));
             at += n as u64;
-            if pending >= PIPELINE_BYTES {
-                cmds.push(renew.clone());
-                let batch = std::mem::take(&mut cmds);
-                session.run(|| batch.clone())?;
-                pending = 0;
-            }
         }
     }
-    session.run(|| cmds.clone())?;
-    Ok(())
+    // The pipelines: ranges of writes, and whether the lease is renewed after them.
+    let mut cuts = Vec::new();
+    let (mut start, mut pending) = (0, 0u64);
+    for (i, &(_, _, n)) in writes.iter().enumerate() {
+        pending += n as u64;
+        if pending >= PIPELINE_BYTES {
+            cuts.push((start, i + 1, true));
+            (start, pending) = (i + 1, 0);
+        }
+    }
+    cuts.push((start, writes.len(), false));
+    cuts.into_iter().map(move |(from, to, renews)| {
+        let mut cmds: Vec<Cmd> = writes[from..to]
+            .iter()
+            .map(|&(s, at, n)| {
+                if at == 0 {
+                    redis::cmd("SET")
+                        .arg(layout.key(s))
+                        .arg(&chunk[..n])
+                        .clone()
+                } else {
+                    redis::cmd("SETRANGE")
+                        .arg(layout.key(s))
+                        .arg(at)
+                        .arg(&chunk[..n])
+                        .clone()
+                }
+            })
+            .collect();
+        if renews {
+            cmds.push(renew.clone());
+        }
+        cmds
+    })
 }
 
 /// `blocks` blocks of zero cells, each followed by the big-endian epoch.
@@ -84,22 +119,31 @@ fn tagged_zeros(blocks: u64, layout: &Layout, epoch: u64) -> Vec<u8> {
 /// Replaces the `init` record by the `ready` one, only if it is still ours (compare and
 /// set in a script): a record deleted or replaced during creation is an error.
 pub(crate) fn mark_ready(session: &Session, name: &str, record: &Record) -> Result<()> {
+    let done = session.one(ready_cmd(name, record))?;
+    check_ready(name, done)
+}
+
+/// The script [`mark_ready`] runs.
+pub(crate) fn ready_cmd(name: &str, record: &Record) -> Cmd {
     const SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
                           redis.call('SET', KEYS[1], ARGV[2]) return 1 else return 0 end";
-    let key = super::layout::config_key(name);
     let ready = Record {
         state: State::Ready,
         ..*record
     };
-    let done = session.one(
-        redis::cmd("EVAL")
-            .arg(SCRIPT)
-            .arg(1)
-            .arg(&key)
-            .arg(record.encode())
-            .arg(ready.encode())
-            .clone(),
-    )?;
+    redis::cmd("EVAL")
+        .arg(SCRIPT)
+        .arg(1)
+        .arg(super::layout::config_key(name))
+        .arg(record.encode())
+        .arg(ready.encode())
+        .clone()
+}
+
+/// Reads the reply of [`ready_cmd`]: the record was still ours and is ready now, or it was
+/// deleted or replaced meanwhile (an error).
+pub(crate) fn check_ready(name: &str, done: Value) -> Result<()> {
+    let key = super::layout::config_key(name);
     if done == Value::Int(1) {
         Ok(())
     } else {
@@ -111,4 +155,80 @@ pub(crate) fn mark_ready(session: &Session, name: &str, record: &Record) -> Resu
                 .into(),
         })
     }
+}
+
+/// The `SET NX PX` that claims the name `key` with an `init` record, a lease of [`LEASE`].
+pub(crate) fn lease(key: &str, record: &Record) -> Cmd {
+    redis::cmd("SET")
+        .arg(key)
+        .arg(record.encode())
+        .arg("NX")
+        .arg("PX")
+        .arg(LEASE.as_millis() as u64)
+        .clone()
+}
+
+/// Reads a `GET` of the config record of `name` (at `key`) made `waited` after the first:
+/// the record once it is ready, `None` while its creator is still writing the blocks, or
+/// an error (no record, a damaged one, or a creation that never ends).
+pub(crate) fn ready_record(
+    name: &str,
+    key: &str,
+    reply: Value,
+    waited: Duration,
+) -> Result<Option<Record>> {
+    let text = match reply {
+        Value::Nil => {
+            return Err(Error::SharedFilterNotFound {
+                name: name.into(),
+                why: format!("no config record at {key:?}"),
+            })
+        }
+        v => super::value::bytes(v, key)?,
+    };
+    let r = Record::decode(&text)?;
+    if r.state == State::Ready {
+        return Ok(Some(r));
+    }
+    if waited > READY_WAIT {
+        return Err(Error::SharedFilterNotFound {
+            name: name.into(),
+            why: format!(
+                "still being created after {READY_WAIT:?} (a record without a lease, left by \
+                 an older version whose creator died? delete {key:?} and create it again)"
+            ),
+        });
+    }
+    Ok(None)
+}
+
+/// A filter that exists with `found` when `asked` was created: the same filter, or
+/// [`Error::RedisShapeMismatch`].
+pub(crate) fn check_same_shape(name: &str, asked: SharedShape, found: SharedShape) -> Result<()> {
+    if asked == found {
+        return Ok(());
+    }
+    Err(Error::RedisShapeMismatch {
+        name: name.into(),
+        asked: asked.to_string(),
+        found: found.to_string(),
+    })
+}
+
+/// The layout of the filter `name` its ready record describes; [`Error::Corrupt`] if this
+/// build would lay its blocks out otherwise.
+pub(crate) fn layout_of(name: &str, record: &Record) -> Result<Layout> {
+    let layout = Layout::new(
+        name,
+        record.shape.num_blocks,
+        record.shape.shards,
+        record.shape.cells(),
+    )?;
+    if layout.shard_blocks != record.shape.shard_blocks {
+        return Err(Error::Corrupt(format!(
+            "config record of {name:?}: {} shards of {} blocks, this build lays out {}",
+            record.shape.shards, record.shape.shard_blocks, layout.shard_blocks
+        )));
+    }
+    Ok(layout)
 }

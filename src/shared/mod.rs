@@ -25,10 +25,16 @@
 //! A key added at `t` is found until at least `t + span − span/generations` and forgotten
 //! once `t + span` has passed.
 //!
+//! [`AsyncSharedFilter`] (feature `tokio`) is the same filter for async code: the same
+//! commands and checks, sent over redis-rs's async connections without blocking a thread;
+//! [`AsyncSharedWindow`] runs the window on tokio's blocking pool.
+//!
 //! [`ClassicFilter`] reads and extends the bitmaps of the PHP `BloomFilterRedis` class (one
 //! bucket key, the classic string hashes of [`crate::hash::classic`] as bit offsets), bit for
 //! bit, for services moving from PHP.
 
+#[cfg(feature = "tokio")]
+mod aio;
 mod classic;
 mod conn;
 mod filter;
@@ -43,6 +49,8 @@ mod transfer;
 mod value;
 mod window;
 
+#[cfg(feature = "tokio")]
+pub use aio::{AsyncSharedFilter, AsyncSharedWindow};
 pub use classic::ClassicFilter;
 pub use conn::Endpoint;
 pub use filter::{SharedFilter, SharedOptions};

@@ -24,14 +24,15 @@
 
 use redis::Value;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::filter::layout::{block_index, block_masks, BLOCK_WORDS};
 use crate::hash::hash_key;
 
 use super::filter::SharedFilter;
-use super::layout::{counter_at, BlockAddr, Cells, TAG_BYTES};
+use super::layout::{counter_at, BlockAddr, Cells, Layout, TAG_BYTES};
+use super::record::SharedShape;
 use super::resp::{Sink, INCRBY_U4, ONE, SET_U1};
-use super::{lost, value};
+use super::value;
 
 /// Cells written by one `BITFIELD` (or script) at most: bounds how long one command holds
 /// the server (a few hundred microseconds) and the size of its reply.
@@ -148,7 +149,19 @@ fn groups(plan: &[Probe], shards: usize) -> Vec<Group> {
     out
 }
 
-impl SharedFilter {
+/// One incarnation of a shared filter as the wire sees it: where its blocks live, its
+/// shape, and the epoch every block carries. What a key's commands are and what their
+/// replies mean depends on nothing else, so the sync [`SharedFilter`] and the async one
+/// (feature `tokio`) write and read the same bytes through it; they differ only in how
+/// the commands travel.
+#[derive(Clone, Copy)]
+pub(crate) struct Incarnation<'a> {
+    pub layout: &'a Layout,
+    pub shape: SharedShape,
+    pub epoch: u64,
+}
+
+impl Incarnation<'_> {
     pub(super) fn probe(&self, key: &[u8]) -> Probe {
         let h = hash_key(key, self.shape.seed);
         let block = block_index(h, self.shape.num_blocks) as u64;
@@ -158,17 +171,21 @@ impl SharedFilter {
         }
     }
 
-    fn plan<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Probe> {
+    pub(super) fn plan<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Probe> {
         keys.iter().map(|k| self.probe(k.as_ref())).collect()
     }
+}
 
+impl SharedFilter {
     /// Adds one pipeline's worth of keys: see the module documentation.
     pub(super) fn add_batch<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut Vec<bool>) -> Result<()> {
         let batch = self.add_plan(keys);
         let replies = self.session.run_fast(|w| self.write_add(w, &batch))?;
         self.read_add(&batch, replies, out)
     }
+}
 
+impl Incarnation<'_> {
     /// The keys of one add pipeline, by shard: what [`SharedFilter::write_add`] sends.
     pub(super) fn add_plan<K: AsRef<[u8]>>(&self, keys: &[K]) -> AddBatch {
         let plan = self.plan(keys);
@@ -250,14 +267,16 @@ impl SharedFilter {
         }
         Ok(())
     }
+}
 
+impl SharedFilter {
     /// Looks up one pipeline's worth of keys: one `GETRANGE` of block and tag per key.
     pub(super) fn contains_batch<K: AsRef<[u8]>>(
         &self,
         keys: &[K],
         out: &mut Vec<bool>,
     ) -> Result<()> {
-        let plan = self.plan(keys);
+        let plan = self.incarnation().plan(keys);
         let replies = self
             .session
             .run_fast(|w| plan.iter().for_each(|p| self.write_getrange(w, p)))?;
@@ -274,6 +293,25 @@ impl SharedFilter {
         keys: &[K],
         out: &mut Vec<bool>,
     ) -> Result<()> {
+        let batch = self.incarnation().remove_plan(keys);
+        let replies = self
+            .session
+            .run_fast(|w| self.incarnation().write_remove(w, &batch))?;
+        self.incarnation().read_remove(&batch, replies, out)
+    }
+}
+
+/// One remove pipeline's keys: their probes, the scripts (groups) they go out in, and each
+/// script's marker key (where its answer is kept for a replay).
+pub(super) struct RemoveBatch {
+    plan: Vec<Probe>,
+    groups: Vec<Group>,
+    markers: Vec<String>,
+}
+
+impl Incarnation<'_> {
+    /// The keys of one remove pipeline, by shard, each script with a fresh marker.
+    pub(super) fn remove_plan<K: AsRef<[u8]>>(&self, keys: &[K]) -> RemoveBatch {
         let plan = self.plan(keys);
         let groups = groups(&plan, self.layout.shards as usize);
         let markers: Vec<String> = groups
@@ -286,30 +324,53 @@ impl SharedFilter {
                 )
             })
             .collect();
+        RemoveBatch {
+            plan,
+            groups,
+            markers,
+        }
+    }
+
+    /// Writes the remove scripts of a batch: one per group.
+    pub(super) fn write_remove(&self, w: &mut dyn Sink, batch: &RemoveBatch) {
+        let (plan, groups) = (&batch.plan, &batch.groups);
         let epoch = self.epoch.to_be_bytes();
-        let replies = self.session.run_fast(|w| {
-            for (g, marker) in groups.iter().zip(&markers) {
-                w.command(7 + g.keys.len() + g.cells);
-                w.arg(b"EVAL");
-                w.arg(REMOVE_SCRIPT.as_bytes());
-                w.arg(b"2");
-                w.arg(self.layout.key(g.shard).as_bytes());
-                w.arg(marker.as_bytes());
-                w.uint(plan[g.keys[0]].addr.tag_byte());
-                w.arg(&epoch);
-                for &i in &g.keys {
-                    let p = &plan[i];
-                    w.uint(p.cells() as u64);
-                    for pos in p.positions() {
-                        w.uint(p.addr.counter_bit(pos));
-                    }
+        for (g, marker) in groups.iter().zip(&batch.markers) {
+            w.command(7 + g.keys.len() + g.cells);
+            w.arg(b"EVAL");
+            w.arg(REMOVE_SCRIPT.as_bytes());
+            w.arg(b"2");
+            w.arg(self.layout.key(g.shard).as_bytes());
+            w.arg(marker.as_bytes());
+            w.uint(plan[g.keys[0]].addr.tag_byte());
+            w.arg(&epoch);
+            for &i in &g.keys {
+                let p = &plan[i];
+                w.uint(p.cells() as u64);
+                for pos in p.positions() {
+                    w.uint(p.addr.counter_bit(pos));
                 }
             }
-        })?;
+        }
+    }
+
+    /// Reads the replies of [`Incarnation::write_remove`] (one per group, in order) and
+    /// appends, per key, whether it was removed.
+    pub(super) fn read_remove(
+        &self,
+        batch: &RemoveBatch,
+        replies: impl IntoIterator<Item = Value>,
+        out: &mut Vec<bool>,
+    ) -> Result<()> {
+        let (plan, groups) = (&batch.plan, &batch.groups);
         let base = out.len();
         out.resize(base + plan.len(), false);
-        for (g, reply) in groups.iter().zip(replies) {
+        let mut replies = replies.into_iter();
+        for g in groups {
             let key = self.layout.key(g.shard);
+            let reply = replies
+                .next()
+                .ok_or_else(|| value::unexpected(key, "a missing remove script reply"))?;
             let r = value::bytes(reply, key)?;
             match r.split_first() {
                 Some((b'L', tag)) => self.check_tag(plan[g.keys[0]].addr, tag)?,
@@ -345,8 +406,7 @@ impl SharedFilter {
         let mut bytes = value::bytes(reply, key)?;
         let stride = self.layout.stride() as usize;
         if bytes.len() != stride {
-            return Err(lost(
-                self,
+            return Err(self.lost(
                 p.addr.shard,
                 format!(
                     "block at byte {} is missing ({} of {stride} bytes): the key was deleted, \
@@ -373,19 +433,110 @@ impl SharedFilter {
         })
     }
 
-    /// The counts of `key`'s cells, smallest first (counting filters; 15 means stuck).
-    pub(super) fn counts_of(&self, key: &[u8]) -> Result<Vec<u8>> {
-        let p = self.probe(key);
-        let reply = self
-            .session
-            .run_fast(|w| self.write_getrange(w, &p))?
-            .into_iter()
-            .next()
-            .unwrap_or(Value::Nil);
-        let cells = self.block_cells(&p, reply)?;
+    /// The counts of a key's cells, smallest first, from its block read by
+    /// [`Incarnation::write_getrange`] (counting filters; 15 means stuck).
+    pub(super) fn read_counts(&self, p: &Probe, reply: Value) -> Result<Vec<u8>> {
+        let cells = self.block_cells(p, reply)?;
         let mut counts: Vec<u8> = p.positions().map(|pos| counter_at(&cells, pos)).collect();
         counts.sort_unstable();
         Ok(counts)
+    }
+
+    /// Checks a block's epoch tag: this incarnation's, or the error that says how the
+    /// filter was lost (never "absent").
+    pub(super) fn check_tag(&self, addr: BlockAddr, tag: &[u8]) -> Result<()> {
+        if tag == self.epoch.to_be_bytes() {
+            return Ok(());
+        }
+        let why = if tag.iter().all(|&b| b == 0) {
+            format!(
+                "block at byte {} has no epoch: the filter's data was lost (flushed, evicted, \
+                 expired, restarted or failed over empty) and is gone",
+                addr.byte
+            )
+        } else {
+            format!(
+                "block at byte {} belongs to epoch {:#x}, not {:#x}: the filter was deleted \
+                 and created again; reopen it",
+                addr.byte,
+                u64::from_be_bytes(tag.try_into().unwrap_or([0; 8])),
+                self.epoch
+            )
+        };
+        Err(self.lost(addr.shard, why))
+    }
+
+    /// The error for shard `shard` found lost.
+    pub(super) fn lost(&self, shard: usize, why: String) -> Error {
+        Error::SharedFilterLost {
+            name: self.layout.name.clone(),
+            key: self.layout.key(shard).to_owned(),
+            why,
+        }
+    }
+}
+
+impl SharedFilter {
+    /// The counts of `key`'s cells, smallest first (counting filters; 15 means stuck).
+    pub(super) fn counts_of(&self, key: &[u8]) -> Result<Vec<u8>> {
+        let wire = self.incarnation();
+        let p = wire.probe(key);
+        let reply = self
+            .session
+            .run_fast(|w| wire.write_getrange(w, &p))?
+            .into_iter()
+            .next()
+            .unwrap_or(Value::Nil);
+        wire.read_counts(&p, reply)
+    }
+
+    /// This filter's [`Incarnation`]: what its commands are and how replies are read.
+    pub(super) fn incarnation(&self) -> Incarnation<'_> {
+        Incarnation {
+            layout: &self.layout,
+            shape: self.shape,
+            epoch: self.epoch,
+        }
+    }
+
+    /// The key's block and cells ([`Incarnation::probe`]).
+    pub(super) fn probe(&self, key: &[u8]) -> Probe {
+        self.incarnation().probe(key)
+    }
+
+    /// [`Incarnation::add_plan`].
+    pub(super) fn add_plan<K: AsRef<[u8]>>(&self, keys: &[K]) -> AddBatch {
+        self.incarnation().add_plan(keys)
+    }
+
+    /// [`Incarnation::write_add`].
+    pub(super) fn write_add(&self, w: &mut dyn Sink, batch: &AddBatch) {
+        self.incarnation().write_add(w, batch)
+    }
+
+    /// [`Incarnation::read_add`].
+    pub(super) fn read_add(
+        &self,
+        batch: &AddBatch,
+        replies: impl IntoIterator<Item = Value>,
+        out: &mut Vec<bool>,
+    ) -> Result<()> {
+        self.incarnation().read_add(batch, replies, out)
+    }
+
+    /// [`Incarnation::write_getrange`].
+    pub(super) fn write_getrange(&self, w: &mut dyn Sink, p: &Probe) {
+        self.incarnation().write_getrange(w, p)
+    }
+
+    /// [`Incarnation::check_block`].
+    pub(super) fn check_block(&self, p: &Probe, reply: Value) -> Result<bool> {
+        self.incarnation().check_block(p, reply)
+    }
+
+    /// [`Incarnation::check_tag`].
+    pub(super) fn check_tag(&self, addr: BlockAddr, tag: &[u8]) -> Result<()> {
+        self.incarnation().check_tag(addr, tag)
     }
 }
 

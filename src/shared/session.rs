@@ -14,9 +14,9 @@ use super::resp::{Cmds, Sink};
 /// Right after `redis-cli --cluster create`, or while a failover settles, nodes answer
 /// `CLUSTERDOWN` (the cluster is down, or a hash slot is not served yet) or `TRYAGAIN` for
 /// a moment: the create or open that meets it retries, briefly, instead of failing.
-const CONVERGE_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const CONVERGE_WAIT: Duration = Duration::from_secs(5);
 /// The pause between two attempts while a cluster converges.
-const CONVERGE_PAUSE: Duration = Duration::from_millis(100);
+pub(crate) const CONVERGE_PAUSE: Duration = Duration::from_millis(100);
 
 /// The endpoint and its current connection (none after a dropped connection, until the
 /// next call reconnects).
@@ -30,7 +30,7 @@ pub(crate) struct Session {
 
 /// True if `e` is a cluster still converging: `CLUSTERDOWN` or `TRYAGAIN` (the command was
 /// not run, so running it again is safe).
-fn converging(e: &Error) -> bool {
+pub(crate) fn converging(e: &Error) -> bool {
     matches!(
         e,
         Error::Redis(e) if matches!(

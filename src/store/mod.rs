@@ -1,5 +1,7 @@
 //! The sled-shaped store: `Db`, `Tree`, `Config`, `Batch`, transactions.
 
+#[cfg(feature = "tokio")]
+mod aio;
 mod batch;
 mod config;
 mod db;
