@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use sled::IVec;
 
 use super::config::TreeConfig;
+use super::holds::Hold;
 use super::policy::RebuildPolicy;
 use super::ready::RecoveryState;
 use super::rebuild::Rebuild;
@@ -129,6 +130,10 @@ impl Db {
             if !state.config.temporary {
                 spawn_snapshotter(Arc::downgrade(&state), every);
             }
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(every) = state.config.metrics_interval {
+            super::telemetry::spawn_recorder(DbWatch(Arc::downgrade(&state)), every);
         }
         Ok(Db {
             inner,
@@ -538,7 +543,7 @@ impl Db {
         Ok(())
     }
 
-    fn lock_trees(&self) -> std::sync::MutexGuard<'_, HashMap<IVec, Arc<TreeState>>> {
+    pub(super) fn lock_trees(&self) -> std::sync::MutexGuard<'_, HashMap<IVec, Arc<TreeState>>> {
         // The map is only ever replaced whole-entry, so a panic elsewhere cannot leave it
         // half-updated: recover from poisoning instead of propagating it.
         self.state
@@ -562,6 +567,36 @@ fn check_user_name(name: &[u8]) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// A database as a background thread watches it: this alone keeps nothing open.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) struct DbWatch(Weak<DbState>);
+
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+impl DbWatch {
+    /// False once the database is dropped.
+    pub(crate) fn is_open(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+
+    /// The database's identity (as [`Db::identity`]) and its open trees, each with a hold
+    /// claimed by the calling thread (see [`super::holds`]): let the trees go before the
+    /// holds. `None` once the database is dropped.
+    pub(crate) fn trees(&self) -> Option<(usize, Vec<(Tree, Hold)>)> {
+        let db = self.0.upgrade()?;
+        let trees = db
+            .trees
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|t| {
+                let hold = t.holds.take().claim();
+                (Tree::new(t.sled.clone(), Arc::clone(t)), hold)
+            })
+            .collect();
+        Some((Arc::as_ptr(&db) as usize, trees))
+    }
 }
 
 impl Drop for DbState {

@@ -13,6 +13,8 @@ mod recovery;
 mod scan;
 mod state;
 mod subscriber;
+#[cfg(feature = "metrics")]
+mod telemetry;
 mod torn;
 pub mod transaction;
 mod tree;

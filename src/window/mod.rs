@@ -81,6 +81,8 @@ mod config;
 mod handle;
 mod names;
 mod ring;
+#[cfg(feature = "metrics")]
+mod telemetry;
 
 /// The clocks, from [`crate::clock`] (one set for local and shared windows).
 pub use crate::clock::{Clock, ManualClock, SystemClock};
