@@ -13,9 +13,7 @@
 //! - [`crate::Config::metrics_interval`] starts a background thread that does the same
 //!   every interval, for as long as the database is open;
 //! - [`crate::Tree::record_metrics`] and [`crate::window::Window::record_metrics`] record
-//!   one tree or window; with the `redis` feature, `SharedFilter::record_metrics` and
-//!   `SharedWindow::record_metrics` record a shared filter or window (one Redis round trip
-//!   per shard, so call them at scrape rate, not per request).
+//!   one tree or window.
 //!
 //! A recording reads every filter word once (fill ratio and estimated false-positive rate
 //! come from the bits): O(filter size), a few milliseconds for tens of MiB, which is why it
@@ -55,11 +53,7 @@
 //! generation's is), `rebuilding` (1 when any rebuilds). Rebuilds, snapshots and their
 //! ages are per generation, in the generation trees' own series.
 //!
-//! Shared filters (label `filter`) and shared windows (label `window`), prefixes
-//! `bloomsled_shared_` and `bloomsled_shared_window_`: the handle's own lookups, adds and
-//! removes (counters), and from Redis the estimated items, bytes, fill ratio and
-//! estimated false-positive rate (gauges; a window's summed over its live generations,
-//! with its number of live generations).
+//! Shared filters and shared windows (Redis) have no series yet.
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -153,28 +147,6 @@ pub const WINDOW_SERIES: [&str; 13] = [
     "bloomsled_window_estimated_fpr",
     "bloomsled_window_filter_in_use",
     "bloomsled_window_rebuilding",
-];
-
-/// Every per-shared-filter series (label `filter`), counters first.
-pub const SHARED_SERIES: [&str; 7] = [
-    "bloomsled_shared_lookups_total",
-    "bloomsled_shared_adds_total",
-    "bloomsled_shared_removes_total",
-    "bloomsled_shared_items",
-    "bloomsled_shared_filter_bytes",
-    "bloomsled_shared_fill_ratio",
-    "bloomsled_shared_estimated_fpr",
-];
-
-/// Every per-shared-window series (label `window`), counters first.
-pub const SHARED_WINDOW_SERIES: [&str; 7] = [
-    "bloomsled_shared_window_lookups_total",
-    "bloomsled_shared_window_adds_total",
-    "bloomsled_shared_window_generations",
-    "bloomsled_shared_window_items",
-    "bloomsled_shared_window_filter_bytes",
-    "bloomsled_shared_window_fill_ratio",
-    "bloomsled_shared_window_estimated_fpr",
 ];
 
 /// The counter values a tree or window handed to the facade last time, so that the next
