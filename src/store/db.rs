@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use sled::IVec;
 
 use super::config::TreeConfig;
+#[cfg(feature = "metrics")]
 use super::holds::Hold;
 use super::policy::RebuildPolicy;
 use super::ready::RecoveryState;
@@ -133,7 +134,7 @@ impl Db {
         }
         #[cfg(feature = "metrics")]
         if let Some(every) = state.config.metrics_interval {
-            super::telemetry::spawn_recorder(DbWatch(Arc::downgrade(&state)), every);
+            spawn_recorder(DbWatch(Arc::downgrade(&state)), every);
         }
         Ok(Db {
             inner,
@@ -543,7 +544,7 @@ impl Db {
         Ok(())
     }
 
-    pub(super) fn lock_trees(&self) -> std::sync::MutexGuard<'_, HashMap<IVec, Arc<TreeState>>> {
+    fn lock_trees(&self) -> std::sync::MutexGuard<'_, HashMap<IVec, Arc<TreeState>>> {
         // The map is only ever replaced whole-entry, so a panic elsewhere cannot leave it
         // half-updated: recover from poisoning instead of propagating it.
         self.state
@@ -570,20 +571,15 @@ fn check_user_name(name: &[u8]) -> Result<()> {
 }
 
 /// A database as a background thread watches it: this alone keeps nothing open.
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-pub(crate) struct DbWatch(Weak<DbState>);
+#[cfg(feature = "metrics")]
+struct DbWatch(Weak<DbState>);
 
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+#[cfg(feature = "metrics")]
 impl DbWatch {
-    /// False once the database is dropped.
-    pub(crate) fn is_open(&self) -> bool {
-        self.0.strong_count() > 0
-    }
-
     /// The database's identity (as [`Db::identity`]) and its open trees, each with a hold
-    /// claimed by the calling thread (see [`super::holds`]): let the trees go before the
-    /// holds. `None` once the database is dropped.
-    pub(crate) fn trees(&self) -> Option<(usize, Vec<(Tree, Hold)>)> {
+    /// claimed by the calling thread (see [`super::holds`]; a tuple drops its tree before
+    /// its hold). `None` once the database is dropped.
+    fn trees(&self) -> Option<(usize, Vec<(Tree, Hold)>)> {
         let db = self.0.upgrade()?;
         let trees = db
             .trees
@@ -596,6 +592,65 @@ impl DbWatch {
             })
             .collect();
         Some((Arc::as_ptr(&db) as usize, trees))
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Db {
+    /// Records the metrics of every open tree (label `tree`) and every open window
+    /// (label `window`) of this database through the `metrics` facade (see
+    /// [`crate::telemetry`] for the series). Reads counters the lookups keep anyway and
+    /// every filter word once: call it at scrape rate, or let
+    /// [`crate::Config::metrics_interval`] call it.
+    ///
+    /// ```
+    /// let db = bloomsled::Config::new().temporary(true).open()?;
+    /// db.open_tree("users")?.insert("alice", "1")?;
+    /// db.record_metrics(); // with no recorder installed, the facade drops them
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn record_metrics(&self) {
+        let trees: Vec<Tree> = self
+            .lock_trees()
+            .values()
+            .map(|s| Tree::new(s.sled.clone(), s.clone()))
+            .collect();
+        for tree in &trees {
+            tree.record_metrics();
+        }
+        super::telemetry::record_also(self.identity());
+    }
+}
+
+/// Records the metrics of the database `db` watches every `every`, until it is dropped.
+#[cfg(feature = "metrics")]
+fn spawn_recorder(db: DbWatch, every: Duration) {
+    let spawned = thread::Builder::new()
+        .name("bloomsled-metrics".into())
+        .spawn(move || {
+            // Short sleeps, so that the thread ends soon after the database is dropped.
+            let tick = every.min(Duration::from_millis(100));
+            let mut waited = Duration::ZERO;
+            while db.0.strong_count() > 0 {
+                thread::sleep(tick);
+                waited += tick;
+                if waited < every {
+                    continue;
+                }
+                waited = Duration::ZERO;
+                let Some((id, trees)) = db.trees() else {
+                    return;
+                };
+                for (tree, _hold) in &trees {
+                    tree.record_metrics();
+                }
+                // The windows (each holds its database open while recorded).
+                super::telemetry::record_also(id);
+                drop(trees);
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("bloomsled: the metrics recorder thread could not start: {e}");
     }
 }
 

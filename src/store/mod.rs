@@ -14,7 +14,7 @@ mod scan;
 mod state;
 mod subscriber;
 #[cfg(feature = "metrics")]
-mod telemetry;
+pub(crate) mod telemetry;
 mod torn;
 pub mod transaction;
 mod tree;

@@ -1,46 +1,17 @@
 //! Recording trees' metrics (feature `metrics`; the series are listed in
-//! [`crate::telemetry`]): on demand, or from a background thread every interval.
+//! [`crate::telemetry`]); `Db::record_metrics` and the background recorder are in
+//! `super::db`, beside the database's list of trees.
 
 use std::sync::atomic::Ordering;
-use std::thread;
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::db::DbWatch;
-use super::{recovery, Db, Tree};
+use super::{recovery, Tree};
 use crate::telemetry::{self as t, flag, gauges};
-use crate::window::Window;
-
-impl Db {
-    /// Records the metrics of every open tree (label `tree`) and every open window
-    /// (label `window`) of this database through the `metrics` facade (see
-    /// [`crate::telemetry`] for the series). Reads counters the lookups keep anyway and
-    /// every filter word once: call it at scrape rate, or let
-    /// [`crate::Config::metrics_interval`] call it.
-    ///
-    /// ```
-    /// let db = bloomsled::Config::new().temporary(true).open()?;
-    /// db.open_tree("users")?.insert("alice", "1")?;
-    /// db.record_metrics(); // with no recorder installed, the facade drops them
-    /// # Ok::<(), bloomsled::Error>(())
-    /// ```
-    pub fn record_metrics(&self) {
-        let trees: Vec<Tree> = self
-            .lock_trees()
-            .values()
-            .map(|s| Tree::new(s.sled.clone(), s.clone()))
-            .collect();
-        for tree in &trees {
-            tree.record_metrics();
-        }
-        for w in Window::open_in(self.identity()) {
-            w.record_metrics();
-        }
-    }
-}
 
 impl Tree {
     /// Records this tree's metrics (label `tree`, its name) through the `metrics` facade;
-    /// see [`crate::telemetry`] and [`Db::record_metrics`].
+    /// see [`crate::telemetry`] and [`crate::Db::record_metrics`].
     ///
     /// ```
     /// let db = bloomsled::Config::new().temporary(true).open()?;
@@ -110,35 +81,23 @@ impl Tree {
     }
 }
 
-/// Records the metrics of the database `db` watches every `every`, until it is dropped.
-pub(super) fn spawn_recorder(db: DbWatch, every: Duration) {
-    let spawned = thread::Builder::new()
-        .name("bloomsled-metrics".into())
-        .spawn(move || {
-            // Short sleeps, so that the thread ends soon after the database is dropped.
-            let tick = every.min(Duration::from_millis(100));
-            let mut waited = Duration::ZERO;
-            while db.is_open() {
-                thread::sleep(tick);
-                waited += tick;
-                if waited < every {
-                    continue;
-                }
-                waited = Duration::ZERO;
-                let Some((id, trees)) = db.trees() else {
-                    return;
-                };
-                for (tree, _hold) in &trees {
-                    tree.record_metrics();
-                }
-                // A window holds its database open: record those open now, let them go.
-                for w in Window::open_in(id) {
-                    w.record_metrics();
-                }
-                drop(trees);
-            }
-        });
-    if let Err(e) = spawned {
-        log::warn!("bloomsled: the metrics recorder thread could not start: {e}");
+/// What else records with a database's trees (the windows' series, from the window
+/// layer above this one): called with the database's identity.
+static ALSO: Mutex<Vec<fn(usize)>> = Mutex::new(Vec::new());
+
+/// Has `f` called, with the database's identity, whenever a database's metrics are
+/// recorded (once per `f`).
+pub(crate) fn also_record(f: fn(usize)) {
+    let mut also = ALSO.lock().unwrap_or_else(|p| p.into_inner());
+    if !also.iter().any(|&g| std::ptr::fn_addr_eq(g, f)) {
+        also.push(f);
+    }
+}
+
+/// Records what [`also_record`] asked for, of the database `db_id`.
+pub(crate) fn record_also(db_id: usize) {
+    let also = ALSO.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for f in also {
+        f(db_id);
     }
 }

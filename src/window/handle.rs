@@ -244,6 +244,8 @@ impl Window {
             return Err(Error::config("a window's name must not be empty"));
         }
         let epochs = config.epochs()?;
+        #[cfg(feature = "metrics")]
+        crate::store::telemetry::also_record(super::telemetry::record_windows_of);
         let mut open = lock(&OPEN);
         open.retain(|(_, _, w)| w.strong_count() > 0);
         let found = open

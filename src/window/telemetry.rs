@@ -1,8 +1,17 @@
 //! Recording a window's metrics (feature `metrics`; the series are listed in
 //! [`crate::telemetry`]).
 
-use super::handle::Window;
 use crate::telemetry::{flag, gauges};
+use crate::window::Window;
+
+/// Records every open window of the database `db_id` (registered with the store's
+/// recording by [`Window`]'s open, so that `Db::record_metrics` and the background
+/// recorder include windows without the store layer knowing them).
+pub(super) fn record_windows_of(db_id: usize) {
+    for w in Window::open_in(db_id) {
+        w.record_metrics();
+    }
+}
 
 impl Window {
     /// Records this window's metrics (label `window`, its name) through the `metrics`
