@@ -295,7 +295,7 @@ fn a_tree_rebuilt_after_open_shows_its_filter_out_of_use_then_back() {
         progress,
         p.keys_scanned as f64 / p.expected_keys.unwrap() as f64
     );
-    assert!(progress >= 0.4 && progress < 1.0, "{progress}");
+    assert!((0.4..1.0).contains(&progress), "{progress}");
     bloomsled::persist::hold_rebuild_scans_after(None);
     assert!(t.wait_for_filter(Duration::from_secs(60)).unwrap());
     // In use once swapped in; the rebuild ends after its snapshot is written.
