@@ -75,6 +75,8 @@ pub mod shared;
 mod stats;
 mod store;
 mod sync;
+#[cfg(feature = "metrics")]
+pub mod telemetry;
 pub mod window;
 
 pub use error::{DbRecordFault, DecodeError, Distrust, Error, FilterShape, Result};

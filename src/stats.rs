@@ -1,5 +1,8 @@
 //! The `Stats` report, and the per-tree counters behind it.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use crate::counters::Counters;
 
 /// A tree's lookup and write counters: what [`Stats`] reports about the filter's work.
@@ -10,13 +13,25 @@ use crate::counters::Counters;
 /// store bump `PASSED` (on the store's path, which waits for the filter's answer anyway):
 /// which counter a lookup bumps never depends on the filter's answer, so the next lookups
 /// run on without waiting for this one's cache miss. Skipped = lookups − passed.
+///
+/// Writes (keys inserted, removed) and snapshots are counted here too, off the lookup path,
+/// for the `metrics` feature's counters (see `crate::telemetry`).
 #[derive(Default)]
-pub(crate) struct LookupCounters(Counters<4>);
+pub(crate) struct LookupCounters(
+    Counters<7>,
+    AtomicU64,
+    /// What the last recording of metrics handed to the facade.
+    #[cfg(feature = "metrics")]
+    pub(crate) crate::telemetry::Recorded,
+);
 
 const LOOKUPS: usize = 0;
 const PASSED: usize = 1;
 const FALSE_POSITIVES: usize = 2;
 const STALE: usize = 3;
+const INSERTS: usize = 4;
+const REMOVES: usize = 5;
+const SNAPSHOTS: usize = 6;
 
 impl LookupCounters {
     /// One lookup, before the filter answers.
@@ -48,6 +63,43 @@ impl LookupCounters {
     #[inline]
     pub(crate) fn stale(&self, n: u64) {
         self.0.add(STALE, n);
+    }
+
+    /// `n` keys written (inserted or overwritten), counted as they reach the filter.
+    #[inline]
+    pub(crate) fn inserted(&self, n: u64) {
+        self.0.add(INSERTS, n);
+    }
+
+    /// `n` keys removed (or asked to be removed, inside a plain-mode batch).
+    #[inline]
+    pub(crate) fn removed(&self, n: u64) {
+        self.0.add(REMOVES, n);
+    }
+
+    /// One snapshot written, now.
+    pub(crate) fn snapshot_written(&self) {
+        self.0.add(SNAPSHOTS, 1);
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.1.store(ms, Relaxed);
+    }
+
+    /// When this process last wrote a snapshot (ms since the Unix epoch), if it did.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn last_snapshot_ms(&self) -> Option<u64> {
+        Some(self.1.load(Relaxed)).filter(|&ms| ms != 0)
+    }
+
+    /// Keys written, keys removed and snapshots written (see the three methods above).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn writes(&self) -> (u64, u64, u64) {
+        (
+            self.0.sum(INSERTS),
+            self.0.sum(REMOVES),
+            self.0.sum(SNAPSHOTS),
+        )
     }
 
     /// Lookups of every kind, and those answered by the filter alone (lookups − passed).

@@ -76,6 +76,11 @@ enum Command {
         /// has come (keys scanned, rate, time left) instead.
         #[arg(long)]
         no_wait: bool,
+        /// Print every tree's and window's metrics in the Prometheus text exposition format
+        /// (the series of the library's `metrics` feature; counters are this process's,
+        /// so 0, and the gauges describe the filters as they are).
+        #[arg(long)]
+        prometheus: bool,
     },
     /// Check every snapshot CRC and every stored key against its filter; exit 1 on a problem.
     Verify {
@@ -136,7 +141,23 @@ fn run(cli: &Cli) -> CliResult<ExitCode> {
         Command::Demo { dir, items } => demo::run(dir, *items, json),
         Command::Load { db, tree, file } => load::run(db, tree.as_deref(), file, json),
         Command::Check { db, tree, keys } => check::run(db, tree.as_deref(), keys, json),
-        Command::Stats { db, no_wait } => stats::run(db, !no_wait, json),
+        Command::Stats {
+            prometheus: true, ..
+        } if json => {
+            use clap::CommandFactory;
+            Cli::command()
+                .error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    "--prometheus and --json are two output formats: pass one",
+                )
+                .exit()
+        }
+        Command::Stats {
+            db,
+            no_wait,
+            prometheus: true,
+        } => stats::prometheus(db, !no_wait),
+        Command::Stats { db, no_wait, .. } => stats::run(db, !no_wait, json),
         Command::Verify { db } => verify::run(db, json),
         Command::Rebuild { db, mode } => rebuild::run(db, mode.map(Into::into), json),
         Command::Snapshot { db } => snapshot::run(db, json),

@@ -51,6 +51,24 @@ impl From<&Tree> for StatsRow {
     }
 }
 
+/// Prints every tree's and window's metrics in the Prometheus text exposition format: the
+/// library records them (`Db::record_metrics`) into metrics-exporter-prometheus' recorder,
+/// local to this call, which renders them.
+pub fn prometheus(path: &Path, wait: bool) -> CliResult<ExitCode> {
+    let config = Config::new()
+        .recovery(RecoveryPolicy::Repair)
+        .background_recovery(!wait);
+    let db = open::open_existing_with(&open::resolve(path), config)?;
+    // Open, so that they are recorded.
+    let _trees = open::all_trees(&db)?;
+    let _windows = open::all_windows(&db)?;
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || db.record_metrics());
+    print!("{}", handle.render());
+    Ok(ExitCode::SUCCESS)
+}
+
 /// One window: its partition and its live generations' trees.
 struct WindowLine {
     name: String,

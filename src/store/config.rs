@@ -45,6 +45,9 @@ pub struct Config {
     pub(crate) filter_mode: Option<FilterMode>,
     pub(crate) auto_rebuild: bool,
     pub(crate) rebuild_fpr: Option<f64>,
+    /// Record every open tree's and window's metrics this often (feature `metrics`).
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics_interval: Option<Duration>,
 }
 
 impl Default for Config {
@@ -63,6 +66,8 @@ impl Default for Config {
             filter_mode: None,
             auto_rebuild: true,
             rebuild_fpr: None,
+            #[cfg(feature = "metrics")]
+            metrics_interval: None,
         }
     }
 }
@@ -131,6 +136,25 @@ impl Config {
     /// this pays off.
     pub fn snapshot_interval(mut self, interval: Duration) -> Config {
         self.snapshot_interval = Some(interval);
+        self
+    }
+
+    /// Record the metrics of every open tree and window (see [`crate::telemetry`]) through
+    /// the `metrics` facade every `interval`, from a background thread (off unless set;
+    /// [`crate::Db::record_metrics`] records on demand, e.g. when scraped). The lookup
+    /// path is untouched either way: the thread reads the counters lookups keep anyway.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let db = bloomsled::Config::new()
+    ///     .temporary(true)
+    ///     .metrics_interval(Duration::from_secs(10))
+    ///     .open()?;
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn metrics_interval(mut self, interval: Duration) -> Config {
+        self.metrics_interval = Some(interval);
         self
     }
 
@@ -323,6 +347,10 @@ impl Config {
                     "rebuild_false_positive_rate must be strictly between 0 and 1, got {p}"
                 )));
             }
+        }
+        #[cfg(feature = "metrics")]
+        if self.metrics_interval == Some(Duration::ZERO) {
+            return Err(Error::config("metrics_interval must be longer than zero"));
         }
         if self.snapshot_interval == Some(Duration::ZERO) {
             return Err(Error::config("snapshot_interval must be longer than zero"));

@@ -4,11 +4,19 @@ use std::collections::HashMap;
 use std::fmt;
 use std::ops::Deref;
 use std::path::Path;
+#[cfg(feature = "metrics")]
+use std::sync::Weak;
 use std::sync::{Arc, Mutex};
+#[cfg(feature = "metrics")]
+use std::thread;
+#[cfg(feature = "metrics")]
+use std::time::Duration;
 
 use sled::IVec;
 
 use super::config::TreeConfig;
+#[cfg(feature = "metrics")]
+use super::holds::Hold;
 use super::rebuild::Rebuild;
 use super::recovery;
 use super::snapshotter::spawn_snapshotter;
@@ -133,6 +141,10 @@ impl Db {
                     trees.values().cloned().collect()
                 });
             }
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(every) = state.config.metrics_interval {
+            spawn_recorder(DbWatch(Arc::downgrade(&state)), every);
         }
         Ok(Db {
             inner,
@@ -395,6 +407,90 @@ fn check_user_name(name: &[u8]) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// A database as a background thread watches it: this alone keeps nothing open.
+#[cfg(feature = "metrics")]
+struct DbWatch(Weak<DbState>);
+
+#[cfg(feature = "metrics")]
+impl DbWatch {
+    /// The database's identity (as [`Db::identity`]) and its open trees, each with a hold
+    /// claimed by the calling thread (see [`super::holds`]; a tuple drops its tree before
+    /// its hold). `None` once the database is dropped.
+    fn trees(&self) -> Option<(usize, Vec<(Tree, Hold)>)> {
+        let db = self.0.upgrade()?;
+        let trees = db
+            .trees
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|t| {
+                let hold = t.holds.take().claim();
+                (Tree::new(t.sled.clone(), Arc::clone(t)), hold)
+            })
+            .collect();
+        Some((Arc::as_ptr(&db) as usize, trees))
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Db {
+    /// Records the metrics of every open tree (label `tree`) and every open window
+    /// (label `window`) of this database through the `metrics` facade (see
+    /// [`crate::telemetry`] for the series). Reads counters the lookups keep anyway and
+    /// every filter word once: call it at scrape rate, or let
+    /// [`crate::Config::metrics_interval`] call it.
+    ///
+    /// ```
+    /// let db = bloomsled::Config::new().temporary(true).open()?;
+    /// db.open_tree("users")?.insert("alice", "1")?;
+    /// db.record_metrics(); // with no recorder installed, the facade drops them
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn record_metrics(&self) {
+        let trees: Vec<Tree> = self
+            .lock_trees()
+            .values()
+            .map(|s| Tree::new(s.sled.clone(), s.clone()))
+            .collect();
+        for tree in &trees {
+            tree.record_metrics();
+        }
+        super::telemetry::record_also(self.identity());
+    }
+}
+
+/// Records the metrics of the database `db` watches every `every`, until it is dropped.
+#[cfg(feature = "metrics")]
+fn spawn_recorder(db: DbWatch, every: Duration) {
+    let spawned = thread::Builder::new()
+        .name("bloomsled-metrics".into())
+        .spawn(move || {
+            // Short sleeps, so that the thread ends soon after the database is dropped.
+            let tick = every.min(Duration::from_millis(100));
+            let mut waited = Duration::ZERO;
+            while db.0.strong_count() > 0 {
+                thread::sleep(tick);
+                waited += tick;
+                if waited < every {
+                    continue;
+                }
+                waited = Duration::ZERO;
+                let Some((id, trees)) = db.trees() else {
+                    return;
+                };
+                for (tree, _hold) in &trees {
+                    tree.record_metrics();
+                }
+                // The windows (each holds its database open while recorded).
+                super::telemetry::record_also(id);
+                drop(trees);
+            }
+        });
+    if let Err(e) = spawned {
+        log::warn!("bloomsled: the metrics recorder thread could not start: {e}");
+    }
 }
 
 impl Drop for DbState {

@@ -18,6 +18,8 @@ mod scan;
 mod snapshotter;
 mod state;
 mod subscriber;
+#[cfg(feature = "metrics")]
+pub(crate) mod telemetry;
 mod torn;
 mod torn_conf;
 pub mod transaction;

@@ -141,6 +141,7 @@ impl TreeState {
             },
             durable,
         )?;
+        self.counters.snapshot_written();
         log::debug!(
             "snapshot of {:?}: generation {}, {} bytes in {:?}",
             self.report.tree,

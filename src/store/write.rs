@@ -28,6 +28,7 @@ impl<'a> Writing<'a> {
     #[inline]
     pub(crate) fn count_in(&self, key: &[u8]) {
         self.gate.admit(key);
+        self.state.counters.inserted(1);
     }
 
     /// Makes the tree's dirty mark durable before the write reaches sled (see
@@ -72,6 +73,7 @@ impl<'a> Writing<'a> {
     /// `key` left the store (after sled removed it): counted out, or counted stale.
     #[inline]
     pub(crate) fn count_out(&self, key: &[u8]) {
+        self.state.counters.removed(1);
         match self.state.mode {
             FilterMode::Counting => self.gate.release(key),
             FilterMode::Plain => self.state.counters.stale(1),
@@ -81,6 +83,7 @@ impl<'a> Writing<'a> {
     /// `n` keys left the store, in plain mode counted stale (counting mode counts each out
     /// with [`Writing::count_out`] instead).
     pub(crate) fn count_out_plain(&self, n: u64) {
+        self.state.counters.removed(n);
         if self.state.mode == FilterMode::Plain {
             self.state.counters.stale(n);
         }

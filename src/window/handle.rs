@@ -81,11 +81,30 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Window {
+    /// The windows of the database `db_id` (see `Db::identity`) open in this process.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn open_in(db_id: usize) -> Vec<Window> {
+        lock(&OPEN)
+            .iter()
+            .filter(|(id, _, _)| *id == db_id)
+            .filter_map(|(_, _, w)| w.upgrade())
+            .map(|state| Window { state })
+            .collect()
+    }
+
+    /// The window's own lookup and write counters (its generations' trees keep theirs).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn counters(&self) -> &LookupCounters {
+        &self.state.counters
+    }
+
     pub(super) fn open(db: &Db, name: &[u8], config: WindowConfig) -> Result<Window> {
         if name.is_empty() {
             return Err(Error::config("a window's name must not be empty"));
         }
         let epochs = config.epochs()?;
+        #[cfg(feature = "metrics")]
+        crate::store::telemetry::also_record(super::telemetry::record_windows_of);
         let mut open = lock(&OPEN);
         open.retain(|(_, _, w)| w.strong_count() > 0);
         let found = open
@@ -250,6 +269,7 @@ impl Window {
     /// ```
     pub fn insert<K: AsRef<[u8]>, V: Into<IVec>>(&self, key: K, value: V) -> Result<Option<IVec>> {
         let ring = self.ring()?;
+        self.state.counters.inserted(1);
         ring.gens[0].tree.insert(key, value)
     }
 
@@ -267,6 +287,7 @@ impl Window {
     pub fn remove<K: AsRef<[u8]>>(&self, key: K) -> Result<Option<IVec>> {
         let key = key.as_ref();
         let ring = self.ring()?;
+        self.state.counters.removed(1);
         let mut newest = None;
         // A generation whose filter rules the key out does not hold it.
         Self::lookup(&ring, &self.state.epochs, ring.newest, key, |g| {

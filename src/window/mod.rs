@@ -92,6 +92,8 @@ pub mod record;
 mod record;
 mod ring;
 mod stats;
+#[cfg(feature = "metrics")]
+mod telemetry;
 
 // The clocks' path of earlier releases, kept one release: their one documented path is
 // `bloomsled::clock`.
