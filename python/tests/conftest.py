@@ -32,16 +32,26 @@ def free_port() -> int:
 
 class Site:
     """`pages` pages at /p/<i>; page i links to i+1 (so every page is reachable from 0),
-    to a few random pages (duplicates across pages, cycles), to itself and to page 0."""
+    to a few random pages (duplicates across pages, cycles), to itself and to page 0; or,
+    with `tree`, to its `tree` children, itself, page 0 and its first child again."""
 
-    def __init__(self, pages: int, links: int = 8, seed: int = 7, delay: float = 0.0):
+    def __init__(
+        self, pages: int, links: int = 8, seed: int = 7, delay: float = 0.0, tree: int = 0
+    ):
         rng = random.Random(seed)
         self.pages = pages
         self.delay = delay
         self.links = []
         for i in range(pages):
-            out = [(i + 1) % pages, i, 0] + [rng.randrange(pages) for _ in range(links)]
-            out += out[:2]  # the same link twice on one page
+            if tree:
+                # A tree: the only link to page i is on its parent, (i - 1) // tree, so a
+                # request dropped is a page (and its subtree) never fetched. The links to
+                # the page itself, to the root and the first child again are duplicates.
+                kids = [c for c in range(tree * i + 1, tree * i + tree + 1) if c < pages]
+                out = kids + [i, 0] + kids[:1]
+            else:
+                out = [(i + 1) % pages, i, 0] + [rng.randrange(pages) for _ in range(links)]
+                out += out[:2]  # the same link twice on one page
             self.links.append(out)
         self.hits: Counter[str] = Counter()
         self.lock = threading.Lock()
@@ -123,17 +133,29 @@ def run_crawl(site_url: str, log: Path, timeout: float = 240, **settings) -> str
 
 
 class Redis:
-    def __init__(self, exe: str):
+    """A private redis-server on a free loopback port. `persist` turns on both kinds of
+    persistence (an RDB save at shutdown, an AOF fsynced at every write) in `dir`, so a
+    server stopped either way comes back with its data."""
+
+    def __init__(self, exe: str, persist: bool = False, dir: Path | None = None):
         self.exe = exe
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen | None = None
+        self.persist = persist
+        self.dir = dir
         self.start()
+
+    def args(self) -> list[str]:
+        if not self.persist:
+            return ["--save", "", "--appendonly", "no"]
+        assert self.dir is not None
+        return ["--dir", str(self.dir), "--save", "3600 1", "--appendonly", "yes",
+                "--appendfsync", "always"]
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no"],
+            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", *self.args()],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -149,8 +171,16 @@ class Redis:
         raise RuntimeError("redis-server did not start")
 
     def stop(self) -> None:
+        """kill -9 (with `persist`, every acknowledged write is in the AOF)."""
         if self.proc is not None:
             self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def shutdown(self) -> None:
+        """SIGTERM: a clean shutdown, which saves the RDB and syncs the AOF."""
+        if self.proc is not None:
+            self.proc.terminate()
             self.proc.wait()
             self.proc = None
 
@@ -159,13 +189,27 @@ class Redis:
         self.start()
 
 
-@pytest.fixture
-def redis_server():
+def redis_exe() -> str:
     exe = shutil.which("redis-server")
     if exe is None:
         if in_ci():
             pytest.fail("redis-server is not installed and CI=true: Redis tests must run")
         pytest.skip("redis-server not installed")
-    r = Redis(exe)
+    return exe
+
+
+@pytest.fixture
+def redis_server():
+    r = Redis(redis_exe())
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def persistent_redis(tmp_path):
+    """A redis-server that keeps its data across a stop (RDB and AOF)."""
+    d = tmp_path / "redis"
+    d.mkdir()
+    r = Redis(redis_exe(), persist=True, dir=d)
     yield r
     r.stop()

@@ -19,6 +19,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time allowed for one reply (or one pipeline's replies).
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Default time a call keeps retrying while Redis is unreachable, restarting or failing over
+/// (none: one reconnect, then the error).
+const RETRY_FOR: Duration = Duration::ZERO;
+
 /// Retries of one command on a cluster (redirections, refreshed slot maps, busy nodes).
 const CLUSTER_RETRIES: u32 = 4;
 
@@ -38,6 +42,7 @@ pub struct Endpoint {
     cluster: bool,
     connect_timeout: Duration,
     io_timeout: Duration,
+    retry_for: Duration,
 }
 
 impl Endpoint {
@@ -48,6 +53,7 @@ impl Endpoint {
             cluster: false,
             connect_timeout: CONNECT_TIMEOUT,
             io_timeout: IO_TIMEOUT,
+            retry_for: RETRY_FOR,
         }
     }
 
@@ -75,6 +81,36 @@ impl Endpoint {
     pub fn io_timeout(mut self, d: Duration) -> Self {
         self.io_timeout = d;
         self
+    }
+
+    /// Sets how long a call keeps retrying, with growing pauses (50 ms doubling up to 1 s),
+    /// while Redis cannot be reached or answers that it cannot serve yet (connection
+    /// refused or dropped, a timeout, `LOADING` after a restart, `CLUSTERDOWN`, `TRYAGAIN`,
+    /// `MASTERDOWN`, `READONLY` during a failover). Default zero: one reconnect, then the
+    /// error. Past this time the call returns the last error.
+    ///
+    /// Only batches whose replay is harmless are sent again: lookups, the filter's own
+    /// idempotent writes, removes (their script remembers its answer). An add reports
+    /// whether each key was new, and its replay would report "present" for the keys the
+    /// lost attempt set: so an add that may have reached Redis is re-sent only once a
+    /// lookup shows it did not run (some key of each of its commands still absent);
+    /// otherwise the call fails with [`crate::Error::RedisOutcomeUnknown`] instead of
+    /// guessing.
+    ///
+    /// ```
+    /// use bloomsled::shared::Endpoint;
+    /// use std::time::Duration;
+    /// let ep = Endpoint::url("redis://127.0.0.1:6379/").retry_for(Duration::from_secs(60));
+    /// assert_eq!(ep.retry_window(), Duration::from_secs(60));
+    /// ```
+    pub fn retry_for(mut self, d: Duration) -> Self {
+        self.retry_for = d;
+        self
+    }
+
+    /// How long a call keeps retrying (see [`Endpoint::retry_for`]).
+    pub fn retry_window(&self) -> Duration {
+        self.retry_for
     }
 
     /// True for a Redis Cluster.
@@ -124,7 +160,11 @@ pub(crate) enum Conn {
 impl Conn {
     /// Runs `cmds` as one pipeline (one round trip per node) and returns their replies in
     /// order. The first error reply fails the whole batch.
-    pub(crate) fn run(&mut self, cmds: Vec<Cmd>) -> Result<Vec<Value>> {
+    ///
+    /// With `replay` false (an add, whose answer depends on the state it finds), a cluster
+    /// pipeline that ran in part is not run again in full: its outcome is
+    /// [`Error::RedisOutcomeUnknown`].
+    pub(crate) fn run(&mut self, cmds: Vec<Cmd>, replay: bool) -> Result<Vec<Value>> {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
@@ -136,7 +176,7 @@ impl Conn {
                 }
                 p.query(con)?
             }
-            Conn::Cluster(con) => cluster_run(con, cmds)?,
+            Conn::Cluster(con) => cluster_run(con, cmds, replay)?,
         })
     }
 }
@@ -211,9 +251,10 @@ impl Sink for Streamer<'_> {
 /// whole batch, keeping no other reply). So when every failure is a redirection (a slot
 /// migrating or just moved), the failed commands are run one by one through the client's
 /// single-command path, which follows redirections, and the others are run again as a
-/// pipeline (all bloomsled's commands are idempotent; a re-run `BITFIELD` then reports its
-/// key as already present, which `add` allows: "possibly present").
-fn cluster_run(con: &mut ClusterConnection, cmds: Vec<Cmd>) -> redis::RedisResult<Vec<Value>> {
+/// pipeline when `replay` allows it. A replayed `BITFIELD` of an add would report the keys
+/// the first run set as already present, a guess: so with `replay` false a partly run
+/// pipeline is [`Error::RedisOutcomeUnknown`] (the add then looks its keys up to tell).
+fn cluster_run(con: &mut ClusterConnection, cmds: Vec<Cmd>, replay: bool) -> Result<Vec<Value>> {
     let mut p = redis::cluster::cluster_pipe();
     for c in &cmds {
         p.add_command(c.clone());
@@ -232,10 +273,19 @@ fn cluster_run(con: &mut ClusterConnection, cmds: Vec<Cmd>) -> redis::RedisResul
         Some(list) if list.iter().all(|(_, e)| redirected(e)) => {
             list.iter().map(|(i, _)| *i).collect()
         }
-        _ => return Err(err),
+        _ => return Err(err.into()),
     };
     let mut rest = redis::cluster::cluster_pipe();
     let others: Vec<usize> = (0..cmds.len()).filter(|i| !failed.contains(i)).collect();
+    if !replay && !others.is_empty() {
+        return Err(Error::RedisOutcomeUnknown {
+            why: format!(
+                "{} of {} commands were redirected and the others' replies were lost: {err}",
+                failed.len(),
+                cmds.len()
+            ),
+        });
+    }
     for &i in &others {
         rest.add_command(cmds[i].clone());
     }
