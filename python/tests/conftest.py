@@ -33,14 +33,24 @@ def free_port() -> int:
 class Site:
     """`pages` pages at /p/<i>; page i links to i+1 (so every page is reachable from 0),
     to a few random pages (duplicates across pages, cycles), to itself and to page 0; or,
-    with `tree`, to its `tree` children, itself, page 0 and its first child again."""
+    with `tree`, to its `tree` children, itself, page 0 and its first child again; and,
+    with `variants`, to that many near-duplicate URLs of itself."""
 
     def __init__(
-        self, pages: int, links: int = 8, seed: int = 7, delay: float = 0.0, tree: int = 0
+        self,
+        pages: int,
+        links: int = 8,
+        seed: int = 7,
+        delay: float = 0.0,
+        tree: int = 0,
+        variants: int = 0,
     ):
         rng = random.Random(seed)
         self.pages = pages
         self.delay = delay
+        # Near-duplicate URLs: each page also links to `/p/<i>?v=<k>` for k < variants,
+        # distinct pages that link back to the root only.
+        self.variants = variants
         self.links = []
         for i in range(pages):
             if tree:
@@ -59,19 +69,29 @@ class Site:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
-                parts = self.path.split("/")
+                path, _, query = self.path.partition("?")
+                parts = path.split("/")
                 if len(parts) != 3 or parts[1] != "p" or not parts[2].isdigit():
                     self.send_error(404)
                     return
                 i = int(parts[2])
-                if i >= site.pages:
+                variant = query[2:] if query.startswith("v=") else None
+                if i >= site.pages or (query and not (variant or "").isdigit()):
+                    self.send_error(404)
+                    return
+                if variant is not None and int(variant) >= site.variants:
                     self.send_error(404)
                     return
                 with site.lock:
                     site.hits[self.path] += 1
                 if site.delay:
                     time.sleep(site.delay)
-                body = "".join(f'<a href="/p/{j}">{j}</a> ' for j in site.links[i])
+                # A variant page links back to the root only (a duplicate).
+                links = [0] if variant is not None else site.links[i]
+                hrefs = [f"/p/{j}" for j in links]
+                if variant is None:
+                    hrefs += [f"/p/{i}?v={k}" for k in range(site.variants)]
+                body = "".join(f'<a href="{h}">{h}</a> ' for h in hrefs)
                 data = f"<html><body><h1>{i}</h1>{body}</body></html>".encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html")
@@ -89,7 +109,8 @@ class Site:
         self.thread.start()
 
     def all_paths(self) -> set[str]:
-        return {f"/p/{i}" for i in range(self.pages)}
+        pages = {f"/p/{i}" for i in range(self.pages)}
+        return pages | {f"/p/{i}?v={k}" for i in range(self.pages) for k in range(self.variants)}
 
     def snapshot(self) -> Counter[str]:
         with self.lock:

@@ -31,6 +31,7 @@
 
 mod classic;
 mod conn;
+mod exact;
 mod filter;
 mod init;
 mod layout;

@@ -109,6 +109,13 @@ pub(super) struct AddBatch {
     groups: Vec<Group>,
 }
 
+impl AddBatch {
+    /// The number of commands [`SharedFilter::write_add`] writes for this batch.
+    pub(super) fn commands(&self) -> usize {
+        self.groups.len()
+    }
+}
+
 /// One write command: keys of one shard, in batch order.
 struct Group {
     shard: usize,
@@ -174,14 +181,16 @@ impl SharedFilter {
     pub(super) fn add_batch<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut Vec<bool>) -> Result<()> {
         let batch = self.add_plan(keys);
         let start = Instant::now();
+        let mut resent = false;
         loop {
             match self.session.run_fast_once(|w| self.write_add(w, &batch)) {
                 Ok(replies) => return self.read_add(&batch, replies, out),
                 Err(Error::RedisOutcomeUnknown { why }) => {
                     let ran = self.add_may_have_run(&batch)?;
-                    if ran || start.elapsed() > self.session.endpoint().retry_window() {
+                    if ran || (resent && start.elapsed() > self.session.endpoint().retry_window()) {
                         return Err(Error::RedisOutcomeUnknown { why });
                     }
+                    resent = true;
                 }
                 Err(e) => return Err(e),
             }

@@ -476,6 +476,7 @@ impl SharedWindow {
             // attempt set. Sent again only once a lookup shows it did not run (see
             // `Endpoint::retry_for`).
             let start = std::time::Instant::now();
+            let mut resent = false;
             let replies = loop {
                 match self.session.run_fast_once(|w| {
                     self.write_ring_read(w, std::slice::from_ref(&field));
@@ -483,10 +484,11 @@ impl SharedWindow {
                 }) {
                     Err(Error::RedisOutcomeUnknown { why }) => {
                         if gen.add_may_have_run(&batch)?
-                            || start.elapsed() > self.session.endpoint().retry_window()
+                            || (resent && start.elapsed() > self.session.endpoint().retry_window())
                         {
                             return Err(Error::RedisOutcomeUnknown { why });
                         }
+                        resent = true;
                     }
                     r => break r?,
                 }
