@@ -5,7 +5,7 @@
 //! them all before reading any reply (one round trip per node, overlapped), and follows
 //! `MOVED`/`ASK` redirections while slots migrate.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::cluster::{ClusterClientBuilder, ClusterConnection};
 use redis::{Cmd, ServerErrorKind, Value};
@@ -22,6 +22,10 @@ const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default time a call keeps retrying while Redis is unreachable, restarting or failing over
 /// (none: one reconnect, then the error).
 const RETRY_FOR: Duration = Duration::ZERO;
+
+/// How long a cluster connection sends batches that cannot be replayed one command at a
+/// time after a pipeline lost replies to a redirection (see `cluster_run`).
+const CAREFUL_FOR: Duration = Duration::from_secs(60);
 
 /// Retries of one command on a cluster (redirections, refreshed slot maps, busy nodes).
 const CLUSTER_RETRIES: u32 = 4;
@@ -140,7 +144,7 @@ impl Endpoint {
                 .max_retry_wait(1000)
                 .build()?
                 .get_connection()?;
-            Ok(Conn::Cluster(Box::new(con)))
+            Ok(Conn::Cluster(Box::new(con), None))
         } else {
             let con = redis::Client::open(self.urls[0].as_str())?
                 .get_connection_with_timeout(self.connect_timeout)?;
@@ -154,7 +158,9 @@ impl Endpoint {
 /// An open connection to a server or a cluster.
 pub(crate) enum Conn {
     Single(redis::Connection),
-    Cluster(Box<ClusterConnection>),
+    /// A cluster connection, and until when batches that cannot be replayed go one command
+    /// at a time (set when a pipeline lost replies to a redirection: a slot is migrating).
+    Cluster(Box<ClusterConnection>, Option<Instant>),
 }
 
 impl Conn {
@@ -176,7 +182,7 @@ impl Conn {
                 }
                 p.query(con)?
             }
-            Conn::Cluster(con) => cluster_run(con, cmds, replay)?,
+            Conn::Cluster(con, careful) => cluster_run(con, cmds, replay, careful)?,
         })
     }
 }
@@ -254,7 +260,22 @@ impl Sink for Streamer<'_> {
 /// pipeline when `replay` allows it. A replayed `BITFIELD` of an add would report the keys
 /// the first run set as already present, a guess: so with `replay` false a partly run
 /// pipeline is [`Error::RedisOutcomeUnknown`] (the add then looks its keys up to tell).
-fn cluster_run(con: &mut ClusterConnection, cmds: Vec<Cmd>, replay: bool) -> Result<Vec<Value>> {
+///
+/// After such a loss, for [`CAREFUL_FOR`], batches that cannot be replayed are sent one
+/// command at a time (each follows its own redirection and keeps its reply): a slot
+/// migration makes every pipeline over it lose replies until it ends.
+fn cluster_run(
+    con: &mut ClusterConnection,
+    cmds: Vec<Cmd>,
+    replay: bool,
+    careful: &mut Option<Instant>,
+) -> Result<Vec<Value>> {
+    if !replay && careful.is_some_and(|until| Instant::now() < until) {
+        return cmds
+            .iter()
+            .map(|c| c.query::<Value>(con).map_err(Error::from))
+            .collect();
+    }
     let mut p = redis::cluster::cluster_pipe();
     for c in &cmds {
         p.add_command(c.clone());
@@ -278,6 +299,7 @@ fn cluster_run(con: &mut ClusterConnection, cmds: Vec<Cmd>, replay: bool) -> Res
     let mut rest = redis::cluster::cluster_pipe();
     let others: Vec<usize> = (0..cmds.len()).filter(|i| !failed.contains(i)).collect();
     if !replay && !others.is_empty() {
+        *careful = Some(Instant::now() + CAREFUL_FOR);
         return Err(Error::RedisOutcomeUnknown {
             why: format!(
                 "{} of {} commands were redirected and the others' replies were lost: {err}",
