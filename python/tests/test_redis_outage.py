@@ -77,16 +77,18 @@ def wait_fetched(site: Site, n: int, procs, timeout: float = 120) -> int:
 
 
 @pytest.mark.parametrize(
-    "outage,how",
-    [(1.0, "shutdown"), (5.0, "stop")],
-    ids=["1s-clean-shutdown", "5s-kill9-aof"],
+    "outage,how,exact",
+    [(1.0, "shutdown", True), (5.0, "stop", True), (1.0, "stop", False)],
+    ids=["1s-clean-shutdown", "5s-kill9-aof", "1s-kill9-aof-bloom-only"],
 )
 def test_no_request_dropped_while_redis_restarts_with_its_data(
-    persistent_redis, tmp_path, outage, how
+    persistent_redis, tmp_path, outage, how, exact
 ):
     site = Site(PAGES, tree=3, delay=0.05)
     try:
-        procs = start_spiders(site, persistent_redis.url, tmp_path)
+        procs = start_spiders(
+            site, persistent_redis.url, tmp_path, BLOOMSLED_REDIS_EXACT=exact
+        )
         running = wait_fetched(site, PAGES // 6, procs)
         before = site.fetched()
         getattr(persistent_redis, how)()
@@ -101,7 +103,8 @@ def test_no_request_dropped_while_redis_restarts_with_its_data(
     missing = site.all_paths() - set(hits)
     twice = sorted(p for p, n in hits.items() if n > 1)
     print(
-        f"outage {outage}s ({how}) after {before} pages, {running} spiders running: "
+        f"outage {outage}s ({how}, exact={exact}) after {before} pages, "
+        f"{running} spiders running: "
         f"{len(hits)} of {PAGES} fetched, "
         f"{len(twice)} fetched twice {twice[:10]}, reasons {reasons}, "
         f"unknown outcomes {[log.count('its answer is unknown') for log in logs]}"
