@@ -138,6 +138,18 @@ pub enum Error {
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
 
+    /// A write whose answer depends on the state it found (an add's "new") may or may not
+    /// have reached Redis before the connection failed, and no lookup could tell which: its
+    /// answer is unknown. It was not guessed (a replay would call a new key "present").
+    /// The keys may or may not be in the filter now; adding them again is safe, but its
+    /// answer says only "possibly present".
+    #[cfg(feature = "redis")]
+    #[error("redis: the outcome of a write is unknown ({why}); its answer was not guessed")]
+    RedisOutcomeUnknown {
+        /// The connection error that left the outcome unknown.
+        why: String,
+    },
+
     /// A shared filter exists under this name with another shape than the one asked for.
     #[cfg(feature = "redis")]
     #[error("shared filter {name:?} has another shape: asked for {asked}, Redis holds {found}")]

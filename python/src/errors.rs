@@ -61,6 +61,14 @@ create_exception!(
     "Redis could not be reached or answered with an error."
 );
 
+create_exception!(
+    _bloomsled,
+    RedisOutcomeUnknownError,
+    RedisError,
+    "A write (an add) may or may not have reached Redis before the connection failed, and \
+     no lookup could tell: its answer (new or not) is unknown and was not guessed."
+);
+
 /// The Python exception for a crate error, carrying its message.
 pub fn to_py(e: bloomsled::Error) -> PyErr {
     use bloomsled::Error as E;
@@ -79,6 +87,7 @@ pub fn to_py(e: bloomsled::Error) -> PyErr {
         E::SharedFilterLost { .. } => SharedFilterLostError::new_err(msg),
         E::SharedFilterNotFound { .. } => SharedFilterNotFoundError::new_err(msg),
         E::Redis(_) => RedisError::new_err(msg),
+        E::RedisOutcomeUnknown { .. } => RedisOutcomeUnknownError::new_err(msg),
         E::Closed(_) => ClosedError::new_err(msg),
         E::InUse { .. } => InUseError::new_err(msg),
         _ => Error::new_err(msg),
@@ -128,6 +137,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         py.get_type::<SharedFilterNotFoundError>(),
     )?;
     m.add("RedisError", py.get_type::<RedisError>())?;
+    m.add(
+        "RedisOutcomeUnknownError",
+        py.get_type::<RedisOutcomeUnknownError>(),
+    )?;
     // The names before PEP 8's `...Error` suffix, kept as aliases of the same classes so
     // that `except bloomsled.InvalidConfig` keeps working.
     for (old, new) in ALIASES {

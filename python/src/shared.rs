@@ -1,7 +1,9 @@
 //! `SharedFilter`: one filter in Redis or a Redis Cluster, shared by many processes.
 
 use bloomsled::shared::Endpoint;
-use pyo3::exceptions::PyTypeError;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyType};
 
@@ -14,8 +16,15 @@ pub struct SharedFilter {
     f: bloomsled::shared::SharedFilter,
 }
 
-/// An endpoint from a URL, or from a list of node URLs for a cluster.
-fn endpoint(url: &Bound<'_, PyAny>, cluster: bool) -> PyResult<Endpoint> {
+/// An endpoint from a URL, or from a list of node URLs for a cluster, that retries for
+/// `retry_seconds` while Redis is unavailable.
+fn endpoint(url: &Bound<'_, PyAny>, cluster: bool, retry_seconds: f64) -> PyResult<Endpoint> {
+    let retry = Duration::try_from_secs_f64(retry_seconds)
+        .map_err(|_| PyValueError::new_err("retry_seconds must be a finite number >= 0"))?;
+    Ok(endpoint_of(url, cluster)?.retry_for(retry))
+}
+
+fn endpoint_of(url: &Bound<'_, PyAny>, cluster: bool) -> PyResult<Endpoint> {
     let urls: Vec<String> = if url.cast::<PyString>().is_ok() {
         vec![url.extract()?]
     } else {
@@ -36,9 +45,11 @@ fn endpoint(url: &Bound<'_, PyAny>, cluster: bool) -> PyResult<Endpoint> {
 #[pymethods]
 impl SharedFilter {
     /// Creates the filter `name`, or opens it if it exists with exactly this shape (several
-    /// processes may race; one creates, the others open it).
+    /// processes may race; one creates, the others open it). Every call retries for
+    /// `retry_seconds` while Redis is unavailable (see `Endpoint::retry_for`).
     #[classmethod]
-    #[pyo3(signature = (name, url, *, expected_items, fpr = 0.01, cluster = false))]
+    #[pyo3(signature = (name, url, *, expected_items, fpr = 0.01, cluster = false, retry_seconds = 0.0))]
+    #[allow(clippy::too_many_arguments)]
     fn create(
         _cls: &Bound<'_, PyType>,
         py: Python<'_>,
@@ -47,8 +58,9 @@ impl SharedFilter {
         expected_items: u64,
         fpr: f64,
         cluster: bool,
+        retry_seconds: f64,
     ) -> PyResult<Self> {
-        let ep = endpoint(url, cluster)?;
+        let ep = endpoint(url, cluster, retry_seconds)?;
         let config = bloomsled::FilterConfig::new(expected_items).false_positive_rate(fpr);
         let f = py
             .detach(|| bloomsled::shared::SharedFilter::create(&ep, name, &config))
@@ -58,15 +70,16 @@ impl SharedFilter {
 
     /// Opens the existing filter `name`; SharedFilterNotFoundError if there is none.
     #[classmethod]
-    #[pyo3(signature = (name, url, cluster = false))]
+    #[pyo3(signature = (name, url, cluster = false, *, retry_seconds = 0.0))]
     fn open(
         _cls: &Bound<'_, PyType>,
         py: Python<'_>,
         name: &str,
         url: &Bound<'_, PyAny>,
         cluster: bool,
+        retry_seconds: f64,
     ) -> PyResult<Self> {
-        let ep = endpoint(url, cluster)?;
+        let ep = endpoint(url, cluster, retry_seconds)?;
         let f = py
             .detach(|| bloomsled::shared::SharedFilter::open(&ep, name))
             .py_err()?;
@@ -84,6 +97,22 @@ impl SharedFilter {
         let objs = collect(keys)?;
         let ks = all_bytes(&objs)?;
         py.detach(|| self.f.add_many(&ks)).py_err()
+    }
+
+    /// Adds `key` to the filter and its exact record in Redis; True if it was not recorded
+    /// before (exact: no false positives). Keys of at least 4 bytes, uniformly
+    /// distributed (digests). RedisOutcomeUnknownError if the connection failed after the
+    /// add may have run and a lookup could not tell.
+    fn add_exact(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let k = bytes_of(key)?;
+        py.detach(|| self.f.add_exact(&k)).py_err()
+    }
+
+    /// `add_exact` for every key (pipelined); for each, True if it was new.
+    fn add_exact_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
+        let objs = collect(keys)?;
+        let ks = all_bytes(&objs)?;
+        py.detach(|| self.f.add_exact_many(&ks)).py_err()
     }
 
     fn __contains__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {

@@ -32,20 +32,39 @@ def free_port() -> int:
 
 class Site:
     """`pages` pages at /p/<i>; page i links to i+1 (so every page is reachable from 0),
-    to a few random pages (duplicates across pages, cycles), to itself and to page 0."""
+    to a few random pages (duplicates across pages, cycles), to itself and to page 0; or,
+    with `tree`, to its `tree` children, itself, page 0 and its first child again; and,
+    with `variants`, to that many near-duplicate URLs of itself."""
 
     def __init__(
-        self, pages: int, links: int = 8, seed: int = 7, delay: float = 0.0, broken: int = 0
+        self,
+        pages: int,
+        links: int = 8,
+        seed: int = 7,
+        delay: float = 0.0,
+        broken: int = 0,
+        tree: int = 0,
+        variants: int = 0,
     ):
         rng = random.Random(seed)
         self.pages = pages
         self.delay = delay
+        # Near-duplicate URLs: each page also links to `/p/<i>?v=<k>` for k < variants,
+        # distinct pages that link back to the root only.
+        self.variants = variants
         self.links = []
         for i in range(pages):
-            out = [(i + 1) % pages, i, 0] + [rng.randrange(pages) for _ in range(links)]
-            out += out[:2]  # the same link twice on one page
-            if broken and i % broken == 0:
-                out.append(pages + i)  # a link to a missing page: 404
+            if tree:
+                # A tree: the only link to page i is on its parent, (i - 1) // tree, so a
+                # request dropped is a page (and its subtree) never fetched. The links to
+                # the page itself, to the root and the first child again are duplicates.
+                kids = [c for c in range(tree * i + 1, tree * i + tree + 1) if c < pages]
+                out = kids + [i, 0] + kids[:1]
+            else:
+                out = [(i + 1) % pages, i, 0] + [rng.randrange(pages) for _ in range(links)]
+                out += out[:2]  # the same link twice on one page
+                if broken and i % broken == 0:
+                    out.append(pages + i)  # a link to a missing page: 404
             self.links.append(out)
         self.broken = broken
         self.hits: Counter[str] = Counter()
@@ -54,21 +73,33 @@ class Site:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
-                parts = self.path.split("/")
+                path, _, query = self.path.partition("?")
+                parts = path.split("/")
                 if len(parts) != 3 or parts[1] != "p" or not parts[2].isdigit():
                     self.send_error(404)
                     return
                 i = int(parts[2])
+                variant = query[2:] if query.startswith("v=") else None
                 if i >= site.pages:
                     with site.lock:
                         site.hits[self.path] += 1
+                if (
+                    i >= site.pages
+                    or (query and not (variant or "").isdigit())
+                    or (variant is not None and int(variant) >= site.variants)
+                ):
                     self.send_error(404)
                     return
                 with site.lock:
                     site.hits[self.path] += 1
                 if site.delay:
                     time.sleep(site.delay)
-                body = "".join(f'<a href="/p/{j}">{j}</a> ' for j in site.links[i])
+                # A variant page links back to the root only (a duplicate).
+                links = [0] if variant is not None else site.links[i]
+                hrefs = [f"/p/{j}" for j in links]
+                if variant is None:
+                    hrefs += [f"/p/{i}?v={k}" for k in range(site.variants)]
+                body = "".join(f'<a href="{h}">{h}</a> ' for h in hrefs)
                 data = f"<html><body><h1>{i}</h1>{body}</body></html>".encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html")
@@ -86,7 +117,8 @@ class Site:
         self.thread.start()
 
     def all_paths(self) -> set[str]:
-        return {f"/p/{i}" for i in range(self.pages)}
+        pages = {f"/p/{i}" for i in range(self.pages)}
+        return pages | {f"/p/{i}?v={k}" for i in range(self.pages) for k in range(self.variants)}
 
     def broken_paths(self) -> set[str]:
         """The missing pages that pages link to (404)."""
@@ -134,17 +166,29 @@ def run_crawl(site_url: str, log: Path, timeout: float = 240, **settings) -> str
 
 
 class Redis:
-    def __init__(self, exe: str):
+    """A private redis-server on a free loopback port. `persist` turns on both kinds of
+    persistence (an RDB save at shutdown, an AOF fsynced at every write) in `dir`, so a
+    server stopped either way comes back with its data."""
+
+    def __init__(self, exe: str, persist: bool = False, dir: Path | None = None):
         self.exe = exe
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen | None = None
+        self.persist = persist
+        self.dir = dir
         self.start()
+
+    def args(self) -> list[str]:
+        if not self.persist:
+            return ["--save", "", "--appendonly", "no"]
+        assert self.dir is not None
+        return ["--dir", str(self.dir), "--save", "3600 1", "--appendonly", "yes",
+                "--appendfsync", "always"]
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no"],
+            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", *self.args()],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -160,8 +204,16 @@ class Redis:
         raise RuntimeError("redis-server did not start")
 
     def stop(self) -> None:
+        """kill -9 (with `persist`, every acknowledged write is in the AOF)."""
         if self.proc is not None:
             self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def shutdown(self) -> None:
+        """SIGTERM: a clean shutdown, which saves the RDB and syncs the AOF."""
+        if self.proc is not None:
+            self.proc.terminate()
             self.proc.wait()
             self.proc = None
 
@@ -170,13 +222,27 @@ class Redis:
         self.start()
 
 
-@pytest.fixture
-def redis_server():
+def redis_exe() -> str:
     exe = shutil.which("redis-server")
     if exe is None:
         if in_ci():
             pytest.fail("redis-server is not installed and CI=true: Redis tests must run")
         pytest.skip("redis-server not installed")
-    r = Redis(exe)
+    return exe
+
+
+@pytest.fixture
+def redis_server():
+    r = Redis(redis_exe())
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def persistent_redis(tmp_path):
+    """A redis-server that keeps its data across a stop (RDB and AOF)."""
+    d = tmp_path / "redis"
+    d.mkdir()
+    r = Redis(redis_exe(), persist=True, dir=d)
     yield r
     r.stop()

@@ -74,7 +74,8 @@ impl ClassicFilter {
     pub fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(PIPELINE_KEYS) {
-            let replies = self.session.run(|| {
+            // Not replayed: a replay would answer "present" for the bits a lost attempt set.
+            let replies = self.session.run_once(|| {
                 chunk
                     .iter()
                     .map(|k| self.bitfield(k.as_ref(), true))

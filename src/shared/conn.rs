@@ -5,7 +5,7 @@
 //! them all before reading any reply (one round trip per node, overlapped), and follows
 //! `MOVED`/`ASK` redirections while slots migrate.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::cluster::{ClusterClientBuilder, ClusterConnection};
 use redis::{Cmd, ServerErrorKind, Value};
@@ -18,6 +18,14 @@ use super::resp::{Packer, Sink, Words};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time allowed for one reply (or one pipeline's replies).
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default time a call keeps retrying while Redis is unreachable, restarting or failing over
+/// (none: one reconnect, then the error).
+const RETRY_FOR: Duration = Duration::ZERO;
+
+/// How long a cluster connection sends batches that cannot be replayed one command at a
+/// time after a pipeline lost replies to a redirection (see `cluster_run`).
+const CAREFUL_FOR: Duration = Duration::from_secs(60);
 
 /// Retries of one command on a cluster (redirections, refreshed slot maps, busy nodes).
 const CLUSTER_RETRIES: u32 = 4;
@@ -38,6 +46,7 @@ pub struct Endpoint {
     cluster: bool,
     connect_timeout: Duration,
     io_timeout: Duration,
+    retry_for: Duration,
 }
 
 impl Endpoint {
@@ -48,6 +57,7 @@ impl Endpoint {
             cluster: false,
             connect_timeout: CONNECT_TIMEOUT,
             io_timeout: IO_TIMEOUT,
+            retry_for: RETRY_FOR,
         }
     }
 
@@ -77,6 +87,36 @@ impl Endpoint {
         self
     }
 
+    /// Sets how long a call keeps retrying, with growing pauses (50 ms doubling up to 1 s),
+    /// while Redis cannot be reached or answers that it cannot serve yet (connection
+    /// refused or dropped, a timeout, `LOADING` after a restart, `CLUSTERDOWN`, `TRYAGAIN`,
+    /// `MASTERDOWN`, `READONLY` during a failover). Default zero: one reconnect, then the
+    /// error. Past this time the call returns the last error.
+    ///
+    /// Only batches whose replay is harmless are sent again: lookups, the filter's own
+    /// idempotent writes, removes (their script remembers its answer). An add reports
+    /// whether each key was new, and its replay would report "present" for the keys the
+    /// lost attempt set: so an add that may have reached Redis is re-sent only once a
+    /// lookup shows it did not run (some key of each of its commands still absent);
+    /// otherwise the call fails with [`crate::Error::RedisOutcomeUnknown`] instead of
+    /// guessing.
+    ///
+    /// ```
+    /// use bloomsled::shared::Endpoint;
+    /// use std::time::Duration;
+    /// let ep = Endpoint::url("redis://127.0.0.1:6379/").retry_for(Duration::from_secs(60));
+    /// assert_eq!(ep.retry_window(), Duration::from_secs(60));
+    /// ```
+    pub fn retry_for(mut self, d: Duration) -> Self {
+        self.retry_for = d;
+        self
+    }
+
+    /// How long a call keeps retrying (see [`Endpoint::retry_for`]).
+    pub fn retry_window(&self) -> Duration {
+        self.retry_for
+    }
+
     /// True for a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         self.cluster
@@ -92,7 +132,7 @@ impl Endpoint {
         self.check_urls()?;
         if self.cluster {
             let con = self.cluster_client()?.get_connection()?;
-            Ok(Conn::Cluster(Box::new(con)))
+            Ok(Conn::Cluster(Box::new(con), None))
         } else {
             let con = redis::Client::open(self.urls[0].as_str())?
                 .get_connection_with_timeout(self.connect_timeout)?;
@@ -136,13 +176,19 @@ impl Endpoint {
 /// An open connection to a server or a cluster.
 pub(crate) enum Conn {
     Single(redis::Connection),
-    Cluster(Box<ClusterConnection>),
+    /// A cluster connection, and until when batches that cannot be replayed go one command
+    /// at a time (set when a pipeline lost replies to a redirection: a slot is migrating).
+    Cluster(Box<ClusterConnection>, Option<Instant>),
 }
 
 impl Conn {
     /// Runs `cmds` as one pipeline (one round trip per node) and returns their replies in
     /// order. The first error reply fails the whole batch.
-    pub(crate) fn run(&mut self, cmds: Vec<Cmd>) -> Result<Vec<Value>> {
+    ///
+    /// With `replay` false (an add, whose answer depends on the state it finds), a cluster
+    /// pipeline that ran in part is not run again in full: its outcome is
+    /// [`Error::RedisOutcomeUnknown`].
+    pub(crate) fn run(&mut self, cmds: Vec<Cmd>, replay: bool) -> Result<Vec<Value>> {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
@@ -154,7 +200,7 @@ impl Conn {
                 }
                 p.query(con)?
             }
-            Conn::Cluster(con) => cluster_run(con, cmds)?,
+            Conn::Cluster(con, careful) => cluster_run(con, cmds, replay, careful)?,
         })
     }
 }
@@ -229,9 +275,25 @@ impl Sink for Streamer<'_> {
 /// whole batch, keeping no other reply). So when every failure is a redirection (a slot
 /// migrating or just moved), the failed commands are run one by one through the client's
 /// single-command path, which follows redirections, and the others are run again as a
-/// pipeline (all bloomsled's commands are idempotent; a re-run `BITFIELD` then reports its
-/// key as already present, which `add` allows: "possibly present").
-fn cluster_run(con: &mut ClusterConnection, cmds: Vec<Cmd>) -> redis::RedisResult<Vec<Value>> {
+/// pipeline when `replay` allows it. A replayed `BITFIELD` of an add would report the keys
+/// the first run set as already present, a guess: so with `replay` false a partly run
+/// pipeline is [`Error::RedisOutcomeUnknown`] (the add then looks its keys up to tell).
+///
+/// After such a loss, for [`CAREFUL_FOR`], batches that cannot be replayed are sent one
+/// command at a time (each follows its own redirection and keeps its reply): a slot
+/// migration makes every pipeline over it lose replies until it ends.
+fn cluster_run(
+    con: &mut ClusterConnection,
+    cmds: Vec<Cmd>,
+    replay: bool,
+    careful: &mut Option<Instant>,
+) -> Result<Vec<Value>> {
+    if !replay && careful.is_some_and(|until| Instant::now() < until) {
+        return cmds
+            .iter()
+            .map(|c| c.query::<Value>(con).map_err(Error::from))
+            .collect();
+    }
     let mut p = redis::cluster::cluster_pipe();
     for c in &cmds {
         p.add_command(c.clone());
@@ -250,10 +312,20 @@ fn cluster_run(con: &mut ClusterConnection, cmds: Vec<Cmd>) -> redis::RedisResul
         Some(list) if list.iter().all(|(_, e)| redirected(e)) => {
             list.iter().map(|(i, _)| *i).collect()
         }
-        _ => return Err(err),
+        _ => return Err(err.into()),
     };
     let mut rest = redis::cluster::cluster_pipe();
     let others: Vec<usize> = (0..cmds.len()).filter(|i| !failed.contains(i)).collect();
+    if !replay && !others.is_empty() {
+        *careful = Some(Instant::now() + CAREFUL_FOR);
+        return Err(Error::RedisOutcomeUnknown {
+            why: format!(
+                "{} of {} commands were redirected and the others' replies were lost: {err}",
+                failed.len(),
+                cmds.len()
+            ),
+        });
+    }
     for &i in &others {
         rest.add_command(cmds[i].clone());
     }

@@ -241,6 +241,39 @@ impl SharedFilter {
         super::one(self.add_many(&[key])?)
     }
 
+    /// Adds `key` to the filter and to the filter's exact record (small Redis hashes of the
+    /// keys themselves, beside the filter); returns `true` if it was not recorded before.
+    /// Exact: never `false` for a key that was not added (no false positives). Keys must be
+    /// at least 4 bytes, uniformly distributed (digests such as SHA-1 request
+    /// fingerprints), and added through `add_exact` only, since `add` does not record them.
+    /// Atomic across processes: of two adding the same key, exactly one gets `true`. One
+    /// round trip; about 22 bytes of Redis memory per 20-byte key (see the `exact` module).
+    ///
+    /// ```no_run
+    /// use bloomsled::shared::{Endpoint, SharedFilter};
+    /// use bloomsled::FilterConfig;
+    /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
+    /// let seen = SharedFilter::create(&redis, "crawler:fps", &FilterConfig::new(1_000_000))?;
+    /// let fp = [7u8; 20];
+    /// assert!(seen.add_exact(&fp)?);
+    /// assert!(!seen.add_exact(&fp)?);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn add_exact(&self, key: &[u8]) -> Result<bool> {
+        super::one(self.add_exact_many(&[key])?)
+    }
+
+    /// [`SharedFilter::add_exact`] for every key, in order (a key repeated in the batch is
+    /// new once); pipelined like [`SharedFilter::add_many`]. On error nothing is reported,
+    /// and some keys may have been recorded.
+    pub fn add_exact_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(PIPELINE_KEYS) {
+            self.add_exact_batch(chunk, &mut out)?;
+        }
+        Ok(out)
+    }
+
     /// True if `key` may have been added, false if it certainly was not. One `GETRANGE`.
     pub fn contains(&self, key: &[u8]) -> Result<bool> {
         super::one(self.contains_many(&[key])?)
@@ -337,7 +370,8 @@ impl SharedFilter {
     }
 
     /// Deletes the filter from Redis (config record first, so no new handle opens a
-    /// half-deleted filter; handles still open get [`Error::SharedFilterLost`]).
+    /// half-deleted filter; handles still open get [`Error::SharedFilterLost`]), then its
+    /// exact record's buckets (see [`SharedFilter::add_exact`]).
     pub fn destroy(self) -> Result<()> {
         let mut cmds = vec![redis::cmd("DEL").arg(self.config_key()).clone()];
         cmds.extend(
@@ -346,7 +380,7 @@ impl SharedFilter {
                 .map(|k| redis::cmd("DEL").arg(k).clone()),
         );
         self.session.run(|| cmds.clone())?;
-        Ok(())
+        self.destroy_exact()
     }
 }
 

@@ -37,6 +37,7 @@
 mod aio;
 mod classic;
 mod conn;
+mod exact;
 mod filter;
 mod init;
 mod layout;

@@ -22,6 +22,8 @@
 //! replaced one carries the new epoch in every block: so the tag of any one block of the
 //! shard, read in the same command, tells whether all of them are this filter's.
 
+use std::time::Instant;
+
 use redis::Value;
 
 use crate::error::{Error, Result};
@@ -108,6 +110,13 @@ pub(super) struct AddBatch {
     groups: Vec<Group>,
 }
 
+impl AddBatch {
+    /// The number of commands [`SharedFilter::write_add`] writes for this batch.
+    pub(super) fn commands(&self) -> usize {
+        self.groups.len()
+    }
+}
+
 /// One write command: keys of one shard, in batch order.
 struct Group {
     shard: usize,
@@ -178,10 +187,49 @@ impl Incarnation<'_> {
 
 impl SharedFilter {
     /// Adds one pipeline's worth of keys: see the module documentation.
+    ///
+    /// An add is not replayed blindly: its replay would answer "present" for the keys a
+    /// lost first attempt set. When it may have reached Redis before the connection failed,
+    /// a lookup of its keys (a read, retried freely) tells: a `BITFIELD` sets all its cells
+    /// or none, so a command with a key still absent did not run. If every command has one,
+    /// the add is sent again; otherwise [`Error::RedisOutcomeUnknown`].
     pub(super) fn add_batch<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut Vec<bool>) -> Result<()> {
         let batch = self.add_plan(keys);
-        let replies = self.session.run_fast(|w| self.write_add(w, &batch))?;
-        self.read_add(&batch, replies, out)
+        let start = Instant::now();
+        let mut resent = false;
+        loop {
+            match self.session.run_fast_once(|w| self.write_add(w, &batch)) {
+                Ok(replies) => return self.read_add(&batch, replies, out),
+                Err(Error::RedisOutcomeUnknown { why }) => {
+                    let ran = self.add_may_have_run(&batch)?;
+                    if ran || (resent && start.elapsed() > self.session.endpoint().retry_window()) {
+                        return Err(Error::RedisOutcomeUnknown { why });
+                    }
+                    resent = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// False if none of the batch's commands ran: each has a key whose cells are not all
+    /// set. One lookup pipeline (retried like any read).
+    pub(super) fn add_may_have_run(&self, batch: &AddBatch) -> Result<bool> {
+        let plan = &batch.plan;
+        let replies = self
+            .session
+            .run_fast(|w| plan.iter().for_each(|p| self.write_getrange(w, p)))?;
+        let mut present = Vec::with_capacity(plan.len());
+        for (p, r) in plan.iter().zip(replies) {
+            present.push(self.check_block(p, r)?);
+        }
+        if present.len() != plan.len() {
+            return Ok(true);
+        }
+        Ok(batch
+            .groups
+            .iter()
+            .any(|g| g.keys.iter().all(|&i| present[i])))
     }
 }
 

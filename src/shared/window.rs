@@ -472,10 +472,27 @@ impl SharedWindow {
         let field = gen_field(e);
         for chunk in keys.chunks(PIPELINE_READS) {
             let batch = gen.add_plan(chunk);
-            let replies = self.session.run_fast(|w| {
-                self.write_ring_read(w, std::slice::from_ref(&field));
-                gen.write_add(w, &batch);
-            })?;
+            // Not replayed blindly: a replay would answer "present" for the keys a lost
+            // attempt set. Sent again only once a lookup shows it did not run (see
+            // `Endpoint::retry_for`).
+            let start = std::time::Instant::now();
+            let mut resent = false;
+            let replies = loop {
+                match self.session.run_fast_once(|w| {
+                    self.write_ring_read(w, std::slice::from_ref(&field));
+                    gen.write_add(w, &batch);
+                }) {
+                    Err(Error::RedisOutcomeUnknown { why }) => {
+                        if gen.add_may_have_run(&batch)?
+                            || (resent && start.elapsed() > self.session.endpoint().retry_window())
+                        {
+                            return Err(Error::RedisOutcomeUnknown { why });
+                        }
+                        resent = true;
+                    }
+                    r => break r?,
+                }
+            };
             let mut replies = replies.into_iter();
             let ring = self.read_ring(replies.next().unwrap_or(Value::Nil), e..=e)?;
             self.reconcile(&ring)?;

@@ -183,6 +183,17 @@ impl Server {
         );
     }
 
+    /// Starts the server again on the same port and directory after [`Server::kill`] (with
+    /// persistence on, it reloads its data).
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the server is still running");
+        assert!(
+            self.spawn(),
+            "redis-server did not start again on {}",
+            self.port
+        );
+    }
+
     /// Runs `redis-cli` against this server.
     pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new("redis-cli")
