@@ -16,7 +16,7 @@
 //! left alone, and sled's own error stands.
 
 use std::fs;
-use std::io;
+use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::persist::DIR_NAME;
@@ -60,10 +60,14 @@ pub(crate) fn complete_torn_conf(
     fs::create_dir_all(&aside)?;
     let copy = aside.join(format!("conf.{}-bytes", on_disk.len()));
     fs::write(&copy, &on_disk)?;
-    let f = fs::OpenOptions::new().write(true).open(&path)?;
-    use std::os::unix::fs::FileExt as _;
-    f.write_all_at(&whole[on_disk.len()..], on_disk.len() as u64)?;
+    // The torn file is a prefix of `whole`: write the rest after it (a positioned write
+    // by seeking, which every platform has).
+    let mut f = fs::OpenOptions::new().write(true).open(&path)?;
+    f.seek(SeekFrom::Start(on_disk.len() as u64))?;
+    f.write_all(&whole[on_disk.len()..])?;
     f.sync_all()?;
+    // A folder is fsynced through a handle to it on Unix; Windows has no such handle.
+    #[cfg(unix)]
     fs::File::open(db_dir)?.sync_all()?;
     log::warn!(
         "bloomsled: sled's {} was torn by a power cut ({} of {} bytes; sled 0.34.7 would \
