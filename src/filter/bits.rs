@@ -14,7 +14,7 @@ use super::layout::{self, BLOCK_WORDS};
 /// `filter::simd` relies on the alignment and size: it loads a block as one 64-byte vector.
 #[repr(C, align(64))]
 #[derive(Default)]
-#[cfg_attr(not(loom), derive(zerocopy::FromZeros))]
+#[cfg_attr(not(bloomsled_loom), derive(zerocopy::FromZeros))]
 pub(crate) struct Block([AtomicU64; BLOCK_WORDS]);
 
 impl Block {
@@ -73,7 +73,7 @@ impl Owned {
     /// `n` zeroed blocks in an anonymous mapping of their own, starting on a huge-page
     /// boundary, asked for transparent huge pages, and each huge page backed by a write (see
     /// [`Blocks::zeroed`]); `None` if the mapping is refused.
-    #[cfg(all(target_os = "linux", not(loom)))]
+    #[cfg(all(target_os = "linux", not(bloomsled_loom)))]
     fn mapped(n: usize) -> Option<Owned> {
         let len = n.checked_mul(std::mem::size_of::<Block>())?;
         let map_len = len.checked_add(HUGE_PAGE_BYTES)?;
@@ -128,7 +128,7 @@ impl std::ops::Deref for Owned {
 impl Drop for Owned {
     fn drop(&mut self) {
         match self.mapping {
-            #[cfg(all(target_os = "linux", not(loom)))]
+            #[cfg(all(target_os = "linux", not(bloomsled_loom)))]
             Some((base, bytes)) => {
                 // SAFETY: `[base, base + bytes)` is the mapping `Owned::mapped` made, unmapped
                 // only here; no reference into it outlives `self`.
@@ -137,7 +137,7 @@ impl Drop for Owned {
                     libc::munmap(base as *mut libc::c_void, bytes);
                 }
             }
-            #[cfg(not(all(target_os = "linux", not(loom))))]
+            #[cfg(not(all(target_os = "linux", not(bloomsled_loom))))]
             Some(_) => unreachable!("mappings are made on Linux only"),
             None => {
                 let slice = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
@@ -166,7 +166,7 @@ impl Blocks {
     /// before, all of its aligned part after. Filters this large are sized for millions of
     /// keys; they are paid for when made, not page by page. Smaller filters come zeroed
     /// from the allocator.
-    #[cfg(not(loom))]
+    #[cfg(not(bloomsled_loom))]
     pub(crate) fn zeroed(n: usize) -> Option<Self> {
         use zerocopy::FromZeros;
         #[cfg(target_os = "linux")]
@@ -182,7 +182,7 @@ impl Blocks {
     }
 
     /// Under loom, blocks of loom's atomics, made one by one (they are not plain zeroes).
-    #[cfg(loom)]
+    #[cfg(bloomsled_loom)]
     pub(crate) fn zeroed(n: usize) -> Option<Self> {
         Some(Blocks {
             blocks: Owned::boxed((0..n).map(|_| Block::default()).collect()),
@@ -337,11 +337,11 @@ impl Blocks {
 }
 
 /// Filters at least this large ask for transparent huge pages.
-#[cfg_attr(any(loom, not(target_os = "linux")), allow(dead_code))]
+#[cfg_attr(any(bloomsled_loom, not(target_os = "linux")), allow(dead_code))]
 const HUGE_PAGE_MIN_BYTES: usize = 8 << 20;
 
 /// The size of a transparent huge page (x86-64 and aarch64 with 4 KiB base pages).
-#[cfg_attr(any(loom, not(target_os = "linux")), allow(dead_code))]
+#[cfg_attr(any(bloomsled_loom, not(target_os = "linux")), allow(dead_code))]
 const HUGE_PAGE_BYTES: usize = 2 << 20;
 
 /// Asks the kernel to back the 2 MiB-aligned part of `[addr, addr + len)` with transparent
@@ -350,7 +350,7 @@ const HUGE_PAGE_BYTES: usize = 2 << 20;
 /// part: the caller writes one word per huge page before anything reads them (see
 /// [`Blocks::zeroed`]). Called before the memory is first touched, so the first write can
 /// allocate huge pages directly, which matters where THP is in `madvise` mode.
-#[cfg(all(target_os = "linux", not(loom)))]
+#[cfg(all(target_os = "linux", not(bloomsled_loom)))]
 fn advise_huge_pages(addr: usize, len: usize) -> std::ops::Range<usize> {
     if len < HUGE_PAGE_MIN_BYTES {
         return 0..0;

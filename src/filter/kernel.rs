@@ -101,7 +101,7 @@ impl Kernel {
     pub(crate) fn for_kind(kind: KernelKind, k: u32) -> Option<Kernel> {
         let scalar = Kernel::for_scalar(k)?;
         // (Not under loom: its atomics are not the bytes the vector loads read.)
-        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        #[cfg(all(target_arch = "x86_64", not(bloomsled_loom)))]
         let vector = match kind {
             KernelKind::Scalar => None,
             KernelKind::Avx2 => super::avx2::kernels_for(k),
@@ -109,7 +109,7 @@ impl Kernel {
                 super::simd::contains_for(k).zip(super::simd::contains_any_for(k))
             }
         };
-        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        #[cfg(not(all(target_arch = "x86_64", not(bloomsled_loom))))]
         let vector: Option<(ContainsFn, ContainsAnyFn)> = {
             let _ = kind;
             None
@@ -133,7 +133,7 @@ impl Kernel {
 
 /// The environment variable that forces a probe kernel: `scalar`, `avx2` or `avx512` (the
 /// names of [`KernelKind::name`]; a contract, outside checks use them).
-#[cfg_attr(loom, allow(dead_code))]
+#[cfg_attr(bloomsled_loom, allow(dead_code))]
 pub(crate) const KERNEL_ENV: &str = "BLOOMSLED_KERNEL";
 
 /// The probe implementations a filter can run. Every one answers exactly as the layout's
@@ -164,7 +164,7 @@ impl KernelKind {
 
     /// The kind named `name` (as [`KernelKind::name`] writes it, surrounding blanks and
     /// letter case ignored).
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(bloomsled_loom, allow(dead_code))]
     fn from_name(name: &str) -> Option<KernelKind> {
         let name = name.trim();
         KernelKind::ALL
@@ -176,11 +176,11 @@ impl KernelKind {
     pub(crate) fn is_supported(self) -> bool {
         match self {
             KernelKind::Scalar => true,
-            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[cfg(all(target_arch = "x86_64", not(bloomsled_loom)))]
             KernelKind::Avx2 => super::avx2::has_avx2(),
-            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[cfg(all(target_arch = "x86_64", not(bloomsled_loom)))]
             KernelKind::Avx512 => super::simd::has_avx512(),
-            #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+            #[cfg(not(all(target_arch = "x86_64", not(bloomsled_loom))))]
             KernelKind::Avx2 | KernelKind::Avx512 => false,
         }
     }
@@ -195,7 +195,7 @@ impl KernelKind {
     /// best one otherwise. The variable is read once, at the first filter made; an unknown
     /// or unsupported value is logged (`log::warn!`) and the best kind used instead.
     pub(crate) fn selected() -> KernelKind {
-        #[cfg(not(loom))]
+        #[cfg(not(bloomsled_loom))]
         {
             static SELECTED: std::sync::OnceLock<KernelKind> = std::sync::OnceLock::new();
             *SELECTED.get_or_init(|| {
@@ -207,14 +207,14 @@ impl KernelKind {
                 kind
             })
         }
-        #[cfg(loom)]
+        #[cfg(bloomsled_loom)]
         KernelKind::Scalar
     }
 }
 
 /// The kind `value` (of `BLOOMSLED_KERNEL`, `None` if unset) selects where `supported` says
 /// which kinds the CPU runs, and a warning to log if it asked for one it cannot have.
-#[cfg_attr(loom, allow(dead_code))]
+#[cfg_attr(bloomsled_loom, allow(dead_code))]
 fn choose(
     value: Option<&str>,
     supported: impl Fn(KernelKind) -> bool,

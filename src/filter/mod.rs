@@ -6,7 +6,7 @@
 //! number of threads may insert and query at once through `&Filter`.
 
 pub(crate) mod any;
-#[cfg(all(target_arch = "x86_64", not(loom)))]
+#[cfg(all(target_arch = "x86_64", not(bloomsled_loom)))]
 mod avx2;
 mod batch;
 mod bits;
@@ -15,7 +15,7 @@ mod counting;
 mod kernel;
 pub(crate) mod layout;
 pub(crate) mod math;
-#[cfg(all(target_arch = "x86_64", not(loom)))]
+#[cfg(all(target_arch = "x86_64", not(bloomsled_loom)))]
 mod simd;
 
 pub use any::FilterMode;

@@ -77,7 +77,7 @@ struct View {
     cursor: Cursor,
 }
 
-#[cfg(not(loom))]
+#[cfg(not(bloomsled_loom))]
 thread_local! {
     /// The gates this thread holds, with their views: an operation nested in another on the
     /// same tree (a write inside a transaction closure) reuses the outer hold instead of
@@ -87,7 +87,7 @@ thread_local! {
 
 // Under loom, one per loom thread (loom runs its threads on one OS thread); loom's macro
 // takes no `const` initializer.
-#[cfg(loom)]
+#[cfg(bloomsled_loom)]
 loom::thread_local! {
     static HELD: RefCell<Vec<(usize, View)>> = RefCell::new(Vec::new());
 }
@@ -686,9 +686,9 @@ mod tests {
 /// publish (the swap to a new filter) and retire (the swap away from a filter, then its
 /// zeroing and refilling for reuse), up to a preemption bound, and every value each relaxed
 /// load may return under the memory model, on the real `Filters` and `Filter` (their atomics
-/// and locks come from `crate::sync`, which is loom's under `--cfg loom`). Run it with
-/// `RUSTFLAGS="--cfg loom" cargo test --release --lib loom` (see `.ci/run`).
-#[cfg(all(test, loom))]
+/// and locks come from `crate::sync`, which is loom's under `--cfg bloomsled_loom`). Run it with
+/// `RUSTFLAGS="--cfg bloomsled_loom" cargo test --release --lib loom` (see `.ci/run`).
+#[cfg(all(test, bloomsled_loom))]
 mod loom_model {
     use super::*;
     use crate::filter::any::FilterMode;
