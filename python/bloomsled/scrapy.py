@@ -800,7 +800,7 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
             else:
                 engine.close_spider(crawler.spider, reason)  # type: ignore[arg-type]
 
-        reactor.callLater(0, close)  # type: ignore[attr-defined]
+        reactor.callLater(0, close)  # type: ignore[arg-type]
 
     def close(self, reason: str) -> None:
         self.filter = None
