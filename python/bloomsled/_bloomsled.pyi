@@ -23,6 +23,7 @@ __all__ = [
     "InvalidConfigError",
     "KeyIter",
     "RedisError",
+    "RedisOutcomeUnknownError",
     "ShapeMismatch",
     "ShapeMismatchError",
     "SharedFilter",
