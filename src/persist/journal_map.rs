@@ -49,6 +49,10 @@ impl Journal {
             .open(path)?;
         file.set_len(file_len(capacity))?;
         file.write_all(header.as_bytes())?;
+        // The header and length (a snapshot's cost, not a write's): a file whose records a
+        // power cut dropped then still reads as this journal, and only its boot id refuses
+        // it (the case `tests/power_cut.rs` reproduces), never its absence by luck.
+        file.sync_all()?;
         // SAFETY: the file was just created by this process in the database's own folder,
         // which sled holds locked against a second process; nothing truncates it while it
         // is mapped (only this tree's `Journals` removes it, which unlinks without
