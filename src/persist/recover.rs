@@ -153,8 +153,7 @@ fn decide(
     let ((filter, bytes), stale) = match trusted_filter(&persistence, &record, &identity, mode)? {
         Ok(found) => (found, None),
         Err(stale @ Distrust::Stale { .. }) if persistence.journals().is_some() => {
-            // Written since the snapshot: the snapshot itself, then its journals.
-            let mut clean = record;
+            let mut clean = record; // written since: the snapshot alone, then its journals
             clean.dirty_generation = U64::new(0);
             match trusted_filter(&persistence, &clean, &identity, mode)? {
                 Ok(found) => (found, Some(stale)),
