@@ -215,3 +215,73 @@ impl Journals {
         }
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::persist::journal::{OP_INSERT, OP_REMOVE};
+    use zerocopy::little_endian::U64;
+
+    fn header(generation: u64, capacity: u64) -> JournalHeader {
+        let mut h = JournalHeader::blank();
+        h.generation = U64::new(generation);
+        h.seed = U64::new(5);
+        h.capacity = U64::new(capacity);
+        h.sealed()
+    }
+
+    #[test]
+    fn concurrent_appends_all_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let js = Journals::new(dir.path(), &[1; 16]);
+        js.start(header(3, 10_000)).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let js = &js;
+                s.spawn(move || {
+                    for i in 0..1_000 {
+                        let op = if i % 7 == 0 { OP_REMOVE } else { OP_INSERT };
+                        js.with(3, |j| j.append(op, 5, t << 32 | i));
+                    }
+                });
+            }
+        });
+        js.with(4, |_| panic!("no journal of generation 4"));
+        let mut got = js.read(3).unwrap().records.unwrap();
+        got.sort_unstable();
+        let mut want: Vec<(u8, u64)> = (0..4u64)
+            .flat_map(|t| {
+                (0..1_000).map(move |i| {
+                    let op = if i % 7 == 0 { OP_REMOVE } else { OP_INSERT };
+                    (op, t << 32 | i)
+                })
+            })
+            .collect();
+        want.sort_unstable();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_full_or_wrong_seed_journal_reads_as_overflowed_and_retire_keeps_the_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let js = Journals::new(dir.path(), &[1; 16]);
+        js.start(header(1, 4)).unwrap();
+        js.start(header(2, 4)).unwrap();
+        for i in 0..5 {
+            js.with(1, |j| j.append(OP_INSERT, 5, i));
+        }
+        js.with(2, |j| j.append(OP_INSERT, 6, 0));
+        for g in [1, 2] {
+            assert_eq!(
+                js.read(g).unwrap().records,
+                Err(JournalFault::Overflowed { generation: g })
+            );
+        }
+        js.retire(2..=2);
+        assert_eq!(
+            js.read(1).unwrap_err(),
+            JournalFault::Missing { generation: 1 }
+        );
+        assert!(js.read(2).is_ok());
+    }
+}
