@@ -3,7 +3,14 @@
 //! as an operator meets it.
 //!
 //! `cargo bench --bench recovery` (1M keys); `BLOOMSLED_RECOVERY_KEYS=1000000,5000000` for
-//! several sizes, `BLOOMSLED_RECOVERY_ROUNDS` crash rounds per size (default 3).
+//! several sizes, `BLOOMSLED_RECOVERY_ROUNDS` crash rounds per size (default 3),
+//! `BLOOMSLED_RECOVERY_LOST=1000,100000` the writes since the last snapshot at the kill
+//! (default both), `BLOOMSLED_RECOVERY_JOURNAL=0` the crash journal off (the scan).
+//!
+//! With the crash journal (the default), the filter is back when `open` returns: the
+//! journals of the writes since the snapshot are replayed over it (`RecoveryOutcome::Replayed`).
+//! A last table compares single inserts per second with the journal and without
+//! (`Config::crash_journal(false)`), each in a fresh process, alternated, medians.
 //!
 //! Per size: a child loads N URL keys (batches of 10,000) and closes cleanly. Then, per
 //! round: a child opens bloomsled cleanly (open + first lookup: the clean-open figure),
@@ -29,8 +36,17 @@ const DIR: &str = "BLOOMSLED_RECOVERY_DIR";
 const KEYS: &str = "BLOOMSLED_RECOVERY_N";
 const ROUND: &str = "BLOOMSLED_RECOVERY_ROUND";
 
+const LOST: &str = "BLOOMSLED_RECOVERY_LOST_N";
+
+fn journal_on() -> bool {
+    std::env::var("BLOOMSLED_RECOVERY_JOURNAL").map_or(true, |v| v != "0")
+}
+
 fn config(dir: &Path, n: u64) -> bloomsled::Config {
-    bloomsled::Config::new().path(dir).expected_items(n)
+    bloomsled::Config::new()
+        .path(dir)
+        .expected_items(n)
+        .crash_journal(journal_on())
 }
 
 fn main() {
@@ -47,33 +63,90 @@ fn main() {
         .map(|s| s.trim().replace('_', "").parse().expect("a key count"))
         .collect();
     let rounds = env_count("BLOOMSLED_RECOVERY_ROUNDS", 3);
+    let losts: Vec<u64> = std::env::var("BLOOMSLED_RECOVERY_LOST")
+        .unwrap_or_else(|_| "1000,100000".into())
+        .split(',')
+        .map(|s| s.trim().replace('_', "").parse().expect("a write count"))
+        .collect();
     let mut rows = Vec::new();
     for &n in &sizes {
-        rows.push(measure(n, rounds));
+        rows.extend(measure(n, &losts, rounds));
     }
     println!();
     println!(
-        "| keys | sled open | bloomsled clean open | after kill -9: open returns | first answer \
-         | filter back | (open + first answer) / sled open | rebuild scan | sled iteration \
-         | scan / sled |"
+        "| keys | writes since snapshot | sled open | bloomsled clean open | after kill -9: \
+         open returns | first answer | filter back | filter back / sled open | keys scanned \
+         | records replayed |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for r in rows {
         println!("{r}");
     }
+    if env_count("BLOOMSLED_RECOVERY_INSERTS", 200_000) > 0 {
+        println!();
+        println!("{}", insert_cost(rounds.max(3)));
+    }
 }
 
-/// One size: medians over the rounds, as a table row.
-fn measure(n: u64, rounds: u64) -> String {
+/// Single inserts per second into a fresh database with the crash journal and without,
+/// each run a fresh process, alternated; medians and their ratio, as a table.
+fn insert_cost(rounds: u64) -> String {
+    let n = env_count("BLOOMSLED_RECOVERY_INSERTS", 200_000);
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for (journal, into) in [("1", &mut on), ("0", &mut off)] {
+            let base = tempfile::tempdir().unwrap();
+            let out = child_command("inserts", base.path(), n, round)
+                .env("BLOOMSLED_RECOVERY_JOURNAL", journal)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "child inserts failed");
+            let mut r = Results::new();
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                parse(line, &mut r);
+            }
+            into.push(r["rate"]);
+        }
+        eprintln!(
+            "inserts round {round}: journal {:.0}/s, none {:.0}/s",
+            on[on.len() - 1],
+            off[off.len() - 1]
+        );
+    }
+    let (a, b) = (median(on), median(off));
+    format!(
+        "| single inserts ({n}, fresh database) | crash journal on | off | time per insert, on / off |\n\
+         |---|---|---|---|\n\
+         | per second (median of {rounds}) | {a:.0} | {b:.0} | {:.3}x |",
+        b / a
+    )
+}
+
+/// One size: per count of writes lost, medians over the rounds, as table rows.
+fn measure(n: u64, losts: &[u64], rounds: u64) -> Vec<String> {
     let base = tempfile::tempdir().unwrap();
     let dir = base.path().join("db");
-    let copy = base.path().join("copy");
     let t = Instant::now();
     run_child("load", &dir, n, 0);
     eprintln!("{}: loaded in {:?}", size_label(n), t.elapsed());
+    let mut round = 0;
+    losts
+        .iter()
+        .map(|&lost| {
+            let row = measure_lost(base.path(), n, lost, round, rounds);
+            round += rounds;
+            row
+        })
+        .collect()
+}
+
+/// `rounds` crashes after `lost` writes since the snapshot.
+fn measure_lost(base: &Path, n: u64, lost: u64, first: u64, rounds: u64) -> String {
+    let dir = base.join("db");
+    let copy = base.join("copy");
     let mut m: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
-    for round in 0..rounds {
-        let crashed = run_until_killed(&dir, n, round);
+    for round in first..first + rounds {
+        let crashed = run_until_killed(&dir, n, lost, round);
         m.entry("clean_open")
             .or_default()
             .push(crashed["open_first"]);
@@ -81,40 +154,37 @@ fn measure(n: u64, rounds: u64) -> String {
         copy_dir(&dir, &copy);
         let sled = run_child("sled", &copy, n, round);
         m.entry("sled_open").or_default().push(sled["open_first"]);
-        m.entry("sled_rate").or_default().push(sled["iter_rate"]);
         let rec = run_child("recover", &dir, n, round);
-        for k in ["open", "open_first", "filter_back", "scan_rate"] {
+        for k in ["open", "open_first", "filter_back", "scanned", "replayed"] {
             m.entry(k).or_default().push(rec[k]);
         }
         eprintln!(
-            "{} round {round}: sled open {:.3} s, iterate {:.0} keys/s; bloomsled clean {:.3} \
-             s; after kill -9: open {:.3} s, first answer {:.3} s, filter back {:.3} s, scan \
-             {:.0} keys/s ({} keys)",
+            "{} lost {lost} round {round}: sled open {:.3} s; bloomsled clean {:.3} s; after \
+             kill -9: open {:.3} s, first answer {:.3} s, filter back {:.3} s ({} keys \
+             scanned, {} records replayed)",
             size_label(n),
             sled["open_first"],
-            sled["iter_rate"],
             crashed["open_first"],
             rec["open"],
             rec["open_first"],
             rec["filter_back"],
-            rec["scan_rate"],
             rec["scanned"],
+            rec["replayed"],
         );
     }
     let med = |k: &str| median(m[k].clone());
     format!(
-        "| {} | {:.3} s | {:.3} s | {:.3} s | {:.3} s | {:.2} s | {:.2}x | {:.0}k keys/s | {:.0}k \
-         keys/s | {:.2}x |",
+        "| {} | {} | {:.3} s | {:.3} s | {:.3} s | {:.3} s | {:.3} s | {:.2}x | {:.0} | {:.0} |",
         size_label(n),
+        size_label(lost),
         med("sled_open"),
         med("clean_open"),
         med("open"),
         med("open_first"),
         med("filter_back"),
-        med("open_first") / med("sled_open"),
-        med("scan_rate") / 1e3,
-        med("sled_rate") / 1e3,
-        med("scan_rate") / med("sled_rate"),
+        med("filter_back") / med("sled_open"),
+        med("scanned"),
+        med("replayed"),
     )
 }
 
@@ -152,8 +222,11 @@ fn run_child(role: &str, dir: &Path, n: u64, round: u64) -> Results {
 }
 
 /// Runs the `crash` child until it says its writes are flushed, then SIGKILLs it.
-fn run_until_killed(dir: &Path, n: u64, round: u64) -> Results {
-    let mut child = child_command("crash", dir, n, round).spawn().unwrap();
+fn run_until_killed(dir: &Path, n: u64, lost: u64, round: u64) -> Results {
+    let mut child = child_command("crash", dir, n, round)
+        .env(LOST, lost.to_string())
+        .spawn()
+        .unwrap();
     let out = BufReader::new(child.stdout.take().unwrap());
     let mut r = Results::new();
     for line in out.lines() {
@@ -209,13 +282,16 @@ fn child(role: &str) {
             let db = config(&dir, n).open().unwrap();
             assert!(db.get(&present).unwrap().is_some());
             println!("RESULT open_first={}", secs(t.elapsed()));
-            // 1,000 fresh keys per round, after the last snapshot.
+            // Fresh keys after the last snapshot, in batches of 1,000.
+            let lost: u64 = std::env::var(LOST).unwrap().parse().unwrap();
             let from = n + 1_000_000 * (round + 1);
-            let mut b = bloomsled::Batch::default();
-            for id in from..from + 1_000 {
-                b.insert(key(id), &b"w"[..]);
+            for start in (from..from + lost).step_by(1_000) {
+                let mut b = bloomsled::Batch::default();
+                for id in start..(start + 1_000).min(from + lost) {
+                    b.insert(key(id), &b"w"[..]);
+                }
+                db.apply_batch(b).unwrap();
             }
-            db.apply_batch(b).unwrap();
             db.flush().unwrap();
             println!("FLUSHED");
             std::thread::sleep(Duration::from_secs(600));
@@ -226,17 +302,7 @@ fn child(role: &str) {
             let db = sled::Config::new().path(&dir).open().unwrap();
             assert!(db.get(&present).unwrap().is_some());
             let open_first = secs(t.elapsed());
-            let t = Instant::now();
-            let mut count = 0u64;
-            for k in db.iter().keys() {
-                k.unwrap();
-                count += 1;
-            }
-            let iter = secs(t.elapsed());
-            println!(
-                "RESULT open_first={open_first} iter_rate={} keys={count}",
-                count as f64 / iter
-            );
+            println!("RESULT open_first={open_first}");
         }
         "recover" => {
             let t = Instant::now();
@@ -251,13 +317,26 @@ fn child(role: &str) {
                 !r.loaded(),
                 "the crash left a trusted snapshot: nothing to recover ({r:?})"
             );
-            let scan_rate = r.keys_scanned as f64 / (filter_back - open).max(1e-9);
+            let replayed = match r.outcome {
+                bloomsled::RecoveryOutcome::Replayed { records, .. } => records,
+                _ => 0,
+            };
             println!(
                 "RESULT open={open} open_first={open_first} filter_back={filter_back} \
-                 scan_rate={scan_rate} scanned={}",
+                 scanned={} replayed={replayed}",
                 r.keys_scanned
             );
             db.close().unwrap();
+        }
+        "inserts" => {
+            let db = config(&dir, n).open().unwrap();
+            let mut buf = Vec::new();
+            let t = Instant::now();
+            for id in 0..n {
+                write_key(&mut buf, id);
+                db.insert(&buf[..], &b"v"[..]).unwrap();
+            }
+            println!("RESULT rate={}", n as f64 / secs(t.elapsed()));
         }
         other => panic!("unknown role {other}"),
     }

@@ -419,6 +419,103 @@ pub enum Distrust {
     /// trusted.
     #[error("the database record was {0}: nothing stored before is trusted")]
     DatabaseRecord(DbRecordFault),
+    /// The tree was written after its snapshot (as [`Distrust::Stale`]) and the crash
+    /// journal of those writes could not stand for them (see [`crate::persist`]).
+    #[error(
+        "stale snapshot (generation {snapshot_generation}, written after generation \
+         {dirty_generation}) and its crash journal not usable: {fault}"
+    )]
+    Journal {
+        /// Generation of the snapshot.
+        snapshot_generation: u64,
+        /// Highest generation marked dirty.
+        dirty_generation: u64,
+        /// Why the journal was not replayed.
+        fault: JournalFault,
+    },
+}
+
+/// Why a tree's crash journal (the key hashes written since its snapshot) was not replayed
+/// at open; the filter is then rebuilt from a scan. The rule is `persist::trust::judge_journals`.
+///
+/// ```
+/// let f = bloomsled::JournalFault::OtherBoot;
+/// assert!(f.to_string().contains("boot"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum JournalFault {
+    /// The journal of a generation the tree was written in is not there.
+    #[error("no journal for generation {generation}")]
+    Missing {
+        /// The generation whose journal is missing.
+        generation: u64,
+    },
+    /// More generations were written since the snapshot than journals are kept for.
+    #[error("{generations} generations written since the snapshot")]
+    TooMany {
+        /// Generations the journals would have to cover.
+        generations: u64,
+    },
+    /// The header or a record does not decode (a flipped byte, an overwrite).
+    #[error("damaged journal of generation {generation}: {what}")]
+    Damaged {
+        /// The journal's generation.
+        generation: u64,
+        /// What failed.
+        what: String,
+    },
+    /// The file is not as long as its header says (truncated or extended).
+    #[error("journal of generation {generation} is {got} bytes, its header says {expected}")]
+    Truncated {
+        /// The journal's generation.
+        generation: u64,
+        /// Bytes the header announces.
+        expected: u64,
+        /// Bytes found.
+        got: u64,
+    },
+    /// Written before the machine last booted: a power loss may have dropped its pages
+    /// while sled kept keys written after them.
+    #[error("journal written before the last boot")]
+    OtherBoot,
+    /// Written by another database.
+    #[error("journal belongs to another database")]
+    ForeignDatabase,
+    /// Written for another tree.
+    #[error("journal belongs to another tree")]
+    OtherTree,
+    /// Not a journal of the snapshot the tree's record names (another history, or a file
+    /// renamed to another generation).
+    #[error("journal of generation {generation} does not follow the recorded snapshot")]
+    NotCurrent {
+        /// The generation it was read for.
+        generation: u64,
+    },
+    /// Its hashes were taken with another seed than the snapshot's filter uses.
+    #[error("journal hashes use seed {journal}, the filter {filter}")]
+    Seed {
+        /// The journal's seed.
+        journal: u64,
+        /// The filter's seed.
+        filter: u64,
+    },
+    /// More writes than it has room for: the later ones were not journaled.
+    #[error("journal of generation {generation} overflowed")]
+    Overflowed {
+        /// The journal's generation.
+        generation: u64,
+    },
+    /// Fewer intact records than writers finished: records were erased.
+    #[error("journal of generation {generation}: {finished} records finished, {found} found")]
+    RecordsLost {
+        /// The journal's generation.
+        generation: u64,
+        /// Records writers finished.
+        finished: u64,
+        /// Intact records found.
+        found: u64,
+    },
 }
 
 /// What is wrong with the database record in bloomsled's meta tree (the record holding the

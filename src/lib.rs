@@ -79,7 +79,7 @@ mod sync;
 pub mod telemetry;
 pub mod window;
 
-pub use error::{DbRecordFault, DecodeError, Distrust, Error, FilterShape, Result};
+pub use error::{DbRecordFault, DecodeError, Distrust, Error, FilterShape, JournalFault, Result};
 pub use filter::math::{bits_for, blocked_fpr, optimal_k, standard_fpr};
 pub use filter::{
     probe_kernel, CountingFilter, Filter, FilterConfig, FilterMode, Sizing, COUNTER_MAX,

@@ -113,8 +113,9 @@ fn child(dir: &Path, seed: u64, counting: bool) -> ! {
     }
 }
 
-/// Reopens after a kill and checks the invariant; returns (keys checked, loaded trees).
-fn verify(dir: &Path, counting: bool) -> Result<(usize, usize), String> {
+/// Reopens after a kill and checks the invariant; returns (keys checked, trees loaded,
+/// trees replayed from their crash journals).
+fn verify(dir: &Path, counting: bool) -> Result<(usize, usize, usize), String> {
     let db: Db = config(dir, counting)
         .open()
         .map_err(|e| format!("reopen failed: {e}"))?;
@@ -123,10 +124,13 @@ fn verify(dir: &Path, counting: bool) -> Result<(usize, usize), String> {
         .map_err(|e| format!("open_tree failed: {e}"))?;
     let mut checked = 0;
     let mut loaded = 0;
+    let mut replayed = 0;
     for tree in [&*db, &other] {
         let report = tree.recovery_report();
         match report.outcome {
             RecoveryOutcome::Loaded => loaded += 1,
+            // The filter must be in use at once: no scan behind it.
+            RecoveryOutcome::Replayed { .. } if report.rebuilding.is_none() => replayed += 1,
             RecoveryOutcome::Rebuilt { .. } | RecoveryOutcome::Created => {}
             ref o => return Err(format!("unexpected outcome {o:?}")),
         }
@@ -158,7 +162,7 @@ fn verify(dir: &Path, counting: bool) -> Result<(usize, usize), String> {
             }
         }
     }
-    Ok((checked, loaded))
+    Ok((checked, loaded, replayed))
 }
 
 fn main() {
@@ -193,6 +197,7 @@ fn main() {
     let mut rng = Rng(0xC0FFEE);
     let started = Instant::now();
     let (mut passed, mut failed, mut keys, mut loads) = (0u64, 0u64, 0usize, 0usize);
+    let mut replays = 0usize;
     for cycle in 0..cycles {
         let counting = cycle % 2 == 1;
         let dir = &dirs[usize::from(counting)];
@@ -214,23 +219,31 @@ fn main() {
             continue;
         }
         child::kill(&mut child);
+        // With BLOOMSLED_CRASH_EVIDENCE set, the database as the kill left it (before the
+        // reopen changes it) is kept for a failing cycle.
+        let evidence = std::env::var("BLOOMSLED_CRASH_EVIDENCE").ok().map(|to| {
+            let to = Path::new(&to).join(format!("cycle-{cycle}"));
+            let _ = Command::new("cp")
+                .arg("-a")
+                .arg(dir.path())
+                .arg(&to)
+                .status();
+            to
+        });
         match verify(dir.path(), counting) {
-            Ok((n, l)) => {
+            Ok((n, l, r)) => {
+                if let Some(to) = &evidence {
+                    let _ = std::fs::remove_dir_all(to);
+                }
                 passed += 1;
                 keys += n;
                 loads += l;
+                replays += r;
             }
             Err(e) => {
                 eprintln!("cycle {cycle}: {e}");
                 failed += 1;
-                // Keep the evidence: a copy of the database as the failing open found it.
-                if let Ok(to) = std::env::var("BLOOMSLED_CRASH_EVIDENCE") {
-                    let to = Path::new(&to).join(format!("cycle-{cycle}"));
-                    let _ = Command::new("cp")
-                        .arg("-a")
-                        .arg(dir.path())
-                        .arg(&to)
-                        .status();
+                if let Some(to) = evidence {
                     eprintln!("cycle {cycle}: database copied to {}", to.display());
                     if failed >= 3 {
                         break;
@@ -241,7 +254,8 @@ fn main() {
     }
     println!(
         "crash torture: {cycles} kill -9 cycles (half plain, half counting) in {:.1?}, {keys} \
-         recovered keys checked, {loads} trees loaded from snapshot (rest rebuilt)",
+         recovered keys checked, {loads} trees loaded from snapshot, {replays} replayed from \
+         their crash journals (rest rebuilt)",
         started.elapsed()
     );
     println!("crash: {passed} passed, {failed} failed");

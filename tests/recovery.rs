@@ -32,9 +32,13 @@ const REMOVED: u64 = 500;
 
 const WAIT: Duration = Duration::from_secs(120);
 
+/// The crash journal is off: these tests are about the scan a crash leads to when no
+/// journal can vouch for the writes since the snapshot (after a reboot, or with the journal
+/// damaged); `tests/journal.rs` covers the replay a `kill -9` gets with it.
 fn config(dir: &Path, counting: bool) -> Config {
     Config::new()
         .path(dir)
+        .crash_journal(false)
         .counting(counting)
         .expected_items(300_000)
         .flush_every_ms(Some(50))

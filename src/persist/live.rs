@@ -5,7 +5,10 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
+use super::boot::boot_id;
 use super::files::SnapshotFile;
+use super::journal::{JournalHeader, OP_INSERT, OP_REMOVE};
+use super::journal_map::{Journals, CAPACITY};
 use super::meta::{random_id, Meta};
 use super::trust::{judge, Identity};
 use super::SnapshotInfo;
@@ -78,6 +81,21 @@ pub(crate) struct Persistence {
     generation_hold: RwLock<()>,
     /// The tree was dropped: its record and file are gone and never written again.
     dropped: AtomicBool,
+    /// The crash journals (`None`: switched off, or no boot id on this platform).
+    journal: Option<JournalState>,
+    /// Held (shared) by a counting-mode correction from its counter decrement to its
+    /// journal record, taken (exclusive) by a snapshot from the generation's move to the
+    /// end of its copy: a decrement is in the copy iff its record is in an older journal.
+    corrections: RwLock<()>,
+    /// The filter was replayed from journals at open: it differs from the snapshot, so the
+    /// tree counts as dirty until its next snapshot.
+    replayed: AtomicBool,
+}
+
+/// A tree's journals and the boot they are written in.
+struct JournalState {
+    journals: Journals,
+    boot_id: [u8; 16],
 }
 
 impl Persistence {
@@ -100,7 +118,136 @@ impl Persistence {
             snapshotting: Mutex::new(()),
             generation_hold: RwLock::new(()),
             dropped: AtomicBool::new(false),
+            journal: None,
+            corrections: RwLock::new(()),
+            replayed: AtomicBool::new(false),
         }
+    }
+
+    /// Keeps crash journals for this tree if `on` and this platform has a boot id.
+    pub(crate) fn with_journal(mut self, on: bool, db_dir: &Path) -> Self {
+        let tree_id = self.tree_id();
+        self.journal = boot_id().filter(|_| on).map(|boot_id| JournalState {
+            journals: Journals::new(db_dir, &tree_id),
+            boot_id,
+        });
+        self
+    }
+
+    /// The tree's journals, if it keeps them.
+    pub(crate) fn journals(&self) -> Option<&Journals> {
+        self.journal.as_ref().map(|j| &j.journals)
+    }
+
+    /// The boot id journals are written with, if the tree keeps them.
+    pub(crate) fn journal_boot_id(&self) -> Option<[u8; 16]> {
+        self.journal.as_ref().map(|j| j.boot_id)
+    }
+
+    fn tree_id(&self) -> [u8; 16] {
+        self.record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tree_id
+    }
+
+    /// Starts the journal of `generation`, for the snapshot `snapshot_id` of that
+    /// generation, whose hashes use `seed`; its base is the snapshot the record names now.
+    /// A journal that cannot be made is logged: that generation's writes are then not
+    /// journaled, and a crash before the next durable snapshot rebuilds from a scan
+    /// (`JournalFault::Missing`).
+    pub(crate) fn start_journal(&self, generation: u64, snapshot_id: [u8; 16], seed: u64) {
+        let Some(j) = &self.journal else { return };
+        let mut h = JournalHeader::blank();
+        {
+            let r = self.record.lock().unwrap_or_else(|p| p.into_inner());
+            h.tree_id = r.tree_id;
+            h.base_id = r.snapshot_id;
+        }
+        h.db_id = self.meta.db_id();
+        h.snapshot_id = snapshot_id;
+        h.boot_id = j.boot_id;
+        h.generation = U64::new(generation);
+        h.seed = U64::new(seed);
+        h.capacity = U64::new(CAPACITY);
+        if let Err(e) = j.journals.start(h.sealed()) {
+            log::warn!("bloomsled: crash journal of generation {generation}: {e}");
+        }
+    }
+
+    /// After replaying journals at open: writes go on in `generation` (past every
+    /// generation replayed, whose journals stay until the next durable snapshot), in a
+    /// fresh journal, and the tree counts as dirty.
+    pub(crate) fn resume_after_replay(&self, generation: u64, seed: u64) -> Result<()> {
+        self.generation.store(generation, Ordering::SeqCst);
+        self.replayed.store(true, Ordering::SeqCst);
+        self.start_journal(generation, random_id()?, seed);
+        Ok(())
+    }
+
+    /// Deletes the journals no longer needed: those older than the snapshot the record
+    /// names, which the caller made durable (handed to the OS) before calling this.
+    pub(crate) fn retire_journals(&self) {
+        if let Some(j) = &self.journal {
+            let from = self
+                .record
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .snapshot_generation
+                .get();
+            j.journals.retire(from..=u64::MAX);
+        }
+    }
+
+    /// Deletes the journals outside `keep` (at open: those no trusted state needs).
+    pub(crate) fn retire_journals_outside(&self, keep: std::ops::RangeInclusive<u64>) {
+        if let Some(j) = &self.journal {
+            j.journals.retire(keep);
+        }
+    }
+
+    /// This database's id.
+    pub(crate) fn db_id(&self) -> [u8; 16] {
+        self.meta.db_id()
+    }
+
+    /// Appends `hashes` (under `seed`) to the journal of `generation`, as keys counted in
+    /// before their sled write. Call after [`Persistence::before_write`] returned it.
+    #[inline]
+    pub(crate) fn journal_inserts(&self, generation: u64, seed: u64, hashes: &[u64]) {
+        if let Some(j) = &self.journal {
+            j.journals.with(generation, |jr| {
+                for &h in hashes {
+                    jr.append(OP_INSERT, seed, h);
+                }
+            });
+        }
+    }
+
+    /// Runs a counting-mode correction (`release` counts a key out, after its sled write,
+    /// and returns `(seed, hash)`) and journals it as a remove in the generation current
+    /// at that moment, with no snapshot copy in between (see `corrections`).
+    #[inline]
+    pub(crate) fn journal_release(&self, release: impl FnOnce() -> (u64, u64)) {
+        let Some(j) = &self.journal else {
+            release();
+            return;
+        };
+        let _held = self.corrections.read().unwrap_or_else(|p| p.into_inner());
+        let (seed, h) = release();
+        fence(Ordering::SeqCst);
+        let g = self.generation.load(Ordering::SeqCst);
+        j.journals.with(g, |jr| jr.append(OP_REMOVE, seed, h));
+    }
+
+    /// True if the newest journal is half full: time for a snapshot (a fresh journal).
+    pub(crate) fn journal_filling(&self) -> bool {
+        self.journal.as_ref().is_some_and(|j| j.journals.filling())
+    }
+
+    /// The generation writers are in now (held still inside a transaction).
+    pub(crate) fn current_generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 
     /// The snapshot file's bytes (see [`SnapshotFile::read`]).
@@ -165,25 +312,32 @@ impl Persistence {
         self.dropped.store(true, Ordering::SeqCst);
         self.meta.remove(&self.name)?;
         self.file.remove(true)?;
+        if let Some(j) = &self.journal {
+            #[allow(clippy::reversed_empty_ranges)]
+            j.journals.retire(1..=0);
+        }
         Ok(())
     }
 
     /// True if the tree was written since its last snapshot copy (and not dropped).
     pub(crate) fn is_dirty(&self) -> bool {
         !self.dropped.load(Ordering::Relaxed)
-            && self.marked.load(Ordering::Acquire) >= self.generation.load(Ordering::SeqCst)
+            && (self.replayed.load(Ordering::Relaxed)
+                || self.marked.load(Ordering::Acquire) >= self.generation.load(Ordering::SeqCst))
     }
 
     /// Must be called after a key's bits are set and before its sled write: makes sure the
-    /// tree's record durably says the current generation is dirty.
+    /// tree's record durably says the current generation is dirty, and returns that
+    /// generation (whose journal the write's keys go to).
     #[inline]
-    pub(crate) fn before_write(&self) -> Result<()> {
+    pub(crate) fn before_write(&self) -> Result<u64> {
         fence(Ordering::SeqCst);
         let g = self.generation.load(Ordering::SeqCst);
         if self.marked.load(Ordering::Acquire) >= g {
-            return Ok(());
+            return Ok(g);
         }
-        self.mark(g)
+        self.mark(g)?;
+        Ok(g)
     }
 
     /// For a transaction: makes the dirty mark cover the current generation and keeps the
@@ -221,54 +375,80 @@ impl Persistence {
         Ok(())
     }
 
-    /// Writes a snapshot as the next generation. `copy` is called after the generation moved
-    /// on and returns the filter's parameters and words. With `durable`, the record naming
-    /// the snapshot is flushed before this returns; without, the caller flushes sled later
-    /// (one flush for many trees) and until then the previous snapshot stays the trusted one.
-    pub(crate) fn snapshot(
+    /// Writes a snapshot as the next generation. Its journal (hashes under `seed`) is
+    /// started first; then, holding the gate from `enter`, no transaction and no
+    /// counting-mode correction in flight, the generation moves on and `copy` takes the
+    /// filter's parameters and words. With `durable`, the record naming the snapshot is
+    /// flushed before this returns and older journals are deleted; without, the caller
+    /// flushes sled later (one flush for many trees), then calls
+    /// [`Persistence::retire_journals`], and until then the previous snapshot stays the
+    /// trusted one.
+    pub(crate) fn snapshot<G>(
         &self,
-        copy: impl FnOnce() -> Result<FilterImage>,
+        seed: u64,
+        enter: impl FnOnce() -> G,
+        copy: impl FnOnce(&G) -> Result<FilterImage>,
         durable: bool,
     ) -> Result<SnapshotInfo> {
         let _one = self.snapshotting.lock().unwrap_or_else(|p| p.into_inner());
         if self.dropped.load(Ordering::SeqCst) {
             return Err(Error::Closed("the tree was dropped".into()));
         }
-        let generation = {
-            // No transaction is between its dirty mark and its end (see `hold_generation`).
-            let _held = self
-                .generation_hold
-                .write()
-                .unwrap_or_else(|p| p.into_inner());
-            self.generation.fetch_add(1, Ordering::SeqCst) + 1
+        let snapshot_id = random_id()?;
+        // Only snapshots (one at a time) move the generation: this is the next one.
+        self.start_journal(
+            self.generation.load(Ordering::SeqCst) + 1,
+            snapshot_id,
+            seed,
+        );
+        let start = Instant::now();
+        let (generation, image) = {
+            let gate = enter();
+            let _corrections = self.corrections.write().unwrap_or_else(|p| p.into_inner());
+            let generation = {
+                // No transaction is between its dirty mark and its end (see
+                // `hold_generation`).
+                let _held = self
+                    .generation_hold
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner());
+                self.generation.fetch_add(1, Ordering::SeqCst) + 1
+            };
+            fence(Ordering::SeqCst);
+            (generation, copy(&gate))
         };
-        fence(Ordering::SeqCst);
-        let result = self.write_snapshot(generation, copy, durable);
-        if result.is_err() {
-            // The generation moved on without a snapshot: mark it dirty, so that the tree
-            // still counts as written since its last snapshot and close retries.
-            if let Err(e) = self.mark(generation) {
-                log::warn!("bloomsled: dirty mark after a failed snapshot: {e}");
+        let result =
+            image.and_then(|image| self.write_snapshot(generation, snapshot_id, image, durable));
+        match &result {
+            Ok(_) => {
+                self.replayed.store(false, Ordering::SeqCst);
+                if durable {
+                    self.retire_journals();
+                }
+            }
+            Err(_) => {
+                // The generation moved on without a snapshot: mark it dirty, so that the
+                // tree still counts as written since its last snapshot and close retries.
+                if let Err(e) = self.mark(generation) {
+                    log::warn!("bloomsled: dirty mark after a failed snapshot: {e}");
+                }
             }
         }
-        result
+        result.map(|mut info| {
+            info.duration = start.elapsed();
+            info
+        })
     }
 
     fn write_snapshot(
         &self,
         generation: u64,
-        copy: impl FnOnce() -> Result<FilterImage>,
+        snapshot_id: [u8; 16],
+        (mut meta, words): FilterImage,
         durable: bool,
     ) -> Result<SnapshotInfo> {
-        let start = Instant::now();
-        let (mut meta, words) = copy()?;
-        let snapshot_id = random_id()?;
         meta.db_id = self.meta.db_id();
-        meta.tree_id = self
-            .record
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .tree_id;
+        meta.tree_id = self.tree_id();
         meta.snapshot_id = snapshot_id;
         meta.generation = generation;
         // An empty filter (a tree never written) needs no file: its record says so.
@@ -299,7 +479,7 @@ impl Persistence {
             bytes,
             pages,
             items: meta.items,
-            duration: start.elapsed(),
+            duration: std::time::Duration::ZERO,
         })
     }
 }

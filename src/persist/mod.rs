@@ -60,6 +60,60 @@
 //! record never names a missing file. `tests/power_cut.rs` holds this to a file system
 //! that drops every unsynced write (`powercut/`), across every kind of writer.
 //!
+//! # Crash journal (`journal.rs`, `journal_map.rs`; the rule is `trust::judge_journals`)
+//! A stale record (`dirty ≥ generation`) used to mean a scan. Each tree also keeps, per
+//! generation *g*, a journal `<tree id>.<g>.jnl`: a shared file mapping to which every
+//! write appends its keys' hashes, with no syscall and no fsync. At open, a stale record
+//! whose snapshot passes `judge` (dirty mark aside) is replayed from the journals of
+//! generations `snapshot..=dirty` if `judge_journals` accepts all of them; else it is
+//! rebuilt as before, with [`Distrust::Journal`] saying why.
+//! - *Which writes each journal holds.* A writer sets its key's bits, reads *g* (the fence
+//!   above), makes the mark `dirty ≥ g` durable, appends the hash to journal *g*, and only
+//!   then writes to sled. A snapshot creates journal *g+1* **before** it moves the
+//!   generation to *g+1*. A write that read *g < G* set its bits before the move to *G*,
+//!   so snapshot *G*'s copy holds them; one that read *g ≥ G* is in journal *g*, and its
+//!   durable mark makes `dirty ≥ g`, so replay reads that journal. Hence snapshot ∪
+//!   journals `G..=dirty` ⊇ every stored key. Journal *G* names snapshot *G*'s id; a later
+//!   one names, as its base, the snapshot the record named when it was created; replay
+//!   needs each link to be the recorded snapshot's id, so no journal of another history,
+//!   database or tree is replayed. A write that finds no live journal for its *g* (none
+//!   could be made) leaves it missing: rebuild. Transactions journal each key as it is
+//!   counted in (the generation is held still), so a re-run adds only duplicates.
+//! - *Concurrent and killed writers.* Each append takes a fresh slot (an atomic add), stores
+//!   the hash, then a check word (a CRC of slot, generation, hash and op, under a marker
+//!   with three non-zero bytes), then counts itself finished. A slot whose check word is
+//!   zero was never completed; its writer died before its sled write (journal before
+//!   sled), so skipping it loses nothing. Any other record that fails its check, a record
+//!   past the reserved count, or fewer intact records than finished ones, means damage:
+//!   rebuild. Extra or duplicate records only add false positives. (A completed record
+//!   erased together with another writer killed between its check word and its count, two
+//!   adjacent instructions, would go unseen: damage at rest is caught, not adversaries.)
+//! - *Full journal.* A writer past the capacity still takes a slot, so the reserved count
+//!   passing the capacity marks the journal overflowed before its sled write: rebuild.
+//!   A tree whose newest journal is half full snapshots (a fresh journal) after its write.
+//! - *Retiring.* Journals older than the recorded snapshot are deleted only after the record
+//!   naming it was flushed; at open, the replayed ones stay (the tree goes on in journal
+//!   `dirty + 1`, based on the same snapshot) until the next snapshot.
+//! - *Counting mode.* Count-ins are journaled before their sled write, and a take-back of a
+//!   count-in (the key was there, or the write lost or aborted) after it: the key's sled
+//!   state does not depend on that write, so replaying the pair is right either way. A
+//!   take-back's decrement and its journal record happen under a lock a snapshot holds
+//!   exclusively from its move to the end of its copy, so a decrement is in the copy
+//!   exactly when its record is not replayed (a count-in may be both: an extra count). A
+//!   remove is **not** journaled: a sled remove that returned may still be lost by a kill
+//!   (sled buffers writes in the process), and replaying its decrement would then deny a
+//!   stored key. After a replay, keys removed since the snapshot keep their counts (false
+//!   positives) until the next rebuild. A snapshot whose copy holds a decrement flushed
+//!   sled first (below), so a copied remove is never lost.
+//! - *Power loss.* The journal is never fsynced, and sled's flusher (or any later flush)
+//!   can make a key durable while the journal page naming it never reached the disk. So
+//!   each journal carries the boot id (`/proc/sys/kernel/random/boot_id`), and replay
+//!   requires this boot's: in one boot every page handed to the OS survives a process
+//!   crash, while after a reboot (the only way to lose the page cache) the journal is
+//!   refused ([`crate::JournalFault::OtherBoot`]). Without a boot id (not Linux) no journal is
+//!   kept. `tests/power_cut.rs` reopens after each cut under another boot id, and shows,
+//!   forcing the same one, that trusting the journal then can deny a key.
+//!
 //! # Why serving before the filter is rebuilt never gives a false negative
 //! A tree whose snapshot is not trusted opens with a *stand-in* filter whose every bit is
 //! set (every counter stuck at its maximum, in counting mode, so no remove clears one), and
@@ -90,7 +144,10 @@
 //! record names (random, 128 bits), which a database record does not change; with a
 //! foreign id the database ids differ and each tree is rebuilt (`ForeignDatabase`).
 
+mod boot;
 mod files;
+mod journal;
+mod journal_map;
 mod live;
 mod meta;
 mod recover;
@@ -100,6 +157,8 @@ mod trust;
 use std::time::Duration;
 
 use crate::error::Distrust;
+#[cfg(feature = "failpoints")]
+pub use boot::set_boot_id;
 #[cfg(feature = "failpoints")]
 pub use files::fail_snapshot_writes_after;
 pub(crate) use files::sync_snapshot_dir;
@@ -147,6 +206,16 @@ pub enum RecoveryOutcome {
     Rebuilt {
         /// Why the snapshot was not used.
         reason: Distrust,
+    },
+    /// Loaded from a verified snapshot, then the crash journals of the writes made since
+    /// (by a process that crashed in this boot of the machine) replayed over it: no key was
+    /// scanned, and the filter served from the start.
+    Replayed {
+        /// Journals read (one per generation written since the snapshot).
+        journals: u64,
+        /// Records replayed (a key written twice, or by a transaction that retried, may
+        /// count more than once).
+        records: u64,
     },
     /// A new tree: empty filter.
     Created,
@@ -228,6 +297,18 @@ impl RecoveryReport {
     /// ```
     pub fn loaded(&self) -> bool {
         self.outcome == RecoveryOutcome::Loaded
+    }
+
+    /// True if the filter came from its snapshot and the crash journals of the writes
+    /// made since, without a scan (see [`RecoveryOutcome::Replayed`]).
+    ///
+    /// ```
+    /// let db = bloomsled::Config::new().temporary(true).open()?;
+    /// assert!(!db.recovery_report().replayed());
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn replayed(&self) -> bool {
+        matches!(self.outcome, RecoveryOutcome::Replayed { .. })
     }
 }
 

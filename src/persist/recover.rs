@@ -9,11 +9,12 @@ use std::time::Instant;
 
 use zerocopy::little_endian::U64;
 
+use super::journal::OP_REMOVE;
 use super::live::{record_for, settings_of, Persistence};
 use super::meta::{random_id, Meta};
-use super::trust::{judge, Identity, Trusted};
+use super::trust::{judge, judge_journals, Identity, JournalIdentity, Records, Trusted};
 use super::{RecoveryOutcome, RecoveryPolicy, RecoveryReport};
-use crate::error::{DecodeError, Distrust, Error, Result};
+use crate::error::{DecodeError, Distrust, Error, JournalFault, Result};
 use crate::filter::any::AnyFilter;
 use crate::filter::{FilterConfig, FilterMode};
 use crate::format::{self, TreeRecord};
@@ -37,6 +38,8 @@ pub(crate) struct Opening<'a> {
     pub(crate) db_dir: &'a Path,
     /// Snapshot page size.
     pub(crate) page_size: u32,
+    /// Keep crash journals (see `Config::crash_journal`).
+    pub(crate) journal: bool,
 }
 
 /// How a tree's filter starts.
@@ -65,12 +68,14 @@ pub(crate) struct Recovered {
 enum Decision {
     /// No record and no keys: a new tree.
     New,
-    /// The snapshot is trusted: the filter it holds, and the bytes verified.
+    /// The snapshot is trusted: the filter it holds, and the bytes verified; with the
+    /// records of the crash journals to replay over it if the tree was written since.
     Trusted {
         filter: Box<AnyFilter>,
         bytes: u64,
         record: TreeRecord,
         persistence: Persistence,
+        replay: Option<Vec<Records>>,
     },
     /// Not trusted, and why; the tree's record if it was readable.
     Distrusted {
@@ -96,7 +101,16 @@ pub(crate) fn recover(meta: &Arc<Meta>, at: &Opening<'_>) -> Result<Recovered> {
             bytes,
             record,
             persistence,
-        } => load(at, mode, filter, bytes, &record, persistence, start),
+            replay,
+        } => load(
+            at,
+            mode,
+            (filter, bytes),
+            &record,
+            persistence,
+            replay,
+            start,
+        ),
         Decision::Distrusted { fault, .. } if at.recovery == RecoveryPolicy::Strict => {
             Err(Error::SnapshotRejected {
                 tree: String::from_utf8_lossy(at.name).into_owned(),
@@ -107,8 +121,9 @@ pub(crate) fn recover(meta: &Arc<Meta>, at: &Opening<'_>) -> Result<Recovered> {
     }
 }
 
-/// Decides whether the tree's snapshot can stand for its keys. Only errors that are not
-/// about trust (sled failing, memory) are errors.
+/// Decides whether the tree's snapshot can stand for its keys, alone or with its crash
+/// journals replayed over it. Only errors that are not about trust (sled failing,
+/// memory) are errors.
 fn decide(
     meta: &Arc<Meta>,
     at: &Opening<'_>,
@@ -129,13 +144,74 @@ fn decide(
         Some(Err(e)) => return distrusted(Distrust::RecordUnreadable(e), None),
         Some(Ok(record)) => record,
     };
-    let persistence = Persistence::new(meta.clone(), at.name, at.db_dir, at.page_size, record);
+    let persistence = Persistence::new(meta.clone(), at.name, at.db_dir, at.page_size, record)
+        .with_journal(at.journal, at.db_dir);
     let identity = Identity {
         db_id: meta.db_id(),
         mode,
     };
-    // An I/O or allocation failure is not a reason to distrust: it is carried out as the
-    // error it is.
+    let ((filter, bytes), stale) = match trusted_filter(&persistence, &record, &identity, mode)? {
+        Ok(found) => (found, None),
+        Err(stale @ Distrust::Stale { .. }) if persistence.journals().is_some() => {
+            let mut clean = record; // written since: the snapshot alone, then its journals
+            clean.dirty_generation = U64::new(0);
+            match trusted_filter(&persistence, &clean, &identity, mode)? {
+                Ok(found) => (found, Some(stale)),
+                Err(_) => return distrusted(stale, Some(record)),
+            }
+        }
+        Err(fault) => return distrusted(fault, Some(record)),
+    };
+    let replay = match stale {
+        None => None,
+        Some(_) => match journals_for(&persistence, &record, filter.bits().seed()) {
+            Ok(records) => Some(records),
+            Err(fault) => {
+                let fault = Distrust::Journal {
+                    snapshot_generation: record.snapshot_generation.get(),
+                    dirty_generation: record.dirty_generation.get(),
+                    fault,
+                };
+                return distrusted(fault, Some(record));
+            }
+        },
+    };
+    Ok(Decision::Trusted {
+        filter: Box::new(filter),
+        bytes,
+        record,
+        persistence,
+        replay,
+    })
+}
+
+/// The journals of every generation the tree was written in since its snapshot, if
+/// [`judge_journals`] trusts them.
+fn journals_for(
+    persistence: &Persistence,
+    record: &TreeRecord,
+    seed: u64,
+) -> std::result::Result<Vec<Records>, JournalFault> {
+    let (Some(journals), Some(boot_id)) = (persistence.journals(), persistence.journal_boot_id())
+    else {
+        unreachable!("journals are judged only for a tree that keeps them")
+    };
+    let identity = JournalIdentity {
+        db_id: persistence.db_id(),
+        boot_id,
+        seed,
+    };
+    judge_journals(record, &identity, |g| journals.read(g))
+}
+
+/// The filter of the snapshot `record` names, with the bytes verified, if [`judge`]
+/// trusts it; `Err` for an I/O or allocation failure, which is not a reason to distrust.
+fn trusted_filter(
+    persistence: &Persistence,
+    record: &TreeRecord,
+    identity: &Identity,
+    mode: FilterMode,
+) -> Result<std::result::Result<(AnyFilter, u64), Distrust>> {
     let mut failed = None;
     let read = || -> std::result::Result<(format::Header, Vec<u64>, u64), Distrust> {
         let bytes = persistence.file_bytes().map_err(|e| {
@@ -146,19 +222,17 @@ fn decide(
         let (h, words) = format::decode(&bytes)?;
         Ok((h, words, bytes.len() as u64))
     };
-    let verdict = judge(&record, &identity, read, |(h, _, _)| h);
+    let verdict = judge(record, identity, read, |(h, _, _)| h);
     if let Some(e) = failed {
         return Err(e);
     }
-    let (filter, bytes) = match verdict {
-        Err(Distrust::Decode(DecodeError::TooLarge { bytes })) => {
-            return Err(Error::OutOfMemory {
-                what: "loading a snapshot",
-                bytes,
-            })
-        }
-        Err(fault) => return distrusted(fault, Some(record)),
-        Ok(Trusted::Empty) => (empty_filter(mode, &settings_of(&record))?, 0),
+    match verdict {
+        Err(Distrust::Decode(DecodeError::TooLarge { bytes })) => Err(Error::OutOfMemory {
+            what: "loading a snapshot",
+            bytes,
+        }),
+        Err(fault) => Ok(Err(fault)),
+        Ok(Trusted::Empty) => Ok(Ok((empty_filter(mode, &settings_of(record))?, 0))),
         Ok(Trusted::Snapshot((h, words, bytes))) => match AnyFilter::from_words(
             mode,
             &words,
@@ -167,22 +241,15 @@ fn decide(
             h.capacity.get(),
             h.items.get(),
         ) {
-            Ok(filter) => (filter, bytes),
-            Err(e @ Error::OutOfMemory { .. }) => return Err(e),
+            Ok(filter) => Ok(Ok((filter, bytes))),
+            Err(e @ Error::OutOfMemory { .. }) => Err(e),
             // A file that passes every check yet describes an impossible filter (made by
             // hand, CRCs and ids copied) is one more reason to rebuild, not a failed open.
-            Err(e) => {
-                let fault = Distrust::Decode(DecodeError::Inconsistent(e.to_string()));
-                return distrusted(fault, Some(record));
-            }
+            Err(e) => Ok(Err(Distrust::Decode(DecodeError::Inconsistent(
+                e.to_string(),
+            )))),
         },
-    };
-    Ok(Decision::Trusted {
-        filter: Box::new(filter),
-        bytes,
-        record,
-        persistence,
-    })
+    }
 }
 
 /// A new (or never written) tree: the empty filter. Its record (generation 0, no snapshot
@@ -200,31 +267,61 @@ fn create(
     Ok(Recovered {
         start: Start::Ready(Box::new(empty_filter(mode, at.sizing)?)),
         mode,
-        persistence: Persistence::new(meta.clone(), at.name, at.db_dir, at.page_size, record),
+        persistence: Persistence::new(meta.clone(), at.name, at.db_dir, at.page_size, record)
+            .with_journal(at.journal, at.db_dir),
         report: report(at, RecoveryOutcome::Created, 0, 0, start),
         sizing: at.sizing.clone(),
     })
 }
 
-/// A trusted snapshot: the filter it holds serves at once.
+/// A trusted snapshot: the filter it holds serves at once, with the crash journals of the
+/// writes since replayed over it. Writers then start a fresh journal: of the snapshot's
+/// generation if there was nothing to replay, else of the generation past every one
+/// replayed (whose journals stay until the next durable snapshot).
 fn load(
     at: &Opening<'_>,
     mode: FilterMode,
-    filter: Box<AnyFilter>,
-    bytes: u64,
+    (filter, bytes): (Box<AnyFilter>, u64),
     record: &TreeRecord,
     persistence: Persistence,
+    replay: Option<Vec<Records>>,
     start: Instant,
 ) -> Result<Recovered> {
     if at.override_sizing {
         persistence.set_settings(mode, at.sizing)?;
     }
+    let seed = filter.bits().seed();
     let generation = record.snapshot_generation.get();
-    let r = report(at, RecoveryOutcome::Loaded, bytes, generation, start);
+    let outcome = match replay {
+        None => {
+            persistence.start_journal(generation, record.snapshot_id, seed);
+            RecoveryOutcome::Loaded
+        }
+        Some(journals) => {
+            let mut records = 0;
+            for (op, h) in journals.iter().flatten() {
+                if *op == OP_REMOVE {
+                    filter.release_hash(*h);
+                } else {
+                    filter.admit_hash(*h);
+                }
+                records += 1;
+            }
+            let next = record.dirty_generation.get() + 1;
+            persistence.resume_after_replay(next, seed)?;
+            RecoveryOutcome::Replayed {
+                journals: journals.len() as u64,
+                records,
+            }
+        }
+    };
+    persistence.retire_journals_outside(generation..=persistence.current_generation());
+    let r = report(at, outcome, bytes, generation, start);
     log::info!(
-        "bloomsled: tree {:?}: filter loaded from snapshot generation {} ({} bytes verified) \
+        "bloomsled: tree {:?}: filter {:?} from snapshot generation {} ({} bytes verified) \
          in {:?}",
         r.tree,
+        r.outcome,
         r.generation,
         r.bytes_verified,
         r.duration
@@ -250,8 +347,10 @@ fn restart(
     old: Option<TreeRecord>,
     start: Instant,
 ) -> Result<Recovered> {
-    let new_persistence =
-        |record| Persistence::new(meta.clone(), at.name, at.db_dir, at.page_size, record);
+    let new_persistence = |record| {
+        Persistence::new(meta.clone(), at.name, at.db_dir, at.page_size, record)
+            .with_journal(at.journal, at.db_dir)
+    };
     let (mut record, sizing, expected_keys) = match old {
         Some(old) => {
             let sizing = sizing_of(at, &old);
@@ -281,10 +380,14 @@ fn restart(
     }
     meta.write(at.name, &mut record, true)?;
     let generation = record.snapshot_generation.get();
+    let persistence = new_persistence(record);
+    // Nothing is trusted until the rebuild's snapshot, which starts the next journal.
+    #[allow(clippy::reversed_empty_ranges)]
+    persistence.retire_journals_outside(1..=0);
     Ok(Recovered {
         start: Start::Rebuild { expected_keys },
         mode,
-        persistence: new_persistence(record),
+        persistence,
         report: report(
             at,
             RecoveryOutcome::Rebuilt { reason: fault },

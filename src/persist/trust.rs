@@ -1,6 +1,8 @@
 //! The trust decision, in one pure function: may this snapshot stand for this tree's keys?
 
-use crate::error::{DecodeError, Distrust};
+use super::journal::Decoded;
+use super::journal_map::MAX_GENERATIONS;
+use crate::error::{DecodeError, Distrust, JournalFault};
 use crate::filter::FilterMode;
 use crate::format::{filter_kind, mode_of_kind, Header, TreeRecord, FLAG_EMPTY};
 
@@ -81,6 +83,78 @@ pub(crate) fn judge<T>(
         ))));
     }
     Ok(Trusted::Snapshot(snapshot))
+}
+
+/// What a crash journal is judged against besides the tree's record: the database and the
+/// boot it must come from, and the seed of the filter its hashes are replayed into.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct JournalIdentity {
+    pub(crate) db_id: [u8; 16],
+    pub(crate) boot_id: [u8; 16],
+    pub(crate) seed: u64,
+}
+
+/// The records of one generation's journal: `(op, hash)`.
+pub(crate) type Records = Vec<(u8, u64)>;
+
+/// Judges whether the crash journals can stand for the writes a stale `record` says were
+/// made after its snapshot, whose file [`judge`] trusts (judged with the dirty mark
+/// cleared). `read(g)` reads and decodes generation `g`'s journal. Returns the records of
+/// every generation from the snapshot's to the dirty mark, in order.
+///
+/// The rule, checked in this order:
+/// 1. at most `MAX_GENERATIONS` generations to cover, else [`JournalFault::TooMany`];
+///
+/// then for each generation `g` from the snapshot's to the dirty mark:
+/// 2. its journal is there and its header and length decode, else
+///    [`JournalFault::Missing`], [`JournalFault::Damaged`] or [`JournalFault::Truncated`];
+/// 3. it was written in this boot, else [`JournalFault::OtherBoot`] (a power loss may
+///    have dropped its pages while sled kept the keys);
+/// 4. by this database, else [`JournalFault::ForeignDatabase`];
+/// 5. for this tree, else [`JournalFault::OtherTree`];
+/// 6. for generation `g`, following the recorded snapshot: the snapshot's own journal
+///    carries its snapshot id, a later one carries it as its base, else
+///    [`JournalFault::NotCurrent`];
+/// 7. its hashes use the filter's seed, else [`JournalFault::Seed`];
+/// 8. its records decode whole: not overflowed, no damaged record, none erased, else
+///    [`JournalFault::Overflowed`], [`JournalFault::Damaged`] or
+///    [`JournalFault::RecordsLost`].
+pub(crate) fn judge_journals(
+    record: &TreeRecord,
+    identity: &JournalIdentity,
+    mut read: impl FnMut(u64) -> Result<Decoded, JournalFault>,
+) -> Result<Vec<Records>, JournalFault> {
+    let first = record.snapshot_generation.get();
+    let last = record.dirty_generation.get();
+    let generations = last.saturating_sub(first).saturating_add(1);
+    if generations > MAX_GENERATIONS {
+        return Err(JournalFault::TooMany { generations });
+    }
+    let mut out = Vec::new();
+    for g in first..=last {
+        let Decoded { header: h, records } = read(g)?;
+        if h.boot_id != identity.boot_id {
+            return Err(JournalFault::OtherBoot);
+        }
+        if h.db_id != identity.db_id {
+            return Err(JournalFault::ForeignDatabase);
+        }
+        if h.tree_id != record.tree_id {
+            return Err(JournalFault::OtherTree);
+        }
+        let link = if g == first { h.snapshot_id } else { h.base_id };
+        if h.generation.get() != g || link != record.snapshot_id {
+            return Err(JournalFault::NotCurrent { generation: g });
+        }
+        if h.seed.get() != identity.seed {
+            return Err(JournalFault::Seed {
+                journal: h.seed.get(),
+                filter: identity.seed,
+            });
+        }
+        out.push(records?);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -207,5 +281,129 @@ mod tests {
             |h: &Header| h,
         );
         assert_eq!(got, Err(Distrust::Missing));
+    }
+
+    mod journals {
+        use super::*;
+        use crate::persist::journal::{JournalHeader, OP_INSERT};
+
+        const BOOT: [u8; 16] = [4; 16];
+        const BASE: [u8; 16] = [8; 16];
+
+        fn jid() -> JournalIdentity {
+            JournalIdentity {
+                db_id: DB,
+                boot_id: BOOT,
+                seed: 11,
+            }
+        }
+
+        fn stale() -> TreeRecord {
+            let mut r = record();
+            r.dirty_generation = U64::new(6);
+            r
+        }
+
+        /// The journals of generations 5 (the snapshot's own) and 6 (a later one).
+        fn decoded(g: u64) -> Decoded {
+            let mut h = JournalHeader::blank();
+            h.db_id = DB;
+            h.tree_id = TREE;
+            h.boot_id = BOOT;
+            h.generation = U64::new(g);
+            h.seed = U64::new(11);
+            if g == 5 {
+                h.snapshot_id = SNAP;
+                h.base_id = BASE;
+            } else {
+                h.snapshot_id = [9; 16];
+                h.base_id = SNAP;
+            }
+            Decoded {
+                header: h.sealed(),
+                records: Ok(vec![(OP_INSERT, g)]),
+            }
+        }
+
+        fn with(change: impl Fn(u64, &mut Decoded)) -> Result<Vec<Records>, JournalFault> {
+            judge_journals(&stale(), &jid(), |g| {
+                let mut d = decoded(g);
+                change(g, &mut d);
+                Ok(d)
+            })
+        }
+
+        #[test]
+        fn the_journals_of_every_dirty_generation_are_replayed() {
+            let got = with(|_, _| {}).unwrap();
+            assert_eq!(got, vec![vec![(OP_INSERT, 5)], vec![(OP_INSERT, 6)]]);
+        }
+
+        #[test]
+        fn each_journal_fault_has_its_reason() {
+            let missing = judge_journals(&stale(), &jid(), |g| {
+                if g == 6 {
+                    Err(JournalFault::Missing { generation: 6 })
+                } else {
+                    Ok(decoded(g))
+                }
+            });
+            assert_eq!(missing, Err(JournalFault::Missing { generation: 6 }));
+            let fault = |f: fn(u64, &mut Decoded)| with(f).unwrap_err();
+            assert_eq!(
+                fault(|_, d| d.header.boot_id = [0; 16]),
+                JournalFault::OtherBoot
+            );
+            assert_eq!(
+                fault(|_, d| d.header.db_id = [0; 16]),
+                JournalFault::ForeignDatabase
+            );
+            assert_eq!(
+                fault(|_, d| d.header.tree_id = [0; 16]),
+                JournalFault::OtherTree
+            );
+            // A later journal that does not follow the recorded snapshot, the snapshot's
+            // own journal from another history, and a file renamed to another generation.
+            for (change, generation) in [
+                (
+                    (|g, d: &mut Decoded| {
+                        if g == 6 {
+                            d.header.base_id = BASE
+                        }
+                    }) as fn(u64, &mut Decoded),
+                    6,
+                ),
+                (|_, d| d.header.snapshot_id = [0; 16], 5),
+                (|g, d| d.header.generation = U64::new(g + 1), 5),
+            ] {
+                assert_eq!(fault(change), JournalFault::NotCurrent { generation });
+            }
+            assert_eq!(
+                fault(|_, d| d.header.seed = U64::new(12)),
+                JournalFault::Seed {
+                    journal: 12,
+                    filter: 11
+                }
+            );
+            assert_eq!(
+                fault(|g, d| d.records = Err(JournalFault::Overflowed { generation: g })),
+                JournalFault::Overflowed { generation: 5 }
+            );
+        }
+
+        #[test]
+        fn too_many_generations_are_not_read() {
+            let mut r = stale();
+            r.dirty_generation = U64::new(5 + MAX_GENERATIONS);
+            let got = judge_journals(&r, &jid(), |_| -> Result<Decoded, JournalFault> {
+                panic!("journal read past the bound")
+            });
+            assert_eq!(
+                got,
+                Err(JournalFault::TooMany {
+                    generations: MAX_GENERATIONS + 1
+                })
+            );
+        }
     }
 }

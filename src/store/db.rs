@@ -176,7 +176,7 @@ impl Db {
         // (until then the previous snapshots stay the trusted ones): many trees cost one
         // fsync each, not three.
         let mut result = Ok(());
-        for t in trees {
+        for t in &trees {
             match t.snapshot_if_dirty_with(false) {
                 Ok(Some(info)) => out.push(info),
                 Ok(None) => {}
@@ -190,6 +190,12 @@ impl Db {
             persist::sync_snapshot_dir(&self.state.config.path)?;
         }
         self.inner.flush()?;
+        // The records naming the new snapshots are with the OS: older journals can go.
+        for t in &trees {
+            if let Some(p) = &t.persist {
+                p.retire_journals();
+            }
+        }
         result.map(|()| out)
     }
 

@@ -447,25 +447,34 @@ impl Entered<'_> {
 
     /// Applies `f` with `key`'s hash to the current filter, and to the one being built if
     /// the scan has passed `key`.
+    /// Returns the hash.
     #[inline]
-    fn each(&self, key: &[u8], f: impl Fn(&AnyFilter, u64)) {
+    fn each(&self, key: &[u8], f: impl Fn(&AnyFilter, u64)) -> u64 {
         let h = self.current().bits().hash(key);
         f(self.current(), h);
         if let Some(b) = self.building_for(key) {
             f(b, h);
         }
+        h
     }
 
-    /// Counts `key` in (before its sled write).
+    /// Counts `key` in (before its sled write); returns its hash under [`Entered::seed`].
     #[inline]
-    pub(crate) fn admit(&self, key: &[u8]) {
-        self.each(key, AnyFilter::admit_hash);
+    pub(crate) fn admit(&self, key: &[u8]) -> u64 {
+        self.each(key, AnyFilter::admit_hash)
     }
 
-    /// Counts `key` out (after sled removed it); only counting filters act on it.
+    /// Counts `key` out (after sled removed it); only counting filters act on it. Returns
+    /// its hash under [`Entered::seed`].
     #[inline]
-    pub(crate) fn release(&self, key: &[u8]) {
-        self.each(key, AnyFilter::release_hash);
+    pub(crate) fn release(&self, key: &[u8]) -> u64 {
+        self.each(key, AnyFilter::release_hash)
+    }
+
+    /// The seed of the hashes [`Entered::admit`] and [`Entered::release`] return.
+    #[inline]
+    pub(crate) fn seed(&self) -> u64 {
+        self.current().bits().seed()
     }
 }
 

@@ -84,13 +84,14 @@ impl TreeState {
         })
     }
 
-    /// Makes sure the dirty marker covers the current generation (see [`crate::persist`]).
+    /// Makes sure the dirty marker covers the current generation (see [`crate::persist`]);
+    /// returns that generation (`None` for a temporary database).
     #[inline]
-    pub(crate) fn mark_dirty(&self) -> Result<()> {
-        if let Some(p) = &self.persist {
-            p.before_write()?;
+    pub(crate) fn mark_dirty(&self) -> Result<Option<u64>> {
+        match &self.persist {
+            Some(p) => p.before_write().map(Some),
+            None => Ok(None),
         }
-        Ok(())
     }
 
     /// Called after a write reached sled: takes the automatic snapshot when one is due.
@@ -99,15 +100,16 @@ impl TreeState {
     pub(crate) fn after_write(&self, keys: u64) -> bool {
         let before = self.writes.fetch_add(keys, Ordering::Relaxed);
         let after = before + keys;
-        if self.every_writes != 0
-            && before / self.every_writes != after / self.every_writes
-            && self.recovery.is_ready()
-        {
+        let crossed = before >> 8 != after >> 8;
+        let due = self.every_writes != 0 && before / self.every_writes != after / self.every_writes;
+        // A half-full crash journal: a snapshot starts a fresh one before it overflows.
+        let journal_full = crossed && self.persist.as_ref().is_some_and(|p| p.journal_filling());
+        if (due || journal_full) && self.recovery.is_ready() {
             if let Err(e) = self.snapshot() {
                 log::warn!("automatic snapshot of {:?} failed: {e}", self.report.tree);
             }
         }
-        before >> 8 != after >> 8
+        crossed
     }
 
     /// Writes a snapshot of the filter. The copy is taken under the gate (a rebuild cannot
@@ -134,11 +136,11 @@ impl TreeState {
         }
         // In counting mode the flush of the record that completes the snapshot also makes
         // every remove whose decrement the copy holds durable (see `persist`).
+        let seed = self.filters.enter().seed();
         let info = p.snapshot(
-            || {
-                let gate = self.filters.enter();
-                filter_image(gate.current())
-            },
+            seed,
+            || self.filters.enter(),
+            |gate| filter_image(gate.current()),
             durable,
         )?;
         self.counters.snapshot_written();

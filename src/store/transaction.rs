@@ -246,12 +246,16 @@ impl<'t> Run<'t> {
                         (Outcome::Committed, Some(&(b, a))) => (b, a),
                         _ => (false, false),
                     };
-                    // Counted in `counted` times; the store gained `after - before`.
-                    for _ in 0..(counted - (i32::from(after) - i32::from(before))) {
+                    // Counted in `counted` times; the store gained `after - before`. A key
+                    // the transaction removed is counted out (never journaled: see
+                    // `Writing::count_out`), the other surplus count-ins are taken back.
+                    let removed = before && !after;
+                    let surplus = counted - (i32::from(after) - i32::from(before));
+                    for _ in 0..surplus - i32::from(removed) {
                         hold.undo_count_in(k);
                     }
-                    if before && !after {
-                        hold.count_out_plain(1);
+                    if removed {
+                        hold.count_out(k);
                     }
                 }
             }

@@ -72,6 +72,7 @@ pub(super) fn open_filter(
         recovery: config.recovery,
         db_dir: &config.path,
         page_size: config.page_size,
+        journal: config.crash_journal,
     };
     let recovered = persist::recover(meta, &at)?;
     let policy = policy(config, recovered.sizing);

@@ -1,6 +1,8 @@
 //! The write guard: one verb per act of a write — count a key in, mark the tree dirty,
 //! count a key out, finish — in the order the no-false-negative protocol needs.
 
+use std::cell::{Cell, RefCell};
+
 use super::filters::Entered;
 use super::rebuild::Rebuild;
 use super::state::TreeState;
@@ -12,6 +14,10 @@ use crate::filter::any::FilterMode;
 pub(crate) struct Writing<'a> {
     state: &'a TreeState,
     gate: Entered<'a>,
+    /// The hash of the first key counted in and not yet journaled.
+    first: Cell<Option<u64>>,
+    /// The hashes of the further ones (a batch).
+    more: RefCell<Vec<u64>>,
 }
 
 impl<'a> Writing<'a> {
@@ -19,35 +25,65 @@ impl<'a> Writing<'a> {
         Writing {
             state,
             gate: state.filters.enter(),
+            first: Cell::new(None),
+            more: RefCell::new(Vec::new()),
         }
     }
 
     /// Counts `key` in, **before** its sled write: a reader that can see the key in sled
     /// then also sees its bits (sled's own release/acquire publishes the earlier bit
-    /// stores). Then [`Writing::mark_dirty`], once for one key or a batch.
+    /// stores). Then [`Writing::mark_dirty`], once for one key or a batch, which journals
+    /// it.
     #[inline]
     pub(crate) fn count_in(&self, key: &[u8]) {
-        self.gate.admit(key);
+        let h = self.gate.admit(key);
+        match self.first.get() {
+            None => self.first.set(Some(h)),
+            Some(_) => self.more.borrow_mut().push(h),
+        }
         self.state.counters.inserted(1);
     }
 
-    /// Makes the tree's dirty mark durable before the write reaches sled (see
-    /// [`crate::persist`]). An error means the write must not be made.
+    /// Makes the tree's dirty mark durable and journals the keys counted in, before the
+    /// write reaches sled (see [`crate::persist`]). An error means the write must not be
+    /// made.
+    #[inline]
     pub(crate) fn mark_dirty(&self) -> Result<()> {
-        self.state.mark_dirty()
+        if let Some(g) = self.state.mark_dirty()? {
+            self.journal(g);
+        }
+        Ok(())
+    }
+
+    /// Journals the keys counted in so far in generation `g`'s journal.
+    #[inline]
+    fn journal(&self, g: u64) {
+        let (Some(p), Some(h)) = (&self.state.persist, self.first.take()) else {
+            return;
+        };
+        let seed = self.gate.seed();
+        p.journal_inserts(g, seed, &[h]);
+        let more = std::mem::take(&mut *self.more.borrow_mut());
+        if !more.is_empty() {
+            p.journal_inserts(g, seed, &more);
+        }
     }
 
     /// Inside a transaction, whose trees' marks were made before it started and whose
     /// generations are held still (see [`super::transaction`]): confirms the mark covers the
-    /// current generation. Never writes, since sled's transaction lock is held; an error
-    /// means the write must not be made.
+    /// current generation, and journals the keys counted in. Never writes to sled, since
+    /// sled's transaction lock is held; an error means the write must not be made.
     pub(crate) fn check_marked(&self) -> Result<()> {
         match &self.state.persist {
             Some(p) if !p.is_marked() => Err(crate::error::Error::ReportableBug(format!(
                 "tree {:?}: a transaction's write found the dirty mark behind the generation",
                 self.state.report.tree
             ))),
-            _ => Ok(()),
+            Some(p) => {
+                self.journal(p.current_generation());
+                Ok(())
+            }
+            None => Ok(()),
         }
     }
 
@@ -61,12 +97,25 @@ impl<'a> Writing<'a> {
         Ok(())
     }
 
+    /// Takes back a count-in of `key` in a counting filter, after its sled write, journaled
+    /// as a remove (see `Persistence::journal_release`): the key's sled state did not change
+    /// by this count (it was there before, or the write was not made), so replaying the
+    /// pair of records is right whether or not sled kept the write.
+    fn release(&self, key: &[u8]) {
+        match &self.state.persist {
+            Some(p) => p.journal_release(|| (self.gate.seed(), self.gate.release(key))),
+            None => {
+                self.gate.release(key);
+            }
+        }
+    }
+
     /// Takes back a [`Writing::count_in`] that did not add a key to the store (it was there
     /// already, or the write lost a race). Counting mode only; plain bits stay.
     #[inline]
     pub(crate) fn undo_count_in(&self, key: &[u8]) {
         if self.state.mode == FilterMode::Counting {
-            self.gate.release(key);
+            self.release(key);
         }
     }
 
@@ -75,7 +124,12 @@ impl<'a> Writing<'a> {
     pub(crate) fn count_out(&self, key: &[u8]) {
         self.state.counters.removed(1);
         match self.state.mode {
-            FilterMode::Counting => self.gate.release(key),
+            // Not journaled: sled may still lose this remove in a crash (kill -9 loses its
+            // unflushed writes), and replaying the decrement then would deny a stored key.
+            // A snapshot holding it flushed sled first (see `crate::persist`).
+            FilterMode::Counting => {
+                self.gate.release(key);
+            }
             FilterMode::Plain => self.state.counters.stale(1),
         }
     }

@@ -1,0 +1,287 @@
+//! A tree's live crash journals: each a file of [`super::journal`]'s format mapped shared,
+//! so an append is two stores into the page cache and two atomic adds, with no syscall and
+//! no fsync (a journal is trusted only on the boot that wrote it, where everything handed
+//! to the page cache survives a process crash). Linux only: elsewhere there is no boot id
+//! and no journal is kept.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use zerocopy::IntoBytes;
+
+use super::journal::{
+    check_word, decode, file_len, Decoded, JournalHeader, FINISHED_OFFSET, RECORDS_OFFSET,
+    RECORD_LEN, RESERVED_OFFSET,
+};
+use crate::error::JournalFault;
+
+/// Records per journal: 16 MiB of file, sparse until written. A generation that writes
+/// more keys overflows its journal; the tree then takes a snapshot (see
+/// `Persistence::journal_filling`), and a crash before that snapshot rebuilds from a scan.
+pub(crate) const CAPACITY: u64 = 1 << 20;
+
+/// The most generations since the trusted snapshot that replay reads journals for.
+pub(crate) const MAX_GENERATIONS: u64 = 64;
+
+/// One generation's journal, mapped.
+pub(crate) struct Journal {
+    pub(crate) generation: u64,
+    pub(crate) seed: u64,
+    capacity: u64,
+    #[cfg(target_os = "linux")]
+    map: memmap2::MmapMut,
+}
+
+impl Journal {
+    /// Creates (or empties) the journal file at `path` with `header`, and maps it.
+    #[cfg(target_os = "linux")]
+    fn create(path: &Path, header: JournalHeader) -> io::Result<Journal> {
+        use std::io::Write;
+        let capacity = header.capacity.get();
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        file.set_len(file_len(capacity))?;
+        file.write_all(header.as_bytes())?;
+        // The header and length (a snapshot's cost, not a write's): a file whose records a
+        // power cut dropped then still reads as this journal, and only its boot id refuses
+        // it (the case `tests/power_cut.rs` reproduces), never its absence by luck.
+        file.sync_all()?;
+        // SAFETY: the file was just created by this process in the database's own folder,
+        // which sled holds locked against a second process; nothing truncates it while it
+        // is mapped (only this tree's `Journals` removes it, which unlinks without
+        // truncating). Every access goes through the atomics below.
+        #[allow(unsafe_code)]
+        let map = unsafe { memmap2::MmapOptions::new().map_mut(&file)? };
+        Ok(Journal {
+            generation: header.generation.get(),
+            seed: header.seed.get(),
+            capacity,
+            map,
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn create(_path: &Path, _header: JournalHeader) -> io::Result<Journal> {
+        Err(io::Error::other("crash journals are kept on Linux only"))
+    }
+
+    /// The word at byte offset `at` of the mapping.
+    #[cfg(target_os = "linux")]
+    #[inline]
+    fn word(&self, at: usize) -> &AtomicU64 {
+        assert!(at.is_multiple_of(8) && at + 8 <= self.map.len());
+        // SAFETY: the mapping is page aligned and `at` a multiple of 8 inside it (checked
+        // above), so the pointer is aligned and valid for 8 bytes for as long as `self`
+        // (which owns the mapping) lives; `AtomicU64` has `u64`'s layout, and every access
+        // to the mapping after `create` is atomic, so no access is a data race.
+        #[allow(unsafe_code)]
+        unsafe {
+            &*(self.map.as_ptr().add(at) as *const AtomicU64)
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn word(&self, _at: usize) -> &AtomicU64 {
+        unreachable!("no journal is created off Linux")
+    }
+
+    /// Appends a record of `op` for a key whose hash under `seed` is `hash`. Past the
+    /// capacity (or with another seed than the journal's) nothing is written but the slot
+    /// is still counted reserved, which marks the journal overflowed before the caller's
+    /// write reaches sled.
+    #[inline]
+    pub(crate) fn append(&self, op: u8, seed: u64, hash: u64) {
+        let slot = if seed == self.seed {
+            self.word(RESERVED_OFFSET).fetch_add(1, Ordering::Relaxed)
+        } else {
+            self.word(RESERVED_OFFSET)
+                .fetch_add(self.capacity + 1, Ordering::Relaxed)
+        };
+        if slot >= self.capacity {
+            return;
+        }
+        let at = RECORDS_OFFSET + slot as usize * RECORD_LEN;
+        self.word(at).store(hash, Ordering::Relaxed);
+        let check = check_word(slot, self.generation, hash, op);
+        self.word(at + 8).store(check, Ordering::Release);
+        self.word(FINISHED_OFFSET).fetch_add(1, Ordering::Release);
+    }
+
+    /// True once half the journal's slots are handed out.
+    pub(crate) fn half_full(&self) -> bool {
+        self.word(RESERVED_OFFSET).load(Ordering::Relaxed) >= self.capacity / 2
+    }
+}
+
+/// The journals of one tree: the mapped ones writers append to (the current generation's
+/// and, while a snapshot moves on, the previous one's), and the files on disk.
+pub(crate) struct Journals {
+    dir: PathBuf,
+    stem: String,
+    live: RwLock<Vec<Arc<Journal>>>,
+}
+
+impl Journals {
+    pub(crate) fn new(db_dir: &Path, tree_id: &[u8; 16]) -> Journals {
+        Journals {
+            dir: db_dir.join(super::DIR_NAME),
+            stem: tree_id.iter().map(|b| format!("{b:02x}")).collect(),
+            live: RwLock::new(Vec::new()),
+        }
+    }
+
+    fn path(&self, generation: u64) -> PathBuf {
+        self.dir.join(format!("{}.{generation}.jnl", self.stem))
+    }
+
+    /// Creates the journal of `header`'s generation and makes it the one writers of that
+    /// generation append to. Older live journals stay live (a writer may still be about to
+    /// append to one) until [`Journals::retire`].
+    pub(crate) fn start(&self, header: JournalHeader) -> io::Result<()> {
+        fs::create_dir_all(&self.dir)?;
+        let j = Arc::new(Journal::create(
+            &self.path(header.generation.get()),
+            header,
+        )?);
+        let mut live = self.live.write().unwrap_or_else(|p| p.into_inner());
+        live.retain(|l| l.generation != j.generation);
+        live.push(j);
+        Ok(())
+    }
+
+    /// The live journal of `generation`, if there is one.
+    #[inline]
+    pub(crate) fn with(&self, generation: u64, f: impl FnOnce(&Journal)) {
+        let live = self.live.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(j) = live.iter().rev().find(|j| j.generation == generation) {
+            f(j);
+        }
+    }
+
+    /// True if the newest live journal is half full (time for a snapshot).
+    pub(crate) fn filling(&self) -> bool {
+        let live = self.live.read().unwrap_or_else(|p| p.into_inner());
+        live.last().is_some_and(|j| j.half_full())
+    }
+
+    /// Reads and decodes the journal file of `generation`.
+    pub(crate) fn read(&self, generation: u64) -> Result<Decoded, JournalFault> {
+        match fs::read(self.path(generation)) {
+            Ok(bytes) => decode(&bytes, generation),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Err(JournalFault::Missing { generation })
+            }
+            Err(e) => Err(JournalFault::Damaged {
+                generation,
+                what: e.to_string(),
+            }),
+        }
+    }
+
+    /// Deletes this tree's journal files whose generation is not in `keep`, and forgets
+    /// the live ones outside it.
+    pub(crate) fn retire(&self, keep: std::ops::RangeInclusive<u64>) {
+        self.live
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|j| keep.contains(&j.generation));
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        let prefix = format!("{}.", self.stem);
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some(g) = name
+                .strip_prefix(&prefix)
+                .and_then(|r| r.strip_suffix(".jnl"))
+                .and_then(|g| g.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if !keep.contains(&g) {
+                let path = e.path();
+                if let Err(e) = fs::remove_file(&path) {
+                    log::warn!("bloomsled: cannot remove {}: {e}", path.display());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::persist::journal::{OP_INSERT, OP_REMOVE};
+    use zerocopy::little_endian::U64;
+
+    fn header(generation: u64, capacity: u64) -> JournalHeader {
+        let mut h = JournalHeader::blank();
+        h.generation = U64::new(generation);
+        h.seed = U64::new(5);
+        h.capacity = U64::new(capacity);
+        h.sealed()
+    }
+
+    #[test]
+    fn concurrent_appends_all_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let js = Journals::new(dir.path(), &[1; 16]);
+        js.start(header(3, 10_000)).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let js = &js;
+                s.spawn(move || {
+                    for i in 0..1_000 {
+                        let op = if i % 7 == 0 { OP_REMOVE } else { OP_INSERT };
+                        js.with(3, |j| j.append(op, 5, t << 32 | i));
+                    }
+                });
+            }
+        });
+        js.with(4, |_| panic!("no journal of generation 4"));
+        let mut got = js.read(3).unwrap().records.unwrap();
+        got.sort_unstable();
+        let mut want: Vec<(u8, u64)> = (0..4u64)
+            .flat_map(|t| {
+                (0..1_000).map(move |i| {
+                    let op = if i % 7 == 0 { OP_REMOVE } else { OP_INSERT };
+                    (op, t << 32 | i)
+                })
+            })
+            .collect();
+        want.sort_unstable();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_full_or_wrong_seed_journal_reads_as_overflowed_and_retire_keeps_the_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let js = Journals::new(dir.path(), &[1; 16]);
+        js.start(header(1, 4)).unwrap();
+        js.start(header(2, 4)).unwrap();
+        for i in 0..5 {
+            js.with(1, |j| j.append(OP_INSERT, 5, i));
+        }
+        js.with(2, |j| j.append(OP_INSERT, 6, 0));
+        for g in [1, 2] {
+            assert_eq!(
+                js.read(g).unwrap().records,
+                Err(JournalFault::Overflowed { generation: g })
+            );
+        }
+        js.retire(2..=2);
+        assert_eq!(
+            js.read(1).unwrap_err(),
+            JournalFault::Missing { generation: 1 }
+        );
+        assert!(js.read(2).is_ok());
+    }
+}
