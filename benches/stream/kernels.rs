@@ -1,0 +1,197 @@
+//! The per-kernel table: one child process of this bench per kernel and size, each with
+//! `BLOOMSLED_KERNEL` set (the variable is read once per process).
+
+use std::time::Instant;
+
+use bloomsled::hash::hash_key;
+use bloomsled::Filter;
+
+use crate::common::rounds::{interleave, ns_per};
+use crate::common::{key, load_chunks, size_label, splitmix64, write_key};
+use crate::{cell, count, load, Contenders, ABSENT_BASE, CHUNK, Q};
+
+/// Set in a child process of [`kernel_table`].
+pub const KERNEL_CHILD: &str = "BLOOMSLED_STREAM_KERNEL_CHILD";
+
+/// One child's measurements: the kernel it ran, and each contender's ns per key, round by
+/// round.
+struct ChildRows {
+    ran: String,
+    per: Vec<(String, Vec<f64>)>,
+}
+
+impl ChildRows {
+    /// A measured row of the child's.
+    fn get(&self, name: &str) -> &[f64] {
+        &self
+            .per
+            .iter()
+            .find(|(x, _)| x == name)
+            .expect("a measured row")
+            .1
+    }
+}
+
+/// The per-kernel table: for each size and each kernel of `BLOOMSLED_STREAM_KERNELS`
+/// (default `scalar,avx2,avx512`), a child process of this bench with `BLOOMSLED_KERNEL` set
+/// to it (the variable is read once per process) measures fastbloom + xxh3,
+/// `Filter::contains` and `Tree::may_contain` on the same absent and present key streams, in
+/// interleaved rounds. A kernel this CPU cannot run is reported as such, not measured.
+pub fn kernel_table(sizes: &[u64], rounds: usize) -> String {
+    let kernels =
+        std::env::var("BLOOMSLED_STREAM_KERNELS").unwrap_or_else(|_| "scalar,avx2,avx512".into());
+    let mut out = format!(
+        "#### The probe kernels, each forced in its own process (`BLOOMSLED_KERNEL`), 10 bits/key\n\n\
+         CPU: {} ({}). Medians of {rounds} interleaved rounds per process; in brackets the \
+         median per-round ratio to fastbloom 0.17 + xxh3-64 measured in the same rounds, and its \
+         min–max. `Tree::may_contain`: a tree whose filter is sized for the keys (the same \
+         bytes), holding the present query keys.\n\n\
+         | keys | kernel | fastbloom absent | `Filter::contains` absent | `Tree::may_contain` absent \
+         | fastbloom present | `Filter::contains` present | `Tree::may_contain` present |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|\n",
+        cpu_model(),
+        cpu_features()
+    );
+    for &n in sizes {
+        for kernel in kernels.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+            let t = Instant::now();
+            let child = run_child(n, kernel, rounds);
+            eprintln!(
+                "[{}] kernel {kernel} measured in {:.1?}",
+                size_label(n),
+                t.elapsed()
+            );
+            out += &kernel_row(n, kernel, &child);
+        }
+    }
+    out
+}
+
+/// The CPU's model name, from /proc/cpuinfo.
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// Runs this bench as a [`kernel_child`] of `n` keys under `kernel`, and reads its rows.
+fn run_child(n: u64, kernel: &str, rounds: usize) -> ChildRows {
+    let child = std::process::Command::new(std::env::current_exe().expect("own path"))
+        .env(KERNEL_CHILD, "1")
+        .env("BLOOMSLED_KERNEL", kernel)
+        .env("BLOOMSLED_STREAM_KERNEL_N", n.to_string())
+        .env("BLOOMSLED_STREAM_ROUNDS", rounds.to_string())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("spawn the bench's child");
+    assert!(child.status.success(), "{kernel}: the child failed");
+    let text = String::from_utf8_lossy(&child.stdout);
+    let mut ran = None;
+    let mut per: Vec<(String, Vec<f64>)> = Vec::new();
+    for line in text.lines() {
+        if let Some(k) = line.strip_prefix("kernel\t") {
+            ran = Some(k.to_string());
+        } else if let Some(rest) = line.strip_prefix("row\t") {
+            let (name, values) = rest.split_once('\t').expect("name and values");
+            let v = values.split(',').map(|x| x.parse().expect("ns")).collect();
+            per.push((name.to_string(), v));
+        }
+    }
+    let ran = ran.expect("the child names its kernel");
+    ChildRows { ran, per }
+}
+
+/// The table row of one child: its medians and ratios, or that the CPU cannot run `kernel`.
+fn kernel_row(n: u64, kernel: &str, child: &ChildRows) -> String {
+    let ran = &child.ran;
+    if !ran.eq_ignore_ascii_case(kernel) {
+        return format!(
+            "| {} | {kernel} | not on this CPU (it ran {ran}) | | | | | |\n",
+            size_label(n)
+        );
+    }
+    let mut row = format!("| {} | **{kernel}** |", size_label(n));
+    for tag in ["absent", "present"] {
+        let base = child.get(&format!("fastbloom/{tag}"));
+        row += &format!(" {} |", cell(base, None));
+        for what in ["filter", "may_contain"] {
+            row += &format!(
+                " {} |",
+                cell(child.get(&format!("{what}/{tag}")), Some(base))
+            );
+        }
+    }
+    row + "\n"
+}
+
+/// The CPU's vector extensions that the kernels use, as "AVX2 yes, AVX-512 F/DQ yes".
+fn cpu_features() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        format!(
+            "AVX2 {}, AVX-512 F/DQ {}",
+            yes(std::is_x86_feature_detected!("avx2")),
+            yes(std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512dq"))
+        )
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        std::env::consts::ARCH.to_string()
+    }
+}
+
+/// One process of [`kernel_table`]: `n` keys, this process's kernel; prints `kernel\t<name>`
+/// and a `row\t<contender>\t<ns per key, round by round>` line per contender.
+pub fn kernel_child(n: u64, rounds: usize) {
+    println!("kernel\t{}", bloomsled::probe_kernel());
+    let absent: Vec<Vec<u8>> = (0..Q as u64).map(|j| key(ABSENT_BASE + j)).collect();
+    let present: Vec<Vec<u8>> = (0..Q as u64)
+        .map(|j| key(splitmix64(j ^ 0xA5A5_5A5A) % n))
+        .collect();
+    let tree = load::load_sized(n, &present);
+    let f = Filter::with_bits_per_key(n, 10.0).expect("filter");
+    let mut fb =
+        fastbloom::BloomFilter::with_num_bits(f.num_bits() as usize).hashes(f.num_hashes());
+    let seed = f.seed();
+    load_chunks(n, CHUNK, |ids, buf| {
+        for i in ids {
+            write_key(buf, i);
+            let h = hash_key(buf, seed);
+            f.insert_hash(h);
+            fb.insert_hash(h);
+        }
+    });
+    assert_eq!(
+        count(&present, |k| f.contains(k)),
+        Q as u64,
+        "false negative"
+    );
+    let mut c = Contenders::default();
+    for (tag, keys) in [("absent", &absent), ("present", &present)] {
+        let (f, fb, tree) = (&f, &fb, &tree);
+        c.add(format!("fastbloom/{tag}"), move || {
+            ns_per(Q, || count(keys, |k| fb.contains_hash(hash_key(k, seed))))
+        });
+        c.add(format!("filter/{tag}"), move || {
+            ns_per(Q, || count(keys, |k| f.contains(k)))
+        });
+        c.add(format!("may_contain/{tag}"), move || {
+            ns_per(Q, || count(keys, |k| tree.may_contain(k)))
+        });
+    }
+    let (names, mut runs) = c.into_parts();
+    let mut refs: Vec<&mut dyn FnMut() -> f64> = runs.iter_mut().map(|b| &mut **b as _).collect();
+    let per = interleave(rounds, &mut refs);
+    for (name, v) in names.iter().zip(&per) {
+        let v: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
+        println!("row\t{name}\t{}", v.join(","));
+    }
+}
