@@ -54,6 +54,7 @@ use super::conn::Endpoint;
 use super::filter::SharedFilter;
 use super::layout::{self, Cells, Layout};
 use super::record::{new_epoch, SharedShape};
+use super::retry::Resend;
 use super::session::Session;
 use super::value;
 use config::default_grace;
@@ -337,20 +338,14 @@ impl SharedWindow {
             // Not replayed blindly: a replay would answer "present" for the keys a lost
             // attempt set. Sent again only once a lookup shows it did not run (see
             // `Endpoint::retry_for`).
-            let start = std::time::Instant::now();
-            let mut resent = false;
+            let mut resend = Resend::new(self.session.endpoint());
             let replies = loop {
                 match self.session.run_fast_once(|w| {
                     self.write_ring_read(w, std::slice::from_ref(&field));
                     gen.write_add(w, &batch);
                 }) {
                     Err(Error::RedisOutcomeUnknown { why }) => {
-                        if gen.add_may_have_run(&batch)?
-                            || (resent && start.elapsed() > self.session.endpoint().retry_window())
-                        {
-                            return Err(Error::RedisOutcomeUnknown { why });
-                        }
-                        resent = true;
+                        resend.again(gen.add_may_have_run(&batch)?, why)?;
                     }
                     r => break r?,
                 }
