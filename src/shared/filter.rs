@@ -267,7 +267,9 @@ impl SharedFilter {
     /// new once); pipelined like [`SharedFilter::add_many`]. On error nothing is reported,
     /// and some keys may have been recorded.
     pub fn add_exact_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        chunked(keys, |chunk, out| self.add_exact_batch(chunk, out))
+        let r = chunked(keys, |chunk, out| self.add_exact_batch(chunk, out));
+        self.session.tally.adds(&r);
+        r
     }
 
     /// True if `key` may have been added, false if it certainly was not. One `GETRANGE`.
@@ -279,14 +281,18 @@ impl SharedFilter {
     /// node per 8,192 keys, one command per shard touched. On error nothing is reported, and
     /// some keys may have been added.
     pub fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        chunked(keys, |chunk, out| self.add_batch(chunk, out))
+        let r = chunked(keys, |chunk, out| self.add_batch(chunk, out));
+        self.session.tally.adds(&r);
+        r
     }
 
     /// Looks up every key; pipelined like [`SharedFilter::add_many`], one `GETRANGE` per
     /// key. Either every key gets an answer or the call fails: a key is never reported
     /// absent because its block could not be read.
     pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        chunked(keys, |chunk, out| self.contains_batch(chunk, out))
+        let r = chunked(keys, |chunk, out| self.contains_batch(chunk, out));
+        self.session.tally.lookups(&r);
+        r
     }
 
     /// Removes one add of `key` from a counting filter: lowers its counters (a counter stuck
@@ -310,7 +316,11 @@ impl SharedFilter {
                 self.layout.name
             )));
         }
-        chunked(keys, |chunk, out| self.remove_batch(chunk, out))
+        let r = chunked(keys, |chunk, out| self.remove_batch(chunk, out));
+        if let Err(e) = &r {
+            self.session.tally.failed(e);
+        }
+        r
     }
 
     /// The counts of `key`'s cells in a counting filter, smallest first: the smallest bounds

@@ -123,6 +123,9 @@ mod resp;
 mod retry;
 mod session;
 mod stats;
+mod tally;
+#[cfg(feature = "metrics")]
+mod telemetry;
 mod transfer;
 mod value;
 mod window;

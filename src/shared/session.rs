@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use super::conn::{Conn, Endpoint};
 use super::resp::{Cmds, Sink};
 use super::retry::{Failure, Next, Retry, IDLE_CHECK};
+use super::tally::Tally;
 
 /// The endpoint and its current connection (none after a dropped connection, until the
 /// next call reconnects).
@@ -21,6 +22,8 @@ pub(crate) struct Session {
     opened: Instant,
     /// When the connection last answered (read and written under the `conn` lock).
     answered: Mutex<Instant>,
+    /// What the handle (a filter, or a window and its generations) did, for its metrics.
+    pub(crate) tally: Tally,
 }
 
 impl Session {
@@ -40,6 +43,7 @@ impl Session {
             conn: Mutex::new(Some(conn)),
             opened,
             answered: Mutex::new(Instant::now()),
+            tally: Tally::default(),
         })
     }
 
@@ -162,7 +166,11 @@ impl Session {
                     *answered = Instant::now();
                     return Ok(v);
                 }
-                Err(f) => pause(retry.next(f)?),
+                Err(f) => {
+                    let next = retry.next(f)?;
+                    self.tally.retried();
+                    pause(next);
+                }
             }
         }
     }

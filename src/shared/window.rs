@@ -325,6 +325,18 @@ impl SharedWindow {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        let r = self.add_all(keys);
+        self.session.tally.adds(&r);
+        r
+    }
+
+    /// What this handle's calls did (for its metrics).
+    #[cfg(feature = "metrics")]
+    pub(super) fn tally(&self) -> &super::tally::Tally {
+        &self.session.tally
+    }
+
+    fn add_all<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let mut out = Vec::with_capacity(keys.len());
         if keys.is_empty() {
             return Ok(out);
@@ -378,6 +390,12 @@ impl SharedWindow {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        let r = self.lookup_all(keys);
+        self.session.tally.lookups(&r);
+        r
+    }
+
+    fn lookup_all<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let mut out = vec![false; keys.len()];
         if keys.is_empty() {
             return Ok(out);

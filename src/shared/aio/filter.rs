@@ -230,11 +230,16 @@ impl AsyncSharedFilter {
     /// # }
     /// ```
     pub async fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        let mut out = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(PIPELINE_KEYS) {
-            self.add_batch(chunk, &mut out).await?;
+        let r = async {
+            let mut out = Vec::with_capacity(keys.len());
+            for chunk in keys.chunks(PIPELINE_KEYS) {
+                self.add_batch(chunk, &mut out).await?;
+            }
+            Ok(out)
         }
-        Ok(out)
+        .await;
+        self.session.tally.adds(&r);
+        r
     }
 
     /// Adds one pipeline's worth of keys, with the sync filter's rule for an add whose
@@ -274,6 +279,12 @@ impl AsyncSharedFilter {
     /// # }
     /// ```
     pub async fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        let r = self.lookup_all(keys).await;
+        self.session.tally.lookups(&r);
+        r
+    }
+
+    async fn lookup_all<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let wire = self.incarnation();
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(PIPELINE_KEYS) {
@@ -336,8 +347,12 @@ impl AsyncSharedFilter {
             let batch = wire.remove_plan(chunk);
             let mut cmds = Cmds::default();
             wire.write_remove(&mut cmds, &batch);
-            let replies = self.session.run(cmds.0).await?;
-            wire.read_remove(&batch, replies, &mut out)?;
+            let replies = self.session.run(cmds.0).await;
+            let read = replies.and_then(|r| wire.read_remove(&batch, r, &mut out));
+            if let Err(e) = read {
+                self.session.tally.failed(&e);
+                return Err(e);
+            }
         }
         Ok(out)
     }
@@ -366,6 +381,41 @@ impl AsyncSharedFilter {
         wire.write_getrange(&mut cmds, &p);
         let reply = self.session.run(cmds.0).await?.into_iter().next();
         wire.read_counts(&p, reply.unwrap_or(Value::Nil))
+    }
+
+    /// Records this handle's metrics (label `filter`), as [`SharedFilter::record_metrics`]
+    /// does: the counters of its calls, then (on a plain filter) the gauges of the filter's
+    /// stats, from one `BITCOUNT` pipeline. A counting filter's fill would need a read
+    /// through the whole filter: its gauges are left to [`SharedFilter::record_metrics`].
+    /// If the stats cannot be read, the counters are recorded and the error returned.
+    ///
+    /// ```no_run
+    /// # use bloomsled::shared::AsyncSharedFilter;
+    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled::Result<()> {
+    /// f.record_metrics().await?; // from a scrape handler
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub async fn record_metrics(&self) -> Result<()> {
+        let wire = self.incarnation();
+        let stats = if self.shape.counting {
+            Ok(None)
+        } else {
+            match self.session.run(wire.bit_count_cmds()).await {
+                Ok(replies) => wire
+                    .read_bit_counts(replies)
+                    .map(|(ones, bytes)| Some(wire.stats_of(ones, bytes))),
+                Err(e) => Err(e),
+            }
+        };
+        let tally = &self.session.tally;
+        super::super::telemetry::record(
+            tally,
+            self.name(),
+            stats.as_ref().ok().and_then(|s| s.as_ref()),
+        );
+        stats.map(drop)
     }
 
     /// Deletes the filter from Redis, config record first, as [`SharedFilter::destroy`]

@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 
 use super::super::conn::Endpoint;
 use super::super::retry::{Failure, Next, Retry, IDLE_CHECK};
+use super::super::tally::Tally;
 
 /// A connection handle; clones share the connection.
 #[derive(Clone)]
@@ -133,6 +134,8 @@ pub(crate) struct AsyncSession {
     opened: Instant,
     /// When the connection last answered.
     answered: Mutex<Instant>,
+    /// What the handle did, for its metrics.
+    pub(crate) tally: Tally,
 }
 
 /// Waits as `next` says, on a tokio timer: never parks a worker.
@@ -159,6 +162,7 @@ impl AsyncSession {
             conn: Mutex::new(Some(conn)),
             opened,
             answered: Mutex::new(Instant::now()),
+            tally: Tally::default(),
         })
     }
 
@@ -208,7 +212,11 @@ impl AsyncSession {
                     *self.answered.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                     return Ok(v);
                 }
-                Err(f) => pause(retry.next(f)?).await,
+                Err(f) => {
+                    let next = retry.next(f)?;
+                    self.tally.retried();
+                    pause(next).await;
+                }
             }
         }
     }
