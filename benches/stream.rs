@@ -34,6 +34,9 @@
 //!   the same store against the formula with its own figures: whether the filter or the
 //!   stream makes sled's lookups slower there;
 //! * the by-hash hot loop (hashes computed beforehand), the second view;
+//! * with `--features metrics`, `Tree::may_contain` and an absent `Tree::get` on the same
+//!   store while a recorder is installed and the store's series are recorded every 10 ms
+//!   (issue 35's bound: ≤ 1.03× the same without);
 //! * inserts of fresh keys: `Filter::insert` beside fastbloom's (`BloomFilter`, `&mut self`,
 //!   plain stores, and `AtomicBloomFilter`, `&self` like ours) and bloomfilter's, and
 //!   `Tree::insert` beside sled's.
@@ -112,6 +115,56 @@ fn sled_gets<K: AsRef<[u8]>>(db: &bloomsled::Db, keys: &[K]) -> f64 {
     ns_per(keys.len(), || {
         count(keys, |k| db.get_unfiltered(k).unwrap().is_some())
     })
+}
+
+/// With `--features metrics`: a real recorder installed (metrics-util's
+/// `DebuggingRecorder`) and a thread that records the store's series every 10 ms while a
+/// contender runs under [`Recording::during`] (as `Config::metrics_interval` would, 1,000×
+/// as often as a 10 s scrape); idle otherwise, so the rows without metrics run without it.
+#[cfg(feature = "metrics")]
+struct Recording {
+    on: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[cfg(feature = "metrics")]
+impl Recording {
+    fn start(db: bloomsled::Db) -> Recording {
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        use std::sync::Arc;
+        // Installed once per process; a second size's store reuses it.
+        let _ = metrics_util::debugging::DebuggingRecorder::new().install();
+        let (on, stop) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (flag, end) = (on.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !end.load(Relaxed) {
+                std::thread::sleep(Duration::from_millis(10));
+                if flag.load(Relaxed) {
+                    db.record_metrics();
+                }
+            }
+        });
+        Recording { on, stop }
+    }
+
+    /// Runs `f` with the recording on.
+    fn during(&self, f: impl FnOnce() -> f64) -> f64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.on.store(true, Relaxed);
+        let v = f();
+        self.on.store(false, Relaxed);
+        v
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for Recording {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// One contender: times one pass and returns its ns per key.
@@ -442,6 +495,8 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             .collect()
     };
     let (negatives, fps) = (pick(false), pick(true));
+    #[cfg(feature = "metrics")]
+    let recording = stores.as_ref().map(|(db, _)| Recording::start(db.clone()));
     // Every `spread_step`-th absent key: as many keys as the filter passes, spread like them.
     let spread_step = (Q / fps.len().max(1)).max(1);
     let mut c = Contenders::default();
@@ -569,6 +624,20 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
             ns_per(negatives.len(), || {
                 count(negatives, |k| matches!(db.get(k), Ok(Some(_))))
             })
+        });
+    }
+    // With `--features metrics`: the same store's filter path and absent `get` while its
+    // series are being recorded (issue 35's bound: ≤ 1.03× without).
+    #[cfg(feature = "metrics")]
+    if let (Some((db, _)), Some(rec)) = (&stores, &recording) {
+        for (tag, keys) in [("absent", &absent), ("present", &present)] {
+            c.add(format!("may_contain_metrics/{tag}"), move || {
+                rec.during(|| ns_per(Q, || count(keys, |k| db.may_contain(k))))
+            });
+        }
+        let absent = &absent;
+        c.add("get_metrics/absent", move || {
+            rec.during(|| ns_per(Q, || count(absent, |k| db.get(k).unwrap().is_some())))
         });
     }
     for (b, db) in &denser {
@@ -910,6 +979,36 @@ fn run_size(n: u64, with_store: bool, rounds: usize, bpk_extra: &[u64]) -> Strin
                 String::new(),
             ],
         });
+        #[cfg(feature = "metrics")]
+        {
+            rows.push(Row {
+                what: "with `metrics` on: **`Tree::may_contain`** while a recorder is installed \
+                       and the store's series are recorded every 10 ms (ratio: to \
+                       `Tree::may_contain` without, same rounds)"
+                    .into(),
+                cells: vec![
+                    cell(
+                        get("may_contain_metrics/absent").unwrap(),
+                        get("may_contain/absent"),
+                    ),
+                    cell(
+                        get("may_contain_metrics/present").unwrap(),
+                        get("may_contain/present"),
+                    ),
+                    String::new(),
+                ],
+            });
+            rows.push(Row {
+                what: "with `metrics` on: **`Tree::get`** of absent keys, the same recording \
+                       (ratio: to `Tree::get` without, same rounds)"
+                    .into(),
+                cells: vec![
+                    cell(get("get_metrics/absent").unwrap(), get("get/absent")),
+                    String::new(),
+                    String::new(),
+                ],
+            });
+        }
         rows.push(Row {
             what: "`insert` of a fresh key: sled / **bloomsled `Tree::insert`**".into(),
             cells: vec![
