@@ -53,7 +53,32 @@
 //! generation's is), `rebuilding` (1 when any rebuilds). Rebuilds, snapshots and their
 //! ages are per generation, in the generation trees' own series.
 //!
-//! Shared filters and shared windows (Redis) have no series yet.
+//! Per shared filter (Redis, feature `redis`; label `filter`, the filter's name), recorded by
+//! `SharedFilter::record_metrics` and `AsyncSharedFilter::record_metrics` for that handle
+//! (each handle counts its own calls: sum over the processes that share a filter):
+//!
+//! | name | kind | what |
+//! |---|---|---|
+//! | `bloomsled_shared_lookups_total` | counter | keys looked up (`contains`, `contains_many`) |
+//! | `bloomsled_shared_absent_total` | counter | lookups answered "certainly absent" (the store reads a lookup saves) |
+//! | `bloomsled_shared_adds_total` | counter | keys added (`add`, `add_many`, `add_exact`, ...) |
+//! | `bloomsled_shared_new_total` | counter | adds answered "new" |
+//! | `bloomsled_shared_redis_errors_total` | counter | calls that failed (Redis unreachable past the retry window, a lost filter, an unknown outcome, ...) |
+//! | `bloomsled_shared_retries_total` | counter | attempts sent again after a transient failure (see `Endpoint::retry_for`) |
+//! | `bloomsled_shared_outcome_unknown_total` | counter | adds that failed with `RedisOutcomeUnknown` |
+//! | `bloomsled_shared_fill_ratio` | gauge | share of the filter's bits set (`BITCOUNT` at record time) |
+//! | `bloomsled_shared_estimated_items` | gauge | keys estimated from the fill |
+//! | `bloomsled_shared_estimated_fpr` | gauge | false-positive rate at the estimated keys |
+//! | `bloomsled_shared_redis_bytes` | gauge | bytes of the Redis strings holding the filter |
+//!
+//! Per shared window (label `window`), recorded by `SharedWindow::record_metrics` and
+//! `AsyncSharedWindow::record_metrics`: the same seven counters with the prefix
+//! `bloomsled_shared_window_` (a lookup is one key, whatever the generations it reads), and
+//! gauges `bloomsled_shared_window_generations` (live), `…_estimated_items` and
+//! `…_redis_bytes` (sums over the live generations), `…_fill_ratio` (their mean).
+//!
+//! The counters cost one relaxed atomic add per call next to a Redis round trip; the gauges
+//! cost one `BITCOUNT` pipeline at record time (the filter's `stats`), none per call.
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -147,6 +172,36 @@ pub const WINDOW_SERIES: [&str; 13] = [
     "bloomsled_window_estimated_fpr",
     "bloomsled_window_filter_in_use",
     "bloomsled_window_rebuilding",
+];
+
+/// Every per-shared-filter series (label `filter`), the 7 counters first.
+pub const SHARED_SERIES: [&str; 11] = [
+    "bloomsled_shared_lookups_total",
+    "bloomsled_shared_absent_total",
+    "bloomsled_shared_adds_total",
+    "bloomsled_shared_new_total",
+    "bloomsled_shared_redis_errors_total",
+    "bloomsled_shared_retries_total",
+    "bloomsled_shared_outcome_unknown_total",
+    "bloomsled_shared_fill_ratio",
+    "bloomsled_shared_estimated_items",
+    "bloomsled_shared_estimated_fpr",
+    "bloomsled_shared_redis_bytes",
+];
+
+/// Every per-shared-window series (label `window`), the 7 counters first.
+pub const SHARED_WINDOW_SERIES: [&str; 11] = [
+    "bloomsled_shared_window_lookups_total",
+    "bloomsled_shared_window_absent_total",
+    "bloomsled_shared_window_adds_total",
+    "bloomsled_shared_window_new_total",
+    "bloomsled_shared_window_redis_errors_total",
+    "bloomsled_shared_window_retries_total",
+    "bloomsled_shared_window_outcome_unknown_total",
+    "bloomsled_shared_window_generations",
+    "bloomsled_shared_window_estimated_items",
+    "bloomsled_shared_window_fill_ratio",
+    "bloomsled_shared_window_redis_bytes",
 ];
 
 /// The counter values a tree or window handed to the facade last time, so that the next

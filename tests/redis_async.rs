@@ -357,6 +357,80 @@ async fn the_async_window_shares_a_window_with_the_sync_one_and_reports_its_loss
     assert!(matches!(w.add(b"k").await, Err(e) if is_lost(&e)));
 }
 
+/// The async window on a 3-master cluster (straight after `--cluster create`), under a
+/// multi-threaded runtime: tasks sharing one handle add and look up across a rotation, a
+/// sync handle sees the same window, the generations spread over the masters, and a
+/// flushed master is an error, never "absent".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_window_on_a_cluster_answers_across_rotations_and_reports_a_flushed_master() {
+    require_redis!();
+    let c = Cluster::start_unsettled(3);
+    let ep = Endpoint::cluster(c.urls());
+    let clock = ManualClock::new(1_000_000_000);
+    let config = SharedWindowConfig::new(Duration::from_secs(60), 3, FilterConfig::new(20_000))
+        .clock(Arc::new(clock.clone()));
+    let w = Arc::new(
+        AsyncSharedWindow::create(&ep, "cluster-recent", &config)
+            .await
+            .unwrap(),
+    );
+    c.wait_ok();
+    // Four tasks on one handle, each its own keys.
+    let tasks: Vec<_> = (0..4)
+        .map(|t| {
+            let w = w.clone();
+            tokio::spawn(async move {
+                let mine = keys(&format!("t{t}"), 2_000);
+                let new = w.add_many(&mine).await.unwrap();
+                assert!(new.iter().filter(|&&n| n).count() > 1_990);
+                assert!(w.contains_many(&mine).await.unwrap().iter().all(|&b| b));
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // The next generation: a sync handle adds, the async one sees both generations.
+    clock.advance(Duration::from_secs(20));
+    let second = keys("second", 2_000);
+    let (ep2, c2, k2) = (ep.clone(), clock.clone(), second.clone());
+    let epoch = tokio::task::spawn_blocking(move || {
+        let sw = SharedWindow::open_with_clock(&ep2, "cluster-recent", Arc::new(c2)).unwrap();
+        sw.add_many(&k2).unwrap();
+        sw.epoch()
+    })
+    .await
+    .unwrap();
+    assert_eq!(epoch, w.epoch());
+    assert!(w.contains_many(&second).await.unwrap().iter().all(|&b| b));
+    let first = keys("t0", 2_000);
+    assert!(w.contains_many(&first).await.unwrap().iter().all(|&b| b));
+    assert_eq!(w.stats().await.unwrap().live.len(), 2);
+    let absent = keys("absent", 20_000);
+    let fp = w
+        .contains_many(&absent)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|&&b| b)
+        .count();
+    assert!(
+        fp < 200,
+        "{fp} false positives in 20,000 over two generations"
+    );
+    // Every master holds some of the window.
+    for (i, n) in c.nodes.iter().enumerate() {
+        let held = n.cli(&["dbsize"]).trim().parse::<u64>().unwrap();
+        assert!(held >= 1, "master {i} holds {held} keys");
+    }
+    // One master flushed: lookups and adds that need it fail as lost.
+    redis::cmd("FLUSHALL")
+        .exec(&mut c.nodes[1].client())
+        .unwrap();
+    assert!(matches!(w.contains_many(&second).await, Err(e) if is_lost(&e)));
+    assert!(matches!(w.add_many(&absent).await, Err(e) if is_lost(&e)));
+}
+
 /// Counts the ticks of a 5 ms interval on the calling runtime while `call` is pending.
 async fn ticks_during<F: std::future::Future>(call: F) -> (u64, F::Output) {
     let ticks = Arc::new(AtomicU64::new(0));

@@ -12,18 +12,6 @@ use bloomsled::shared::{Endpoint, SharedFilter, SharedWindow, SharedWindowConfig
 use bloomsled::{Error, FilterConfig};
 use redis_support::Server;
 
-/// A server whose every acknowledged write survives `kill -9` (AOF, fsync always).
-fn persistent() -> Server {
-    Server::start_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-    ])
-}
-
 fn key(i: usize) -> Vec<u8> {
     format!("https://example.com/page/{i}").into_bytes()
 }
@@ -44,7 +32,7 @@ fn while_down<T>(s: &mut Server, after: Duration, during: impl FnOnce() -> T) ->
 #[test]
 fn calls_made_while_redis_restarts_with_its_data_wait_and_answer() {
     require_redis!();
-    let mut s = persistent();
+    let mut s = Server::start_persistent();
     let ep = Endpoint::url(s.url()).retry_for(Duration::from_secs(30));
     // One shard: an add is one `BITFIELD`, so one key found absent proves it did not run.
     let f =
@@ -106,7 +94,7 @@ fn calls_made_while_redis_restarts_with_its_data_wait_and_answer() {
 #[test]
 fn a_redis_gone_past_the_retry_window_is_an_error_never_an_answer() {
     require_redis!();
-    let mut s = persistent();
+    let mut s = Server::start_persistent();
     let ep = Endpoint::url(s.url()).retry_for(Duration::from_secs(2));
     let f = SharedFilter::create(&ep, "gone", &FilterConfig::new(10_000)).unwrap();
     f.add(b"present").unwrap();
@@ -143,7 +131,7 @@ fn a_redis_gone_past_the_retry_window_is_an_error_never_an_answer() {
 #[test]
 fn adds_in_flight_during_kills_are_new_or_unknown_never_present() {
     require_redis!();
-    let mut s = persistent();
+    let mut s = Server::start_persistent();
     let ep = Endpoint::url(s.url()).retry_for(Duration::from_secs(30));
     let f = SharedFilter::create(&ep, "inflight", &FilterConfig::new(1_000_000)).unwrap();
     let stop = std::sync::atomic::AtomicBool::new(false);

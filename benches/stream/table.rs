@@ -29,6 +29,8 @@ pub fn render(
         rows.extend(rejected_rows(m));
         let store = StoreRows::new(m, p);
         rows.extend(store.bound_rows(&mut extra, s, p, pairs.unwrap()));
+        #[cfg(feature = "metrics")]
+        rows.extend(metrics_rows(m));
         rows.push(Row {
             what: "`insert` of a fresh key: sled / **bloomsled `Tree::insert`**".into(),
             cells: vec![
@@ -455,6 +457,41 @@ fn insert_rows(ins: &[Vec<f64>]) -> Vec<Row> {
             what: "`insert`: `bloomfilter` `check_and_set` (ratio: to fastbloom `BloomFilter`)"
                 .into(),
             cells: vec![cell(&ins[3], Some(&ins[0])), String::new(), String::new()],
+        },
+    ]
+}
+
+/// With `--features metrics`: `Tree::may_contain` and an absent `Tree::get` while the
+/// store's series are recorded, each against the same call without, in the same rounds.
+#[cfg(feature = "metrics")]
+fn metrics_rows(m: &Measured) -> Vec<Row> {
+    vec![
+        Row {
+            what: "with `metrics` on: **`Tree::may_contain`** while a recorder is installed \
+                   and the store's series are recorded every 10 ms (ratio: to \
+                   `Tree::may_contain` without, same rounds)"
+                .into(),
+            cells: vec![
+                cell(
+                    m.get("may_contain_metrics/absent").unwrap(),
+                    m.get("may_contain/absent"),
+                ),
+                cell(
+                    m.get("may_contain_metrics/present").unwrap(),
+                    m.get("may_contain/present"),
+                ),
+                String::new(),
+            ],
+        },
+        Row {
+            what: "with `metrics` on: **`Tree::get`** of absent keys, the same recording \
+                   (ratio: to `Tree::get` without, same rounds)"
+                .into(),
+            cells: vec![
+                cell(m.get("get_metrics/absent").unwrap(), m.get("get/absent")),
+                String::new(),
+                String::new(),
+            ],
         },
     ]
 }

@@ -22,13 +22,12 @@
 //! A bucket evicted or deleted alone forgets its keys: they are then answered "new" again
 //! (fetched twice), never "present" by mistake.
 
-use std::time::Instant;
-
 use redis::Value;
 
 use crate::error::{Error, Result};
 
 use super::filter::SharedFilter;
+use super::retry::Resend;
 use super::value;
 
 /// Keys per bucket at the filter's capacity, at most (at least half as many).
@@ -95,8 +94,7 @@ impl SharedFilter {
             .iter()
             .map(|k| self.exact_slot(k.as_ref()))
             .collect::<Result<Vec<_>>>()?;
-        let start = Instant::now();
-        let mut resent = false;
+        let mut resend = Resend::new(self.session.endpoint());
         loop {
             let sent = self.session.run_fast_once(|w| {
                 self.write_add(w, &batch);
@@ -133,10 +131,7 @@ impl SharedFilter {
                     for (r, (bucket, _)) in recorded.into_iter().zip(&slots) {
                         any |= value::int(r, bucket)? == 1;
                     }
-                    if any || (resent && start.elapsed() > self.session.endpoint().retry_window()) {
-                        return Err(Error::RedisOutcomeUnknown { why });
-                    }
-                    resent = true;
+                    resend.again(any, why)?;
                 }
                 Err(e) => return Err(e),
             }

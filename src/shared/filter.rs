@@ -267,11 +267,9 @@ impl SharedFilter {
     /// new once); pipelined like [`SharedFilter::add_many`]. On error nothing is reported,
     /// and some keys may have been recorded.
     pub fn add_exact_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        let mut out = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(PIPELINE_KEYS) {
-            self.add_exact_batch(chunk, &mut out)?;
-        }
-        Ok(out)
+        let r = chunked(keys, |chunk, out| self.add_exact_batch(chunk, out));
+        self.session.tally.adds(&r);
+        r
     }
 
     /// True if `key` may have been added, false if it certainly was not. One `GETRANGE`.
@@ -283,22 +281,18 @@ impl SharedFilter {
     /// node per 8,192 keys, one command per shard touched. On error nothing is reported, and
     /// some keys may have been added.
     pub fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        let mut out = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(PIPELINE_KEYS) {
-            self.add_batch(chunk, &mut out)?;
-        }
-        Ok(out)
+        let r = chunked(keys, |chunk, out| self.add_batch(chunk, out));
+        self.session.tally.adds(&r);
+        r
     }
 
     /// Looks up every key; pipelined like [`SharedFilter::add_many`], one `GETRANGE` per
     /// key. Either every key gets an answer or the call fails: a key is never reported
     /// absent because its block could not be read.
     pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        let mut out = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(PIPELINE_KEYS) {
-            self.contains_batch(chunk, &mut out)?;
-        }
-        Ok(out)
+        let r = chunked(keys, |chunk, out| self.contains_batch(chunk, out));
+        self.session.tally.lookups(&r);
+        r
     }
 
     /// Removes one add of `key` from a counting filter: lowers its counters (a counter stuck
@@ -322,11 +316,11 @@ impl SharedFilter {
                 self.layout.name
             )));
         }
-        let mut out = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(PIPELINE_KEYS) {
-            self.remove_batch(chunk, &mut out)?;
+        let r = chunked(keys, |chunk, out| self.remove_batch(chunk, out));
+        if let Err(e) = &r {
+            self.session.tally.failed(e);
         }
-        Ok(out)
+        r
     }
 
     /// The counts of `key`'s cells in a counting filter, smallest first: the smallest bounds
@@ -342,55 +336,26 @@ impl SharedFilter {
         self.counts_of(key)
     }
 
-    /// The filter's name.
-    pub fn name(&self) -> &str {
-        &self.layout.name
-    }
-
-    /// The filter's shape, as recorded in Redis.
-    pub fn shape(&self) -> SharedShape {
-        self.shape
-    }
-
-    /// The epoch of this incarnation of the filter (random, non-zero, set at creation).
-    pub fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    /// The Redis keys holding the blocks, shard by shard.
-    pub fn shard_keys(&self) -> Vec<String> {
-        (0..self.layout.shards as usize)
-            .map(|s| self.layout.key(s).to_owned())
-            .collect()
-    }
-
-    /// The Redis key of the config record.
-    pub fn config_key(&self) -> String {
-        layout::config_key(&self.layout.name)
-    }
-
     /// Deletes the filter from Redis (config record first, so no new handle opens a
     /// half-deleted filter; handles still open get [`Error::SharedFilterLost`]), then its
     /// exact record's buckets (see [`SharedFilter::add_exact`]).
     pub fn destroy(self) -> Result<()> {
-        let mut cmds = vec![redis::cmd("DEL").arg(self.config_key()).clone()];
-        cmds.extend(
-            self.shard_keys()
-                .iter()
-                .map(|k| redis::cmd("DEL").arg(k).clone()),
-        );
+        let cmds = self.layout.delete_cmds();
         self.session.run(|| cmds.clone())?;
         self.destroy_exact()
     }
 }
 
-impl std::fmt::Debug for SharedFilter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedFilter")
-            .field("name", &self.layout.name)
-            .field("endpoint", &self.session.endpoint().urls())
-            .field("shape", &self.shape)
-            .field("epoch", &format_args!("{:#x}", self.epoch))
-            .finish()
+filter_getters!(SharedFilter);
+
+/// The answers of `batch` run over `keys` one pipeline ([`PIPELINE_KEYS`]) at a time.
+fn chunked<K>(
+    keys: &[K],
+    mut batch: impl FnMut(&[K], &mut Vec<bool>) -> Result<()>,
+) -> Result<Vec<bool>> {
+    let mut out = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(PIPELINE_KEYS) {
+        batch(chunk, &mut out)?;
     }
+    Ok(out)
 }

@@ -256,6 +256,20 @@ impl Layout {
         &self.keys[shard]
     }
 
+    /// The Redis keys of every shard, in order.
+    pub(crate) fn shard_keys(&self) -> Vec<String> {
+        self.keys.to_vec()
+    }
+
+    /// The `DEL`s that delete the filter: its config record first (so no new handle opens
+    /// a half-deleted filter; handles still open find their blocks gone), then its shards.
+    pub(crate) fn delete_cmds(&self) -> Vec<redis::Cmd> {
+        std::iter::once(config_key(&self.name))
+            .chain(self.shard_keys())
+            .map(|k| redis::cmd("DEL").arg(k).clone())
+            .collect()
+    }
+
     /// Blocks held by shard `i`.
     pub(crate) fn blocks_in(&self, shard: usize) -> u64 {
         let start = shard as u64 * self.shard_blocks;

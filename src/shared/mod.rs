@@ -33,6 +33,82 @@
 //! bucket key, the classic string hashes of [`crate::hash::classic`] as bit offsets), bit for
 //! bit, for services moving from PHP.
 
+/// The getters and the `Debug` of a shared filter handle, sync or async: both hold the
+/// filter's `layout`, `shape` and `epoch` and a `session`, and answer these without Redis.
+/// One definition, so the two types cannot drift apart.
+macro_rules! filter_getters {
+    ($ty:ident) => {
+        impl $ty {
+            /// The filter's name.
+            ///
+            /// ```no_run
+            #[doc = concat!("# fn demo(f: &bloomsled::shared::", stringify!($ty), ") {")]
+            /// println!("filter {}", f.name());
+            /// # }
+            /// ```
+            pub fn name(&self) -> &str {
+                &self.layout.name
+            }
+
+            /// The filter's shape, as recorded in Redis.
+            ///
+            /// ```no_run
+            #[doc = concat!("# fn demo(f: &bloomsled::shared::", stringify!($ty), ") {")]
+            /// println!("{} bits per key", f.shape().num_blocks * 512 / f.shape().capacity);
+            /// # }
+            /// ```
+            pub fn shape(&self) -> $crate::shared::SharedShape {
+                self.shape
+            }
+
+            /// The epoch of this incarnation of the filter (random, non-zero, set at
+            /// creation): every handle of one filter, sync or async, has the same.
+            ///
+            /// ```no_run
+            #[doc = concat!("# fn demo(f: &bloomsled::shared::", stringify!($ty), ") {")]
+            /// assert_ne!(f.epoch(), 0);
+            /// # }
+            /// ```
+            pub fn epoch(&self) -> u64 {
+                self.epoch
+            }
+
+            /// The Redis keys holding the blocks, shard by shard.
+            ///
+            /// ```no_run
+            #[doc = concat!("# fn demo(f: &bloomsled::shared::", stringify!($ty), ") {")]
+            /// assert_eq!(f.shard_keys().len() as u64, f.shape().shards);
+            /// # }
+            /// ```
+            pub fn shard_keys(&self) -> Vec<String> {
+                self.layout.shard_keys()
+            }
+
+            /// The Redis key of the config record.
+            ///
+            /// ```no_run
+            #[doc = concat!("# fn demo(f: &bloomsled::shared::", stringify!($ty), ") {")]
+            /// assert!(f.config_key().ends_with(":config"));
+            /// # }
+            /// ```
+            pub fn config_key(&self) -> String {
+                $crate::shared::layout::config_key(&self.layout.name)
+            }
+        }
+
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($ty))
+                    .field("name", &self.layout.name)
+                    .field("endpoint", &self.session.endpoint().urls())
+                    .field("shape", &self.shape)
+                    .field("epoch", &format_args!("{:#x}", self.epoch))
+                    .finish()
+            }
+        }
+    };
+}
+
 #[cfg(feature = "tokio")]
 mod aio;
 mod classic;
@@ -44,8 +120,12 @@ mod layout;
 mod ops;
 mod record;
 mod resp;
+mod retry;
 mod session;
 mod stats;
+mod tally;
+#[cfg(feature = "metrics")]
+mod telemetry;
 mod transfer;
 mod value;
 mod window;

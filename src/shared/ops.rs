@@ -22,8 +22,6 @@
 //! replaced one carries the new epoch in every block: so the tag of any one block of the
 //! shard, read in the same command, tells whether all of them are this filter's.
 
-use std::time::Instant;
-
 use redis::Value;
 
 use crate::error::{Error, Result};
@@ -34,6 +32,7 @@ use super::filter::SharedFilter;
 use super::layout::{counter_at, BlockAddr, Cells, Layout, TAG_BYTES};
 use super::record::SharedShape;
 use super::resp::{Sink, INCRBY_U4, ONE, SET_U1};
+use super::retry::Resend;
 use super::value;
 
 mod remove;
@@ -154,41 +153,52 @@ impl SharedFilter {
     ///
     /// An add is not replayed blindly: its replay would answer "present" for the keys a
     /// lost first attempt set. When it may have reached Redis before the connection failed,
-    /// a lookup of its keys (a read, retried freely) tells: a `BITFIELD` sets all its cells
-    /// or none, so a command with a key still absent did not run. If every command has one,
-    /// the add is sent again; otherwise [`Error::RedisOutcomeUnknown`].
+    /// a lookup of its keys (a read, retried freely) tells whether it ran (see
+    /// [`Incarnation::add_may_have_run`] and `retry::Resend`): it is sent again only if it
+    /// did not, else [`Error::RedisOutcomeUnknown`]. The async filter keeps the same rule.
     pub(super) fn add_batch<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut Vec<bool>) -> Result<()> {
-        let batch = self.add_plan(keys);
-        let start = Instant::now();
-        let mut resent = false;
+        let wire = self.incarnation();
+        let batch = wire.add_plan(keys);
+        let mut resend = Resend::new(self.session.endpoint());
         loop {
-            match self.session.run_fast_once(|w| self.write_add(w, &batch)) {
-                Ok(replies) => return self.read_add(&batch, replies, out),
+            match self.session.run_fast_once(|w| wire.write_add(w, &batch)) {
+                Ok(replies) => return wire.read_add(&batch, replies, out),
                 Err(Error::RedisOutcomeUnknown { why }) => {
-                    let ran = self.add_may_have_run(&batch)?;
-                    if ran || (resent && start.elapsed() > self.session.endpoint().retry_window()) {
-                        return Err(Error::RedisOutcomeUnknown { why });
-                    }
-                    resent = true;
+                    resend.again(self.add_may_have_run(&batch)?, why)?;
                 }
                 Err(e) => return Err(e),
             }
         }
     }
 
-    /// False if none of the batch's commands ran: each has a key whose cells are not all
-    /// set. One lookup pipeline (retried like any read).
+    /// False if none of the batch's commands ran (see [`Incarnation::add_may_have_run`]).
+    /// One lookup pipeline, retried like any read.
     pub(super) fn add_may_have_run(&self, batch: &AddBatch) -> Result<bool> {
+        let wire = self.incarnation();
+        let found = self.session.run_fast(|w| wire.write_add_lookup(w, batch))?;
+        wire.add_may_have_run(batch, found)
+    }
+}
+
+impl Incarnation<'_> {
+    /// The lookup that tells whether an add batch ran: one `GETRANGE` per key, read by
+    /// [`Incarnation::add_may_have_run`].
+    pub(super) fn write_add_lookup(&self, w: &mut dyn Sink, batch: &AddBatch) {
+        batch.plan.iter().for_each(|p| self.write_getrange(w, p));
+    }
+
+    /// Whether an add batch may have run, from the replies of
+    /// [`Incarnation::write_add_lookup`]: a `BITFIELD` sets all its cells or none, so a
+    /// command with a key whose cells are not all set did not run. False only if every
+    /// command of the batch has such a key. A lost filter is an error, as in any lookup.
+    pub(super) fn add_may_have_run(&self, batch: &AddBatch, replies: Vec<Value>) -> Result<bool> {
         let plan = &batch.plan;
-        let replies = self
-            .session
-            .run_fast(|w| plan.iter().for_each(|p| self.write_getrange(w, p)))?;
+        if replies.len() != plan.len() {
+            return Ok(true);
+        }
         let mut present = Vec::with_capacity(plan.len());
         for (p, r) in plan.iter().zip(replies) {
             present.push(self.check_block(p, r)?);
-        }
-        if present.len() != plan.len() {
-            return Ok(true);
         }
         Ok(batch
             .groups

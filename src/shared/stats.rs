@@ -3,10 +3,13 @@
 use crate::error::Result;
 use crate::filter::math::blocked_fpr;
 
+use redis::Value;
+
 use super::filter::SharedFilter;
 use super::layout::Cells;
+use super::ops::Incarnation;
 use super::record::SharedShape;
-use super::{lost, value};
+use super::value;
 
 /// What a shared filter holds, like the local [`crate::Stats`] for a filter.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,12 +70,18 @@ impl SharedFilter {
                 (ones, bytes)
             }
         };
-        let l = &self.layout;
+        Ok(self.incarnation().stats_of(ones, redis_bytes))
+    }
+}
+
+impl Incarnation<'_> {
+    /// The stats of this filter with `ones` cells set in `redis_bytes` of shards.
+    pub(super) fn stats_of(&self, ones: u64, redis_bytes: u64) -> SharedStats {
         let num_bits = self.shape.num_blocks * 512;
         let estimated_items = items_estimate(ones, num_bits, self.shape);
         let per_key = |n: u64| num_bits as f64 / n.max(1) as f64;
-        Ok(SharedStats {
-            name: l.name.clone(),
+        SharedStats {
+            name: self.layout.name.clone(),
             shape: self.shape,
             epoch: self.epoch,
             num_bits,
@@ -86,16 +95,13 @@ impl SharedFilter {
             },
             target_fpr: blocked_fpr(per_key(self.shape.capacity), self.shape.num_hashes),
             redis_bytes,
-        })
+        }
     }
-}
 
-impl SharedFilter {
-    /// Set bits and bytes of a plain filter, by `BITCOUNT` of every shard (one pipeline),
-    /// after checking each shard's length and the epoch of its first and last block.
-    fn count_bits(&self) -> Result<(u64, u64)> {
-        let l = &self.layout;
-        let tag_ones = u64::from(self.epoch.count_ones());
+    /// The commands that count a plain filter's set bits: per shard its length, its
+    /// `BITCOUNT` and the tags of its first and last block (one pipeline).
+    pub(super) fn bit_count_cmds(&self) -> Vec<redis::Cmd> {
+        let l = self.layout;
         let tag_range = |s: usize, j: u64| {
             let a = l.addr_in(s, j);
             redis::cmd("GETRANGE")
@@ -104,7 +110,7 @@ impl SharedFilter {
                 .arg(a.last_byte())
                 .clone()
         };
-        let cmds: Vec<_> = (0..l.shards as usize)
+        (0..l.shards as usize)
             .flat_map(|s| {
                 [
                     redis::cmd("STRLEN").arg(l.key(s)).clone(),
@@ -113,16 +119,21 @@ impl SharedFilter {
                     tag_range(s, l.blocks_in(s) - 1),
                 ]
             })
-            .collect();
-        let replies = self.session.run(|| cmds.clone())?;
+            .collect()
+    }
+
+    /// Set bits and bytes of a plain filter from the replies to
+    /// [`Incarnation::bit_count_cmds`], once each shard's length and tags are checked.
+    pub(super) fn read_bit_counts(&self, replies: Vec<Value>) -> Result<(u64, u64)> {
+        let l = self.layout;
+        let tag_ones = u64::from(self.epoch.count_ones());
         let mut ones = 0u64;
         let mut redis_bytes = 0u64;
         for (s, r) in replies.chunks_exact(4).enumerate() {
             let key = l.key(s);
             let len = value::int(r[0].clone(), key)? as u64;
             if len != l.shard_len(s) {
-                return Err(lost(
-                    self,
+                return Err(self.lost(
                     s,
                     format!("shard is {len} bytes, expected {}", l.shard_len(s)),
                 ));
@@ -136,5 +147,15 @@ impl SharedFilter {
             redis_bytes += len;
         }
         Ok((ones, redis_bytes))
+    }
+}
+
+impl SharedFilter {
+    /// Set bits and bytes of a plain filter, by `BITCOUNT` of every shard (one pipeline),
+    /// after checking each shard's length and the epoch of its first and last block.
+    fn count_bits(&self) -> Result<(u64, u64)> {
+        let wire = self.incarnation();
+        let cmds = wire.bit_count_cmds();
+        wire.read_bit_counts(self.session.run(|| cmds.clone())?)
     }
 }

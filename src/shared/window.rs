@@ -54,6 +54,7 @@ use super::conn::Endpoint;
 use super::filter::SharedFilter;
 use super::layout::{self, Cells, Layout};
 use super::record::{new_epoch, SharedShape};
+use super::retry::Resend;
 use super::session::Session;
 use super::value;
 use config::default_grace;
@@ -324,6 +325,18 @@ impl SharedWindow {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        let r = self.add_all(keys);
+        self.session.tally.adds(&r);
+        r
+    }
+
+    /// What this handle's calls did (for its metrics).
+    #[cfg(feature = "metrics")]
+    pub(super) fn tally(&self) -> &super::tally::Tally {
+        &self.session.tally
+    }
+
+    fn add_all<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let mut out = Vec::with_capacity(keys.len());
         if keys.is_empty() {
             return Ok(out);
@@ -337,20 +350,14 @@ impl SharedWindow {
             // Not replayed blindly: a replay would answer "present" for the keys a lost
             // attempt set. Sent again only once a lookup shows it did not run (see
             // `Endpoint::retry_for`).
-            let start = std::time::Instant::now();
-            let mut resent = false;
+            let mut resend = Resend::new(self.session.endpoint());
             let replies = loop {
                 match self.session.run_fast_once(|w| {
                     self.write_ring_read(w, std::slice::from_ref(&field));
                     gen.write_add(w, &batch);
                 }) {
                     Err(Error::RedisOutcomeUnknown { why }) => {
-                        if gen.add_may_have_run(&batch)?
-                            || (resent && start.elapsed() > self.session.endpoint().retry_window())
-                        {
-                            return Err(Error::RedisOutcomeUnknown { why });
-                        }
-                        resent = true;
+                        resend.again(gen.add_may_have_run(&batch)?, why)?;
                     }
                     r => break r?,
                 }
@@ -383,6 +390,12 @@ impl SharedWindow {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        let r = self.lookup_all(keys);
+        self.session.tally.lookups(&r);
+        r
+    }
+
+    fn lookup_all<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let mut out = vec![false; keys.len()];
         if keys.is_empty() {
             return Ok(out);

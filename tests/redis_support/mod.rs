@@ -5,6 +5,8 @@
 //! unless `BLOOMSLED_SKIP_REDIS=1` is set outside CI (under `CI=true` they always fail).
 #![allow(dead_code)]
 
+pub mod relay;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -69,6 +71,19 @@ impl Server {
     /// A server without persistence (`--save '' --appendonly no`).
     pub fn start() -> Server {
         Self::start_with(&["--save", "", "--appendonly", "no"])
+    }
+
+    /// A server whose every acknowledged write survives `kill -9` (AOF, `appendfsync
+    /// always`): started again with [`Server::start_again`], it has its data.
+    pub fn start_persistent() -> Server {
+        Self::start_with(&[
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+        ])
     }
 
     /// A server without persistence, 8 MiB of memory at most, that evicts keys at random

@@ -14,6 +14,7 @@ use super::super::layout::{self, Layout};
 use super::super::ops::Incarnation;
 use super::super::record::{new_epoch, Record, SharedShape, State};
 use super::super::resp::Cmds;
+use super::super::retry::Resend;
 use super::super::{init, one};
 use super::session::AsyncSession;
 
@@ -25,7 +26,11 @@ use super::session::AsyncSession;
 /// async client share one filter), one `GETRANGE` per lookup and one `BITFIELD` per shard
 /// per add batch, the epoch tag read by every command (a flushed, evicted, restarted or
 /// recreated filter is [`Error::SharedFilterLost`], never "absent"), creation by one of
-/// several racing processes, and the retries of a cluster that is still converging.
+/// several racing processes, and the retries: within the endpoint's retry window
+/// ([`Endpoint::retry_for`]) lookups and idempotent writes are sent again while Redis is
+/// unreachable, restarting or failing over, waiting on tokio timers, and an add whose reply
+/// was lost is sent again only once a lookup shows it did not run, else it fails with
+/// [`Error::RedisOutcomeUnknown`] (never a guessed "present").
 ///
 /// Methods take `&self` and may run concurrently: on one server they share one
 /// multiplexed connection, which pipelines the requests of every task. Share a handle
@@ -225,16 +230,40 @@ impl AsyncSharedFilter {
     /// # }
     /// ```
     pub async fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        let r = async {
+            let mut out = Vec::with_capacity(keys.len());
+            for chunk in keys.chunks(PIPELINE_KEYS) {
+                self.add_batch(chunk, &mut out).await?;
+            }
+            Ok(out)
+        }
+        .await;
+        self.session.tally.adds(&r);
+        r
+    }
+
+    /// Adds one pipeline's worth of keys, with the sync filter's rule for an add whose
+    /// reply was lost: it is never replayed blindly (its replay would answer "present" for
+    /// the keys the lost attempt set). A lookup of its keys tells whether it ran; it is sent
+    /// again only if it certainly did not, else [`Error::RedisOutcomeUnknown`].
+    async fn add_batch<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut Vec<bool>) -> Result<()> {
         let wire = self.incarnation();
-        let mut out = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(PIPELINE_KEYS) {
-            let batch = wire.add_plan(chunk);
+        let batch = wire.add_plan(keys);
+        let mut resend = Resend::new(self.session.endpoint());
+        loop {
             let mut cmds = Cmds::default();
             wire.write_add(&mut cmds, &batch);
-            let replies = self.session.run(cmds.0).await?;
-            wire.read_add(&batch, replies, &mut out)?;
+            match self.session.run_once(cmds.0).await {
+                Ok(replies) => return wire.read_add(&batch, replies, out),
+                Err(Error::RedisOutcomeUnknown { why }) => {
+                    let mut lookup = Cmds::default();
+                    wire.write_add_lookup(&mut lookup, &batch);
+                    let found = self.session.run(lookup.0).await?;
+                    resend.again(wire.add_may_have_run(&batch, found)?, why)?;
+                }
+                Err(e) => return Err(e),
+            }
         }
-        Ok(out)
     }
 
     /// Looks up every key, one `GETRANGE` per key, pipelined like
@@ -250,6 +279,12 @@ impl AsyncSharedFilter {
     /// # }
     /// ```
     pub async fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        let r = self.lookup_all(keys).await;
+        self.session.tally.lookups(&r);
+        r
+    }
+
+    async fn lookup_all<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let wire = self.incarnation();
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(PIPELINE_KEYS) {
@@ -312,8 +347,12 @@ impl AsyncSharedFilter {
             let batch = wire.remove_plan(chunk);
             let mut cmds = Cmds::default();
             wire.write_remove(&mut cmds, &batch);
-            let replies = self.session.run(cmds.0).await?;
-            wire.read_remove(&batch, replies, &mut out)?;
+            let replies = self.session.run(cmds.0).await;
+            let read = replies.and_then(|r| wire.read_remove(&batch, r, &mut out));
+            if let Err(e) = read {
+                self.session.tally.failed(&e);
+                return Err(e);
+            }
         }
         Ok(out)
     }
@@ -344,67 +383,39 @@ impl AsyncSharedFilter {
         wire.read_counts(&p, reply.unwrap_or(Value::Nil))
     }
 
-    /// The filter's name.
+    /// Records this handle's metrics (label `filter`), as [`SharedFilter::record_metrics`]
+    /// does: the counters of its calls, then (on a plain filter) the gauges of the filter's
+    /// stats, from one `BITCOUNT` pipeline. A counting filter's fill would need a read
+    /// through the whole filter: its gauges are left to [`SharedFilter::record_metrics`].
+    /// If the stats cannot be read, the counters are recorded and the error returned.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
-    /// # async fn demo(f: &AsyncSharedFilter) {
-    /// println!("filter {}", f.name());
+    /// # use bloomsled::shared::AsyncSharedFilter;
+    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled::Result<()> {
+    /// f.record_metrics().await?; // from a scrape handler
+    /// # Ok(())
     /// # }
     /// ```
-    pub fn name(&self) -> &str {
-        &self.layout.name
-    }
-
-    /// The filter's shape, as recorded in Redis.
-    ///
-    /// ```no_run
-    /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
-    /// # async fn demo(f: &AsyncSharedFilter) {
-    /// println!("{} bits per key", f.shape().num_blocks * 512 / f.shape().capacity);
-    /// # }
-    /// ```
-    pub fn shape(&self) -> SharedShape {
-        self.shape
-    }
-
-    /// The epoch of this incarnation of the filter (random, non-zero, set at creation): a
-    /// sync and an async handle of one filter have the same.
-    ///
-    /// ```no_run
-    /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
-    /// # async fn demo(f: &AsyncSharedFilter) {
-    /// assert_ne!(f.epoch(), 0);
-    /// # }
-    /// ```
-    pub fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    /// The Redis keys holding the blocks, shard by shard.
-    ///
-    /// ```no_run
-    /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
-    /// # async fn demo(f: &AsyncSharedFilter) {
-    /// assert_eq!(f.shard_keys().len() as u64, f.shape().shards);
-    /// # }
-    /// ```
-    pub fn shard_keys(&self) -> Vec<String> {
-        (0..self.layout.shards as usize)
-            .map(|s| self.layout.key(s).to_owned())
-            .collect()
-    }
-
-    /// The Redis key of the config record.
-    ///
-    /// ```no_run
-    /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
-    /// # async fn demo(f: &AsyncSharedFilter) {
-    /// assert!(f.config_key().ends_with(":config"));
-    /// # }
-    /// ```
-    pub fn config_key(&self) -> String {
-        layout::config_key(&self.layout.name)
+    #[cfg(feature = "metrics")]
+    pub async fn record_metrics(&self) -> Result<()> {
+        let wire = self.incarnation();
+        let stats = if self.shape.counting {
+            Ok(None)
+        } else {
+            match self.session.run(wire.bit_count_cmds()).await {
+                Ok(replies) => wire
+                    .read_bit_counts(replies)
+                    .map(|(ones, bytes)| Some(wire.stats_of(ones, bytes))),
+                Err(e) => Err(e),
+            }
+        };
+        let tally = &self.session.tally;
+        super::super::telemetry::record(
+            tally,
+            self.name(),
+            stats.as_ref().ok().and_then(|s| s.as_ref()),
+        );
+        stats.map(drop)
     }
 
     /// Deletes the filter from Redis, config record first, as [`SharedFilter::destroy`]
@@ -418,24 +429,9 @@ impl AsyncSharedFilter {
     /// # }
     /// ```
     pub async fn destroy(self) -> Result<()> {
-        let mut cmds = vec![redis::cmd("DEL").arg(self.config_key()).clone()];
-        cmds.extend(
-            self.shard_keys()
-                .iter()
-                .map(|k| redis::cmd("DEL").arg(k).clone()),
-        );
-        self.session.run(cmds).await?;
+        self.session.run(self.layout.delete_cmds()).await?;
         Ok(())
     }
 }
 
-impl std::fmt::Debug for AsyncSharedFilter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AsyncSharedFilter")
-            .field("name", &self.layout.name)
-            .field("endpoint", &self.session.endpoint().urls())
-            .field("shape", &self.shape)
-            .field("epoch", &format_args!("{:#x}", self.epoch))
-            .finish()
-    }
-}
+filter_getters!(AsyncSharedFilter);

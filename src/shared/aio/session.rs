@@ -6,11 +6,14 @@
 //! to the master that serves it and follows `MOVED`/`ASK` redirections; the commands of a
 //! batch are sent all at once and their replies awaited together (one round trip per
 //! node). Nothing here blocks a thread: waits are tokio timers.
+//!
+//! When a call is tried again is the sync session's rule, decided in `retry`: this module
+//! only sends, and waits as told.
 
 use std::sync::Mutex;
 use std::time::Instant;
 
-use futures_util::future::try_join_all;
+use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Value};
@@ -18,7 +21,8 @@ use redis::{AsyncConnectionConfig, Cmd, Value};
 use crate::error::{Error, Result};
 
 use super::super::conn::Endpoint;
-use super::super::session::{converging, CONVERGE_PAUSE, CONVERGE_WAIT};
+use super::super::retry::{Failure, Next, Retry, IDLE_CHECK};
+use super::super::tally::Tally;
 
 /// A connection handle; clones share the connection.
 #[derive(Clone)]
@@ -26,6 +30,9 @@ enum Conn {
     Single(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
+
+/// A failed attempt, and whether its connection must be dropped.
+type Failed = (Failure, bool);
 
 impl Conn {
     /// Connects to the endpoint, within its connect timeout; every reply is awaited at most
@@ -47,9 +54,10 @@ impl Conn {
     }
 
     /// Runs `cmds` and returns their replies in order: one pipeline on a server; on a
-    /// cluster every command at once, each routed by its key. The first error fails the
-    /// batch.
-    async fn run(&self, cmds: &[Cmd]) -> redis::RedisResult<Vec<Value>> {
+    /// cluster every command at once, each routed by its key. A reply that says the server
+    /// cannot serve yet fails the attempt as a transient failure (one that ran nowhere if
+    /// every command was refused while `LOADING`), any other error reply as an error.
+    async fn run(&self, cmds: &[Cmd]) -> Result<Vec<Value>, Failed> {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
@@ -59,14 +67,58 @@ impl Conn {
                 for c in cmds {
                     p.add_command(c.clone());
                 }
-                p.query_async(&mut con.clone()).await
+                // Error replies as values, read like the sync session's streamed replies.
+                let v: Vec<Value> = p
+                    .ignore_errors()
+                    .query_async(&mut con.clone())
+                    .await
+                    .map_err(|e| Failure::of(e.into()))?;
+                if let Some(f) = Failure::refused(&v) {
+                    return Err((f, false));
+                }
+                match v.iter().find_map(|r| match r {
+                    Value::ServerError(e) => Some(Error::Redis(e.clone().into())),
+                    _ => None,
+                }) {
+                    Some(error) => Err((
+                        Failure {
+                            error,
+                            maybe_sent: true,
+                        },
+                        false,
+                    )),
+                    None => Ok(v),
+                }
             }
             Conn::Cluster(con) => {
-                try_join_all(cmds.iter().map(|c| {
+                let replies = join_all(cmds.iter().map(|c| {
                     let mut con = con.clone();
                     async move { c.query_async::<Value>(&mut con).await }
                 }))
-                .await
+                .await;
+                if replies.iter().all(|r| r.is_ok()) {
+                    return Ok(replies.into_iter().flatten().collect());
+                }
+                // Some commands may have run while others failed: the attempt ran nowhere
+                // only if none succeeded and none was refused but for `LOADING`.
+                let any_ran = replies.iter().any(|r| r.is_ok());
+                let failures: Vec<Failure> = replies
+                    .into_iter()
+                    .filter_map(|r| r.err())
+                    .map(|e| Failure::of(e.into()).0)
+                    .collect();
+                let maybe_sent = any_ran || failures.iter().any(|f| f.maybe_sent);
+                // Report a permanent error before a transient one: it is not retried.
+                let first = failures
+                    .iter()
+                    .position(|f| !super::super::retry::transient(&f.error))
+                    .unwrap_or(0);
+                let error = failures.into_iter().nth(first).map(|f| f.error);
+                let error = error.unwrap_or_else(|| {
+                    Error::ReportableBug("a failed cluster batch without an error".into())
+                });
+                // A cluster connection reconnects to its nodes by itself.
+                Err((Failure { error, maybe_sent }, false))
             }
         }
     }
@@ -77,38 +129,40 @@ impl Conn {
 pub(crate) struct AsyncSession {
     endpoint: Endpoint,
     conn: Mutex<Option<Conn>>,
-    /// When the session opened: its first [`CONVERGE_WAIT`] covers the create or open that
-    /// made it (later commands report a cluster that is down at once), as for the sync
-    /// session.
+    /// When the session opened: a young cluster session waits out `CLUSTERDOWN` and
+    /// `TRYAGAIN`, as the sync session does.
     opened: Instant,
+    /// When the connection last answered.
+    answered: Mutex<Instant>,
+    /// What the handle did, for its metrics.
+    pub(crate) tally: Tally,
 }
 
-/// True if the connection to a single server is gone (the server restarted or closed it):
-/// a timeout is not, the multiplexed connection stays in step after one.
-fn dropped(e: &Error) -> bool {
-    matches!(e, Error::Redis(e) if (e.is_connection_dropped() || e.is_io_error()) && !e.is_timeout())
+/// Waits as `next` says, on a tokio timer: never parks a worker.
+async fn pause(next: Next) {
+    if let Next::After(d) = next {
+        tokio::time::sleep(d).await;
+    }
 }
 
 impl AsyncSession {
-    /// Connects now, so a bad URL or a server that is down fails at open; a cluster still
-    /// converging is waited for (up to [`CONVERGE_WAIT`]).
+    /// Connects now, so a bad URL or a server that is down fails at open (after the
+    /// endpoint's retry window, if it has one); a cluster still converging is waited for.
     pub(crate) async fn open(endpoint: &Endpoint) -> Result<AsyncSession> {
         let opened = Instant::now();
+        let mut retry = Retry::new(endpoint, opened, true);
         let conn = loop {
             match Conn::open(endpoint).await {
-                Err(e) if endpoint.is_cluster() && converging(&e) => {
-                    if opened.elapsed() >= CONVERGE_WAIT {
-                        return Err(e);
-                    }
-                    tokio::time::sleep(CONVERGE_PAUSE).await;
-                }
-                r => break r?,
+                Ok(c) => break c,
+                Err(e) => pause(retry.next_open(e)?).await,
             }
         };
         Ok(AsyncSession {
             endpoint: endpoint.clone(),
             conn: Mutex::new(Some(conn)),
             opened,
+            answered: Mutex::new(Instant::now()),
+            tally: Tally::default(),
         })
     }
 
@@ -117,31 +171,20 @@ impl AsyncSession {
         &self.endpoint
     }
 
-    /// Runs `cmds` as one batch. As the sync session does: if the connection had dropped
-    /// (a restarted server) it connects again and runs them once more (every command
-    /// bloomsled sends is idempotent: reads, bit sets, writes of fixed content, scripts
-    /// that remember their answer); while a young session's cluster converges
-    /// (`CLUSTERDOWN`, `TRYAGAIN`), it waits and tries again.
+    /// Runs `cmds` as one batch, again while the failure is transient and the endpoint's
+    /// retry window lasts, with the sync session's rules (see `retry::Retry`). Only for
+    /// batches whose replay is harmless: reads, bit sets whose answer is not read, writes of
+    /// fixed content, scripts that remember their answer.
     pub(crate) async fn run(&self, cmds: Vec<Cmd>) -> Result<Vec<Value>> {
-        loop {
-            let r = match self.run_on_current(&cmds).await {
-                Err(e) if dropped(&e) => {
-                    self.forget();
-                    self.run_on_current(&cmds).await
-                }
-                r => r,
-            };
-            match r {
-                Err(e)
-                    if self.endpoint.is_cluster()
-                        && converging(&e)
-                        && self.opened.elapsed() < CONVERGE_WAIT =>
-                {
-                    tokio::time::sleep(CONVERGE_PAUSE).await;
-                }
-                r => return r,
-            }
-        }
+        self.retrying(&cmds, true).await
+    }
+
+    /// [`AsyncSession::run`] for a batch whose answer depends on the state it finds (an
+    /// add's "new"): sent again only while it certainly did not reach Redis. A failure
+    /// after it may have been sent is [`Error::RedisOutcomeUnknown`]: the caller finds out
+    /// whether it ran, or reports it; it is never replayed blindly.
+    pub(crate) async fn run_once(&self, cmds: Vec<Cmd>) -> Result<Vec<Value>> {
+        self.retrying(&cmds, false).await
     }
 
     /// Runs one command.
@@ -150,17 +193,61 @@ impl AsyncSession {
         Ok(v.pop().unwrap_or(Value::Nil))
     }
 
-    async fn run_on_current(&self, cmds: &[Cmd]) -> Result<Vec<Value>> {
-        let current = self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let conn = match current {
+    async fn retrying(&self, cmds: &[Cmd], replay: bool) -> Result<Vec<Value>> {
+        if !replay && self.idle() {
+            // A connection idle for a while may have been closed by a server that went
+            // away since: a batch written into it would fail with an unknown outcome. A
+            // `PING` tells first; if it fails, the batch goes out on a new connection.
+            let current = self.current();
+            if let Some(conn) = current {
+                if conn.run(&[redis::cmd("PING")]).await.is_err() {
+                    self.forget();
+                }
+            }
+        }
+        let mut retry = Retry::new(&self.endpoint, self.opened, replay);
+        loop {
+            match self.attempt(cmds).await {
+                Ok(v) => {
+                    *self.answered.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                    return Ok(v);
+                }
+                Err(f) => {
+                    let next = retry.next(f)?;
+                    self.tally.retried();
+                    pause(next).await;
+                }
+            }
+        }
+    }
+
+    /// One attempt on the current connection, made first if there is none.
+    async fn attempt(&self, cmds: &[Cmd]) -> Result<Vec<Value>, Failure> {
+        let conn = match self.current() {
             Some(c) => c,
             None => {
-                let c = Conn::open(&self.endpoint).await?;
+                let c = Conn::open(&self.endpoint)
+                    .await
+                    .map_err(Failure::not_sent)?;
                 *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.clone());
                 c
             }
         };
-        Ok(conn.run(cmds).await?)
+        conn.run(cmds).await.map_err(|(f, drop)| {
+            if drop {
+                self.forget();
+            }
+            f
+        })
+    }
+
+    fn current(&self) -> Option<Conn> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn idle(&self) -> bool {
+        let answered = *self.answered.lock().unwrap_or_else(|p| p.into_inner());
+        answered.elapsed() > IDLE_CHECK
     }
 
     /// Drops a single server's connection that failed, so the next call makes a new one.

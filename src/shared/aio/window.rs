@@ -182,6 +182,26 @@ impl AsyncSharedWindow {
         .await
     }
 
+    /// Records this handle's metrics (label `window`), as [`SharedWindow::record_metrics`]
+    /// does: the counters of its calls, then gauges over its live generations from
+    /// [`AsyncSharedWindow::stats`] (read on the blocking pool; the facade is called on the
+    /// calling task's thread). If the stats cannot be read, the counters are recorded and
+    /// the error returned.
+    ///
+    /// ```no_run
+    /// # use bloomsled::shared::AsyncSharedWindow;
+    /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled::Result<()> {
+    /// w.record_metrics().await?; // from a scrape handler
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub async fn record_metrics(&self) -> Result<()> {
+        let stats = self.stats().await;
+        self.window.record_counters_and(stats.as_ref().ok());
+        stats.map(drop)
+    }
+
     /// [`SharedWindow::stats`], awaited.
     ///
     /// ```no_run
