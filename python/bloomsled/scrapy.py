@@ -625,7 +625,9 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
     """A duplicate filter in Redis shared by every spider process of one crawl.
 
     Settings: ``BLOOMSLED_REDIS_URL`` (``redis://127.0.0.1:6379/0``; for a cluster, one URL
-    or a list of node URLs), ``BLOOMSLED_REDIS_CLUSTER`` (False), ``BLOOMSLED_REDIS_KEY``
+    or several node URLs, as a list or separated by commas: give more than one, so that a
+    spider can still reach the cluster when the node it was told of is down),
+    ``BLOOMSLED_REDIS_CLUSTER`` (False), ``BLOOMSLED_REDIS_KEY``
     (``"<spider name>:bloomsled-dupefilter"``), ``BLOOMSLED_REDIS_EXACT`` (True),
     ``BLOOMSLED_REDIS_RETRY_SECONDS`` (60), ``BLOOMSLED_EXPECTED_ITEMS``,
     ``BLOOMSLED_FPR``, ``DUPEFILTER_DEBUG``.
@@ -687,12 +689,17 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedisBloomDupeFilter:
         s = crawler.settings
-        url = s.get("BLOOMSLED_REDIS_URL", "redis://127.0.0.1:6379/0")
+        cluster = s.getbool("BLOOMSLED_REDIS_CLUSTER", False)
+        url: Any = s.get("BLOOMSLED_REDIS_URL", "redis://127.0.0.1:6379/0")
+        if cluster:
+            # A list of node URLs, or one string of them separated by commas (as
+            # `-s BLOOMSLED_REDIS_URL=redis://a:7000,redis://b:7000` gives).
+            url = s.getlist("BLOOMSLED_REDIS_URL", ["redis://127.0.0.1:6379/0"])
         return cls(
             url,
             s.get("BLOOMSLED_REDIS_KEY"),
             s.getbool("DUPEFILTER_DEBUG"),
-            cluster=s.getbool("BLOOMSLED_REDIS_CLUSTER", False),
+            cluster=cluster,
             fingerprinter=crawler.request_fingerprinter,
             expected_items=s.getint("BLOOMSLED_EXPECTED_ITEMS", DEFAULT_EXPECTED_ITEMS),
             fpr=s.getfloat("BLOOMSLED_FPR", DEFAULT_FPR),
