@@ -404,8 +404,9 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
     ``BLOOMSLED_FPR`` (0.01), ``BLOOMSLED_COMMIT_INTERVAL`` (1.0 s: the log's fsync
     period, with ``JOBDIR``), ``BLOOMSLED_COMPACT_MIN_BYTES`` (64 MiB),
     ``BLOOMSLED_MIN_FREE_BYTES`` (64 MiB: below this much free space under ``JOBDIR`` the
-    spider is closed; 0 turns the check off), ``DUPEFILTER_DEBUG``, ``JOBDIR``. ``BLOOMSLED_CACHE_BYTES`` and ``BLOOMSLED_FLUSH_MS`` are accepted and
-    ignored (they sized the sled journal of earlier versions).
+    spider is closed; 0 turns the check off), ``DUPEFILTER_DEBUG``, ``JOBDIR``.
+    ``BLOOMSLED_CACHE_BYTES`` and ``BLOOMSLED_FLUSH_MS`` are accepted and ignored (they
+    sized the sled journal of earlier versions).
     """
 
     def __init__(

@@ -73,7 +73,9 @@ def test_a_full_jobdir_closes_the_spider_and_resumes_without_loss(small_fs, tmp_
     )
     assert len(first) < PAGES, "the file system never filled up"
     assert reason1 == "bloomsled_journal_failed", text1[-3000:]
-    errors = [ln for ln in text1.splitlines() if re.search(r"ERROR.*store .* cannot be written", ln)]
+    errors = [
+        ln for ln in text1.splitlines() if re.search(r"ERROR.*store .* cannot be written", ln)
+    ]
     assert errors, "no ERROR naming the store:\n" + text1[-3000:]
     assert close_reason(text2) == "finished", text2[-3000:]
     missing = site.all_paths() - set(first) - set(second)
