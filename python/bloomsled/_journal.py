@@ -131,19 +131,35 @@ class PendingLog:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         return self._fd
 
-    def append_add(self, fp: bytes, payload: bytes) -> None:
-        """Journals an accepted request: in the OS when this returns (one ``write(2)``)."""
-        rec = encode_record(ADD, fp, payload)
-        _write_all(self._open_fd(), rec)
+    def _append(self, rec: bytes) -> None:
+        """Appends one record whole, or not at all: a write that fails part-way (a full
+        disk, a quota) is cut off again before the error is raised, so that records
+        appended later (once space is freed) never follow a torn one, which the next open
+        would cut off with them."""
+        fd = self._open_fd()
+        end = os.fstat(fd).st_size
+        try:
+            _write_all(fd, rec)
+        except OSError:
+            try:
+                os.ftruncate(fd, end)
+            except OSError as e:  # left torn: the next open cuts it, with what follows
+                logger.error("bloomsled: %s: cannot cut a failed append off: %s", self.path, e)
+            raise
         self.unsynced += len(rec)
+
+    def append_add(self, fp: bytes, payload: bytes) -> None:
+        """Journals an accepted request: in the OS when this returns (one ``write(2)``).
+        Raises ``OSError`` (the log unchanged) if it cannot be written."""
+        rec = encode_record(ADD, fp, payload)
+        self._append(rec)
         self.adds += 1
         self.add_bytes += len(rec)
 
     def append_done(self, fp: bytes) -> None:
-        """Records a request as done: in the OS when this returns (one ``write(2)``)."""
-        rec = encode_record(DONE, fp)
-        _write_all(self._open_fd(), rec)
-        self.unsynced += len(rec)
+        """Records a request as done: in the OS when this returns (one ``write(2)``).
+        Raises ``OSError`` (the log unchanged) if it cannot be written."""
+        self._append(encode_record(DONE, fp))
         self.dones += 1
 
     def fsync(self) -> bool:
@@ -263,6 +279,8 @@ class PendingLog:
             fpr=0.01,
             width=self.width,
         )
+        done_size = self.done_path.stat().st_size
+        tmp = self.path.with_name("pending.log.tmp")
         try:
             # Pass 1: the done fingerprints, into the temporary set and done.fps.
             batch: list[bytes] = []
@@ -287,7 +305,6 @@ class PendingLog:
                 out.flush()
                 os.fsync(out.fileno())
             # Pass 2: the pending records, into the new log.
-            tmp = self.path.with_name("pending.log.tmp")
             pending = 0
             total = 0
             with open(tmp, "wb") as out:
@@ -318,6 +335,13 @@ class PendingLog:
                 os.fsync(out.fileno())
             os.replace(tmp, self.path)
             fsync_dir(self.folder)
+        except Exception:
+            # A full disk, say: the old log is whole and stays. Chunks appended to
+            # done.fps are cut off again (a torn chunk would hide later ones).
+            tmp.unlink(missing_ok=True)
+            with open(self.done_path, "r+b") as f:
+                f.truncate(done_size)
+            raise
         finally:
             done.close()
             shutil.rmtree(tmpdir, ignore_errors=True)

@@ -58,6 +58,16 @@ What each kind of failure costs:
   cannot be trusted (it may hold fingerprints whose records were lost), so it is rebuilt
   from ``done.fps`` and the log: a scan of the whole store.
 * **clean close**: nothing is fetched twice.
+* **a full disk** (or a quota, an I/O error): once free space under ``JOBDIR`` falls below
+  ``BLOOMSLED_MIN_FREE_BYTES`` (64 MiB, checked every commit interval), or a write of the
+  store fails, the spider is closed with the reason ``bloomsled_journal_failed`` and an
+  ERROR naming the store. A failed append is cut off again (the log stays whole); the
+  request met then is not scheduled and the callback that yielded it is not recorded
+  done, so a resumed crawl (once there is space) fetches that page again and meets the
+  request anew. The store is left "not clean": the next open scans it as after a process
+  crash. Nothing is lost. (With the check off, Scrapy's own disk queue may be the first
+  to fail: Scrapy then logs the error and drops the request from this run, but it is in
+  the log, and the resumed crawl schedules it.)
 
 Requests with ``dont_filter`` are not journaled (as with Scrapy's own filter); a redirect
 source and a request whose download failed stay pending and are fetched again on resume.
@@ -70,6 +80,7 @@ close, and there is no log (nothing can resume).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -88,6 +99,7 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.job import job_dir
 from scrapy.utils.request import RequestFingerprinter, referer_str
 
+from . import Error as BloomsledError
 from . import (
     FingerprintSet,
     RedisError,
@@ -117,11 +129,17 @@ DEFAULT_FLUSH_MS = 500
 DEFAULT_COMMIT_INTERVAL = 1.0
 #: The log is compacted once it is this large and half of it is done requests.
 DEFAULT_COMPACT_MIN_BYTES = 64 * 1024 * 1024
+#: Below this much free space on the ``JOBDIR``'s file system the spider is closed (checked
+#: once per commit interval), before a write fails in Scrapy's own queue or in the log.
+DEFAULT_MIN_FREE_BYTES = 64 * 1024 * 1024
 #: Reason a spider is closed with when its shared filter was lost.
 SHARED_FILTER_LOST_REASON = "bloomsled_shared_filter_lost"
 #: Reason a spider is closed with when Redis stayed unavailable past
 #: ``BLOOMSLED_REDIS_RETRY_SECONDS``.
 REDIS_UNAVAILABLE_REASON = "bloomsled_redis_unavailable"
+#: Reason a spider is closed with when the store under ``JOBDIR`` cannot be written (a full
+#: disk, a quota, an I/O error).
+JOURNAL_FAILED_REASON = "bloomsled_journal_failed"
 #: How long a call to Redis keeps retrying (holding the engine) before the spider is closed.
 DEFAULT_REDIS_RETRY_SECONDS = 60.0
 
@@ -188,6 +206,25 @@ def _request_payload(request: Request, spider: Any) -> bytes:
     d = request.to_dict(spider=spider)
     small = {k: v for k, v in d.items() if k == "url" or _REQUEST_DEFAULTS.get(k, d) != v}
     return pickle.dumps(small, protocol=4)
+
+
+def _close_spider_later(crawler: Crawler, reason: str) -> None:
+    """Closes the crawler's spider with `reason`, from the reactor's next turn (the call
+    that found the failure may run inside the engine's own scheduling)."""
+    from twisted.internet import reactor
+
+    def close() -> None:
+        engine = crawler.engine
+        if engine is None:
+            return
+        if hasattr(engine, "close_spider_async"):
+            from scrapy.utils.defer import deferred_from_coro
+
+            deferred_from_coro(engine.close_spider_async(reason=reason))
+        else:
+            engine.close_spider(crawler.spider, reason)  # type: ignore[arg-type]
+
+    reactor.callLater(0, close)  # type: ignore[arg-type]
 
 
 # -- knowing when a callback has finished ---------------------------------------------
@@ -365,9 +402,11 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
 
     Settings: ``BLOOMSLED_EXPECTED_ITEMS`` (10,000,000: the filter's sizing),
     ``BLOOMSLED_FPR`` (0.01), ``BLOOMSLED_COMMIT_INTERVAL`` (1.0 s: the log's fsync
-    period, with ``JOBDIR``), ``BLOOMSLED_COMPACT_MIN_BYTES`` (64 MiB), ``DUPEFILTER_DEBUG``,
-    ``JOBDIR``. ``BLOOMSLED_CACHE_BYTES`` and ``BLOOMSLED_FLUSH_MS`` are accepted and
-    ignored (they sized the sled journal of earlier versions).
+    period, with ``JOBDIR``), ``BLOOMSLED_COMPACT_MIN_BYTES`` (64 MiB),
+    ``BLOOMSLED_MIN_FREE_BYTES`` (64 MiB: below this much free space under ``JOBDIR`` the
+    spider is closed; 0 turns the check off), ``DUPEFILTER_DEBUG``, ``JOBDIR``.
+    ``BLOOMSLED_CACHE_BYTES`` and ``BLOOMSLED_FLUSH_MS`` are accepted and ignored (they
+    sized the sled journal of earlier versions).
     """
 
     def __init__(
@@ -382,12 +421,14 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         flush_ms: int = DEFAULT_FLUSH_MS,
         commit_interval: float = DEFAULT_COMMIT_INTERVAL,
         compact_min_bytes: int = DEFAULT_COMPACT_MIN_BYTES,
+        min_free_bytes: int = DEFAULT_MIN_FREE_BYTES,
         crawler: Optional[Crawler] = None,
     ) -> None:
         del cache_bytes, flush_ms  # no sled database any more
         self._init_common(fingerprinter, debug, crawler)
         self.commit_interval = commit_interval
         self.compact_min_bytes = compact_min_bytes
+        self.min_free_bytes = min_free_bytes
         self._tmpdir: Optional[str] = None
         if path:
             store = Path(path, STORE_DIR)
@@ -414,6 +455,8 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         self._loop: Any = None
         self._received: Optional[list[bytes]] = None  # fallback without the middleware
         self._tracker: Optional[_DoneTracker] = None
+        #: The error that made the store unwritable (the spider is then being closed).
+        self._failed: Optional[Exception] = None
         #: How the store was found at open: fresh, clean, process-crash or power-loss.
         self.recovery = "fresh"
         if self.journal:
@@ -473,6 +516,7 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
             fpr=s.getfloat("BLOOMSLED_FPR", DEFAULT_FPR),
             commit_interval=s.getfloat("BLOOMSLED_COMMIT_INTERVAL", DEFAULT_COMMIT_INTERVAL),
             compact_min_bytes=s.getint("BLOOMSLED_COMPACT_MIN_BYTES", DEFAULT_COMPACT_MIN_BYTES),
+            min_free_bytes=s.getint("BLOOMSLED_MIN_FREE_BYTES", DEFAULT_MIN_FREE_BYTES),
             crawler=crawler,
         )
 
@@ -489,16 +533,26 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         if self.pending_log is None:
             # One call: the filter answers new fingerprints, the set confirms the rest.
             return not seen.add(fp)
+        if self._failed is not None:
+            return True  # closing: see below
         with self._lock:
-            # Seen (pending or done)? The filter's "no" is certain, its "maybe" is read.
-            if fp in seen:
-                result = True
-            else:
-                # Journaled first (in the OS when this returns), then seen: a crash
-                # between the two leaves a record whose fingerprint the next open adds.
-                self.pending_log.append_add(fp, self._journal_value(request))
-                seen.add(fp)
-                result = False
+            try:
+                # Seen (pending or done)? The filter's "no" is certain, its "maybe" is read.
+                if fp in seen:
+                    result = True
+                else:
+                    # Journaled first (in the OS when this returns), then seen: a crash
+                    # between the two leaves a record whose fingerprint the next open adds.
+                    self.pending_log.append_add(fp, self._journal_value(request))
+                    seen.add(fp)
+                    result = False
+            except (OSError, BloomsledError) as e:
+                # Not scheduled now, and not settled: the callback that yielded it is
+                # never recorded done, so a resumed crawl fetches that page again and
+                # meets this request anew (or re-schedules it from the log, if its record
+                # was written before `seen` failed). Nothing is lost; the spider closes.
+                self._journal_failed(e, request)
+                return True
         if self._tracker is not None:
             self._tracker.settled(request)
         return result
@@ -577,23 +631,61 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
     def _request_done(self, request: Request) -> None:
         """The callback for ``request`` finished and its children are journaled."""
         log = self.pending_log
-        if log is None or self.seen is None:
-            return
+        if log is None or self.seen is None or self._failed is not None:
+            return  # after a failure, what is not recorded done is fetched again
         fp = self._fp(request)
         with self._lock:
-            if fp in self.seen:  # not a dont_filter request that was never journaled
-                log.append_done(fp)
+            try:
+                if fp in self.seen:  # not a dont_filter request that was never journaled
+                    log.append_done(fp)
+            except (OSError, BloomsledError) as e:  # it stays pending: fetched again
+                self._journal_failed(e, request)
 
     def _tick(self) -> None:
         """Once per ``BLOOMSLED_COMMIT_INTERVAL``: the log's fsync; a compaction when due."""
         log = self.pending_log
-        if log is None or self.seen is None:
+        if log is None or self.seen is None or self._failed is not None:
             return
         with self._lock:
-            log.fsync()
-            size = log.size()
-            if size >= self.compact_min_bytes and log.dead_bytes() * 2 >= size:
-                log.compact(self.seen, add_to_seen=False)
+            try:
+                log.fsync()
+                if self.min_free_bytes > 0:
+                    st = os.statvfs(self._store)
+                    free = st.f_bavail * st.f_frsize
+                    if free < self.min_free_bytes:
+                        raise OSError(
+                            errno.ENOSPC,
+                            f"only {free} bytes free on the JOBDIR's file system, below "
+                            f"BLOOMSLED_MIN_FREE_BYTES ({self.min_free_bytes})",
+                        )
+                size = log.size()
+                if size >= self.compact_min_bytes and log.dead_bytes() * 2 >= size:
+                    log.compact(self.seen, add_to_seen=False)
+            except (OSError, BloomsledError) as e:  # the log before it is whole
+                self._journal_failed(e, None)
+
+    def _journal_failed(self, error: Exception, request: Optional[Request]) -> None:
+        """The store cannot be written: an ERROR naming it, and the spider closed with
+        ``bloomsled_journal_failed``. Every request accepted before is in the log, and a
+        request met since is not scheduled, so the crawl resumes (once there is space)
+        without losing one."""
+        if self._failed is not None:
+            return
+        self._failed = error
+        logger.error(
+            "bloomsled: the dupefilter's store %s cannot be written (%s)%s; closing the "
+            "spider (%s): the crawl resumes from this JOBDIR, without losing a request, "
+            "once the store can be written again",
+            self._store,
+            error,
+            f" while recording {request}" if request is not None else "",
+            JOURNAL_FAILED_REASON,
+        )
+        crawler = self.crawler
+        if crawler is None:
+            return
+        crawler.stats.set_value("bloomsled/journal_failed", 1)
+        _close_spider_later(crawler, JOURNAL_FAILED_REASON)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -602,20 +694,29 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
             self._loop.stop()
         if self._tracker is not None and self._tracker.on_done == self._request_done:
             self._tracker.on_done = None
-        if self.pending_log is not None and self.seen is not None:
-            if self._received:
-                # The scraper is closed before the scheduler: every callback has finished.
-                for fp in self._received:
-                    self.pending_log.append_done(fp)
+        clean = self._failed is None
+        try:
+            if self.pending_log is not None and self.seen is not None:
+                if self._received and clean:
+                    # The scraper is closed before the scheduler: every callback has
+                    # finished.
+                    for fp in self._received:
+                        self.pending_log.append_done(fp)
                 self._received = []
-            self.pending_log.close()  # fsync
-        if self.seen is not None:
-            if self._tmpdir is None:
-                self.seen.close()  # saves the filter: the next open does not rebuild it
-            # A temporary store is removed below: dropping the set releases it unsaved.
-            self.seen = None
+                self.pending_log.close()  # fsync
+            if self.seen is not None:
+                if self._tmpdir is None:
+                    self.seen.close()  # saves the filter: the next open does not rebuild it
+                # A temporary store is removed below: dropping the set releases it unsaved.
+                self.seen = None
+        except (OSError, BloomsledError) as e:
+            clean = False
+            self._journal_failed(e, None)
         if self.pending_log is not None:
-            _write_state(self._store, clean=True)
+            # After a failure the store is left "not clean": the next open scans the log
+            # and gives `seen` every fingerprint in it, as after a process crash.
+            if clean:
+                _write_state(self._store, clean=True)
             self.pending_log = None
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
@@ -625,7 +726,9 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
     """A duplicate filter in Redis shared by every spider process of one crawl.
 
     Settings: ``BLOOMSLED_REDIS_URL`` (``redis://127.0.0.1:6379/0``; for a cluster, one URL
-    or a list of node URLs), ``BLOOMSLED_REDIS_CLUSTER`` (False), ``BLOOMSLED_REDIS_KEY``
+    or several node URLs, as a list or separated by commas: give more than one, so that a
+    spider can still reach the cluster when the node it was told of is down),
+    ``BLOOMSLED_REDIS_CLUSTER`` (False), ``BLOOMSLED_REDIS_KEY``
     (``"<spider name>:bloomsled-dupefilter"``), ``BLOOMSLED_REDIS_EXACT`` (True),
     ``BLOOMSLED_REDIS_RETRY_SECONDS`` (60), ``BLOOMSLED_EXPECTED_ITEMS``,
     ``BLOOMSLED_FPR``, ``DUPEFILTER_DEBUG``.
@@ -687,12 +790,17 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedisBloomDupeFilter:
         s = crawler.settings
-        url = s.get("BLOOMSLED_REDIS_URL", "redis://127.0.0.1:6379/0")
+        cluster = s.getbool("BLOOMSLED_REDIS_CLUSTER", False)
+        url: Any = s.get("BLOOMSLED_REDIS_URL", "redis://127.0.0.1:6379/0")
+        if cluster:
+            # A list of node URLs, or one string of them separated by commas (as
+            # `-s BLOOMSLED_REDIS_URL=redis://a:7000,redis://b:7000` gives).
+            url = s.getlist("BLOOMSLED_REDIS_URL", ["redis://127.0.0.1:6379/0"])
         return cls(
             url,
             s.get("BLOOMSLED_REDIS_KEY"),
             s.getbool("DUPEFILTER_DEBUG"),
-            cluster=s.getbool("BLOOMSLED_REDIS_CLUSTER", False),
+            cluster=cluster,
             fingerprinter=crawler.request_fingerprinter,
             expected_items=s.getint("BLOOMSLED_EXPECTED_ITEMS", DEFAULT_EXPECTED_ITEMS),
             fpr=s.getfloat("BLOOMSLED_FPR", DEFAULT_FPR),
@@ -784,23 +892,8 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
         if self.stopped:
             return
         self.stopped = True
-        crawler = self.crawler
-        if crawler is None:
-            return
-        from twisted.internet import reactor
-
-        def close() -> None:
-            engine = crawler.engine
-            if engine is None:
-                return
-            if hasattr(engine, "close_spider_async"):
-                from scrapy.utils.defer import deferred_from_coro
-
-                deferred_from_coro(engine.close_spider_async(reason=reason))
-            else:
-                engine.close_spider(crawler.spider, reason)  # type: ignore[arg-type]
-
-        reactor.callLater(0, close)  # type: ignore[arg-type]
+        if self.crawler is not None:
+            _close_spider_later(self.crawler, reason)
 
     def close(self, reason: str) -> None:
         self.filter = None

@@ -30,6 +30,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too."""
+    rng = random.Random()
+    while True:
+        port = rng.randrange(20_000, 55_000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10_000))
+            return port
+        except OSError:
+            continue
+
+
 class Site:
     """`pages` pages at /p/<i>; page i links to i+1 (so every page is reachable from 0),
     to a few random pages (duplicates across pages, cycles), to itself and to page 0; or,
@@ -170,9 +184,17 @@ class Redis:
     persistence (an RDB save at shutdown, an AOF fsynced at every write) in `dir`, so a
     server stopped either way comes back with its data."""
 
-    def __init__(self, exe: str, persist: bool = False, dir: Path | None = None):
+    def __init__(
+        self,
+        exe: str,
+        persist: bool = False,
+        dir: Path | None = None,
+        extra: list[str] | None = None,
+        port: int | None = None,
+    ):
         self.exe = exe
-        self.port = free_port()
+        self.extra = extra or []
+        self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen | None = None
         self.persist = persist
@@ -188,7 +210,7 @@ class Redis:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", *self.args()],
+            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", *self.args(), *self.extra],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -246,3 +268,131 @@ def persistent_redis(tmp_path):
     r = Redis(redis_exe(), persist=True, dir=d)
     yield r
     r.stop()
+
+
+class RedisCluster:
+    """A Redis Cluster on loopback: `masters` masters with `replicas` replicas each, real
+    redis-server processes without persistence, and a short `cluster-node-timeout`, so
+    that a master killed is failed over by its own replica within a few seconds."""
+
+    def __init__(
+        self, exe: str, dir: Path, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 1000
+    ):
+        self.nodes: list[Redis] = []
+        for i in range(masters * (1 + replicas)):
+            d = dir / f"node{i}"  # each node's nodes.conf
+            d.mkdir(parents=True)
+            args = ["--dir", str(d), "--cluster-enabled", "yes", "--cluster-config-file",
+                    "nodes.conf", "--cluster-node-timeout", str(node_timeout_ms)]
+            self.nodes.append(Redis(exe, extra=args, port=free_cluster_port()))
+        addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
+        out = subprocess.run(
+            ["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", str(replicas),
+             "--cluster-yes"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        self.wait_ok(expect_replicas=masters * replicas)
+
+    def cli(self, node: Redis, *args: str) -> str:
+        out = subprocess.run(
+            ["redis-cli", "-p", str(node.port), *args], capture_output=True, text=True, timeout=10
+        )
+        return out.stdout
+
+    def alive(self) -> list[Redis]:
+        return [n for n in self.nodes if n.proc is not None]
+
+    def topology(self) -> dict[str, dict]:
+        """Node id -> {port, role, master (its master's id), slots, failed}, as seen by
+        a live node."""
+        out: dict[str, dict] = {}
+        for line in self.cli(self.alive()[0], "cluster", "nodes").splitlines():
+            f = line.split()
+            if len(f) < 8:
+                continue
+            out[f[0]] = {
+                "port": int(f[1].split("@")[0].rsplit(":", 1)[1]),
+                "role": "master" if "master" in f[2] else "replica",
+                "master": None if f[3] == "-" else f[3],
+                "slots": f[8:],
+                "failed": "fail" in f[2].split(","),
+            }
+        return out
+
+    def node_at(self, port: int) -> Redis:
+        return next(n for n in self.nodes if n.port == port)
+
+    def master_of_slot(self, slot: int) -> Redis:
+        for node in self.topology().values():
+            if node["role"] != "master" or node["failed"]:
+                continue
+            for r in node["slots"]:
+                a, _, b = r.partition("-")
+                if a.isdigit() and int(a) <= slot <= int(b or a):
+                    return self.node_at(node["port"])
+        raise AssertionError(f"no master serves slot {slot}")
+
+    def replica_of(self, master: Redis) -> Redis:
+        topo = self.topology()
+        mid = next(i for i, n in topo.items() if n["port"] == master.port)
+        return self.node_at(next(n["port"] for n in topo.values() if n["master"] == mid))
+
+    def wait_ok(self, expect_replicas: int = 0, timeout: float = 60) -> None:
+        """Until every live node says `cluster_state:ok` and every replica's link to its
+        master is up (the replica holds the master's data)."""
+        deadline = time.time() + timeout
+        while True:
+            ok = all("cluster_state:ok" in self.cli(n, "cluster", "info") for n in self.alive())
+            links = [self.cli(n, "info", "replication") for n in self.alive()]
+            up = sum("master_link_status:up" in i for i in links)
+            if ok and up >= expect_replicas:
+                return
+            assert time.time() < deadline, "the cluster did not converge"
+            time.sleep(0.1)
+
+    def urls(self) -> list[str]:
+        return [n.url for n in self.nodes]
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+
+
+@pytest.fixture
+def redis_cluster(tmp_path):
+    c = RedisCluster(redis_exe(), tmp_path / "cluster")
+    yield c
+    c.stop()
+
+
+def resp_command(port: int, *args: str | bytes) -> object:
+    """One command to the redis-server on `port`, its reply parsed (RESP2: bytes, int,
+    list, None; an error reply raises). Enough for the tests to read binary values
+    without a client library."""
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        b = a.encode() if isinstance(a, str) else a
+        out += b"$%d\r\n%s\r\n" % (len(b), b)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(out)
+        f = s.makefile("rb")
+
+        def read() -> object:
+            line = f.readline()
+            kind, rest = line[:1], line[1:-2]
+            if kind == b"+":
+                return rest
+            if kind == b"-":
+                raise RuntimeError(rest.decode())
+            if kind == b":":
+                return int(rest)
+            if kind == b"$":
+                n = int(rest)
+                return None if n < 0 else f.read(n + 2)[:-2]
+            if kind == b"*":
+                n = int(rest)
+                return None if n < 0 else [read() for _ in range(n)]
+            raise RuntimeError(f"unexpected reply {line!r}")
+
+        return read()
