@@ -187,14 +187,7 @@ fn a_recreated_filter_is_detected_by_old_handles() {
 #[test]
 fn with_appendfsync_always_every_acknowledged_add_survives_kill_9() {
     require_redis!();
-    let mut s = Server::start_with(&[
-        "--save",
-        "",
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-    ]);
+    let mut s = Server::start_persistent();
     let (f, k) = filled(&s, "aof");
     let more: Vec<Vec<u8>> = (0..500)
         .map(|i| format!("single-{i}").into_bytes())

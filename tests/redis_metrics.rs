@@ -29,6 +29,15 @@ fn count(answers: &[bool], value: bool) -> u64 {
 
 /// Runs `record` under a fresh recorder; every series labelled `filter = name`, by name.
 fn recorded(name: &str, record: impl FnOnce()) -> HashMap<String, DebugValue> {
+    recorded_as("filter", name, record)
+}
+
+/// Every series labelled `window = name`, by name.
+fn recorded_window(name: &str, record: impl FnOnce()) -> HashMap<String, DebugValue> {
+    recorded_as("window", name, record)
+}
+
+fn recorded_as(label: &str, name: &str, record: impl FnOnce()) -> HashMap<String, DebugValue> {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, record);
@@ -39,7 +48,7 @@ fn recorded(name: &str, record: impl FnOnce()) -> HashMap<String, DebugValue> {
         .filter(|(k, ..)| {
             k.key()
                 .labels()
-                .any(|l| l.key() == "filter" && l.value() == name)
+                .any(|l| l.key() == label && l.value() == name)
         })
         .map(|(k, _, _, v)| (k.key().name().to_owned(), v))
         .collect()
@@ -171,24 +180,6 @@ fn an_async_shared_filter_records_what_its_calls_did() {
     assert_eq!(counter(&m, "bloomsled_shared_retries_total"), 0);
     let sync = SharedFilter::open(&ep, "m-async").unwrap();
     check_gauges(&m, &sync.stats().unwrap());
-}
-
-/// Every series labelled `window = name`, by name.
-fn recorded_window(name: &str, record: impl FnOnce()) -> HashMap<String, DebugValue> {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, record);
-    snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(k, ..)| {
-            k.key()
-                .labels()
-                .any(|l| l.key() == "window" && l.value() == name)
-        })
-        .map(|(k, _, _, v)| (k.key().name().to_owned(), v))
-        .collect()
 }
 
 /// The window gauges are sums (a mean for the fill) over the live generations' stats.
