@@ -357,6 +357,9 @@ fn foreign_journal() -> (tempfile::TempDir, PathBuf) {
         db.insert("x", "").unwrap();
         db.snapshot().unwrap();
         db.insert("y", "").unwrap();
+        db.flush().unwrap();
+        // Left open, as a crash leaves it: a clean close would retire the journal.
+        std::mem::forget(db);
     }
     let path = journals(dir.path()).remove(0).0;
     (dir, path)

@@ -421,7 +421,11 @@ impl Leftovers {
         if let Ok(rd) = std::fs::read_dir(dir.join(bloomsled::persist::DIR_NAME)) {
             for e in rd {
                 let name = e.unwrap().file_name().to_string_lossy().into_owned();
-                match name.strip_suffix(".snap") {
+                // A tree's snapshot `<id>.snap` and crash journals `<id>.<generation>.jnl`.
+                let stem = name
+                    .strip_suffix(".snap")
+                    .or_else(|| name.strip_suffix(".jnl").and_then(|n| n.split('.').next()));
+                match stem {
                     Some(stem) if ids.contains(stem) => {}
                     _ => stray_files.push(name),
                 }

@@ -346,7 +346,8 @@ impl VerifyReport {
     }
 }
 
-/// Deletes the record and snapshot file of tree `name`, which is not open (it was dropped).
+/// Deletes the record, snapshot file and crash journals of tree `name`, which is not open
+/// (it was dropped).
 pub(crate) fn forget_closed(
     meta: &meta::Meta,
     db_dir: &std::path::Path,
@@ -354,6 +355,8 @@ pub(crate) fn forget_closed(
 ) -> crate::error::Result<()> {
     if let Some(Ok(record)) = meta.read(name)? {
         files::SnapshotFile::new(db_dir, &record.tree_id).remove(true)?;
+        #[allow(clippy::reversed_empty_ranges)]
+        journal_map::Journals::new(db_dir, &record.tree_id).retire(1..=0);
     }
     meta.remove(name)
 }
