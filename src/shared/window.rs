@@ -128,6 +128,29 @@ fn gen_name(name: &str, epoch: u64, e: u64) -> String {
     format!("{name}:w{epoch:016x}:g{e}")
 }
 
+/// The shape of each generation's filter of the window `name`, as `config` asks.
+fn generation_shape(name: &str, config: &SharedWindowConfig) -> Result<SharedShape> {
+    let fshape = config.filter.shape()?;
+    let shards = config
+        .shards
+        .unwrap_or_else(|| layout::default_shards(fshape.num_blocks, Cells::Bits));
+    let probe = Layout::new(
+        &gen_name(name, u64::MAX, u64::MAX),
+        fshape.num_blocks,
+        shards,
+        Cells::Bits,
+    )?;
+    Ok(SharedShape {
+        seed: fshape.seed,
+        num_hashes: fshape.num_hashes,
+        num_blocks: fshape.num_blocks,
+        shards: probe.shards,
+        shard_blocks: probe.shard_blocks,
+        capacity: config.filter.capacity(),
+        counting: false,
+    })
+}
+
 impl SharedWindow {
     /// Creates the window `name` (or opens it if it exists with the same generations,
     /// width and filter shape; [`Error::RedisShapeMismatch`] otherwise). Several processes
@@ -155,25 +178,7 @@ impl SharedWindow {
                 .grace
                 .map_or_else(|| default_grace(width_ms), |g| g.as_millis() as u64),
         };
-        let fshape = config.filter.shape()?;
-        let shards = config
-            .shards
-            .unwrap_or_else(|| layout::default_shards(fshape.num_blocks, Cells::Bits));
-        let probe = Layout::new(
-            &gen_name(name, u64::MAX, u64::MAX),
-            fshape.num_blocks,
-            shards,
-            Cells::Bits,
-        )?;
-        let shape = SharedShape {
-            seed: fshape.seed,
-            num_hashes: fshape.num_hashes,
-            num_blocks: fshape.num_blocks,
-            shards: probe.shards,
-            shard_blocks: probe.shard_blocks,
-            capacity: config.filter.capacity(),
-            counting: false,
-        };
+        let shape = generation_shape(name, config)?;
         let session = Arc::new(Session::open(endpoint)?);
         let key = window_key(name);
         let epoch = new_epoch();

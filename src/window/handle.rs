@@ -98,6 +98,11 @@ impl Window {
         &self.state.counters
     }
 
+    /// Opens the window `name` of `db`, or the handle already open on it.
+    ///
+    /// Long because the crash argument (see the module docs) reads as one sequence: an
+    /// open handle is reused, else the record and the trees on disk are reconciled, the
+    /// ring is recorded and created, and the handle registered under the same lock.
     pub(super) fn open(db: &Db, name: &[u8], config: WindowConfig) -> Result<Window> {
         if name.is_empty() {
             return Err(Error::config("a window's name must not be empty"));
