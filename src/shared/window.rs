@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::clock::epoch::Epochs;
+use crate::clock::generations::Generations;
 use crate::error::{Error, Result};
 
 use super::conn::Endpoint;
@@ -57,7 +57,7 @@ use super::record::{new_epoch, SharedShape};
 use super::session::Session;
 use super::value;
 use config::default_grace;
-use record::{encode_filter, epoch_text, gen_field, WindowConfig, CREATE_SCRIPT};
+use record::{encode_filter, epoch_text, gen_field, StoredWindowSettings, CREATE_SCRIPT};
 use stored::{check_window_name, describe, Stored};
 
 /// Block reads per lookup pipeline (keys × generations read): bounds one batch's memory.
@@ -107,7 +107,7 @@ pub struct SharedWindow {
     name: String,
     key: String,
     epoch: u64,
-    config: WindowConfig,
+    config: StoredWindowSettings,
     shape: SharedShape,
     clock: Arc<dyn Clock>,
     /// The latest time read from the clock: a clock that steps back never expires a
@@ -170,9 +170,9 @@ impl SharedWindow {
     /// ```
     pub fn create(endpoint: &Endpoint, name: &str, config: &SharedWindowConfig) -> Result<Self> {
         check_window_name(name)?;
-        let ring = Epochs::new(config.span, config.generations)?;
+        let ring = Generations::new(config.span, config.generations)?;
         let width_ms = ring.width_ms();
-        let wc = WindowConfig {
+        let wc = StoredWindowSettings {
             ring,
             grace_ms: config
                 .grace
@@ -334,7 +334,7 @@ impl SharedWindow {
             return Ok(out);
         }
         let now = self.now();
-        let e = self.config.ring.epoch_of(now);
+        let e = self.config.ring.generation_of(now);
         let gen = self.generation_for_writes(e, now)?;
         let field = gen_field(e);
         for chunk in keys.chunks(PIPELINE_READS) {
@@ -442,7 +442,7 @@ impl SharedWindow {
 
     /// The generation the window's clock is in now (where adds go).
     pub fn current_generation(&self) -> u64 {
-        self.config.ring.epoch_of(self.now())
+        self.config.ring.generation_of(self.now())
     }
 
     /// The Redis key of the window's record.
