@@ -53,30 +53,8 @@ pub fn run(path: &Path, tree: Option<&str>, file: &str, json: bool) -> CliResult
     let db = open::open_with(&path, config_for(expected))?;
     let t = open::open_tree(&db, tree)?;
 
-    let bar = progress(len, "loading");
     let start = Instant::now();
-    let (mut keys, mut batch, mut in_batch) = (0u64, Batch::default(), 0usize);
-    for line in BufReader::new(input).split(b'\n') {
-        let line = line.map_err(CliError::io(file))?;
-        bar.inc(line.len() as u64 + 1);
-        let line = line.strip_suffix(b"\r").unwrap_or(&line);
-        if line.is_empty() {
-            continue;
-        }
-        let (k, v) = match line.iter().position(|&b| b == b'\t') {
-            Some(i) => (&line[..i], &line[i + 1..]),
-            None => (line, &b""[..]),
-        };
-        batch.insert(k, v);
-        keys += 1;
-        in_batch += 1;
-        if in_batch == BATCH {
-            t.apply_batch(std::mem::take(&mut batch))?;
-            in_batch = 0;
-        }
-    }
-    t.apply_batch(batch)?;
-    bar.finish_and_clear();
+    let keys = load_lines(input, len, file, &t)?;
     // A background resize the load started is finished, not abandoned at close; a filter
     // still over its capacity is rebuilt for the keys it holds.
     t.wait_for_rebuild();
@@ -110,6 +88,40 @@ pub fn run(path: &Path, tree: Option<&str>, file: &str, json: bool) -> CliResult
         )
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Loads `input`'s lines (`key` or `key<TAB>value`, `\r\n` or `\n`, empty lines skipped)
+/// into `t` a batch at a time, behind a progress bar of `len` bytes; the keys loaded.
+fn load_lines(
+    input: Box<dyn Read>,
+    len: Option<u64>,
+    file: &str,
+    t: &bloomsled::Tree,
+) -> CliResult<u64> {
+    let bar = progress(len, "loading");
+    let (mut keys, mut batch, mut in_batch) = (0u64, Batch::default(), 0usize);
+    for line in BufReader::new(input).split(b'\n') {
+        let line = line.map_err(CliError::io(file))?;
+        bar.inc(line.len() as u64 + 1);
+        let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        if line.is_empty() {
+            continue;
+        }
+        let (k, v) = match line.iter().position(|&b| b == b'\t') {
+            Some(i) => (&line[..i], &line[i + 1..]),
+            None => (line, &b""[..]),
+        };
+        batch.insert(k, v);
+        keys += 1;
+        in_batch += 1;
+        if in_batch == BATCH {
+            t.apply_batch(std::mem::take(&mut batch))?;
+            in_batch = 0;
+        }
+    }
+    t.apply_batch(batch)?;
+    bar.finish_and_clear();
+    Ok(keys)
 }
 
 /// True if the filter holds more live keys than it is sized for, or its bits say so: a

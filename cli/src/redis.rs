@@ -247,58 +247,16 @@ pub fn run(cmd: &RedisCommand, json_mode: bool) -> Result<ExitCode, String> {
             generations,
             grace,
         } => {
-            if let Some(span) = window {
-                let mut cfg = FilterConfig::new(*items).false_positive_rate(*fpr);
-                if let Some(b) = bits_per_key {
-                    cfg = cfg.bits_per_key(*b);
-                }
-                let mut wc = SharedWindowConfig::new(*span, *generations, cfg);
-                if let Some(s) = shards {
-                    wc = wc.shards(*s);
-                }
-                if let Some(g) = grace {
-                    wc = wc.grace(*g);
-                }
-                let w = SharedWindow::create(&target.endpoint()?, &target.name, &wc)
-                    .map_err(|e| e.to_string())?;
-                let s = w.shape();
-                report(
-                    json_mode,
-                    json!({"name": w.name(), "window_ms": w.span().as_millis() as u64,
-                           "generations": w.generations(),
-                           "generation_ms": w.width().as_millis() as u64,
-                           "blocks": s.num_blocks, "k": s.num_hashes, "shards": s.shards,
-                           "capacity": s.capacity, "epoch": w.epoch()}),
-                    || {
-                        format!(
-                            "{}: window of {:?} in {} generations of {:?}; each {s}",
-                            w.name(),
-                            w.span(),
-                            w.generations(),
-                            w.width()
-                        )
-                    },
-                );
-                return Ok(ExitCode::SUCCESS);
-            }
             let mut cfg = FilterConfig::new(*items).false_positive_rate(*fpr);
             if let Some(b) = bits_per_key {
                 cfg = cfg.bits_per_key(*b);
             }
-            let options = SharedOptions {
-                shards: *shards,
-                counting: *counting,
-            };
-            let f = SharedFilter::create_with(&target.endpoint()?, &target.name, &cfg, &options)
-                .map_err(|e| e.to_string())?;
-            let s = f.shape();
-            report(
-                json_mode,
-                json!({"name": f.name(), "blocks": s.num_blocks, "k": s.num_hashes,
-                       "shards": s.shards, "capacity": s.capacity, "counting": s.counting,
-                       "epoch": f.epoch()}),
-                || format!("{}: {s}", f.name()),
-            );
+            match window {
+                Some(span) => {
+                    create_window(target, cfg, *span, *generations, *shards, *grace, json_mode)?
+                }
+                None => create_filter(target, cfg, *shards, *counting, json_mode)?,
+            }
         }
         RedisCommand::Add(k) => add(&AnyShared::open(&k.target, &k.layout)?, &k.file, json_mode)?,
         RedisCommand::Check(k) => check(&AnyShared::open(&k.target, &k.layout)?, &k.file)?,
@@ -328,6 +286,68 @@ pub fn run(cmd: &RedisCommand, json_mode: bool) -> Result<ExitCode, String> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `redis create --window`: a shared window of `generations` filters, each shaped by `cfg`.
+fn create_window(
+    target: &Target,
+    cfg: FilterConfig,
+    span: std::time::Duration,
+    generations: u32,
+    shards: Option<u64>,
+    grace: Option<std::time::Duration>,
+    json_mode: bool,
+) -> Result<(), String> {
+    let mut wc = SharedWindowConfig::new(span, generations, cfg);
+    if let Some(s) = shards {
+        wc = wc.shards(s);
+    }
+    if let Some(g) = grace {
+        wc = wc.grace(g);
+    }
+    let w =
+        SharedWindow::create(&target.endpoint()?, &target.name, &wc).map_err(|e| e.to_string())?;
+    let s = w.shape();
+    report(
+        json_mode,
+        json!({"name": w.name(), "window_ms": w.span().as_millis() as u64,
+               "generations": w.generations(),
+               "generation_ms": w.width().as_millis() as u64,
+               "blocks": s.num_blocks, "k": s.num_hashes, "shards": s.shards,
+               "capacity": s.capacity, "epoch": w.epoch()}),
+        || {
+            format!(
+                "{}: window of {:?} in {} generations of {:?}; each {s}",
+                w.name(),
+                w.span(),
+                w.generations(),
+                w.width()
+            )
+        },
+    );
+    Ok(())
+}
+
+/// `redis create`: a shared filter shaped by `cfg`.
+fn create_filter(
+    target: &Target,
+    cfg: FilterConfig,
+    shards: Option<u64>,
+    counting: bool,
+    json_mode: bool,
+) -> Result<(), String> {
+    let options = SharedOptions { shards, counting };
+    let f = SharedFilter::create_with(&target.endpoint()?, &target.name, &cfg, &options)
+        .map_err(|e| e.to_string())?;
+    let s = f.shape();
+    report(
+        json_mode,
+        json!({"name": f.name(), "blocks": s.num_blocks, "k": s.num_hashes,
+               "shards": s.shards, "capacity": s.capacity, "counting": s.counting,
+               "epoch": f.epoch()}),
+        || format!("{}: {s}", f.name()),
+    );
+    Ok(())
 }
 
 /// Reads lines (without `\r\n`), skipping empty ones, in batches.

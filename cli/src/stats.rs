@@ -93,60 +93,63 @@ pub fn run(path: &Path, wait: bool, json: bool) -> CliResult<ExitCode> {
         }
     }
     let rows: Vec<StatsRow> = trees.iter().map(StatsRow::from).collect();
-    let windows: Vec<WindowLine> = open::all_windows(&db)?
-        .iter()
-        .map(|w| {
-            let s = w.stats();
-            WindowLine {
-                name: String::from_utf8_lossy(&s.name).into_owned(),
-                span_ms: s.span.as_millis(),
-                generations: s.generations,
-                newest: s.newest_epoch,
-                live: s
-                    .live
-                    .iter()
-                    .map(|g| (g.epoch, String::from_utf8_lossy(&g.tree).into_owned()))
-                    .collect(),
-            }
-        })
-        .collect();
-    emit(json, &rows, |rows| {
-        let mut text = lines(rows, |r| {
-            format!(
-                "tree {:?} ({}): {} items (capacity {}), {} bits, k={}, {:.2} bits/key, \
-                 fill {:.1}%, FPR now {:.4}% (target {:.4}%), {} KiB; {}",
-                r.tree,
-                r.mode,
-                r.items,
-                r.capacity,
-                r.bits,
-                r.k,
-                r.bits_per_key,
-                100.0 * r.fill_ratio,
-                100.0 * r.estimated_fpr,
-                100.0 * r.target_fpr,
-                r.memory_bytes / 1024,
-                match &r.recovery.rebuilding {
-                    Some(p) => format!("{}, {}", r.recovery.outcome, p.text()),
-                    None => r.recovery.outcome.clone(),
-                },
-            )
-        });
-        for w in &windows {
-            text.push_str(&format!(
-                "\nwindow {:?}: span {} ms in {} generations, newest generation {}, live: {}",
-                w.name,
-                w.span_ms,
-                w.generations,
-                w.newest,
-                w.live
-                    .iter()
-                    .map(|(e, tree)| format!("{e} (tree {tree:?})"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        text
-    })?;
+    let windows: Vec<WindowLine> = open::all_windows(&db)?.iter().map(window_line).collect();
+    emit(json, &rows, |rows| stats_text(rows, &windows))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A window's line of the report: its span, generations and live trees.
+fn window_line(w: &bloomsled::window::Window) -> WindowLine {
+    let s = w.stats();
+    WindowLine {
+        name: String::from_utf8_lossy(&s.name).into_owned(),
+        span_ms: s.span.as_millis(),
+        generations: s.generations,
+        newest: s.newest_epoch,
+        live: s
+            .live
+            .iter()
+            .map(|g| (g.epoch, String::from_utf8_lossy(&g.tree).into_owned()))
+            .collect(),
+    }
+}
+
+/// The report for a person: a line per tree, then one per window.
+fn stats_text(rows: &[StatsRow], windows: &[WindowLine]) -> String {
+    let mut text = lines(rows, |r| {
+        format!(
+            "tree {:?} ({}): {} items (capacity {}), {} bits, k={}, {:.2} bits/key, \
+             fill {:.1}%, FPR now {:.4}% (target {:.4}%), {} KiB; {}",
+            r.tree,
+            r.mode,
+            r.items,
+            r.capacity,
+            r.bits,
+            r.k,
+            r.bits_per_key,
+            100.0 * r.fill_ratio,
+            100.0 * r.estimated_fpr,
+            100.0 * r.target_fpr,
+            r.memory_bytes / 1024,
+            match &r.recovery.rebuilding {
+                Some(p) => format!("{}, {}", r.recovery.outcome, p.text()),
+                None => r.recovery.outcome.clone(),
+            },
+        )
+    });
+    for w in windows {
+        text.push_str(&format!(
+            "\nwindow {:?}: span {} ms in {} generations, newest generation {}, live: {}",
+            w.name,
+            w.span_ms,
+            w.generations,
+            w.newest,
+            w.live
+                .iter()
+                .map(|(e, tree)| format!("{e} (tree {tree:?})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    text
 }

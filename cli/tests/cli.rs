@@ -163,14 +163,8 @@ fn a_counting_database_stays_counting_under_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let db_dir = dir.path().join("counting");
     {
-        let db = bloomsled::Config::new()
-            .path(&db_dir)
-            .counting(true)
-            .open()
-            .unwrap();
-        for i in 0..100 {
-            db.insert(format!("k{i}"), "v").unwrap();
-        }
+        let db = open_counting(&db_dir);
+        insert_keys(&db, 100);
         db.remove("k0").unwrap();
     }
     let o = run(&["stats", db_dir.to_str().unwrap(), "--json"]);
@@ -182,12 +176,34 @@ fn a_counting_database_stays_counting_under_the_cli() {
     let o = run(&["verify", db_dir.to_str().unwrap()]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     // Still counting for the library afterwards: the CLI did not convert it.
-    let db = bloomsled::Config::new()
-        .path(&db_dir)
+    let db = open_counting(&db_dir);
+    assert!(db.recovery_report().loaded());
+}
+
+/// Opens (or creates) the counting database at `path`.
+fn open_counting(path: &Path) -> bloomsled::Db {
+    bloomsled::Config::new()
+        .path(path)
         .counting(true)
         .open()
-        .unwrap();
-    assert!(db.recovery_report().loaded());
+        .unwrap()
+}
+
+/// Opens the counting database at `path` under the strict recovery policy.
+fn open_counting_strict(path: &Path) -> bloomsled::Db {
+    bloomsled::Config::new()
+        .path(path)
+        .counting(true)
+        .recovery(bloomsled::RecoveryPolicy::Strict)
+        .open()
+        .unwrap()
+}
+
+/// Inserts the keys `k0 .. k{n-1}`, each with the value `v`.
+fn insert_keys(db: &bloomsled::Db, n: u32) {
+    for i in 0..n {
+        db.insert(format!("k{i}"), "v").unwrap();
+    }
 }
 
 /// A closed counting database of `n` keys in the default tree and in tree `other`, each
@@ -229,12 +245,7 @@ fn rebuild_keeps_each_trees_mode_and_size() {
     }
 
     // A strict counting open trusts every rebuilt snapshot, and removes keep working.
-    let db = bloomsled::Config::new()
-        .path(&path)
-        .counting(true)
-        .recovery(bloomsled::RecoveryPolicy::Strict)
-        .open()
-        .unwrap();
+    let db = open_counting_strict(&path);
     let other = db.open_tree("other").unwrap();
     for (t, prefix) in [(&*db, "k"), (&other, "o")] {
         assert!(t.recovery_report().loaded(), "{:?}", t.recovery_report());
@@ -287,14 +298,8 @@ fn rebuild_keeps_each_trees_mode_and_size() {
 fn rebuild_with_a_damaged_snapshot_keeps_the_recorded_mode() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("counting");
-    let db = bloomsled::Config::new()
-        .path(&path)
-        .counting(true)
-        .open()
-        .unwrap();
-    for i in 0..200 {
-        db.insert(format!("k{i}"), "v").unwrap();
-    }
+    let db = open_counting(&path);
+    insert_keys(&db, 200);
     let snap = db.filter_snapshot_path().unwrap().to_path_buf();
     db.close().unwrap();
     let mut bytes = std::fs::read(&snap).unwrap();
@@ -307,12 +312,7 @@ fn rebuild_with_a_damaged_snapshot_keeps_the_recorded_mode() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("(counting)"), "{}", stdout(&o));
     assert!(stdout(&o).contains("200 keys scanned"), "{}", stdout(&o));
-    let db = bloomsled::Config::new()
-        .path(&path)
-        .counting(true)
-        .recovery(bloomsled::RecoveryPolicy::Strict)
-        .open()
-        .unwrap();
+    let db = open_counting_strict(&path);
     assert!(db.recovery_report().loaded());
     assert!(db.remove("k5").unwrap().is_some());
     assert_eq!(db.stats().items, 199);

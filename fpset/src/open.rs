@@ -58,28 +58,11 @@ impl FingerprintSet {
             )));
         }
         let leftovers_removed = folder.remove_leftovers(&manifest)? as u64;
-        let mut runs = Vec::with_capacity(manifest.runs.len());
-        for r in &manifest.runs {
-            let path = folder.path.join(run::file_name(r.seq));
-            runs.push(Arc::new(Run::open(
-                &path,
-                manifest.set_id,
-                width,
-                r.seq,
-                r.count,
-            )?));
-        }
+        let runs = open_runs(&folder, &manifest)?;
         let expected_items = config.expected_items.unwrap_or(manifest.expected_items);
         let fpr = config.fpr.unwrap_or(manifest.fpr);
-        let same_sizing = manifest.expected_items == expected_items && manifest.fpr == fpr;
-        let saved = (manifest.clean && same_sizing)
-            .then(|| folder.load_filter(&manifest))
-            .flatten();
-        let filter_rebuilt = saved.is_none();
-        let filter = match saved {
-            Some(f) => f,
-            None => rebuild_filter(&runs, expected_items, fpr)?,
-        };
+        let (filter, filter_rebuilt) =
+            saved_or_rebuilt_filter(&folder, &manifest, &runs, expected_items, fpr)?;
         let replayed = Wal::replay(&folder.path, manifest.set_id, width, manifest.wal_gen)?;
         let mut memtable = Memtable::new(width, config.memtable_items.min(1 << 20));
         for fp in replayed.members.chunks_exact(width) {
@@ -96,20 +79,7 @@ impl FingerprintSet {
         if was_clean {
             let _ = std::fs::remove_file(folder.path.join(dir::FILTER));
         }
-        let mut inner = Inner {
-            manifest,
-            runs,
-            lookup_order: Vec::new(),
-            memtable,
-            wal: WalSlot(replayed.wal),
-            scratch: Vec::new(),
-            block_reads: 0,
-            false_positives: 0,
-            flushes: 0,
-            merges: 0,
-            broken: None,
-        };
-        inner.sort_runs();
+        let inner = Inner::opened(manifest, runs, memtable, WalSlot(replayed.wal));
         let set = FingerprintSet {
             filter,
             config,
@@ -128,6 +98,63 @@ impl FingerprintSet {
             }
         }
         Ok(set)
+    }
+}
+
+/// The runs `manifest` lists, opened.
+fn open_runs(folder: &Folder, manifest: &Manifest) -> Result<Vec<Arc<Run>>> {
+    let mut runs = Vec::with_capacity(manifest.runs.len());
+    for r in &manifest.runs {
+        let path = folder.path.join(run::file_name(r.seq));
+        runs.push(Arc::new(Run::open(
+            &path,
+            manifest.set_id,
+            manifest.width,
+            r.seq,
+            r.count,
+        )?));
+    }
+    Ok(runs)
+}
+
+/// The filter a clean close saved, if it is there and sized as asked (`false`), or one
+/// rebuilt from `runs` for `expected_items` at `fpr` (`true`).
+fn saved_or_rebuilt_filter(
+    folder: &Folder,
+    manifest: &Manifest,
+    runs: &[Arc<Run>],
+    expected_items: u64,
+    fpr: f64,
+) -> Result<(Filter, bool)> {
+    let same_sizing = manifest.expected_items == expected_items && manifest.fpr == fpr;
+    let saved = (manifest.clean && same_sizing)
+        .then(|| folder.load_filter(manifest))
+        .flatten();
+    Ok(match saved {
+        Some(f) => (f, false),
+        None => (rebuild_filter(runs, expected_items, fpr)?, true),
+    })
+}
+
+impl Inner {
+    /// The state of a set just opened: nothing read, flushed or merged yet, its runs in
+    /// lookup order.
+    fn opened(manifest: Manifest, runs: Vec<Arc<Run>>, memtable: Memtable, wal: WalSlot) -> Self {
+        let mut inner = Inner {
+            manifest,
+            runs,
+            lookup_order: Vec::new(),
+            memtable,
+            wal,
+            scratch: Vec::new(),
+            block_reads: 0,
+            false_positives: 0,
+            flushes: 0,
+            merges: 0,
+            broken: None,
+        };
+        inner.sort_runs();
+        inner
     }
 }
 

@@ -11,7 +11,7 @@
 //! module too, in one place, so a local window and a shared one compute the same ring from
 //! the same times. It is a leaf: it depends on nothing of the crate but its error type.
 
-pub(crate) mod epoch;
+pub(crate) mod generations;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -189,6 +189,9 @@ fn update_zeros(h: &mut crc32fast::Hasher, mut len: usize) {
 /// # Panics
 /// If `page_size` is not a positive multiple of 8 or the kind is unknown (programming
 /// errors, not data errors).
+///
+/// Long because a third of it is the header's twenty fields in one struct literal, written
+/// after the pages whose running CRC and offsets it records.
 pub fn encode_to<W: Write + io::Seek>(
     meta: &SnapshotMeta,
     words: &[u64],
@@ -279,6 +282,9 @@ pub fn encode(meta: &SnapshotMeta, words: &[u64], page_size: u32) -> Vec<u8> {
 }
 
 /// Parses and verifies the header alone (not the pages).
+///
+/// Long because it is one check per field, in the order their errors must be reported
+/// (magic, version, length, checksum, then each field's range).
 pub fn parse_header(bytes: &[u8]) -> Result<Header, DecodeError> {
     if bytes.len() < MAGIC.len() || bytes[..MAGIC.len()] != MAGIC {
         return Err(DecodeError::BadMagic {

@@ -118,66 +118,23 @@ impl Record {
 
     /// Parses a stored record: magic, then version, then every field exactly once.
     pub(crate) fn decode(text: &[u8]) -> Result<Record> {
-        let bad = |why: String| Error::Corrupt(format!("shared filter config record: {why}"));
         let text = std::str::from_utf8(text).map_err(|_| bad("not UTF-8".into()))?;
-        let mut words = text.split_ascii_whitespace();
-        if words.next() != Some(MAGIC) {
-            return Err(Error::Decode(DecodeError::BadMagic {
-                got: text.bytes().take(16).collect(),
-            }));
-        }
-        let mut fields = std::collections::BTreeMap::new();
-        for w in words {
-            let (k, v) = w
-                .split_once('=')
-                .ok_or_else(|| bad(format!("{w:?} is not field=value")))?;
-            if fields.insert(k, v).is_some() {
-                return Err(bad(format!("field {k} appears twice")));
-            }
-        }
-        let mut take = |k: &str| {
-            fields
-                .remove(k)
-                .ok_or_else(|| bad(format!("missing field {k}")))
-        };
-        let version: u32 = num(take("v")?).ok_or_else(|| bad("bad version".into()))?;
-        if version != VERSION {
-            return Err(Error::Decode(DecodeError::UnsupportedVersion {
-                expected: VERSION,
-                got: version,
-            }));
-        }
-        let counting = match take("layout")? {
-            LAYOUT => false,
-            LAYOUT_COUNTING => true,
-            got => {
-                return Err(bad(format!(
-                    "layout={got}, this build knows only {LAYOUT} and {LAYOUT_COUNTING}"
-                )))
-            }
-        };
-        let got = take("hash")?;
-        if got != HASH {
-            return Err(bad(format!("hash={got}, this build knows only {HASH}")));
-        }
-        let mut field = |k: &str| -> Result<u64> {
-            let v = take(k)?;
-            num(v).ok_or_else(|| bad(format!("{k}={v} is not a number")))
-        };
-        let seed = field("seed")?;
-        let num_hashes = field("k")?;
-        let num_blocks = field("blocks")?;
-        let shards = field("shards")?;
-        let shard_blocks = field("shard_blocks")?;
-        let stride = field("stride")?;
-        let capacity = field("capacity")?;
-        let epoch = field("epoch")?;
-        let state = match take("state")? {
+        let mut fields = Fields::parse(text)?;
+        let counting = fields.header()?;
+        let seed = fields.num("seed")?;
+        let num_hashes = fields.num("k")?;
+        let num_blocks = fields.num("blocks")?;
+        let shards = fields.num("shards")?;
+        let shard_blocks = fields.num("shard_blocks")?;
+        let stride = fields.num("stride")?;
+        let capacity = fields.num("capacity")?;
+        let epoch = fields.num("epoch")?;
+        let state = match fields.take("state")? {
             "init" => State::Init,
             "ready" => State::Ready,
             s => return Err(bad(format!("unknown state {s}"))),
         };
-        if let Some(k) = fields.keys().next() {
+        if let Some(k) = fields.0.keys().next() {
             return Err(bad(format!("unknown field {k}")));
         }
         let cells = if counting {
@@ -208,6 +165,74 @@ impl Record {
             epoch,
             state,
         })
+    }
+}
+
+/// A corrupt record, and why.
+fn bad(why: String) -> Error {
+    Error::Corrupt(format!("shared filter config record: {why}"))
+}
+
+/// A record's `field=value` words, each taken out once as it is read.
+struct Fields<'a>(std::collections::BTreeMap<&'a str, &'a str>);
+
+impl<'a> Fields<'a> {
+    /// The fields after the magic word; a field given twice is corrupt.
+    fn parse(text: &'a str) -> Result<Self> {
+        let mut words = text.split_ascii_whitespace();
+        if words.next() != Some(MAGIC) {
+            return Err(Error::Decode(DecodeError::BadMagic {
+                got: text.bytes().take(16).collect(),
+            }));
+        }
+        let mut fields = std::collections::BTreeMap::new();
+        for w in words {
+            let (k, v) = w
+                .split_once('=')
+                .ok_or_else(|| bad(format!("{w:?} is not field=value")))?;
+            if fields.insert(k, v).is_some() {
+                return Err(bad(format!("field {k} appears twice")));
+            }
+        }
+        Ok(Fields(fields))
+    }
+
+    /// Takes out the field `k`, which must be there.
+    fn take(&mut self, k: &str) -> Result<&'a str> {
+        self.0
+            .remove(k)
+            .ok_or_else(|| bad(format!("missing field {k}")))
+    }
+
+    /// Takes out the number field `k`.
+    fn num(&mut self, k: &str) -> Result<u64> {
+        let v = self.take(k)?;
+        num(v).ok_or_else(|| bad(format!("{k}={v} is not a number")))
+    }
+
+    /// The version, layout and hash this build must know; whether the layout is counting.
+    fn header(&mut self) -> Result<bool> {
+        let version: u32 = num(self.take("v")?).ok_or_else(|| bad("bad version".into()))?;
+        if version != VERSION {
+            return Err(Error::Decode(DecodeError::UnsupportedVersion {
+                expected: VERSION,
+                got: version,
+            }));
+        }
+        let counting = match self.take("layout")? {
+            LAYOUT => false,
+            LAYOUT_COUNTING => true,
+            got => {
+                return Err(bad(format!(
+                    "layout={got}, this build knows only {LAYOUT} and {LAYOUT_COUNTING}"
+                )))
+            }
+        };
+        let got = self.take("hash")?;
+        if got != HASH {
+            return Err(bad(format!("hash={got}, this build knows only {HASH}")));
+        }
+        Ok(counting)
     }
 }
 

@@ -43,66 +43,75 @@ impl SharedFilter {
                 self.layout.name
             )));
         }
-        let stride = self.layout.stride() as usize;
-        let chunk_blocks = self.layout.cells.chunk_blocks();
         let mut written = 0;
         for s in 0..self.layout.shards as usize {
-            let first = self.layout.first_block(s) as usize;
-            let n = self.layout.blocks_in(s) as usize;
-            let block = |j: usize| local.block_words(first + j);
-            if (0..n).all(|j| block(j) == [0; BLOCK_WORDS]) {
-                continue;
+            if self.push_shard(local, s)? {
+                written += 1;
             }
-            let shard = self.layout.key(s);
-            let tmp = format!("{shard}:push:{:x}", super::record::new_epoch());
-            let mut cmds = Vec::new();
-            let mut pending = 0u64;
-            let mut at = 0u64;
-            for start in (0..n).step_by(chunk_blocks as usize) {
-                let end = (start + chunk_blocks as usize).min(n);
-                let mut bytes = Vec::with_capacity((end - start) * stride);
-                for j in start..end {
-                    for w in block(j) {
-                        bytes.extend_from_slice(&w.to_le_bytes());
-                    }
-                    bytes.extend_from_slice(&[0; TAG_BYTES]);
-                }
-                pending += bytes.len() as u64;
-                cmds.push(redis::cmd("SETRANGE").arg(&tmp).arg(at).arg(bytes).clone());
-                at += ((end - start) * stride) as u64;
-                if start == 0 {
-                    // A push cut short leaves no garbage behind for long.
-                    cmds.push(redis::cmd("EXPIRE").arg(&tmp).arg(3600).clone());
-                }
-                if pending >= PIPELINE_BYTES {
-                    let batch = std::mem::take(&mut cmds);
-                    self.session.run(|| batch.clone())?;
-                    pending = 0;
-                }
-            }
-            let tag = BLOCK_BYTES as u64;
-            cmds.push(
-                redis::cmd("EVAL")
-                    .arg(PUSH_SCRIPT)
-                    .arg(2)
-                    .arg(shard)
-                    .arg(&tmp)
-                    .arg(tag)
-                    .arg(tag + 7)
-                    .arg(&self.epoch.to_be_bytes()[..])
-                    .clone(),
-            );
-            let replies = self.session.run(|| cmds.clone())?;
-            if replies.last() != Some(&Value::Int(1)) {
-                return Err(lost(
-                    self,
-                    s,
-                    "push found the shard gone or recreated; nothing was written to it".into(),
-                ));
-            }
-            written += 1;
         }
         Ok(written)
+    }
+
+    /// [`Self::push`] of shard `s`: its blocks of `local` into a temporary key, pipelined,
+    /// then ORed in by the script if the shard's epoch is still this handle's. `false` if
+    /// `local` has no bit in the shard (nothing sent).
+    fn push_shard(&self, local: &Filter, s: usize) -> Result<bool> {
+        let stride = self.layout.stride() as usize;
+        let chunk_blocks = self.layout.cells.chunk_blocks();
+        let first = self.layout.first_block(s) as usize;
+        let n = self.layout.blocks_in(s) as usize;
+        let block = |j: usize| local.block_words(first + j);
+        if (0..n).all(|j| block(j) == [0; BLOCK_WORDS]) {
+            return Ok(false);
+        }
+        let shard = self.layout.key(s);
+        let tmp = format!("{shard}:push:{:x}", super::record::new_epoch());
+        let mut cmds = Vec::new();
+        let mut pending = 0u64;
+        let mut at = 0u64;
+        for start in (0..n).step_by(chunk_blocks as usize) {
+            let end = (start + chunk_blocks as usize).min(n);
+            let mut bytes = Vec::with_capacity((end - start) * stride);
+            for j in start..end {
+                for w in block(j) {
+                    bytes.extend_from_slice(&w.to_le_bytes());
+                }
+                bytes.extend_from_slice(&[0; TAG_BYTES]);
+            }
+            pending += bytes.len() as u64;
+            cmds.push(redis::cmd("SETRANGE").arg(&tmp).arg(at).arg(bytes).clone());
+            at += ((end - start) * stride) as u64;
+            if start == 0 {
+                // A push cut short leaves no garbage behind for long.
+                cmds.push(redis::cmd("EXPIRE").arg(&tmp).arg(3600).clone());
+            }
+            if pending >= PIPELINE_BYTES {
+                let batch = std::mem::take(&mut cmds);
+                self.session.run(|| batch.clone())?;
+                pending = 0;
+            }
+        }
+        let tag = BLOCK_BYTES as u64;
+        cmds.push(
+            redis::cmd("EVAL")
+                .arg(PUSH_SCRIPT)
+                .arg(2)
+                .arg(shard)
+                .arg(&tmp)
+                .arg(tag)
+                .arg(tag + 7)
+                .arg(&self.epoch.to_be_bytes()[..])
+                .clone(),
+        );
+        let replies = self.session.run(|| cmds.clone())?;
+        if replies.last() != Some(&Value::Int(1)) {
+            return Err(lost(
+                self,
+                s,
+                "push found the shard gone or recreated; nothing was written to it".into(),
+            ));
+        }
+        Ok(true)
     }
 
     /// A local [`Filter`] bit-identical to the shared one (for a counting shared filter:

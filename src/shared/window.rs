@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::clock::epoch::Epochs;
+use crate::clock::generations::Generations;
 use crate::error::{Error, Result};
 
 use super::conn::Endpoint;
@@ -58,7 +58,7 @@ use super::retry::Resend;
 use super::session::Session;
 use super::value;
 use config::default_grace;
-use record::{encode_filter, epoch_text, gen_field, WindowConfig, CREATE_SCRIPT};
+use record::{encode_filter, epoch_text, gen_field, StoredWindowSettings, CREATE_SCRIPT};
 use stored::{check_window_name, describe, Stored};
 
 /// Block reads per lookup pipeline (keys × generations read): bounds one batch's memory.
@@ -108,7 +108,7 @@ pub struct SharedWindow {
     name: String,
     key: String,
     epoch: u64,
-    config: WindowConfig,
+    config: StoredWindowSettings,
     shape: SharedShape,
     clock: Arc<dyn Clock>,
     /// The latest time read from the clock: a clock that steps back never expires a
@@ -127,6 +127,29 @@ fn window_key(name: &str) -> String {
 /// epoch keeps a window created again after a loss from adopting a lost one's leftovers.
 fn gen_name(name: &str, epoch: u64, e: u64) -> String {
     format!("{name}:w{epoch:016x}:g{e}")
+}
+
+/// The shape of each generation's filter of the window `name`, as `config` asks.
+fn generation_shape(name: &str, config: &SharedWindowConfig) -> Result<SharedShape> {
+    let fshape = config.filter.shape()?;
+    let shards = config
+        .shards
+        .unwrap_or_else(|| layout::default_shards(fshape.num_blocks, Cells::Bits));
+    let probe = Layout::new(
+        &gen_name(name, u64::MAX, u64::MAX),
+        fshape.num_blocks,
+        shards,
+        Cells::Bits,
+    )?;
+    Ok(SharedShape {
+        seed: fshape.seed,
+        num_hashes: fshape.num_hashes,
+        num_blocks: fshape.num_blocks,
+        shards: probe.shards,
+        shard_blocks: probe.shard_blocks,
+        capacity: config.filter.capacity(),
+        counting: false,
+    })
 }
 
 impl SharedWindow {
@@ -148,33 +171,15 @@ impl SharedWindow {
     /// ```
     pub fn create(endpoint: &Endpoint, name: &str, config: &SharedWindowConfig) -> Result<Self> {
         check_window_name(name)?;
-        let ring = Epochs::new(config.span, config.generations)?;
+        let ring = Generations::new(config.span, config.generations)?;
         let width_ms = ring.width_ms();
-        let wc = WindowConfig {
+        let wc = StoredWindowSettings {
             ring,
             grace_ms: config
                 .grace
                 .map_or_else(|| default_grace(width_ms), |g| g.as_millis() as u64),
         };
-        let fshape = config.filter.shape()?;
-        let shards = config
-            .shards
-            .unwrap_or_else(|| layout::default_shards(fshape.num_blocks, Cells::Bits));
-        let probe = Layout::new(
-            &gen_name(name, u64::MAX, u64::MAX),
-            fshape.num_blocks,
-            shards,
-            Cells::Bits,
-        )?;
-        let shape = SharedShape {
-            seed: fshape.seed,
-            num_hashes: fshape.num_hashes,
-            num_blocks: fshape.num_blocks,
-            shards: probe.shards,
-            shard_blocks: probe.shard_blocks,
-            capacity: config.filter.capacity(),
-            counting: false,
-        };
+        let shape = generation_shape(name, config)?;
         let session = Arc::new(Session::open(endpoint)?);
         let key = window_key(name);
         let epoch = new_epoch();
@@ -342,7 +347,7 @@ impl SharedWindow {
             return Ok(out);
         }
         let now = self.now();
-        let e = self.config.ring.epoch_of(now);
+        let e = self.config.ring.generation_of(now);
         let gen = self.generation_for_writes(e, now)?;
         let field = gen_field(e);
         for chunk in keys.chunks(PIPELINE_READS) {
@@ -450,7 +455,7 @@ impl SharedWindow {
 
     /// The generation the window's clock is in now (where adds go).
     pub fn current_generation(&self) -> u64 {
-        self.config.ring.epoch_of(self.now())
+        self.config.ring.generation_of(self.now())
     }
 
     /// The Redis key of the window's record.

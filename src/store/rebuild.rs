@@ -224,20 +224,7 @@ impl Rebuild<'_> {
         if capacity != old_capacity {
             self.rebuild.resizes.fetch_add(1, Ordering::Relaxed);
         }
-        let snapshot = if self.persist.is_some() && !self.closing.load(Ordering::Relaxed) {
-            match self.snapshot() {
-                Ok(info) => Some(info),
-                Err(e) => {
-                    log::warn!(
-                        "bloomsled: tree {:?}: snapshot after rebuild failed: {e}",
-                        self.report.tree
-                    );
-                    None
-                }
-            }
-        } else {
-            None
-        };
+        let snapshot = self.snapshot_after_rebuild();
         log::info!(
             "bloomsled: tree {:?}: filter rebuilt from {scanned} keys in {duration:?}, \
              capacity {old_capacity} -> {capacity}",
@@ -252,6 +239,24 @@ impl Rebuild<'_> {
             snapshot,
             automatic,
         })
+    }
+
+    /// A snapshot of the rebuilt filter, if the tree persists one and is not closing; a
+    /// failed one is logged (the rebuild stands: the next snapshot or open makes up for it).
+    fn snapshot_after_rebuild(&self) -> Option<SnapshotInfo> {
+        if self.persist.is_none() || self.closing.load(Ordering::Relaxed) {
+            return None;
+        }
+        match self.snapshot() {
+            Ok(info) => Some(info),
+            Err(e) => {
+                log::warn!(
+                    "bloomsled: tree {:?}: snapshot after rebuild failed: {e}",
+                    self.report.tree
+                );
+                None
+            }
+        }
     }
 
     /// One scan into a new filter sized for `live` keys (default: the current filter's

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::RotationStep;
-use crate::clock::epoch::Epochs;
+use crate::clock::generations::Generations;
 use crate::clock::{Clock, SystemClock};
 use crate::error::Result;
 use crate::store::TreeConfig;
@@ -87,10 +87,10 @@ impl WindowConfig {
     }
 
     /// The partition, checked.
-    pub(crate) fn epochs(&self) -> Result<Epochs> {
+    pub(crate) fn epochs(&self) -> Result<Generations> {
         if let Some(t) = &self.tree {
             t.validate()?;
         }
-        Epochs::new(self.span, self.generations)
+        Generations::new(self.span, self.generations)
     }
 }

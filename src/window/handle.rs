@@ -9,7 +9,7 @@ use sled::IVec;
 use super::config::WindowConfig;
 use super::ring::{self, Ring, Site};
 use super::RotationStep;
-use crate::clock::epoch::Epochs;
+use crate::clock::generations::Generations;
 use crate::clock::Clock;
 use crate::counters::my_stripe;
 use crate::error::{Error, Result};
@@ -51,7 +51,7 @@ pub struct Window {
 pub(crate) struct WindowState {
     pub(super) db: Db,
     pub(super) name: IVec,
-    pub(super) epochs: Epochs,
+    pub(super) epochs: Generations,
     tree: Option<TreeConfig>,
     clock: Arc<dyn Clock>,
     hook: Option<Arc<dyn Fn(RotationStep) + Send + Sync>>,
@@ -98,6 +98,11 @@ impl Window {
         &self.state.counters
     }
 
+    /// Opens the window `name` of `db`, or the handle already open on it.
+    ///
+    /// Long because the crash argument (see the module docs) reads as one sequence: an
+    /// open handle is reused, else the record and the trees on disk are reconciled, the
+    /// ring is recorded and created, and the handle registered under the same lock.
     pub(super) fn open(db: &Db, name: &[u8], config: WindowConfig) -> Result<Window> {
         if name.is_empty() {
             return Err(Error::config("a window's name must not be empty"));
@@ -147,7 +152,7 @@ impl Window {
             .copied()
             .filter(|e| !live.contains(e) && !dropping.contains(e))
             .collect();
-        let now = epochs.epoch_of(config.clock.now_ms());
+        let now = epochs.generation_of(config.clock.now_ms());
         let t = ring::target(&epochs, newest, &live, &dropping, &orphans, now);
         let ring = site.record_and_create(&t, &[])?;
         site.drop_expired(&t)?;
@@ -180,7 +185,7 @@ impl Window {
             if now_ms < ring.ends_ms {
                 return Ok(ring);
             }
-            let now = self.state.epochs.epoch_of(now_ms);
+            let now = self.state.epochs.generation_of(now_ms);
             if now <= ring.newest {
                 return Ok(ring);
             }
@@ -200,7 +205,7 @@ impl Window {
             let newest = ring.newest;
             return (ring, newest);
         }
-        let now = self.state.epochs.epoch_of(now_ms);
+        let now = self.state.epochs.generation_of(now_ms);
         if now <= ring.newest {
             let newest = ring.newest;
             return (ring, newest);

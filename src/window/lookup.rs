@@ -5,7 +5,7 @@ use sled::IVec;
 
 use super::handle::Window;
 use super::ring::{Gen, Ring};
-use crate::clock::epoch::Epochs;
+use crate::clock::generations::Generations;
 use crate::error::Result;
 use crate::filter::Filter;
 use crate::store::read_any_filter;
@@ -71,7 +71,7 @@ impl Window {
     #[inline(always)]
     pub(super) fn lookup<R>(
         ring: &Ring,
-        epochs: &Epochs,
+        epochs: &Generations,
         newest: u64,
         key: &[u8],
         mut visit: impl FnMut(&Gen) -> Result<Option<R>>,
@@ -198,7 +198,7 @@ impl Window {
 
     /// The live generations of `ring` when the newest is `newest`, newest first.
     #[inline(always)]
-    pub(super) fn live<'r>(ring: &'r Ring, epochs: &Epochs, newest: u64) -> &'r [Gen] {
+    pub(super) fn live<'r>(ring: &'r Ring, epochs: &Generations, newest: u64) -> &'r [Gen] {
         if newest == ring.newest {
             return &ring.gens; // a ring holds the live generations of its newest
         }

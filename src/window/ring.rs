@@ -9,7 +9,7 @@ use sled::IVec;
 use super::names::{generation_name, parse_generation_name};
 use super::record::{self, WindowRecord};
 use super::RotationStep;
-use crate::clock::epoch::Epochs;
+use crate::clock::generations::Generations;
 use crate::error::{Error, Result};
 use crate::hash::SeededHash;
 use crate::store::{Db, Tree, TreeConfig};
@@ -47,7 +47,7 @@ pub(crate) struct Target {
 /// `live` that are still live, plus the newest; everything else to drop (`dropping`, the
 /// expired ones of `live`, and `orphans`: trees the record does not list).
 pub(crate) fn target(
-    epochs: &Epochs,
+    epochs: &Generations,
     newest: u64,
     live: &[u64],
     dropping: &[u64],
@@ -76,7 +76,7 @@ pub(crate) fn target(
 pub(crate) struct Site<'a> {
     pub(crate) db: &'a Db,
     pub(crate) name: &'a [u8],
-    pub(crate) epochs: &'a Epochs,
+    pub(crate) epochs: &'a Generations,
     pub(crate) tree: &'a Option<TreeConfig>,
     pub(crate) hook: &'a dyn Fn(RotationStep),
 }
@@ -201,7 +201,7 @@ mod tests {
 
     #[test]
     fn target_keeps_the_live_adds_the_newest_drops_the_rest() {
-        let ep = Epochs::from_parts(10, 3).unwrap();
+        let ep = Generations::from_parts(10, 3).unwrap();
         let t = target(&ep, 5, &[3, 4, 5], &[1], &[2, 9], 7);
         assert_eq!(t.newest, 7);
         assert_eq!(t.live, vec![5, 7]);

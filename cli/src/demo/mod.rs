@@ -12,7 +12,7 @@ pub mod folder;
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bloomsled::{Batch, Config};
 use serde::Serialize;
@@ -145,16 +145,31 @@ fn bytes_under(dir: &Path) -> u64 {
         .sum()
 }
 
-pub fn run(dir: &Path, items: u64, json: bool) -> CliResult<ExitCode> {
-    if items == 0 {
-        return Err(CliError::NoItems);
+/// What the demo leaves on disk in `dir`, and the command that removes it.
+fn disk_of(dir: &Path) -> Disk {
+    let folder = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    Disk {
+        folder: folder.to_string_lossy().into_owned(),
+        bytes: bytes_under(dir),
+        remove: format!("rm -r {}", shell_word(&folder.to_string_lossy())),
     }
-    let dir = folder::prepare(dir)?;
-    let bs_path = folder::database_of(&dir);
-    let sled_path = dir.join(folder::SLED_DIR);
+}
 
-    let db = Config::new().path(&bs_path).expected_items(items).open()?;
-    let plain = sled::Config::new().path(&sled_path).open()?;
+/// The commands to try next on the database (`db_word`, quoted for a shell).
+fn next_commands(db_word: &str) -> Vec<String> {
+    vec![
+        format!("bloomsled stats {db_word}"),
+        format!("bloomsled verify {db_word}"),
+        format!(
+            "bloomsled check {db_word} {} {}",
+            demo_url(0, "page"),
+            demo_url(0, "missing")
+        ),
+    ]
+}
+
+/// Loads `items` URL-like keys into both stores, a batch at a time, behind a progress bar.
+fn load(db: &bloomsled::Db, plain: &sled::Db, items: u64) -> CliResult<()> {
     let bar = progress(Some(items), "loading");
     let mut i = 0;
     while i < items {
@@ -171,6 +186,20 @@ pub fn run(dir: &Path, items: u64, json: bool) -> CliResult<ExitCode> {
         i = end;
     }
     bar.finish_and_clear();
+    Ok(())
+}
+
+pub fn run(dir: &Path, items: u64, json: bool) -> CliResult<ExitCode> {
+    if items == 0 {
+        return Err(CliError::NoItems);
+    }
+    let dir = folder::prepare(dir)?;
+    let bs_path = folder::database_of(&dir);
+    let sled_path = dir.join(folder::SLED_DIR);
+
+    let db = Config::new().path(&bs_path).expected_items(items).open()?;
+    let plain = sled::Config::new().path(&sled_path).open()?;
+    load(&db, &plain, items)?;
 
     let probes = items.min(100_000);
     let absent: Vec<String> = (0..probes).map(|j| demo_url(j, "missing")).collect();
@@ -194,12 +223,7 @@ pub fn run(dir: &Path, items: u64, json: bool) -> CliResult<ExitCode> {
     drop(db);
 
     let db_word = shell_word(&bs_path.to_string_lossy());
-    let folder = std::path::absolute(&dir).unwrap_or_else(|_| dir.clone());
-    let disk = Disk {
-        folder: folder.to_string_lossy().into_owned(),
-        bytes: bytes_under(&dir),
-        remove: format!("rm -r {}", shell_word(&folder.to_string_lossy())),
-    };
+    let disk = disk_of(&dir);
     let row = DemoRow {
         items,
         database: bs_path.to_string_lossy().into_owned(),
@@ -213,59 +237,56 @@ pub fn run(dir: &Path, items: u64, json: bool) -> CliResult<ExitCode> {
         },
         reopen: RecoveryRow::from(&r),
         reopen_millis: reopen.as_secs_f64() * 1e3,
-        next_commands: vec![
-            format!("bloomsled stats {db_word}"),
-            format!("bloomsled verify {db_word}"),
-            format!(
-                "bloomsled check {db_word} {} {}",
-                demo_url(0, "page"),
-                demo_url(0, "missing")
-            ),
-        ],
+        next_commands: next_commands(&db_word),
         disk,
     };
-    emit(json, &row, |v| {
-        format!(
-            "{} URL-like keys in {}\n\n\
-             {:<22}{:>12}{:>12}{:>10}\n\
-             {:<22}{:>9.0} ns{:>9.0} ns{:>9.1}x\n\
-             {:<22}{:>9.0} ns{:>9.0} ns{:>9.2}x\n\
-             (both warm, timed in alternating chunks of the same keys; present keys cost a \
-             sled lookup either way)\n\n\
-             store lookups skipped: {} of {}\n\
-             false positives: {:.3}% measured, {:.3}% target\n\n\
-             reopened in {:.1?}: filter {} ({} keys scanned, {} snapshot bytes verified)\n\n\
-             database: {}\n\
-             next, try:\n  {}\n\n\
-             left on disk: {:.0} MB in {} (both databases); remove it with:\n  {}",
-            v.items,
-            dir.display(),
-            "lookup",
-            "bloomsled",
-            "sled",
-            "speed-up",
-            "absent key",
-            v.absent_get_ns.bloomsled,
-            v.absent_get_ns.sled,
-            v.absent_get_ns.speedup,
-            "present key",
-            v.present_get_ns.bloomsled,
-            v.present_get_ns.sled,
-            v.present_get_ns.speedup,
-            v.store_lookups_skipped,
-            v.lookups,
-            100.0 * v.false_positive_rate.measured,
-            100.0 * v.false_positive_rate.target,
-            reopen,
-            outcome_text(&r.outcome),
-            v.reopen.keys_scanned,
-            v.reopen.bytes_verified,
-            v.database,
-            v.next_commands.join("\n  "),
-            v.disk.bytes as f64 / 1e6,
-            v.disk.folder,
-            v.disk.remove,
-        )
-    })?;
+    let outcome = outcome_text(&r.outcome);
+    emit(json, &row, |v| demo_text(v, &dir, reopen, &outcome))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The demo's report for a person: the two stores' lookups, the filter's figures, the
+/// reopen, the commands to try next and what is left on disk.
+fn demo_text(v: &DemoRow, dir: &Path, reopen: Duration, outcome: &str) -> String {
+    format!(
+        "{} URL-like keys in {}\n\n\
+         {:<22}{:>12}{:>12}{:>10}\n\
+         {:<22}{:>9.0} ns{:>9.0} ns{:>9.1}x\n\
+         {:<22}{:>9.0} ns{:>9.0} ns{:>9.2}x\n\
+         (both warm, timed in alternating chunks of the same keys; present keys cost a \
+         sled lookup either way)\n\n\
+         store lookups skipped: {} of {}\n\
+         false positives: {:.3}% measured, {:.3}% target\n\n\
+         reopened in {:.1?}: filter {} ({} keys scanned, {} snapshot bytes verified)\n\n\
+         database: {}\n\
+         next, try:\n  {}\n\n\
+         left on disk: {:.0} MB in {} (both databases); remove it with:\n  {}",
+        v.items,
+        dir.display(),
+        "lookup",
+        "bloomsled",
+        "sled",
+        "speed-up",
+        "absent key",
+        v.absent_get_ns.bloomsled,
+        v.absent_get_ns.sled,
+        v.absent_get_ns.speedup,
+        "present key",
+        v.present_get_ns.bloomsled,
+        v.present_get_ns.sled,
+        v.present_get_ns.speedup,
+        v.store_lookups_skipped,
+        v.lookups,
+        100.0 * v.false_positive_rate.measured,
+        100.0 * v.false_positive_rate.target,
+        reopen,
+        outcome,
+        v.reopen.keys_scanned,
+        v.reopen.bytes_verified,
+        v.database,
+        v.next_commands.join("\n  "),
+        v.disk.bytes as f64 / 1e6,
+        v.disk.folder,
+        v.disk.remove,
+    )
 }

@@ -193,6 +193,22 @@ async fn store_reads(addr: SocketAddr) -> Option<f64> {
     Some(reads)
 }
 
+/// The longest run of empty buckets in `t[first..=last]`: its start and length.
+fn longest_gap(t: &[u64], first: usize, last: usize) -> (usize, usize) {
+    let (mut gap_start, mut gap_len, mut i) = (0, 0, first);
+    while i <= last {
+        if t[i] == 0 {
+            let j = (i..=last).find(|&j| t[j] > 0).unwrap_or(last);
+            if j - i > gap_len {
+                (gap_start, gap_len) = (i, j - i);
+            }
+            i = j;
+        }
+        i += 1;
+    }
+    (gap_start, gap_len)
+}
+
 fn report(run: &Run, lat: &mut [u32], elapsed: f64, before: Option<f64>, after: Option<f64>) {
     lat.sort_unstable();
     let pct = |p: f64| {
@@ -220,17 +236,7 @@ fn report(run: &Run, lat: &mut [u32], elapsed: f64, before: Option<f64>, after: 
     let t: Vec<u64> = run.timeline.iter().map(|b| b.load(Relaxed)).collect();
     let first = t.iter().position(|&c| c > 0).unwrap_or(0);
     let last = t.iter().rposition(|&c| c > 0).unwrap_or(0);
-    let (mut gap_start, mut gap_len, mut i) = (0, 0, first);
-    while i <= last {
-        if t[i] == 0 {
-            let j = (i..=last).find(|&j| t[j] > 0).unwrap_or(last);
-            if j - i > gap_len {
-                (gap_start, gap_len) = (i, j - i);
-            }
-            i = j;
-        }
-        i += 1;
-    }
+    let (gap_start, gap_len) = longest_gap(&t, first, last);
     let ms = BUCKET.as_millis() as usize;
     if gap_len * ms < 100 {
         return;

@@ -24,7 +24,7 @@ pub(super) fn default_grace(width_ms: u64) -> u64 {
 ///     7,
 ///     FilterConfig::new(1_000_000).false_positive_rate(0.001),
 /// );
-/// assert_eq!(week.get_generations(), 7);
+/// assert_eq!(week.generations(), 7);
 /// ```
 #[derive(Debug, Clone)]
 pub struct SharedWindowConfig {
@@ -106,7 +106,21 @@ impl SharedWindowConfig {
     }
 
     /// The number of generations.
-    pub fn get_generations(&self) -> u32 {
+    ///
+    /// ```
+    /// use bloomsled::shared::SharedWindowConfig;
+    /// use bloomsled::FilterConfig;
+    /// use std::time::Duration;
+    /// let c = SharedWindowConfig::new(Duration::from_secs(60), 6, FilterConfig::new(10));
+    /// assert_eq!(c.generations(), 6);
+    /// ```
+    pub fn generations(&self) -> u32 {
         self.generations
+    }
+
+    /// Renamed [`SharedWindowConfig::generations`] (Rust's API guidelines: no `get_` prefix).
+    #[deprecated(since = "0.2.0", note = "renamed `generations`")]
+    pub fn get_generations(&self) -> u32 {
+        self.generations()
     }
 }

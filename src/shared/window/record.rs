@@ -18,7 +18,7 @@
 use crate::error::{Error, Result};
 
 use super::super::record::{Record, State};
-use crate::clock::epoch::Epochs;
+use crate::clock::generations::Generations;
 
 const MAGIC: &str = "bloomsled-window";
 const VERSION: u32 = 1;
@@ -59,12 +59,12 @@ return {'N', ARGV[3]}";
 
 /// What a window is: its ring and grace, and the shape of every generation's filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct WindowConfig {
-    pub ring: Epochs,
+pub(crate) struct StoredWindowSettings {
+    pub ring: Generations,
     pub grace_ms: u64,
 }
 
-impl WindowConfig {
+impl StoredWindowSettings {
     /// The `config` field.
     pub(crate) fn encode(&self) -> String {
         format!(
@@ -76,7 +76,7 @@ impl WindowConfig {
     }
 
     /// Parses the `config` field: magic, version, then exactly the three fields.
-    pub(crate) fn decode(text: &[u8]) -> Result<WindowConfig> {
+    pub(crate) fn decode(text: &[u8]) -> Result<StoredWindowSettings> {
         let bad = |why: String| Error::Corrupt(format!("shared window record: {why}"));
         let text = std::str::from_utf8(text).map_err(|_| bad("not UTF-8".into()))?;
         let mut words = text.split_ascii_whitespace();
@@ -115,9 +115,9 @@ impl WindowConfig {
         // The shape a window may have is one rule, the local window's.
         let ring = u32::try_from(generations)
             .ok()
-            .and_then(|g| Epochs::from_parts(width_ms, g).ok())
+            .and_then(|g| Generations::from_parts(width_ms, g).ok())
             .ok_or_else(|| bad(format!("impossible window shape in {text:?}")))?;
-        Ok(WindowConfig { ring, grace_ms })
+        Ok(StoredWindowSettings { ring, grace_ms })
     }
 }
 
@@ -150,8 +150,8 @@ mod tests {
 
     #[test]
     fn config_round_trips_and_rejects_damage() {
-        let c = WindowConfig {
-            ring: Epochs::from_parts(86_400_000, 7).unwrap(),
+        let c = StoredWindowSettings {
+            ring: Generations::from_parts(86_400_000, 7).unwrap(),
             grace_ms: 60_000,
         };
         let text = c.encode();
@@ -159,7 +159,7 @@ mod tests {
             text,
             "bloomsled-window v=1 width_ms=86400000 generations=7 grace_ms=60000"
         );
-        assert_eq!(WindowConfig::decode(text.as_bytes()).unwrap(), c);
+        assert_eq!(StoredWindowSettings::decode(text.as_bytes()).unwrap(), c);
         for damaged in [
             text.replace("v=1", "v=2"),
             text.replace("generations=7", "generations=0"),
@@ -176,13 +176,13 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    WindowConfig::decode(damaged.as_bytes()),
+                    StoredWindowSettings::decode(damaged.as_bytes()),
                     Err(Error::Corrupt(_))
                 ),
                 "{damaged}"
             );
         }
-        assert!(WindowConfig::decode(&[0xff]).is_err());
+        assert!(StoredWindowSettings::decode(&[0xff]).is_err());
     }
 
     #[test]

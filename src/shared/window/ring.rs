@@ -29,7 +29,7 @@ impl SharedWindow {
     /// client whose clock runs slightly ahead may already be writing to.
     pub(super) fn read_range(&self, now: u64) -> RangeInclusive<u64> {
         let ring = self.config.ring;
-        let live = ring.live(ring.epoch_of(now));
+        let live = ring.live(ring.generation_of(now));
         *live.start()..=live.end().saturating_add(1)
     }
 

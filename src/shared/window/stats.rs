@@ -87,7 +87,7 @@ impl SharedWindow {
             generations: u64::from(self.config.ring.generations()),
             grace: self.grace(),
             now_ms: now,
-            current: self.config.ring.epoch_of(now),
+            current: self.config.ring.generation_of(now),
             live,
         })
     }

@@ -7,13 +7,13 @@ use crate::shared::layout;
 use crate::shared::record::{Record, SharedShape};
 use crate::shared::value;
 
-use super::record::{parse_epoch, WindowConfig};
+use super::record::{parse_epoch, StoredWindowSettings};
 use super::MAX_NAME;
 
 /// The window record as stored: epoch, settings and filter shape.
 pub(super) struct Stored {
     pub(super) epoch: u64,
-    pub(super) config: WindowConfig,
+    pub(super) config: StoredWindowSettings,
     pub(super) shape: SharedShape,
 }
 
@@ -41,7 +41,7 @@ impl Stored {
             ))
         };
         let epoch = parse_epoch(&fields[0]).ok_or_else(|| bad("epoch"))?;
-        let config = WindowConfig::decode(&fields[1])?;
+        let config = StoredWindowSettings::decode(&fields[1])?;
         let shape = Record::decode(&fields[2])?.shape;
         if shape.counting {
             return Err(bad("filter"));
@@ -55,7 +55,7 @@ impl Stored {
 }
 
 /// A window's settings and shape, for errors.
-pub(super) fn describe(c: &WindowConfig, s: &SharedShape) -> String {
+pub(super) fn describe(c: &StoredWindowSettings, s: &SharedShape) -> String {
     format!(
         "width_ms={} generations={} {s}",
         c.ring.width_ms(),

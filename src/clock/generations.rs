@@ -4,7 +4,8 @@
 //! Redis) that use it compute the same ring from the same times.
 //!
 //! With `G` generations over a span `S`, each generation covers `w = S / G` ms:
-//! - time `t` belongs to generation (epoch) `e = floor(t / w)`;
+//! - time `t` belongs to generation `e = floor(t / w)` (its index; "epoch" in `shared/` is
+//!   something else, a filter's random incarnation tag);
 //! - at time `now`, with `cur = floor(now / w)`, the live generations are the `G` newest
 //!   indices `cur - G + 1 ..= cur`;
 //! - generation `e` is expired (dropped) once `cur >= e + G`, that is from time
@@ -31,16 +32,16 @@ pub(crate) const MAX_GENERATIONS: u32 = 256;
 
 /// A window's time partition: `generations` generations of `width_ms` each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Epochs {
+pub(crate) struct Generations {
     width_ms: u64,
     generations: u32,
 }
 
-impl Epochs {
+impl Generations {
     /// The partition of `span` into `generations` equal generations. `span` must be a whole
     /// number of milliseconds that `generations` divides, and `generations` in
     /// `1..=MAX_GENERATIONS`: anything else is [`Error::InvalidConfig`] saying which.
-    pub(crate) fn new(span: Duration, generations: u32) -> Result<Epochs> {
+    pub(crate) fn new(span: Duration, generations: u32) -> Result<Generations> {
         if generations == 0 {
             return Err(Error::config("a window needs at least 1 generation, got 0"));
         }
@@ -70,12 +71,12 @@ impl Epochs {
                 span_ms % u64::from(generations)
             )));
         }
-        Epochs::from_parts(span_ms / u64::from(generations), generations)
+        Generations::from_parts(span_ms / u64::from(generations), generations)
     }
 
     /// The partition with generations of `width_ms` (as recorded), checked like
-    /// [`Epochs::new`].
-    pub(crate) fn from_parts(width_ms: u64, generations: u32) -> Result<Epochs> {
+    /// [`Generations::new`].
+    pub(crate) fn from_parts(width_ms: u64, generations: u32) -> Result<Generations> {
         if width_ms == 0 || generations == 0 || generations > MAX_GENERATIONS {
             return Err(Error::config(format!(
                 "impossible window partition: {generations} generations of {width_ms} ms"
@@ -86,7 +87,7 @@ impl Epochs {
                 "a window of {generations} generations of {width_ms} ms is too long"
             )));
         }
-        Ok(Epochs {
+        Ok(Generations {
             width_ms,
             generations,
         })
@@ -109,7 +110,7 @@ impl Epochs {
 
     /// The generation time `t_ms` belongs to: `floor(t / w)`.
     #[inline]
-    pub(crate) fn epoch_of(&self, t_ms: u64) -> u64 {
+    pub(crate) fn generation_of(&self, t_ms: u64) -> u64 {
         t_ms / self.width_ms
     }
 
@@ -156,8 +157,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn ep(span_ms: u64, g: u32) -> Epochs {
-        Epochs::new(Duration::from_millis(span_ms), g).unwrap()
+    fn ep(span_ms: u64, g: u32) -> Generations {
+        Generations::new(Duration::from_millis(span_ms), g).unwrap()
     }
 
     #[test]
@@ -166,9 +167,9 @@ mod tests {
         let e = ep(7 * day, 7);
         assert_eq!(e.width_ms(), day);
         assert_eq!(e.span_ms(), 7 * day);
-        assert_eq!(e.epoch_of(0), 0);
-        assert_eq!(e.epoch_of(day - 1), 0);
-        assert_eq!(e.epoch_of(day), 1);
+        assert_eq!(e.generation_of(0), 0);
+        assert_eq!(e.generation_of(day - 1), 0);
+        assert_eq!(e.generation_of(day), 1);
         assert_eq!(e.live(10), 4..=10);
         assert_eq!(e.live(3), 0..=3);
         assert!(!e.is_expired(4, 10));
@@ -177,8 +178,8 @@ mod tests {
         assert_eq!(e.start_ms(3), 3 * day);
         // At a realistic time: just after midnight (UTC) of day 20000.
         let t = 20_000 * day + 5;
-        assert_eq!(e.epoch_of(t), 20_000);
-        assert_eq!(e.live(e.epoch_of(t)), 19_994..=20_000);
+        assert_eq!(e.generation_of(t), 20_000);
+        assert_eq!(e.live(e.generation_of(t)), 19_994..=20_000);
         assert_eq!(e.expires_at_ms(20_000), 20_007 * day);
     }
 
@@ -191,31 +192,35 @@ mod tests {
         // Past its expiry plus grace something still gets a positive TTL.
         assert_eq!(e.ttl_ms(20_000, 20_100 * day, 60_000), 1);
         // Extremes saturate.
-        let big = Epochs::from_parts(u64::MAX / 256, 256).unwrap();
+        let big = Generations::from_parts(u64::MAX / 256, 256).unwrap();
         assert_eq!(big.expires_at_ms(3), u64::MAX);
         assert_eq!(big.ttl_ms(3, 0, u64::MAX), u64::MAX);
-        let one = Epochs::from_parts(1, 1).unwrap();
+        let one = Generations::from_parts(1, 1).unwrap();
         assert_eq!(one.live(42), 42..=42);
         assert_eq!(one.expires_at_ms(42), 43);
     }
 
     #[test]
     fn bad_partitions_are_refused_with_the_reason() {
-        let msg = |r: Result<Epochs>| match r {
+        let msg = |r: Result<Generations>| match r {
             Err(Error::InvalidConfig { what }) => what,
             other => panic!("{other:?}"),
         };
-        assert!(msg(Epochs::new(Duration::ZERO, 7)).contains("longer than zero"));
-        assert!(msg(Epochs::new(Duration::from_secs(7), 0)).contains("at least 1"));
-        assert!(msg(Epochs::new(Duration::from_secs(7), MAX_GENERATIONS + 1)).contains("at most"));
-        assert!(msg(Epochs::new(Duration::from_secs(7), u32::MAX)).contains("at most"));
-        assert!(msg(Epochs::new(Duration::from_millis(1000), 7)).contains("left over"));
-        assert!(msg(Epochs::new(Duration::from_micros(1500), 1)).contains("whole number"));
-        assert!(msg(Epochs::new(Duration::MAX, 1)).contains("whole number"));
-        assert!(msg(Epochs::new(Duration::from_secs(u64::MAX), 1)).contains("too long"));
-        assert!(Epochs::from_parts(0, 7).is_err());
-        assert!(Epochs::from_parts(u64::MAX, 2).is_err());
-        assert!(Epochs::new(Duration::from_millis(7), 7).is_ok());
+        assert!(msg(Generations::new(Duration::ZERO, 7)).contains("longer than zero"));
+        assert!(msg(Generations::new(Duration::from_secs(7), 0)).contains("at least 1"));
+        assert!(msg(Generations::new(
+            Duration::from_secs(7),
+            MAX_GENERATIONS + 1
+        ))
+        .contains("at most"));
+        assert!(msg(Generations::new(Duration::from_secs(7), u32::MAX)).contains("at most"));
+        assert!(msg(Generations::new(Duration::from_millis(1000), 7)).contains("left over"));
+        assert!(msg(Generations::new(Duration::from_micros(1500), 1)).contains("whole number"));
+        assert!(msg(Generations::new(Duration::MAX, 1)).contains("whole number"));
+        assert!(msg(Generations::new(Duration::from_secs(u64::MAX), 1)).contains("too long"));
+        assert!(Generations::from_parts(0, 7).is_err());
+        assert!(Generations::from_parts(u64::MAX, 2).is_err());
+        assert!(Generations::new(Duration::from_millis(7), 7).is_ok());
     }
 
     #[test]
@@ -237,11 +242,11 @@ mod tests {
             t in 0u64..1 << 48,
             later in 0u64..3_000_000,
         ) {
-            let e = Epochs::from_parts(w, g).unwrap();
+            let e = Generations::from_parts(w, g).unwrap();
             let span = e.span_ms();
             let now = t + later;
-            let written = e.epoch_of(t);
-            let expired = e.is_expired(written, e.epoch_of(now));
+            let written = e.generation_of(t);
+            let expired = e.is_expired(written, e.generation_of(now));
             if now < t + span - w {
                 prop_assert!(!expired, "forgotten early at {now} (written {t})");
             }
@@ -265,7 +270,7 @@ mod tests {
         /// once time is past the first span.
         #[test]
         fn live_is_exactly_the_unexpired(w in 1u64..1000, g in 1u32..64, cur in 0u64..10_000) {
-            let ep = Epochs::from_parts(w, g).unwrap();
+            let ep = Generations::from_parts(w, g).unwrap();
             let live = ep.live(cur);
             for e in cur.saturating_sub(2 * u64::from(g))..=cur {
                 prop_assert_eq!(live.contains(&e), !ep.is_expired(e, cur));
@@ -278,8 +283,8 @@ mod tests {
         /// A time belongs to the generation whose interval holds it.
         #[test]
         fn epoch_interval_holds_the_time(w in 1u64..100_000, t in 0u64..1 << 50) {
-            let ep = Epochs::from_parts(w, 3).unwrap();
-            let e = ep.epoch_of(t);
+            let ep = Generations::from_parts(w, 3).unwrap();
+            let e = ep.generation_of(t);
             prop_assert!(ep.start_ms(e) <= t && t < ep.start_ms(e + 1));
         }
     }
