@@ -40,28 +40,7 @@ pub(super) fn open_filter(
         .or(config.filter_mode);
     let sizing = tree_config.map_or(&config.filter, |c| &c.filter);
     let Some(meta) = meta else {
-        // A temporary database: built from a scan, never persisted.
-        let start = Instant::now();
-        let policy = policy(config, sizing.clone());
-        let (filter, scanned) = build_filter(tree, mode.unwrap_or_default(), &policy)?;
-        let report = RecoveryReport {
-            tree: String::from_utf8_lossy(name).into_owned(),
-            outcome: RecoveryOutcome::InMemory,
-            keys_scanned: scanned,
-            bytes_verified: 0,
-            generation: 0,
-            duration: start.elapsed(),
-            rebuilding: None,
-        };
-        return Ok(TreeState::new(
-            filter,
-            tree.clone(),
-            None,
-            report,
-            every,
-            policy,
-            RecoveryState::ready(),
-        ));
+        return open_in_memory(tree, config, mode.unwrap_or_default(), sizing, name);
     };
     let at = Opening {
         name,
@@ -96,22 +75,7 @@ pub(super) fn open_filter(
         recovery,
     );
     if rebuild {
-        if let RecoveryOutcome::Rebuilt { reason } = &state.report.outcome {
-            log::info!(
-                "bloomsled: tree {:?}: snapshot not trusted ({reason}); {}, every lookup \
-                 goes to sled until then (about {} keys to scan)",
-                state.report.tree,
-                if config.background_recovery {
-                    "serving now and rebuilding the filter in the background"
-                } else {
-                    "rebuilding the filter before open returns"
-                },
-                state
-                    .recovery
-                    .expected_keys
-                    .map_or("an unknown number of".into(), |n| n.to_string()),
-            );
-        }
+        log_rebuild(&state, config.background_recovery);
         recovery::start(&state, config.background_recovery);
     } else {
         // A filter loaded past its capacity (a bulk load closed before its resize finished)
@@ -119,4 +83,55 @@ pub(super) fn open_filter(
         Rebuild(&state).check();
     }
     Ok(state)
+}
+
+/// A temporary database's tree: its filter built from a scan, never persisted.
+fn open_in_memory(
+    tree: &sled::Tree,
+    config: &Config,
+    mode: crate::filter::any::FilterMode,
+    sizing: &crate::filter::FilterConfig,
+    name: &[u8],
+) -> Result<Arc<TreeState>> {
+    let start = Instant::now();
+    let policy = policy(config, sizing.clone());
+    let (filter, scanned) = build_filter(tree, mode, &policy)?;
+    let report = RecoveryReport {
+        tree: String::from_utf8_lossy(name).into_owned(),
+        outcome: RecoveryOutcome::InMemory,
+        keys_scanned: scanned,
+        bytes_verified: 0,
+        generation: 0,
+        duration: start.elapsed(),
+        rebuilding: None,
+    };
+    Ok(TreeState::new(
+        filter,
+        tree.clone(),
+        None,
+        report,
+        config.snapshot_every_writes,
+        policy,
+        RecoveryState::ready(),
+    ))
+}
+
+/// Says at open why a tree's snapshot was not trusted and how its filter comes back.
+fn log_rebuild(state: &TreeState, background: bool) {
+    if let RecoveryOutcome::Rebuilt { reason } = &state.report.outcome {
+        log::info!(
+            "bloomsled: tree {:?}: snapshot not trusted ({reason}); {}, every lookup \
+             goes to sled until then (about {} keys to scan)",
+            state.report.tree,
+            if background {
+                "serving now and rebuilding the filter in the background"
+            } else {
+                "rebuilding the filter before open returns"
+            },
+            state
+                .recovery
+                .expected_keys
+                .map_or("an unknown number of".into(), |n| n.to_string()),
+        );
+    }
 }
