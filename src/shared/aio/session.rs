@@ -62,66 +62,77 @@ impl Conn {
             return Ok(Vec::new());
         }
         match self {
-            Conn::Single(con) => {
-                let mut p = redis::pipe();
-                for c in cmds {
-                    p.add_command(c.clone());
-                }
-                // Error replies as values, read like the sync session's streamed replies.
-                let v: Vec<Value> = p
-                    .ignore_errors()
-                    .query_async(&mut con.clone())
-                    .await
-                    .map_err(|e| Failure::of(e.into()))?;
-                if let Some(f) = Failure::refused(&v) {
-                    return Err((f, false));
-                }
-                match v.iter().find_map(|r| match r {
-                    Value::ServerError(e) => Some(Error::Redis(e.clone().into())),
-                    _ => None,
-                }) {
-                    Some(error) => Err((
-                        Failure {
-                            error,
-                            maybe_sent: true,
-                        },
-                        false,
-                    )),
-                    None => Ok(v),
-                }
-            }
-            Conn::Cluster(con) => {
-                let replies = join_all(cmds.iter().map(|c| {
-                    let mut con = con.clone();
-                    async move { c.query_async::<Value>(&mut con).await }
-                }))
-                .await;
-                if replies.iter().all(|r| r.is_ok()) {
-                    return Ok(replies.into_iter().flatten().collect());
-                }
-                // Some commands may have run while others failed: the attempt ran nowhere
-                // only if none succeeded and none was refused but for `LOADING`.
-                let any_ran = replies.iter().any(|r| r.is_ok());
-                let failures: Vec<Failure> = replies
-                    .into_iter()
-                    .filter_map(|r| r.err())
-                    .map(|e| Failure::of(e.into()).0)
-                    .collect();
-                let maybe_sent = any_ran || failures.iter().any(|f| f.maybe_sent);
-                // Report a permanent error before a transient one: it is not retried.
-                let first = failures
-                    .iter()
-                    .position(|f| !super::super::retry::transient(&f.error))
-                    .unwrap_or(0);
-                let error = failures.into_iter().nth(first).map(|f| f.error);
-                let error = error.unwrap_or_else(|| {
-                    Error::ReportableBug("a failed cluster batch without an error".into())
-                });
-                // A cluster connection reconnects to its nodes by itself.
-                Err((Failure { error, maybe_sent }, false))
-            }
+            Conn::Single(con) => run_single(con, cmds).await,
+            Conn::Cluster(con) => run_cluster(con, cmds).await,
         }
     }
+}
+
+/// [`Conn::run`] on one server: one pipeline, error replies read as values.
+async fn run_single(
+    con: &redis::aio::MultiplexedConnection,
+    cmds: &[Cmd],
+) -> Result<Vec<Value>, Failed> {
+    let mut p = redis::pipe();
+    for c in cmds {
+        p.add_command(c.clone());
+    }
+    // Error replies as values, read like the sync session's streamed replies.
+    let v: Vec<Value> = p
+        .ignore_errors()
+        .query_async(&mut con.clone())
+        .await
+        .map_err(|e| Failure::of(e.into()))?;
+    if let Some(f) = Failure::refused(&v) {
+        return Err((f, false));
+    }
+    match v.iter().find_map(|r| match r {
+        Value::ServerError(e) => Some(Error::Redis(e.clone().into())),
+        _ => None,
+    }) {
+        Some(error) => Err((
+            Failure {
+                error,
+                maybe_sent: true,
+            },
+            false,
+        )),
+        None => Ok(v),
+    }
+}
+
+/// [`Conn::run`] on a cluster: every command at once, each routed by its key.
+async fn run_cluster(
+    con: &redis::cluster_async::ClusterConnection,
+    cmds: &[Cmd],
+) -> Result<Vec<Value>, Failed> {
+    let replies = join_all(cmds.iter().map(|c| {
+        let mut con = con.clone();
+        async move { c.query_async::<Value>(&mut con).await }
+    }))
+    .await;
+    if replies.iter().all(|r| r.is_ok()) {
+        return Ok(replies.into_iter().flatten().collect());
+    }
+    // Some commands may have run while others failed: the attempt ran nowhere
+    // only if none succeeded and none was refused but for `LOADING`.
+    let any_ran = replies.iter().any(|r| r.is_ok());
+    let failures: Vec<Failure> = replies
+        .into_iter()
+        .filter_map(|r| r.err())
+        .map(|e| Failure::of(e.into()).0)
+        .collect();
+    let maybe_sent = any_ran || failures.iter().any(|f| f.maybe_sent);
+    // Report a permanent error before a transient one: it is not retried.
+    let first = failures
+        .iter()
+        .position(|f| !super::super::retry::transient(&f.error))
+        .unwrap_or(0);
+    let error = failures.into_iter().nth(first).map(|f| f.error);
+    let error = error
+        .unwrap_or_else(|| Error::ReportableBug("a failed cluster batch without an error".into()));
+    // A cluster connection reconnects to its nodes by itself.
+    Err((Failure { error, maybe_sent }, false))
 }
 
 /// The endpoint and its connection (none after a dropped connection to a single server,
