@@ -94,7 +94,6 @@ pub fn run_child_with(
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     use std::sync::mpsc;
-    use std::time::Instant;
 
     let ctx =
         |what: &'static str| move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
@@ -115,18 +114,8 @@ pub fn run_child_with(
             }
         }
     });
-    let deadline = Instant::now() + limit;
     let mut lines = Vec::new();
-    let reached = loop {
-        let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
-            break false;
-        };
-        let hit = line.contains(marker);
-        lines.push(line);
-        if hit {
-            break true;
-        }
-    };
+    let reached = wait_for_marker(&rx, marker, limit, &mut lines);
     if reached {
         std::thread::sleep(then);
     }
@@ -150,4 +139,26 @@ pub fn run_child_with(
         cut,
         reached,
     })
+}
+
+/// Collects the child's lines from `rx` until one contains `marker` (true) or `limit`
+/// passes or the child's output ends (false).
+fn wait_for_marker(
+    rx: &std::sync::mpsc::Receiver<String>,
+    marker: &str,
+    limit: Duration,
+    lines: &mut Vec<String>,
+) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Ok(line) = rx.recv_timeout(left) else {
+            return false;
+        };
+        let hit = line.contains(marker);
+        lines.push(line);
+        if hit {
+            return true;
+        }
+    }
 }
