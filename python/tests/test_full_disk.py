@@ -4,9 +4,8 @@ HTTP server. The spider must close with the reason ``bloomsled_journal_failed`` 
 ERROR naming the store, never ``finished`` with requests dropped; once the file system is
 made larger, the resumed crawl fetches every page that the first run did not.
 
-Two ways to meet the full disk: with ``BLOOMSLED_MIN_FREE_BYTES = 0`` (the check of free
-space off) the writes fail with ENOSPC, in the log or in Scrapy's own disk queue; with a
-margin, the filter's check of free space closes the spider before they do.
+The filter's check of free space (``BLOOMSLED_MIN_FREE_BYTES``, here 64 KiB) closes the
+spider before Scrapy's own disk queue meets the full disk.
 """
 
 from __future__ import annotations
