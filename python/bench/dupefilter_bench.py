@@ -16,6 +16,10 @@ the harness adds little above the baseline (``fp_only`` shows how much).
     python bench/dupefilter_bench.py -n 1000000            # every contender that installs
     python bench/dupefilter_bench.py -n 10000000 -c bloom,rfp
 
+Every 1,000,000 new requests (``BENCH_PROGRESS``) each contender prints its figures so far
+(``# {"progress": ...}``: cost per new request, peak RSS, disk), so that a long run stopped
+early still tells where it was.
+
 Contenders: ``fp_only`` (no filter: the fingerprint alone, the floor of cost and memory
 that every contender pays), ``rfp`` Scrapy's RFPDupeFilter (a Python set), ``bloom``
 bloomsled.scrapy.BloomDupeFilter (store in a temporary folder), ``rfp_jobdir`` and
@@ -44,6 +48,9 @@ import tempfile
 import time
 
 CHUNK = 10_000
+#: Every this many new requests, a contender reports its figures so far (printed at once
+#: by the parent, as ``# {"progress": ...}``).
+PROGRESS = int(os.environ.get("BENCH_PROGRESS", 1_000_000))
 DUPS = 200_000
 ALL = ["fp_only", "rfp", "bloom", "rfp_jobdir", "bloom_jobdir", "rbloom", "pybloom_live", "redis_setbit"]
 
@@ -235,6 +242,12 @@ def run_one(name: str, n: int) -> dict:
                     filtered += 1
             t_new += time.perf_counter() - t0
             c_new += time.process_time() - c0
+            done = min(start + CHUNK, n)
+            if done % PROGRESS == 0 and done < n:
+                # A run stopped early (a 10M run on a busy machine) still leaves figures.
+                progress = {"progress": name, "requests": done, "new_ns": c_new / done * 1e9,
+                            "peak_rss_mb": rss_mb(), "disk_mb": dir_mb(tmp)}
+                print(json.dumps(progress), file=sys.stderr, flush=True)
         t_dup = c_dup = 0.0
         dups = 0
         step = max(1, n // DUPS)
@@ -365,20 +378,29 @@ def main() -> None:
                 stdout=subprocess.DEVNULL,
             )
             time.sleep(0.5)
+        err: list[str] = []
         try:
-            p = subprocess.run(
+            p = subprocess.Popen(
                 [sys.executable, __file__, "--run", name, "-n", str(args.n)],
-                capture_output=True, text=True, env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
             )
+            assert p.stderr is not None and p.stdout is not None
+            for line in p.stderr:
+                if line.startswith('{"progress"'):
+                    print("# " + line.strip(), flush=True)
+                else:
+                    err.append(line)
+            out = p.stdout.read()
+            p.wait()
         finally:
             if redis_proc is not None:
                 redis_proc.kill()
                 redis_proc.wait()
         if p.returncode != 0:
-            print(f"# {name}: failed\n{p.stderr[-2000:]}", flush=True)
+            print(f"# {name}: failed\n{''.join(err)[-2000:]}", flush=True)
             continue
-        res = json.loads(p.stdout.strip().splitlines()[-1])
-        for line in p.stderr.splitlines():
+        res = json.loads(out.strip().splitlines()[-1])
+        for line in err:
             if line.startswith("{"):
                 res.update(json.loads(line))
         results.append(res)

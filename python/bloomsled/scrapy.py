@@ -66,8 +66,8 @@ What each kind of failure costs:
   done, so a resumed crawl (once there is space) fetches that page again and meets the
   request anew. The store is left "not clean": the next open scans it as after a process
   crash. Nothing is lost. (With the check off, Scrapy's own disk queue may be the first
-  to fail: Scrapy then logs the error and drops the request from this run, but it is in
-  the log, and the resumed crawl schedules it.)
+  to fail: Scrapy then logs errors, and its engine may stop making progress without
+  closing; every request is still in the log for a resumed crawl.)
 
 Requests with ``dont_filter`` are not journaled (as with Scrapy's own filter); a redirect
 source and a request whose download failed stay pending and are fetched again on resume.

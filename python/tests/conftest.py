@@ -279,20 +279,24 @@ class RedisCluster:
         self, exe: str, dir: Path, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 1000
     ):
         self.nodes: list[Redis] = []
-        for i in range(masters * (1 + replicas)):
-            d = dir / f"node{i}"  # each node's nodes.conf
-            d.mkdir(parents=True)
-            args = ["--dir", str(d), "--cluster-enabled", "yes", "--cluster-config-file",
-                    "nodes.conf", "--cluster-node-timeout", str(node_timeout_ms)]
-            self.nodes.append(Redis(exe, extra=args, port=free_cluster_port()))
-        addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
-        out = subprocess.run(
-            ["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", str(replicas),
-             "--cluster-yes"],
-            capture_output=True, text=True, timeout=60,
-        )
-        assert out.returncode == 0, out.stdout + out.stderr
-        self.wait_ok(expect_replicas=masters * replicas)
+        try:
+            for i in range(masters * (1 + replicas)):
+                d = dir / f"node{i}"  # each node's nodes.conf
+                d.mkdir(parents=True)
+                args = ["--dir", str(d), "--cluster-enabled", "yes", "--cluster-config-file",
+                        "nodes.conf", "--cluster-node-timeout", str(node_timeout_ms)]
+                self.nodes.append(Redis(exe, extra=args, port=free_cluster_port()))
+            addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
+            out = subprocess.run(
+                ["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas",
+                 str(replicas), "--cluster-yes"],
+                capture_output=True, text=True, timeout=60,
+            )
+            assert out.returncode == 0, out.stdout + out.stderr
+            self.wait_ok(expect_replicas=masters * replicas)
+        except BaseException:
+            self.stop()  # no server outlives a cluster that failed to form
+            raise
 
     def cli(self, node: Redis, *args: str) -> str:
         out = subprocess.run(
