@@ -83,74 +83,53 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import logging
 import os
 import pickle
 import shutil
 import tempfile
 import threading
 import time
-import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional
 
 from scrapy import Request, signals
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.job import job_dir
-from scrapy.utils.request import RequestFingerprinter, referer_str
 
 from . import Error as BloomsledError
-from . import (
-    FingerprintSet,
-    RedisError,
-    RedisOutcomeUnknownError,
-    SharedFilter,
-    SharedFilterLost,
+from . import FingerprintSet
+from ._done import BloomDoneMiddleware, BloomsledAddon, _DoneTracker, _tracker
+from ._journal import ADD, PendingLog, fsync_dir
+from ._redis_dupefilter import RedisBloomDupeFilter
+from ._scrapy_base import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_COMMIT_INTERVAL,
+    DEFAULT_COMPACT_MIN_BYTES,
+    DEFAULT_EXPECTED_ITEMS,
+    DEFAULT_FLUSH_MS,
+    DEFAULT_FPR,
+    DEFAULT_MIN_FREE_BYTES,
+    DEFAULT_REDIS_RETRY_SECONDS as DEFAULT_REDIS_RETRY_SECONDS,  # re-exported: the Redis filter's default and close reasons
+    FP_WIDTH,
+    JOURNAL_FAILED_REASON,
+    MIDDLEWARE_PATH,
+    REDIS_UNAVAILABLE_REASON as REDIS_UNAVAILABLE_REASON,  # re-exported: the Redis filter's default and close reasons
+    SEEN_DIR,
+    SHARED_FILTER_LOST_REASON as SHARED_FILTER_LOST_REASON,  # re-exported: the Redis filter's default and close reasons
+    STATE_FILE,
+    STORE_DIR,
+    _close_spider_later,
+    _DupeLog,
+    logger,
 )
-from ._journal import ADD, DONE, PendingLog, fsync_dir
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.http import Response
-    from scrapy.settings import BaseSettings
     from scrapy.spiders import Spider
 
 __all__ = ["BloomDoneMiddleware", "BloomDupeFilter", "BloomsledAddon", "RedisBloomDupeFilter"]
 
-logger = logging.getLogger(__name__)
 
-#: Folder of the store under ``JOBDIR``.
-STORE_DIR = "bloomsled-dupefilter"
-DEFAULT_EXPECTED_ITEMS = 10_000_000
-DEFAULT_FPR = 0.01
-#: Kept for compatibility: the store no longer opens a sled database.
-DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
-DEFAULT_FLUSH_MS = 500
-DEFAULT_COMMIT_INTERVAL = 1.0
-#: The log is compacted once it is this large and half of it is done requests.
-DEFAULT_COMPACT_MIN_BYTES = 64 * 1024 * 1024
-#: Below this much free space on the ``JOBDIR``'s file system the spider is closed (checked
-#: once per commit interval), before a write fails in Scrapy's own queue or in the log.
-DEFAULT_MIN_FREE_BYTES = 64 * 1024 * 1024
-#: Reason a spider is closed with when its shared filter was lost.
-SHARED_FILTER_LOST_REASON = "bloomsled_shared_filter_lost"
-#: Reason a spider is closed with when Redis stayed unavailable past
-#: ``BLOOMSLED_REDIS_RETRY_SECONDS``.
-REDIS_UNAVAILABLE_REASON = "bloomsled_redis_unavailable"
-#: Reason a spider is closed with when the store under ``JOBDIR`` cannot be written (a full
-#: disk, a quota, an I/O error).
-JOURNAL_FAILED_REASON = "bloomsled_journal_failed"
-#: How long a call to Redis keeps retrying (holding the engine) before the spider is closed.
-DEFAULT_REDIS_RETRY_SECONDS = 60.0
-
-#: Sub-folder of the store holding every accepted fingerprint.
-SEEN_DIR = "seen"
-#: The store's state file (clean close, boot id).
-STATE_FILE = "state"
-#: Fingerprints are kept at this width (Scrapy's are SHA-1 digests; others are hashed).
-FP_WIDTH = 20
-#: Import path of the middleware, as ``SPIDER_MIDDLEWARES`` names it.
-MIDDLEWARE_PATH = "bloomsled.scrapy.BloomDoneMiddleware"
 
 
 def read_store(path: str) -> tuple[set[bytes], set[bytes]]:
@@ -206,195 +185,6 @@ def _request_payload(request: Request, spider: Any) -> bytes:
     d = request.to_dict(spider=spider)
     small = {k: v for k, v in d.items() if k == "url" or _REQUEST_DEFAULTS.get(k, d) != v}
     return pickle.dumps(small, protocol=4)
-
-
-def _close_spider_later(crawler: Crawler, reason: str) -> None:
-    """Closes the crawler's spider with `reason`, from the reactor's next turn (the call
-    that found the failure may run inside the engine's own scheduling)."""
-    from twisted.internet import reactor
-
-    def close() -> None:
-        engine = crawler.engine
-        if engine is None:
-            return
-        if hasattr(engine, "close_spider_async"):
-            from scrapy.utils.defer import deferred_from_coro
-
-            deferred_from_coro(engine.close_spider_async(reason=reason))
-        else:
-            engine.close_spider(crawler.spider, reason)  # type: ignore[arg-type]
-
-    reactor.callLater(0, close)  # type: ignore[arg-type]
-
-
-# -- knowing when a callback has finished ---------------------------------------------
-
-
-class _Parent:
-    """A response whose callback's output is being processed."""
-
-    __slots__ = ("request", "outstanding", "finished")
-
-    def __init__(self, request: Request) -> None:
-        self.request = request
-        self.outstanding = 0
-        self.finished = False
-
-
-class _DoneTracker:
-    """Per crawler: which responses' callbacks have finished with every request they
-    yielded through the dupefilter. Shared by the middleware and the dupefilter."""
-
-    def __init__(self) -> None:
-        self.children: weakref.WeakKeyDictionary[Request, _Parent] = weakref.WeakKeyDictionary()
-        self.on_done: Optional[Any] = None
-        self.middleware = False
-
-    def adopt(self, parent: _Parent, child: Request) -> None:
-        if child not in self.children:
-            self.children[child] = parent
-            parent.outstanding += 1
-
-    def finish(self, parent: _Parent) -> None:
-        parent.finished = True
-        if parent.outstanding == 0:
-            self._done(parent)
-
-    def settled(self, child: Request) -> None:
-        """``child`` went through the dupefilter (journaled or seen), or needs no journal."""
-        parent = self.children.pop(child, None)
-        if parent is not None:
-            parent.outstanding -= 1
-            if parent.finished and parent.outstanding == 0:
-                self._done(parent)
-
-    def _done(self, parent: _Parent) -> None:
-        if self.on_done is not None:
-            self.on_done(parent.request)
-
-
-_TRACKERS: weakref.WeakKeyDictionary[Any, _DoneTracker] = weakref.WeakKeyDictionary()
-
-
-def _tracker(crawler: Any) -> _DoneTracker:
-    t = _TRACKERS.get(crawler)
-    if t is None:
-        t = _TRACKERS[crawler] = _DoneTracker()
-    return t
-
-
-class BloomDoneMiddleware:
-    """Spider middleware that tells ``BloomDupeFilter`` when a request is done: its
-    callback (or errback) has finished, and every request it yielded went through the
-    dupefilter. Public Scrapy APIs only: ``process_spider_output`` (sync and async)
-    wraps the callback's output, the ``request_scheduled`` signal settles children that
-    skip the filter (``dont_filter``).
-
-    Install it with an order below every other spider middleware, so that its wrapper is
-    the outermost and sees each request as the engine gets it::
-
-        SPIDER_MIDDLEWARES = {"bloomsled.scrapy.BloomDoneMiddleware": 0}
-    """
-
-    def __init__(self, crawler: Crawler) -> None:
-        self.tracker = _tracker(crawler)
-        self.tracker.middleware = True
-        #: The output being processed per response (to tell an exception before the
-        #: callback from one raised while its output is iterated).
-        self._parents: weakref.WeakKeyDictionary[Any, _Parent] = weakref.WeakKeyDictionary()
-        crawler.signals.connect(self._scheduled, signal=signals.request_scheduled)
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> BloomDoneMiddleware:
-        return cls(crawler)
-
-    def _scheduled(self, request: Request, spider: Any = None) -> None:
-        if request.dont_filter:  # no request_seen will come for it: nothing to wait for
-            self.tracker.settled(request)
-
-    def process_spider_exception(
-        self, response: Response, exception: Exception, spider: Any = None
-    ) -> None:
-        """Called (being outermost) only when no other middleware handled the exception,
-        which then ends the response's processing. Raised while the callback's output was
-        iterated: the output's wrapper finishes it, once the requests yielded before are
-        through. Raised before the callback ran (no errback): it is done now."""
-        if response not in self._parents:
-            parent = _Parent(response.request)  # type: ignore[arg-type]
-            self.tracker.finish(parent)
-
-    def _start(self, response: Response) -> _Parent:
-        parent = _Parent(response.request)  # type: ignore[arg-type]
-        self._parents[response] = parent
-        return parent
-
-    def process_spider_output(
-        self, response: Response, result: Iterable[Any], spider: Any = None
-    ) -> Iterator[Any]:
-        parent = self._start(response)
-        try:
-            for r in result:
-                if isinstance(r, Request):
-                    self.tracker.adopt(parent, r)
-                yield r
-        except Exception:
-            self.tracker.finish(parent)  # the callback failed: it is over too
-            raise
-        # Not in a `finally`: a generator closed unfinished (GeneratorExit) is not done.
-        self.tracker.finish(parent)
-
-    async def process_spider_output_async(
-        self, response: Response, result: AsyncIterator[Any], spider: Any = None
-    ) -> AsyncIterator[Any]:
-        parent = self._start(response)
-        try:
-            async for r in result:
-                if isinstance(r, Request):
-                    self.tracker.adopt(parent, r)
-                yield r
-        except Exception:
-            self.tracker.finish(parent)
-            raise
-        self.tracker.finish(parent)
-
-
-class BloomsledAddon:
-    """Scrapy add-on: ``ADDONS = {"bloomsled.scrapy.BloomsledAddon": 0}`` sets
-    ``DUPEFILTER_CLASS`` to ``BloomDupeFilter`` and installs ``BloomDoneMiddleware``."""
-
-    def update_settings(self, settings: BaseSettings) -> None:
-        settings.set("DUPEFILTER_CLASS", "bloomsled.scrapy.BloomDupeFilter", priority="addon")
-        settings["SPIDER_MIDDLEWARES"][MIDDLEWARE_PATH] = 0
-
-
-class _DupeLog:
-    """``log()`` exactly as Scrapy's ``RFPDupeFilter`` does it (``DUPEFILTER_DEBUG``)."""
-
-    debug: bool
-    logdupes: bool
-
-    def _init_common(self, fingerprinter: Any, debug: bool, crawler: Optional[Crawler]) -> None:
-        """What both dupefilters set up alike, as ``RFPDupeFilter.__init__`` does."""
-        self.fingerprinter = fingerprinter or RequestFingerprinter()
-        self.debug = debug
-        self.logdupes = True
-        self.crawler = crawler
-
-    def log(self, request: Request, spider: Spider) -> None:
-        if self.debug:
-            msg = "Filtered duplicate request: %(request)s (referer: %(referer)s)"
-            args = {"request": request, "referer": referer_str(request)}
-            logger.debug(msg, args, extra={"spider": spider})
-        elif self.logdupes:
-            msg = (
-                "Filtered duplicate request: %(request)s"
-                " - no more duplicates will be shown"
-                " (see DUPEFILTER_DEBUG to show all duplicates)"
-            )
-            logger.debug(msg, {"request": request}, extra={"spider": spider})
-            self.logdupes = False
-        spider.crawler.stats.inc_value("dupefilter/filtered")
-
 
 
 class BloomDupeFilter(_DupeLog, BaseDupeFilter):
@@ -720,180 +510,3 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
             self.pending_log = None
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
-
-
-class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
-    """A duplicate filter in Redis shared by every spider process of one crawl.
-
-    Settings: ``BLOOMSLED_REDIS_URL`` (``redis://127.0.0.1:6379/0``; for a cluster, one URL
-    or several node URLs, as a list or separated by commas: give more than one, so that a
-    spider can still reach the cluster when the node it was told of is down),
-    ``BLOOMSLED_REDIS_CLUSTER`` (False), ``BLOOMSLED_REDIS_KEY``
-    (``"<spider name>:bloomsled-dupefilter"``), ``BLOOMSLED_REDIS_EXACT`` (True),
-    ``BLOOMSLED_REDIS_RETRY_SECONDS`` (60), ``BLOOMSLED_EXPECTED_ITEMS``,
-    ``BLOOMSLED_FPR``, ``DUPEFILTER_DEBUG``.
-
-    **Exact by default**: a shared Bloom filter in front, and an exact record of every
-    fingerprint beside it in Redis (small hashes that Redis keeps as listpacks, about 23
-    bytes a fingerprint: ``SharedFilter.add_exact``), which decides "new" with one atomic
-    ``HSETNX``: no request is ever dropped as a false positive, and of two spiders meeting
-    the same request exactly one crawls it. ``BLOOMSLED_REDIS_EXACT = False`` keeps the
-    Bloom filter alone (about 1.2 bytes a fingerprint at 1%, but a false positive
-    (``BLOOMSLED_FPR``) drops a request it has never seen). Every spider of one crawl must
-    use the same mode: Bloom-only adds are not in the exact record.
-
-    A filter lost in Redis (flushed, evicted, restarted empty) is detected by the first
-    request that meets it: the spider is closed with the reason
-    ``bloomsled_shared_filter_lost`` and an error is logged, instead of re-crawling
-    everything.
-
-    **A Redis error never drops a request.** While Redis is unreachable, restarting (with
-    its data) or failing over, each call retries with growing pauses (50 ms doubling up to
-    1 s) for ``BLOOMSLED_REDIS_RETRY_SECONDS``; the call holds Scrapy's engine meanwhile (it
-    runs in the reactor's thread), so no request goes past the filter unanswered. Past that
-    time the spider is closed with the reason ``bloomsled_redis_unavailable`` and an ERROR
-    naming Redis: the crawl does not end ``finished`` with requests dropped. An add that
-    may have reached Redis just as the connection failed, and whose keys all look present
-    afterwards, has an unknown answer: the request is let through (fetched, possibly a
-    second time) rather than dropped; the stat ``bloomsled/redis_outcome_unknown`` counts
-    these.
-    """
-
-    def __init__(
-        self,
-        url: Any,
-        name: Optional[str] = None,
-        debug: bool = False,
-        *,
-        cluster: bool = False,
-        fingerprinter: Any = None,
-        expected_items: int = DEFAULT_EXPECTED_ITEMS,
-        fpr: float = DEFAULT_FPR,
-        retry_seconds: float = DEFAULT_REDIS_RETRY_SECONDS,
-        exact: bool = True,
-        crawler: Optional[Crawler] = None,
-    ) -> None:
-        self._init_common(fingerprinter, debug, crawler)
-        self.exact = exact
-        self.url = url
-        self.cluster = cluster
-        self.name = name
-        self.expected_items = expected_items
-        self.fpr = fpr
-        self.retry_seconds = retry_seconds
-        self.filter: Optional[SharedFilter] = None
-        self.lost = False
-        #: Set once the spider is being closed (filter lost, Redis unavailable): every
-        #: later request is refused without asking Redis.
-        self.stopped = False
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> RedisBloomDupeFilter:
-        s = crawler.settings
-        cluster = s.getbool("BLOOMSLED_REDIS_CLUSTER", False)
-        url: Any = s.get("BLOOMSLED_REDIS_URL", "redis://127.0.0.1:6379/0")
-        if cluster:
-            # A list of node URLs, or one string of them separated by commas (as
-            # `-s BLOOMSLED_REDIS_URL=redis://a:7000,redis://b:7000` gives).
-            url = s.getlist("BLOOMSLED_REDIS_URL", ["redis://127.0.0.1:6379/0"])
-        return cls(
-            url,
-            s.get("BLOOMSLED_REDIS_KEY"),
-            s.getbool("DUPEFILTER_DEBUG"),
-            cluster=cluster,
-            fingerprinter=crawler.request_fingerprinter,
-            expected_items=s.getint("BLOOMSLED_EXPECTED_ITEMS", DEFAULT_EXPECTED_ITEMS),
-            fpr=s.getfloat("BLOOMSLED_FPR", DEFAULT_FPR),
-            retry_seconds=s.getfloat(
-                "BLOOMSLED_REDIS_RETRY_SECONDS", DEFAULT_REDIS_RETRY_SECONDS
-            ),
-            exact=s.getbool("BLOOMSLED_REDIS_EXACT", True),
-            crawler=crawler,
-        )
-
-    def open(self) -> None:
-        if self.name is None:
-            spider = self.crawler.spider if self.crawler is not None else None
-            self.name = f"{getattr(spider, 'name', 'scrapy')}:bloomsled-dupefilter"
-        try:
-            self.filter = SharedFilter.create(
-                self.name,
-                self.url,
-                expected_items=self.expected_items,
-                fpr=self.fpr,
-                cluster=self.cluster,
-                retry_seconds=self.retry_seconds,
-            )
-        except RedisError as e:
-            self._on_unavailable(e)
-
-    def request_seen(self, request: Request) -> bool:
-        if self.filter is None and not self.stopped:
-            self.open()
-        if self.stopped or self.filter is None:
-            return True  # the spider is closing: nothing more is scheduled
-        fp = self.fingerprinter.fingerprint(request)
-        try:
-            if self.exact:
-                # The exact record buckets fingerprints by their leading bits: a digest.
-                if len(fp) != FP_WIDTH:
-                    fp = hashlib.sha1(fp).digest()
-                return not self.filter.add_exact(fp)
-            return not self.filter.add(fp)
-        except SharedFilterLost as e:
-            self._on_lost(e)
-            return True
-        except RedisOutcomeUnknownError as e:
-            # The add may have run: the key may be ours or another's. Fetching it (maybe a
-            # second time) is the answer that loses nothing.
-            logger.warning(
-                "bloomsled: Redis connection failed during the add of %s and its answer is "
-                "unknown (%s); the request is let through rather than dropped",
-                request,
-                e,
-            )
-            if self.crawler is not None:
-                self.crawler.stats.inc_value("bloomsled/redis_outcome_unknown")
-            return False
-        except RedisError as e:
-            self._on_unavailable(e)
-            return True
-
-    def _on_lost(self, error: Exception) -> None:
-        self.lost = True
-        logger.error(
-            "bloomsled: the shared dupefilter %r was lost in Redis (%s); closing the spider "
-            "instead of crawling every request again",
-            self.name,
-            error,
-        )
-        if self.crawler is not None:
-            self.crawler.stats.set_value("bloomsled/shared_filter_lost", 1)
-        self._close_spider(SHARED_FILTER_LOST_REASON)
-
-    def _on_unavailable(self, error: Exception) -> None:
-        logger.error(
-            "bloomsled: Redis at %r stayed unavailable for the shared dupefilter %r past "
-            "BLOOMSLED_REDIS_RETRY_SECONDS (%s s): %s; closing the spider (%s) instead of "
-            "dropping requests",
-            self.url,
-            self.name,
-            self.retry_seconds,
-            error,
-            REDIS_UNAVAILABLE_REASON,
-        )
-        if self.crawler is not None:
-            self.crawler.stats.set_value("bloomsled/redis_unavailable", 1)
-        self._close_spider(REDIS_UNAVAILABLE_REASON)
-
-    def _close_spider(self, reason: str) -> None:
-        """Closes the spider once, with `reason`, from the reactor's next turn (the call
-        that found the failure may run inside the engine's own scheduling)."""
-        if self.stopped:
-            return
-        self.stopped = True
-        if self.crawler is not None:
-            _close_spider_later(self.crawler, reason)
-
-    def close(self, reason: str) -> None:
-        self.filter = None
