@@ -280,7 +280,8 @@ impl Tree {
     }
 
     /// How this tree's filter came to be at open, as a dict: `outcome` is "loaded",
-    /// "rebuilt" (with `reason`), "created" or "in_memory".
+    /// "replayed" (its snapshot and the crash journals of a process killed in this boot,
+    /// with `journals` and `records`), "rebuilt" (with `reason`), "created" or "in_memory".
     fn recovery_report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let r = self.with(|t| Ok(t.recovery_report()))?;
         report_dict(py, &r)
@@ -304,6 +305,11 @@ fn report_dict<'py>(
     d.set_item("tree", &r.tree)?;
     let (outcome, reason) = match &r.outcome {
         O::Loaded => ("loaded", None),
+        O::Replayed { journals, records } => {
+            d.set_item("journals", journals)?;
+            d.set_item("records", records)?;
+            ("replayed", None)
+        }
         O::Rebuilt { reason } => ("rebuilt", Some(reason.to_string())),
         O::Created => ("created", None),
         O::InMemory => ("in_memory", None),
