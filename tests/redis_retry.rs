@@ -160,12 +160,7 @@ fn adds_in_flight_during_kills_are_new_or_unknown_never_present() {
                 })
             })
             .collect();
-        for _ in 0..5 {
-            std::thread::sleep(Duration::from_millis(300));
-            s.kill();
-            std::thread::sleep(Duration::from_millis(300));
-            s.start_again();
-        }
+        s.blink(5, Duration::from_millis(300));
         std::thread::sleep(Duration::from_millis(300));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for w in workers {

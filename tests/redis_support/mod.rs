@@ -198,6 +198,16 @@ impl Server {
         );
     }
 
+    /// A Redis that blinks: `times` rounds of `gap`, `kill -9`, `gap`, restart with its data.
+    pub fn blink(&mut self, times: usize, gap: std::time::Duration) {
+        for _ in 0..times {
+            std::thread::sleep(gap);
+            self.kill();
+            std::thread::sleep(gap);
+            self.start_again();
+        }
+    }
+
     /// Starts the server again on the same port and directory after [`Server::kill`] (with
     /// persistence on, it reloads its data).
     pub fn start_again(&mut self) {
