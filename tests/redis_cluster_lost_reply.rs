@@ -94,6 +94,8 @@ fn a_cluster_add_whose_reply_was_lost_is_unknown_never_present() {
         &SharedWindowConfig::new(Duration::from_secs(3600), 4, config.clone()),
     )
     .unwrap();
+    // The first add makes the generation (its own round trips); the second is the add.
+    assert!(w.add(b"first").unwrap());
     c.lose_next_reply();
     unknown(&c, "window add", w.add(b"windowed"));
     assert!(w.contains(b"windowed").unwrap());
@@ -226,6 +228,7 @@ mod tokio_filter {
                 &SharedWindowConfig::new(Duration::from_secs(3600), 4, config.clone()),
             ))
             .unwrap();
+        assert!(rt.block_on(w.add(b"first")).unwrap());
         c.lose_next_reply();
         unknown(&c, "async window add", rt.block_on(w.add(b"windowed")));
         assert!(rt.block_on(f.add(b"after")).unwrap());

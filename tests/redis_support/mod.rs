@@ -424,7 +424,7 @@ impl RelayedCluster {
         let relays: Vec<relay::Relay> = cluster
             .nodes
             .iter()
-            .map(|n| relay::Relay::start_to(n.addr(), armed.clone(), relay::Cut::IntArray))
+            .map(|n| relay::Relay::start_to(n.addr(), armed.clone(), relay::Cut::FlatArray))
             .collect();
         for (n, r) in cluster.nodes.iter().zip(&relays) {
             assert_eq!(
@@ -472,7 +472,7 @@ impl RelayedCluster {
         self.relays.iter().map(|r| r.url()).collect()
     }
 
-    /// The next reply to a `BITFIELD` (an array of integers) through any relay is lost, and
+    /// The next array reply (a `BITFIELD`'s) through any relay is lost, and
     /// its connection cut: the command ran in Redis, its client never hears back.
     pub fn lose_next_reply(&self) {
         self.armed.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -23,9 +23,10 @@ pub struct Relay {
 pub enum Cut {
     /// The next array reply.
     Array,
-    /// The next array reply whose first element is an integer (a `BITFIELD`'s), not the
-    /// arrays of arrays a cluster client reads its slot map from (`CLUSTER SLOTS`).
-    IntArray,
+    /// The next array reply whose first element is not an array (a `BITFIELD`'s, or a
+    /// `HMGET`'s pipelined with it), not the arrays of arrays a cluster client reads its
+    /// slot map from (`CLUSTER SLOTS`).
+    FlatArray,
 }
 
 impl Cut {
@@ -35,10 +36,10 @@ impl Cut {
         }
         match self {
             Cut::Array => true,
-            Cut::IntArray => reply
+            Cut::FlatArray => reply
                 .windows(2)
                 .position(|w| w == b"\r\n")
-                .is_some_and(|i| reply.get(i + 2) == Some(&b':')),
+                .is_some_and(|i| reply.get(i + 2).is_some_and(|&b| b != b'*')),
         }
     }
 }
