@@ -245,6 +245,15 @@ impl Conn {
             Conn::Cluster(c) => c.run(cmds, replay)?,
         })
     }
+
+    /// True if the connection answers a `PING`; on a cluster, if every node connection it
+    /// holds does (`PING` has no key: a cluster pipeline refuses it).
+    pub(crate) fn check(&mut self) -> bool {
+        match self {
+            Conn::Single(con) => redis::cmd("PING").query::<Value>(con).is_ok(),
+            Conn::Cluster(c) => c.con.check_connection(),
+        }
+    }
 }
 
 impl Conn {
