@@ -25,6 +25,7 @@ use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use crate::error::{Error, Result};
 
 use super::resp::{Packer, Sink, Words};
+use super::retry::{loading, refused_whole};
 
 /// Default time allowed to establish a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -234,16 +235,28 @@ impl Conn {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(match self {
+        let n = cmds.len();
+        let r = match self {
             Conn::Single(con) => {
                 let mut p = redis::pipe();
                 for c in cmds {
                     p.add_command(c);
                 }
-                p.query(con)?
+                p.query(con).map_err(Error::from)
             }
-            Conn::Cluster(c) => c.run(cmds, replay)?,
-        })
+            Conn::Cluster(c) => c.run(cmds, replay),
+        };
+        match r {
+            // A pipeline error reads as its first error: `LOADING` from one master says
+            // nothing of the commands other masters ran. Only a batch refused whole did not
+            // run; any other is not sent again blindly.
+            Err(Error::Redis(e)) if !replay && loading(&e) && !refused_whole(&e, n) => {
+                Err(Error::RedisOutcomeUnknown {
+                    why: format!("some commands of the batch may have run: {e}"),
+                })
+            }
+            r => r,
+        }
     }
 
     /// True if the connection answers a `PING`; on a cluster, if every node connection it
