@@ -1,5 +1,11 @@
 //! `BLOOMSLED_KERNEL` (read once per process): each value runs in a child process of this
 //! test binary, which reports the kernel its filters got and checks them.
+//!
+//! A binary built for another architecture and run under an emulator (cargo's
+//! `CARGO_TARGET_<TRIPLE>_RUNNER`, e.g. `qemu-aarch64 -L /usr/aarch64-linux-gnu`) cannot
+//! start its children directly where the system does not hand foreign binaries to the
+//! emulator (no `binfmt_misc`): set `BLOOMSLED_TEST_RUNNER` to the same command and the
+//! children run under it.
 
 use std::process::Command;
 
@@ -40,6 +46,22 @@ fn child() {
     println!("kernel={}", bloomsled::probe_kernel());
 }
 
+/// A command running this test binary: directly, or under `BLOOMSLED_TEST_RUNNER`'s
+/// command (words split on blanks) if it is set.
+fn this_binary() -> Command {
+    let exe = std::env::current_exe().unwrap();
+    let runner = std::env::var("BLOOMSLED_TEST_RUNNER").unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        None => Command::new(exe),
+        Some(program) => {
+            let mut cmd = Command::new(program);
+            cmd.args(words).arg(exe);
+            cmd
+        }
+    }
+}
+
 #[test]
 fn the_environment_forces_a_kernel_the_cpu_runs() {
     if std::env::var_os(CHILD).is_some() {
@@ -63,7 +85,7 @@ fn the_environment_forces_a_kernel_the_cpu_runs() {
         cases.push((Some(name), want));
     }
     for (value, want) in cases {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        let mut cmd = this_binary();
         cmd.args([
             "--exact",
             "the_environment_forces_a_kernel_the_cpu_runs",

@@ -1,14 +1,35 @@
 //! The per-kernel table: one child process of this bench per kernel and size, each with
 //! `BLOOMSLED_KERNEL` set (the variable is read once per process).
+//!
+//! Passes are timed in the thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`) unless
+//! `BLOOMSLED_STREAM_CLOCK=wall`: the lookups run on one thread with no I/O and no waiting,
+//! so on a quiet machine the two clocks agree, while on a shared one the time slices other
+//! processes take in the middle of a pass no longer land on whichever contender ran then
+//! (their effect on the caches still does).
 
 use std::time::Instant;
 
 use bloomsled::hash::hash_key;
 use bloomsled::Filter;
 
-use crate::common::rounds::{interleave, ns_per};
+use crate::common::rounds::{cpu_ns_per, fmt_ns, interleave, median, ns_per, spread};
 use crate::common::{key, load_chunks, size_label, splitmix64, write_key};
-use crate::{cell, count, load, Contenders, ABSENT_BASE, CHUNK, Q};
+use crate::{cell, count, load, Contenders, ABSENT_BASE, CHUNK, Q, Q_SLED};
+
+/// True unless `BLOOMSLED_STREAM_CLOCK=wall`: the kernel table times passes in the thread's
+/// CPU time.
+fn cpu_clock() -> bool {
+    std::env::var("BLOOMSLED_STREAM_CLOCK").map_or(true, |c| !c.trim().eq_ignore_ascii_case("wall"))
+}
+
+/// ns per key of one pass of `f` over `n` keys, by the table's clock ([`cpu_clock`]).
+fn per_key(n: usize, f: impl FnOnce() -> u64) -> f64 {
+    if cpu_clock() {
+        cpu_ns_per(n, f)
+    } else {
+        ns_per(n, f)
+    }
+}
 
 /// Set in a child process of [`kernel_table`].
 pub const KERNEL_CHILD: &str = "BLOOMSLED_STREAM_KERNEL_CHILD";
@@ -40,15 +61,25 @@ impl ChildRows {
 pub fn kernel_table(sizes: &[u64], rounds: usize) -> String {
     let kernels =
         std::env::var("BLOOMSLED_STREAM_KERNELS").unwrap_or_else(|_| "scalar,avx2,avx512".into());
+    let clock = if cpu_clock() {
+        "the thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`)"
+    } else {
+        "wall time"
+    };
     let mut out = format!(
         "#### The probe kernels, each forced in its own process (`BLOOMSLED_KERNEL`), 10 bits/key\n\n\
-         CPU: {} ({}). Medians of {rounds} interleaved rounds per process; in brackets the \
-         median per-round ratio to fastbloom 0.17 + xxh3-64 measured in the same rounds, and its \
-         min–max. `Tree::may_contain`: a tree whose filter is sized for the keys (the same \
-         bytes), holding the present query keys.\n\n\
+         CPU: {} ({}). Medians of {rounds} interleaved rounds per process, timed in {clock}; \
+         in brackets the median per-round ratio to fastbloom 0.17 + xxh3-64 measured in the \
+         same rounds, and its min–max. `Tree::may_contain`: a tree whose filter is sized for \
+         the keys (the same bytes), holding the present query keys. Absent `get`: \
+         `Tree::get` of absent keys on a tree at default settings (0.1% FPR) holding the same \
+         keys, against sled's own `get` on that store (`Tree::get_unfiltered`), in alternating \
+         chunks of the same keys; in brackets how many times faster, median per round and \
+         min–max.\n\n\
          | keys | kernel | fastbloom absent | `Filter::contains` absent | `Tree::may_contain` absent \
-         | fastbloom present | `Filter::contains` present | `Tree::may_contain` present |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|\n",
+         | fastbloom present | `Filter::contains` present | `Tree::may_contain` present \
+         | absent `get` (vs sled's) |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
         cpu_model(),
         cpu_features()
     );
@@ -112,7 +143,7 @@ fn kernel_row(n: u64, kernel: &str, child: &ChildRows) -> String {
     let ran = &child.ran;
     if !ran.eq_ignore_ascii_case(kernel) {
         return format!(
-            "| {} | {kernel} | not on this CPU (it ran {ran}) | | | | | |\n",
+            "| {} | {kernel} | not on this CPU (it ran {ran}) | | | | | | |\n",
             size_label(n)
         );
     }
@@ -127,6 +158,15 @@ fn kernel_row(n: u64, kernel: &str, child: &ChildRows) -> String {
             );
         }
     }
+    let (get, sled) = (child.get("get/absent"), child.get("sled_get/absent"));
+    let faster: Vec<f64> = sled.iter().zip(get).map(|(s, g)| s / g).collect();
+    let (lo, hi) = spread(&faster);
+    row += &format!(
+        " {} vs {} ({:.0}× faster, {lo:.0}–{hi:.0}) |",
+        fmt_ns(median(get.to_vec())),
+        fmt_ns(median(sled.to_vec())),
+        median(faster.clone())
+    );
     row + "\n"
 }
 
@@ -156,7 +196,8 @@ pub fn kernel_child(n: u64, rounds: usize) {
     let present: Vec<Vec<u8>> = (0..Q as u64)
         .map(|j| key(splitmix64(j ^ 0xA5A5_5A5A) % n))
         .collect();
-    let tree = load::load_sized(n, &present);
+    let tree = load::load_sized(n, 10.0, &present);
+    let default_tree = load::load_sized(n, 0.0, &present);
     let f = Filter::with_bits_per_key(n, 10.0).expect("filter");
     let mut fb =
         fastbloom::BloomFilter::with_num_bits(f.num_bits() as usize).hashes(f.num_hashes());
@@ -178,20 +219,47 @@ pub fn kernel_child(n: u64, rounds: usize) {
     for (tag, keys) in [("absent", &absent), ("present", &present)] {
         let (f, fb, tree) = (&f, &fb, &tree);
         c.add(format!("fastbloom/{tag}"), move || {
-            ns_per(Q, || count(keys, |k| fb.contains_hash(hash_key(k, seed))))
+            per_key(Q, || count(keys, |k| fb.contains_hash(hash_key(k, seed))))
         });
         c.add(format!("filter/{tag}"), move || {
-            ns_per(Q, || count(keys, |k| f.contains(k)))
+            per_key(Q, || count(keys, |k| f.contains(k)))
         });
         c.add(format!("may_contain/{tag}"), move || {
-            ns_per(Q, || count(keys, |k| tree.may_contain(k)))
+            per_key(Q, || count(keys, |k| tree.may_contain(k)))
         });
     }
     let (names, mut runs) = c.into_parts();
     let mut refs: Vec<&mut dyn FnMut() -> f64> = runs.iter_mut().map(|b| &mut **b as _).collect();
-    let per = interleave(rounds, &mut refs);
+    let mut per = interleave(rounds, &mut refs);
+    let mut names = names;
+    let (get, sled) = absent_gets(&default_tree, &absent[..Q_SLED], rounds);
+    names.extend(["get/absent".to_string(), "sled_get/absent".to_string()]);
+    per.extend([get, sled]);
     for (name, v) in names.iter().zip(&per) {
         let v: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
         println!("row\t{name}\t{}", v.join(","));
     }
+}
+
+/// Per round, ns per key of `Tree::get` and of sled's own `get` on the same store
+/// (`Tree::get_unfiltered`) for absent `keys`, in alternating chunks (as `crate::paired`
+/// does, by this table's clock): chunk `c` of round `r` goes to `get` if `c + r` is even.
+fn absent_gets(db: &bloomsled::Db, keys: &[Vec<u8>], rounds: usize) -> (Vec<f64>, Vec<f64>) {
+    const GET_CHUNK: usize = 1 << 10;
+    let (mut get, mut sled) = (Vec::new(), Vec::new());
+    for r in 0..rounds {
+        let (mut tg, mut ts, mut ng, mut ns) = (0.0, 0.0, 0, 0);
+        for (c, ks) in keys.chunks(GET_CHUNK).enumerate() {
+            if (c + r) % 2 == 0 {
+                tg += per_key(1, || count(ks, |k| db.get(k).unwrap().is_some()));
+                ng += ks.len();
+            } else {
+                ts += per_key(1, || count(ks, |k| db.get_unfiltered(k).unwrap().is_some()));
+                ns += ks.len();
+            }
+        }
+        get.push(tg / ng as f64);
+        sled.push(ts / ns as f64);
+    }
+    (get, sled)
 }

@@ -118,10 +118,11 @@ pub fn load_window(n: u64, bpk: f64) -> (bloomsled::Db, Window) {
     (db, window)
 }
 
-/// A bloomsled tree whose filter is sized for `n` keys at 10 bits/key, holding `keys`.
-pub fn load_sized(n: u64, keys: &[Vec<u8>]) -> bloomsled::Db {
+/// A bloomsled tree whose filter is sized for `n` keys at `bpk` bits/key (0: the default
+/// rate), holding `keys`.
+pub fn load_sized(n: u64, bpk: f64, keys: &[Vec<u8>]) -> bloomsled::Db {
     let t = Instant::now();
-    let db = open_store(n, 10.0);
+    let db = open_store(n, bpk);
     for chunk in keys.chunks(CHUNK as usize) {
         let mut b = bloomsled::Batch::default();
         for k in chunk {
@@ -131,9 +132,14 @@ pub fn load_sized(n: u64, keys: &[Vec<u8>]) -> bloomsled::Db {
     }
     assert!(keys.iter().all(|k| db.may_contain(k)), "false negative");
     eprintln!(
-        "[{}] tree with a filter sized for {} keys, {} keys in it, loaded in {:.1?}",
+        "[{}] tree with a filter sized for {} keys ({}), {} keys in it, loaded in {:.1?}",
         size_label(n),
         size_label(n),
+        if bpk > 0.0 {
+            format!("{bpk} bits/key")
+        } else {
+            "default rate".into()
+        },
         keys.len(),
         t.elapsed()
     );

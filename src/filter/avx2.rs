@@ -33,46 +33,9 @@ use std::arch::x86_64::{
 use super::bits::Block;
 use super::layout::GOLDEN_POWERS;
 
-/// The probe's signature, as `filter::kernel` calls it.
-type ContainsFn = fn(&Block, u64) -> bool;
-/// The several-block probe's signature (`filter::kernel`'s `ContainsAnyFn`).
-type ContainsAnyFn = fn(&[&Block], u64) -> bool;
-
 /// True if this CPU runs the AVX2 probes.
 pub(super) fn has_avx2() -> bool {
     std::is_x86_feature_detected!("avx2")
-}
-
-/// The probe and the several-block probe of `k` bits per key with AVX2, if this CPU has
-/// AVX2 and `k <= 16`.
-pub(super) fn kernels_for(k: u32) -> Option<(ContainsFn, ContainsAnyFn)> {
-    if !has_avx2() {
-        return None;
-    }
-    macro_rules! arms {
-        ($($n:literal)*) => {
-            match k {
-                $($n => Some((
-                    contains_k::<$n> as ContainsFn,
-                    contains_any_k::<$n> as ContainsAnyFn,
-                )),)*
-                _ => None,
-            }
-        };
-    }
-    arms!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
-}
-
-fn contains_k<const K: usize>(b: &Block, h: u64) -> bool {
-    // SAFETY: `kernels_for` hands out this function only after checking that the CPU has
-    // AVX2, the feature `all_set` is compiled for.
-    unsafe { all_set::<K>(b, h) }
-}
-
-fn contains_any_k<const K: usize>(blocks: &[&Block], h: u64) -> bool {
-    // SAFETY: `kernels_for` hands out this function only after checking that the CPU has
-    // AVX2, the feature `any_all_set` is compiled for.
-    unsafe { any_all_set::<K>(blocks, h) }
 }
 
 /// The 32-bit halves of the draws' multipliers, as the vectors load them: for the eight
@@ -213,13 +176,14 @@ impl Draws {
     }
 }
 
-/// True if every one of `h`'s `K` bits is set in `b`.
+/// True if every one of `h`'s `K` bits is set in `b`: the probe `filter::kernel` hands out
+/// for the AVX2 kind (a pointer to this function itself).
 ///
 /// # Safety
 /// The CPU must have AVX2.
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn all_set<const K: usize>(b: &Block, h: u64) -> bool {
+pub(super) unsafe fn all_set<const K: usize>(b: &Block, h: u64) -> bool {
     const { assert!(K >= 1 && K <= 16) };
     // SAFETY: the caller guarantees AVX2, all that these need.
     unsafe {
@@ -269,13 +233,14 @@ const UNUSED: [[i32; 8]; 9] = {
     u
 };
 
-/// True if some block of `blocks` has every one of `h`'s `K` bits set.
+/// True if some block of `blocks` has every one of `h`'s `K` bits set (the several-block
+/// probe of the AVX2 kind).
 ///
 /// # Safety
 /// The CPU must have AVX2.
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn any_all_set<const K: usize>(blocks: &[&Block], h: u64) -> bool {
+pub(super) unsafe fn any_all_set<const K: usize>(blocks: &[&Block], h: u64) -> bool {
     const { assert!(K >= 1 && K <= 16) };
     // SAFETY: the caller guarantees AVX2, all that these need.
     unsafe {
@@ -298,8 +263,7 @@ unsafe fn any_all_set<const K: usize>(blocks: &[&Block], h: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filter::bits::Blocks;
-    use crate::filter::layout::{self, block_index, BLOCK_WORDS};
+    use crate::filter::layout;
     use crate::hash::hash_key;
 
     /// The 32-bit derivation gives the layout's positions for every draw, on hashes with
@@ -307,8 +271,7 @@ mod tests {
     #[test]
     fn positions_derived_in_32_bit_lanes_are_the_layouts() {
         if !has_avx2() {
-            assert!(kernels_for(6).is_none());
-            return;
+            return; // No AVX2 probe to run (`filter::kernel`'s tests check none is offered).
         }
         let mut hashes = vec![0, u64::MAX, 0xffff_ffff, 0xffff_ffff_0000_0000, 1 << 63];
         hashes.extend((0..5_000u64).map(|i| hash_key(&i.to_le_bytes(), 1)));
@@ -319,53 +282,6 @@ mod tests {
                 let top: [u32; 8] = unsafe { std::mem::transmute(draws(h, v, 8).top) };
                 for l in 0..8 {
                     assert_eq!((top[l] >> 23) as usize, want[8 * v + l], "h = {h:#x}");
-                }
-            }
-        }
-    }
-
-    /// Every `k`'s AVX2 probe answers exactly as the scalar reference, on empty, sparse,
-    /// half-full and saturated blocks.
-    #[test]
-    fn avx2_probe_equals_the_scalar_reference() {
-        if !has_avx2() {
-            assert!(kernels_for(6).is_none());
-            return;
-        }
-        assert!(kernels_for(17).is_none() && kernels_for(0).is_none());
-        for k in 1..=16u32 {
-            let (probe, any) = kernels_for(k).unwrap();
-            for fill in [0usize, 3, 40, 200, 4_000] {
-                let mut words = vec![0u64; 8 * BLOCK_WORDS];
-                for i in 0..fill as u64 {
-                    let h = hash_key(&i.to_le_bytes(), 99);
-                    let blk = block_index(h, 8);
-                    for (w, m) in words[blk * BLOCK_WORDS..]
-                        .iter_mut()
-                        .zip(layout::block_masks(h, k))
-                    {
-                        *w |= m;
-                    }
-                }
-                let b = Blocks::from_words(&words).unwrap();
-                let blocks: Vec<&Block> = (0..8).map(|i| b.block(i)).collect();
-                let (mut yes, mut no) = (0, 0);
-                let inserted = (0..fill.min(1_000) as u64).map(|i| hash_key(&i.to_le_bytes(), 99));
-                let others = (0..3_000u64).map(|i| hash_key(&i.to_be_bytes(), u64::from(k)));
-                for h in inserted.chain(others) {
-                    let blk = block_index(h, 8);
-                    let want = layout::all_set(h, k, |j| words[blk * 8 + j]);
-                    assert_eq!(probe(b.block(blk), h), want, "k = {k}, fill {fill}");
-                    let any_want = (0..8).any(|i| layout::all_set(h, k, |j| words[i * 8 + j]));
-                    assert_eq!(any(&blocks, h), any_want, "k = {k}, fill {fill}");
-                    if want {
-                        yes += 1;
-                    } else {
-                        no += 1;
-                    }
-                }
-                if (1..=200).contains(&fill) {
-                    assert!(yes > 0 && no > 0, "k = {k}: {yes} yes, {no} no");
                 }
             }
         }

@@ -27,21 +27,28 @@ use super::bits::Block;
 use super::bits::Blocks;
 use super::layout::MAX_HASHES;
 
-/// Tests hash `h` against its block.
-pub(crate) type ContainsFn = fn(&Block, u64) -> bool;
+/// Tests hash `h` against its block. `unsafe` because a vector probe runs only on a CPU with
+/// its features: a [`Kernel`] holds only probes this CPU runs, and its methods are the only
+/// callers (see [`Kernel::contains`]).
+type ContainsFn = unsafe fn(&Block, u64) -> bool;
 /// Inserts hash `h` into its block; true if it was new (see [`Kernel::insert`]).
-pub(crate) type InsertFn = fn(&Block, u64) -> bool;
+type InsertFn = fn(&Block, u64) -> bool;
 /// Tests hash `h` against several blocks, each its own filter's block for `h` (filters of
-/// one `k`): true if any of them holds all of `h`'s bits.
-pub(crate) type ContainsAnyFn = fn(&[&Block], u64) -> bool;
+/// one `k`): true if any of them holds all of `h`'s bits. `unsafe` as [`ContainsFn`].
+type ContainsAnyFn = unsafe fn(&[&Block], u64) -> bool;
 
-/// The two kernels of one `k`.
+/// The kernels of one `k`: the probe, the several-block probe and the insert.
+///
+/// The vector probes are stored as pointers to their `#[target_feature]` functions
+/// themselves, not to safe wrappers around them (a wrapper cost a jump per lookup): the
+/// pointers are `unsafe fn`, private to this module, set only by [`Kernel::for_kind`] after
+/// the CPU check, and called only by the methods below.
 #[derive(Clone, Copy)]
 pub(crate) struct Kernel {
-    pub(crate) contains: ContainsFn,
+    contains: ContainsFn,
     /// The probe of one key in the blocks of several filters (a window's generations): one
     /// call for all of them, no early exit, so their loads overlap.
-    pub(crate) contains_any: ContainsAnyFn,
+    contains_any: ContainsAnyFn,
     insert: InsertFn,
 }
 
@@ -77,6 +84,41 @@ macro_rules! kernels {
     };
 }
 
+/// The vector probes of `kind` for `k`, if `kind` has them for this `k` (they stop at 16)
+/// and this CPU runs them: the one place a vector probe is handed out. Each vector module
+/// (`filter::avx2`, `filter::simd`) has the same two functions, `all_set::<K>` and
+/// `any_all_set::<K>`, `K` in `1..=16`.
+fn vector(kind: KernelKind, k: u32) -> Option<(ContainsFn, ContainsAnyFn)> {
+    if !kind.is_supported() {
+        return None;
+    }
+    #[allow(unused_macros)]
+    macro_rules! arms {
+        ($module:ident; $($n:literal)*) => {
+            match k {
+                $($n => Some((
+                    super::$module::all_set::<$n> as ContainsFn,
+                    super::$module::any_all_set::<$n> as ContainsAnyFn,
+                )),)*
+                _ => None,
+            }
+        };
+    }
+    // (Not under loom: its atomics are not the bytes the vector loads read.)
+    match kind {
+        KernelKind::Scalar => None,
+        #[cfg(all(target_arch = "x86_64", not(bloomsled_loom)))]
+        KernelKind::Avx2 => arms!(avx2; 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16),
+        #[cfg(all(target_arch = "x86_64", not(bloomsled_loom)))]
+        KernelKind::Avx512 => arms!(simd; 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16),
+        #[cfg(not(all(target_arch = "x86_64", not(bloomsled_loom))))]
+        KernelKind::Avx2 | KernelKind::Avx512 => {
+            let _ = k;
+            None
+        }
+    }
+}
+
 impl Kernel {
     /// Inserts hash `h` into block `b`; true if it was new (some bit was unset when read).
     ///
@@ -100,21 +142,7 @@ impl Kernel {
     /// scalar one: a vector probe is handed out only after its module checked the CPU.
     pub(crate) fn for_kind(kind: KernelKind, k: u32) -> Option<Kernel> {
         let scalar = Kernel::for_scalar(k)?;
-        // (Not under loom: its atomics are not the bytes the vector loads read.)
-        #[cfg(all(target_arch = "x86_64", not(bloomsled_loom)))]
-        let vector = match kind {
-            KernelKind::Scalar => None,
-            KernelKind::Avx2 => super::avx2::kernels_for(k),
-            KernelKind::Avx512 => {
-                super::simd::contains_for(k).zip(super::simd::contains_any_for(k))
-            }
-        };
-        #[cfg(not(all(target_arch = "x86_64", not(bloomsled_loom))))]
-        let vector: Option<(ContainsFn, ContainsAnyFn)> = {
-            let _ = kind;
-            None
-        };
-        Some(match vector {
+        Some(match vector(kind, k) {
             Some((contains, contains_any)) => Kernel {
                 contains,
                 contains_any,
@@ -122,6 +150,41 @@ impl Kernel {
             },
             None => scalar,
         })
+    }
+
+    /// The kernels of `kind` for `k` if `kind` has a vector probe for this `k` that this CPU
+    /// runs (not the scalar fallback [`Kernel::for_kind`] gives otherwise).
+    #[cfg(test)]
+    pub(crate) fn vector_for(kind: KernelKind, k: u32) -> Option<Kernel> {
+        let (contains, contains_any) = vector(kind, k)?;
+        Some(Kernel {
+            contains,
+            contains_any,
+            ..Kernel::for_scalar(k)?
+        })
+    }
+
+    /// True if hash `h`'s bits are all set in block `b`.
+    #[inline(always)]
+    pub(crate) fn contains(&self, b: &Block, h: u64) -> bool {
+        // SAFETY: `contains` is a scalar probe (a safe function) or a vector probe that
+        // `vector` handed out after checking that this CPU runs it; the field is private to
+        // this module and set nowhere else.
+        #[allow(unsafe_code)]
+        unsafe {
+            (self.contains)(b, h)
+        }
+    }
+
+    /// True if some block of `blocks` (each its filter's block for `h`, filters of this
+    /// `k`) holds all of `h`'s bits.
+    #[inline(always)]
+    pub(crate) fn contains_any(&self, blocks: &[&Block], h: u64) -> bool {
+        // SAFETY: as in `Kernel::contains`.
+        #[allow(unsafe_code)]
+        unsafe {
+            (self.contains_any)(blocks, h)
+        }
     }
 
     /// The scalar kernels for `k`, on any CPU.
@@ -409,11 +472,7 @@ mod tests {
                 let blk = block_index(h, 4);
                 let before: Vec<u64> = b.words().collect();
                 let generic = layout::all_set(h, k, |j| before[blk * 8 + j]);
-                assert_eq!(
-                    (kern.contains)(b.block(blk), h),
-                    generic,
-                    "{kind:?}, k = {k}"
-                );
+                assert_eq!(kern.contains(b.block(blk), h), generic, "{kind:?}, k = {k}");
                 let new = kern.insert(b.block(blk), h);
                 assert_eq!(new, !generic, "insert says new iff a bit was unset");
                 let after: Vec<u64> = b.words().collect();
@@ -421,7 +480,7 @@ mod tests {
                 for j in 0..8 {
                     assert_eq!(after[blk * 8 + j], before[blk * 8 + j] | masks[j]);
                 }
-                assert!((kern.contains)(b.block(blk), h));
+                assert!(kern.contains(b.block(blk), h));
                 assert!(!kern.insert(b.block(blk), h), "a second insert is not new");
             }
         }
@@ -453,8 +512,8 @@ mod tests {
                 for n in 0..=blocks.len() {
                     for from in 0..=(blocks.len() - n) {
                         let some = &blocks[from..from + n];
-                        let want = some.iter().any(|blk| (kern.contains)(blk, h));
-                        let got = (kern.contains_any)(some, h);
+                        let want = some.iter().any(|blk| kern.contains(blk, h));
+                        let got = kern.contains_any(some, h);
                         assert_eq!(got, want, "{kind:?}, k = {k}, {n} blocks");
                         if (n, from) == (3, 0) {
                             if want {
@@ -467,6 +526,68 @@ mod tests {
                 }
             }
             assert!(yes > 0 && no > 0, "k = {k}: {yes} yes, {no} no");
+        }
+    }
+
+    /// Every vector probe (AVX2, AVX-512) is offered exactly where this CPU runs it, for
+    /// `k` in `1..=16`, and answers exactly as the layout's reference probe, alone and over
+    /// several blocks, on blocks empty, sparse, half-full and saturated. (Where the CPU runs
+    /// neither, there is none to run: filters keep the scalar probe, tested above.)
+    #[test]
+    fn every_vector_probe_equals_the_reference_on_every_fill() {
+        use crate::filter::layout::BLOCK_WORDS;
+        for kind in [KernelKind::Avx2, KernelKind::Avx512] {
+            assert_eq!(Kernel::vector_for(kind, 6).is_some(), kind.is_supported());
+            if !kind.is_supported() {
+                continue;
+            }
+            assert!(
+                Kernel::vector_for(kind, 17).is_none() && Kernel::vector_for(kind, 0).is_none()
+            );
+            for k in 1..=16u32 {
+                let kern = Kernel::vector_for(kind, k).expect("a vector probe for k <= 16");
+                for fill in [0usize, 3, 40, 200, 4_000] {
+                    // Eight blocks holding `fill` keys' bits, set by the layout's masks.
+                    let mut words = vec![0u64; 8 * BLOCK_WORDS];
+                    for i in 0..fill as u64 {
+                        let h = hash_key(&i.to_le_bytes(), 99);
+                        let blk = block_index(h, 8);
+                        for (w, m) in words[blk * BLOCK_WORDS..]
+                            .iter_mut()
+                            .zip(layout::block_masks(h, k))
+                        {
+                            *w |= m;
+                        }
+                    }
+                    let b = Blocks::from_words(&words).unwrap();
+                    let blocks: Vec<&Block> = (0..8).map(|i| b.block(i)).collect();
+                    let (mut yes, mut no) = (0, 0);
+                    // The inserted keys (all present) and 3,000 others (mostly absent).
+                    let inserted =
+                        (0..fill.min(1_000) as u64).map(|i| hash_key(&i.to_le_bytes(), 99));
+                    let others = (0..3_000u64).map(|i| hash_key(&i.to_be_bytes(), u64::from(k)));
+                    for h in inserted.chain(others) {
+                        let blk = block_index(h, 8);
+                        let want = layout::all_set(h, k, |j| words[blk * 8 + j]);
+                        assert_eq!(
+                            kern.contains(b.block(blk), h),
+                            want,
+                            "{kind:?}, k = {k}, fill {fill}"
+                        );
+                        let any_want = (0..8).any(|i| layout::all_set(h, k, |j| words[i * 8 + j]));
+                        assert_eq!(kern.contains_any(&blocks, h), any_want, "{kind:?}, k = {k}");
+                        if want {
+                            yes += 1;
+                        } else {
+                            no += 1;
+                        }
+                    }
+                    // The comparison saw both answers wherever both can occur.
+                    if (1..=200).contains(&fill) {
+                        assert!(yes > 0 && no > 0, "{kind:?}, k = {k}: {yes} yes, {no} no");
+                    }
+                }
+            }
         }
     }
 
@@ -500,7 +621,7 @@ mod tests {
             }
         });
         for (h, t) in keys.iter().zip(&told_new) {
-            assert!((kern.contains)(b.block(block_index(*h, BLOCKS as u64)), *h));
+            assert!(kern.contains(b.block(block_index(*h, BLOCKS as u64)), *h));
             assert!(t.load(Relaxed) >= 1, "no thread was told {h:#x} is new");
         }
     }

@@ -220,7 +220,7 @@ impl Filter {
     /// cache misses overlap, which an early exit at the first unset bit would prevent.
     #[inline(always)]
     fn probe(&self, h: u64, i: usize) -> bool {
-        (self.kernel.contains)(self.blocks.block(i), h)
+        self.kernel.contains(self.blocks.block(i), h)
     }
 
     /// The block hash `h` selects in this filter.
@@ -235,7 +235,7 @@ impl Filter {
     /// (`filter::kernel`). A window's lookup probes its generations' filters with it.
     #[inline(always)]
     pub(crate) fn contains_in_any(&self, blocks: &[&Block], h: u64) -> bool {
-        (self.kernel.contains_any)(blocks, h)
+        self.kernel.contains_any(blocks, h)
     }
 
     /// This filter with the probe of `kind` (a kind this CPU runs): how the tests run every

@@ -21,61 +21,9 @@ use std::arch::x86_64::{
 use super::bits::Block;
 use super::layout::GOLDEN_POWERS;
 
-/// The probe's signature, as `filter::kernel` calls it.
-type ContainsFn = fn(&Block, u64) -> bool;
-/// The several-block probe's signature (`filter::kernel`'s `ContainsAnyFn`).
-type ContainsAnyFn = fn(&[&Block], u64) -> bool;
-
 /// True if this CPU runs the vector probes: AVX-512 F and DQ.
 pub(super) fn has_avx512() -> bool {
     std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq")
-}
-
-/// The probe of `k` bits per key with AVX-512, if this CPU has AVX-512 F and DQ and
-/// `k <= 16`.
-pub(super) fn contains_for(k: u32) -> Option<ContainsFn> {
-    if !has_avx512() {
-        return None;
-    }
-    macro_rules! arms {
-        ($($n:literal)*) => {
-            match k {
-                $($n => Some(contains_k::<$n> as ContainsFn),)*
-                _ => None,
-            }
-        };
-    }
-    arms!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
-}
-
-/// The several-block probe of `k` bits per key with AVX-512 (`k <= 16`): `h`'s draws
-/// (which word, which bit) are computed once for all the blocks, then each block costs a
-/// load, a permute and a test.
-pub(super) fn contains_any_for(k: u32) -> Option<ContainsAnyFn> {
-    if !has_avx512() {
-        return None;
-    }
-    macro_rules! arms {
-        ($($n:literal)*) => {
-            match k {
-                $($n => Some(contains_any_k::<$n> as ContainsAnyFn),)*
-                _ => None,
-            }
-        };
-    }
-    arms!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
-}
-
-fn contains_k<const K: usize>(b: &Block, h: u64) -> bool {
-    // SAFETY: `contains_for` hands out this function only after checking that the CPU has
-    // AVX-512 F and DQ, the features `all_set` is compiled for.
-    unsafe { all_set::<K>(b, h) }
-}
-
-fn contains_any_k<const K: usize>(blocks: &[&Block], h: u64) -> bool {
-    // SAFETY: `contains_any_for` hands out this function only after checking that the CPU
-    // has AVX-512 F and DQ, the features `any_all_set` is compiled for.
-    unsafe { any_all_set::<K>(blocks, h) }
 }
 
 /// The block's 64 bytes in one register.
@@ -104,13 +52,14 @@ unsafe fn load_block(b: &Block) -> __m512i {
     words
 }
 
-/// True if every one of `h`'s `K` bits is set in `b`.
+/// True if every one of `h`'s `K` bits is set in `b`: the probe `filter::kernel` hands out
+/// for the AVX-512 kind (a pointer to this function itself).
 ///
 /// # Safety
 /// The CPU must have AVX-512 F and DQ.
 #[target_feature(enable = "avx512f,avx512dq")]
 #[inline]
-unsafe fn all_set<const K: usize>(b: &Block, h: u64) -> bool {
+pub(super) unsafe fn all_set<const K: usize>(b: &Block, h: u64) -> bool {
     const { assert!(K >= 1 && K <= 16) };
     // SAFETY: the caller guarantees AVX-512 F and DQ, all that these need.
     unsafe {
@@ -125,13 +74,14 @@ unsafe fn all_set<const K: usize>(b: &Block, h: u64) -> bool {
     }
 }
 
-/// True if some block of `blocks` has every one of `h`'s `K` bits set.
+/// True if some block of `blocks` has every one of `h`'s `K` bits set (the several-block
+/// probe of the AVX-512 kind).
 ///
 /// # Safety
 /// The CPU must have AVX-512 F and DQ.
 #[target_feature(enable = "avx512f,avx512dq")]
 #[inline]
-unsafe fn any_all_set<const K: usize>(blocks: &[&Block], h: u64) -> bool {
+pub(super) unsafe fn any_all_set<const K: usize>(blocks: &[&Block], h: u64) -> bool {
     const { assert!(K >= 1 && K <= 16) };
     // SAFETY: the caller guarantees AVX-512 F and DQ, all that these need.
     unsafe {
@@ -214,69 +164,4 @@ unsafe fn draws_set(words: __m512i, h: u64, from: usize, lanes: u8) -> bool {
 /// The mask of the first `n` (1..=8) lanes.
 const fn lane_mask(n: usize) -> u8 {
     (((1u16) << n) - 1) as u8
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::filter::bits::Blocks;
-    use crate::filter::layout::{self, block_index, BLOCK_WORDS};
-    use crate::hash::hash_key;
-
-    /// On a CPU with AVX-512, every `k`'s vector probe answers exactly as the scalar
-    /// reference, on empty, sparse, half-full and saturated blocks. (Elsewhere there is no
-    /// vector probe to test: `contains_for` says so, and the filter keeps the scalar one.)
-    #[test]
-    fn vector_probe_equals_the_scalar_reference() {
-        let has =
-            std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq");
-        // The vector probe is offered exactly where the CPU can run it (and `Kernel::for_k`
-        // then takes it: `filter::kernel`'s tests run it on this CPU)...
-        assert_eq!(contains_for(6).is_some(), has);
-        if !has {
-            // ...so on this CPU filters keep the scalar probe, tested in `filter::kernel`.
-            return;
-        }
-        assert!(contains_for(17).is_none() && contains_for(0).is_none());
-        for k in 1..=16u32 {
-            let probe = contains_for(k).unwrap();
-            for fill in [0usize, 3, 40, 200, 4_000] {
-                // Eight blocks holding `fill` keys' bits, set by the layout's reference masks.
-                let mut words = vec![0u64; 8 * BLOCK_WORDS];
-                for i in 0..fill as u64 {
-                    let h = hash_key(&i.to_le_bytes(), 99);
-                    let blk = block_index(h, 8);
-                    for (w, m) in words[blk * BLOCK_WORDS..]
-                        .iter_mut()
-                        .zip(layout::block_masks(h, k))
-                    {
-                        *w |= m;
-                    }
-                }
-                let b = Blocks::from_words(&words).unwrap();
-                let (mut yes, mut no) = (0, 0);
-                // The inserted keys (all present) and 3,000 others (mostly absent).
-                let inserted = (0..fill.min(1_000) as u64).map(|i| hash_key(&i.to_le_bytes(), 99));
-                let others = (0..3_000u64).map(|i| hash_key(&i.to_be_bytes(), u64::from(k)));
-                for h in inserted.chain(others) {
-                    let blk = block_index(h, 8);
-                    let want = layout::all_set(h, k, |j| words[blk * 8 + j]);
-                    assert_eq!(
-                        probe(b.block(blk), h),
-                        want,
-                        "k = {k}, fill {fill}, h = {h:#x}"
-                    );
-                    if want {
-                        yes += 1;
-                    } else {
-                        no += 1;
-                    }
-                }
-                // The comparison saw both answers wherever both can occur.
-                if (1..=200).contains(&fill) {
-                    assert!(yes > 0 && no > 0, "k = {k}: {yes} yes, {no} no");
-                }
-            }
-        }
-    }
 }
