@@ -306,6 +306,65 @@ async fn a_cluster_filter_answers_from_every_master_and_reports_a_flushed_one() 
     assert!(matches!(f.add_many(&added).await, Err(e) if is_lost(&e)));
 }
 
+/// A shard's slot migrating (`ASK`), then moved (`MOVED`), under the async filter: adds go
+/// on a connection without retries that follows each redirection itself (an `ASK` after an
+/// `ASKING`), and answer exactly; lookups on the retrying one; no key is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_adds_follow_ask_and_moved_while_a_shard_migrates() {
+    require_redis!();
+    let c = Cluster::start(3);
+    let ep = Endpoint::cluster(c.urls());
+    let f = AsyncSharedFilter::create(&ep, "moving", &FilterConfig::new(10_000))
+        .await
+        .unwrap();
+    let added = keys("m", 5_000);
+    f.add_many(&added).await.unwrap();
+    let shard = f.shard_keys()[0].clone();
+    let slot = c.nodes[0]
+        .cli(&["cluster", "keyslot", &shard])
+        .trim()
+        .to_owned();
+    let from = c.owner_of(slot.parse().unwrap());
+    let to = (from + 1) % 3;
+    let (from_id, to_id) = (c.node_id(from), c.node_id(to));
+    c.nodes[to].cli(&["cluster", "setslot", &slot, "importing", &from_id]);
+    c.nodes[from].cli(&["cluster", "setslot", &slot, "migrating", &to_id]);
+    let port = c.nodes[to].port.to_string();
+    let out = c.nodes[from].cli(&[
+        "migrate",
+        "127.0.0.1",
+        &port,
+        "",
+        "0",
+        "5000",
+        "keys",
+        &shard,
+    ]);
+    assert_eq!(out.trim(), "OK", "MIGRATE: {out}");
+    // Mid-migration: the shard is on `to`, the slot still `from`'s: every add to it gets
+    // ASK, and follows it (one pipeline of ASKING and the add). Lookups go one at a time:
+    // redis-rs's own ASK handling (an ASKING sent as a request of its own on a multiplexed
+    // connection) fails batches of many concurrent lookups to a migrating slot.
+    let late = keys("late", 500);
+    assert!(f.add_many(&late).await.unwrap().iter().all(|&b| b));
+    assert!(f.add(b"one more while migrating").await.unwrap());
+    for k in added.iter().step_by(50) {
+        assert!(!f.add(k).await.unwrap(), "an added key answered new");
+        assert!(f.contains(k).await.unwrap());
+    }
+    for n in &c.nodes {
+        n.cli(&["cluster", "setslot", &slot, "node", &to_id]);
+    }
+    c.wait_ok();
+    // Moved: the old route answers MOVED.
+    assert!(f.add(b"one more after the move").await.unwrap());
+    for k in added.iter().step_by(50).chain(late.iter().step_by(10)) {
+        assert!(f.contains(k).await.unwrap());
+    }
+    assert!(!f.add(&late[0]).await.unwrap());
+    assert_eq!(c.owner_of(slot.parse().unwrap()), to);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_async_window_shares_a_window_with_the_sync_one_and_reports_its_loss() {
     require_redis!();

@@ -134,6 +134,41 @@ fn answers_survive_a_slot_migration_through_ask_and_moved() {
     assert_eq!(c.owner_of(slot), to);
 }
 
+/// Connections every master has accepted so far (`total_connections_received`).
+fn accepted(c: &Cluster) -> u64 {
+    c.nodes
+        .iter()
+        .map(|n| {
+            n.cli(&["info", "stats"])
+                .lines()
+                .find_map(|l| l.strip_prefix("total_connections_received:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .expect("total_connections_received")
+        })
+        .sum()
+}
+
+/// A connection idle for a while is checked (`PING`) before an add is written into it,
+/// and kept when it answers: adds after pauses open no new connection to the cluster.
+/// (The check once sent its `PING` in a cluster pipeline, which the `redis` crate refuses,
+/// so every add after a pause reconnected to every master.)
+#[test]
+fn adds_after_pauses_keep_their_cluster_connections() {
+    require_redis!();
+    let c = Cluster::start(3);
+    let ep = Endpoint::cluster(c.urls());
+    let f = SharedFilter::create(&ep, "idle", &FilterConfig::new(5_000)).unwrap();
+    assert!(f.add(b"warm").unwrap());
+    let before = accepted(&c);
+    for i in 0..3 {
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(f.add(format!("after a pause {i}").as_bytes()).unwrap());
+    }
+    // One connection per master: the `redis-cli` that reads the count.
+    let opened = accepted(&c) - before - c.nodes.len() as u64;
+    assert_eq!(opened, 0, "adds after pauses opened {opened} connections");
+}
+
 #[test]
 fn a_killed_master_makes_its_shards_err_never_absent() {
     require_redis!();

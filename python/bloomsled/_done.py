@@ -5,7 +5,7 @@ Import the public classes from ``bloomsled.scrapy``."""
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Iterator, Optional, cast
 
 from scrapy import Request, signals
 
@@ -88,6 +88,9 @@ class BloomDoneMiddleware:
         #: The output being processed per response (to tell an exception before the
         #: callback from one raised while its output is iterated).
         self._parents: weakref.WeakKeyDictionary[Any, _Parent] = weakref.WeakKeyDictionary()
+        #: Outputs that ended normally, finished on the reactor's next turn unless a chain
+        #: recovered from an exception reopens them first (see ``_ended``).
+        self._ending: dict[int, tuple[Any, _Parent, Any]] = {}
         crawler.signals.connect(self._scheduled, signal=signals.request_scheduled)
 
     @classmethod
@@ -110,9 +113,35 @@ class BloomDoneMiddleware:
             self.tracker.finish(parent)
 
     def _start(self, response: Response) -> _Parent:
-        parent = _Parent(response.request)  # type: ignore[arg-type]
+        ending = self._ending.pop(id(response), None)
+        if ending is not None and ending[0] is response:
+            # Requests another middleware's process_spider_exception returned for this
+            # response: they belong to the same processing, not yet finished.
+            _, parent, call = ending
+            call.cancel()
+        else:
+            parent = _Parent(response.request)  # type: ignore[arg-type]
         self._parents[response] = parent
         return parent
+
+    def _ended(self, response: Response, parent: _Parent) -> None:
+        """The output ended without an exception reaching this wrapper. That is not yet the
+        end of the response's processing when an inner layer caught an exception and a
+        middleware's ``process_spider_exception`` handled it with requests of its own:
+        Scrapy chains those after this output, through this middleware's
+        ``process_spider_output`` again, in the same pass of the chain (no reactor turn
+        between), and a done record written now would precede their log records (a
+        ``kill -9`` in between would lose them). So the parent is finished on the
+        reactor's next turn, unless such a chain has reopened it by then."""
+        from twisted.internet import reactor
+
+        call = cast(Any, reactor).callLater(0, self._finish_ended, id(response))
+        self._ending[id(response)] = (response, parent, call)
+
+    def _finish_ended(self, key: int) -> None:
+        ending = self._ending.pop(key, None)
+        if ending is not None:
+            self.tracker.finish(ending[1])
 
     def process_spider_output(
         self, response: Response, result: Iterable[Any], spider: Any = None
@@ -124,10 +153,12 @@ class BloomDoneMiddleware:
                     self.tracker.adopt(parent, r)
                 yield r
         except Exception:
-            self.tracker.finish(parent)  # the callback failed: it is over too
+            # No middleware handled it (else it would not reach the outermost wrapper):
+            # the callback failed, and its processing is over too.
+            self.tracker.finish(parent)
             raise
         # Not in a `finally`: a generator closed unfinished (GeneratorExit) is not done.
-        self.tracker.finish(parent)
+        self._ended(response, parent)
 
     async def process_spider_output_async(
         self, response: Response, result: AsyncIterator[Any], spider: Any = None
@@ -141,7 +172,7 @@ class BloomDoneMiddleware:
         except Exception:
             self.tracker.finish(parent)
             raise
-        self.tracker.finish(parent)
+        self._ended(response, parent)
 
 
 class BloomsledAddon:

@@ -255,7 +255,7 @@ class PendingLog:
 
     def compact(self, seen: FingerprintSet, add_to_seen: bool) -> int:
         """Moves done fingerprints to ``done.fps`` and rewrites the log with the pending
-        requests only; returns their number.
+        requests only, all at once; returns their number.
 
         ``add_to_seen``: also add every fingerprint of the log to ``seen`` (after a crash,
         whose set may have lost its unsynced tail). Order, so that a crash anywhere in
@@ -263,95 +263,172 @@ class PendingLog:
         ``A`` records of every request a done callback yielded); ``seen`` is synced (a
         fingerprint leaves the log only once ``seen`` holds it durably); the done
         fingerprints are appended to ``done.fps`` and fsynced; only then is the new log
-        renamed over the old one.
+        renamed over the old one. (:meth:`begin_compaction` is the same work in three
+        steps, the long one free to run beside appends.)
         """
+        if add_to_seen:
+            self.fsync()
+            seen_batch: list[bytes] = []
+            for _, fp, _ in self.records():
+                seen_batch.append(fp)
+                if len(seen_batch) >= _BATCH:
+                    seen.add_many(seen_batch)
+                    seen_batch = []
+            if seen_batch:
+                seen.add_many(seen_batch)
+        job = self.begin_compaction(seen)
+        try:
+            job.run()
+        except BaseException:
+            job.abort()
+            raise
+        return job.install()
+
+    def begin_compaction(self, seen: FingerprintSet) -> "Compaction":
+        """Starts a compaction of the log as it is now, to be run by another thread while
+        records are appended (the caller serialises this call, :meth:`Compaction.install`
+        and :meth:`Compaction.abort` with its appends; :meth:`Compaction.run` needs no
+        lock). Syncs ``seen`` and the log first: the compacted part then holds only
+        records whose fingerprints ``seen`` keeps durably."""
+        seen.sync()
         self.fsync()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
         tmpdir = self.folder / "compaction.tmp"
         if tmpdir.exists():
-            shutil.rmtree(tmpdir)  # this method's own leftover from a crash
-        tmpdir.mkdir()
-        done = FingerprintSet(
-            str(tmpdir / "done"),
-            expected_items=max(1024, self.dones),
-            fpr=0.01,
-            width=self.width,
-        )
-        done_size = self.done_path.stat().st_size
+            shutil.rmtree(tmpdir)  # a compaction's leftover from a crash
         tmp = self.path.with_name("pending.log.tmp")
+        tmp.unlink(missing_ok=True)
+        return Compaction(self, tmpdir, tmp)
+
+    def _installed(self, job: "Compaction") -> None:
+        """The counters after ``job``'s new log replaced the old one (records appended
+        while it ran were copied after its pending ones)."""
+        if self._fd is not None:
+            os.close(self._fd)  # the old file's: the next append opens the new log
+            self._fd = None
+        self.adds = job.pending + (self.adds - job.adds_before)
+        self.add_bytes = job.pending_bytes + (self.add_bytes - job.add_bytes_before)
+        self.dones -= job.dones_before
+        self.unsynced = 0
+
+    def _move_done(self, done: FingerprintSet, out: io.BufferedWriter, batch: list[bytes]) -> None:
+        done.add_many(batch)
+        body = struct.pack("<I", len(batch)) + b"".join(batch)
+        out.write(struct.pack("<I", zlib.crc32(body)) + body)
+
+
+class Compaction:
+    """One compaction of a :class:`PendingLog` (made by
+    :meth:`PendingLog.begin_compaction`): the log's first ``end`` bytes are compacted by
+    :meth:`run`, which another thread may do while records are appended past ``end``;
+    :meth:`install` then copies those records after the pending ones and renames the new
+    log over the old one, or :meth:`abort` drops the work and leaves the old log whole.
+
+    A crash at any point loses nothing: until the rename the old log is whole (and the
+    done fingerprints appended to ``done.fps`` meanwhile are only duplicates of its ``D``
+    records); the new log is fsynced, tail included, before the rename, and the folder
+    after it.
+    """
+
+    def __init__(self, log: PendingLog, tmpdir: Path, tmp: Path) -> None:
+        self.log = log
+        self.end = log.size()
+        self.done_size = log.done_path.stat().st_size
+        self.adds_before = log.adds
+        self.add_bytes_before = log.add_bytes
+        self.dones_before = log.dones
+        self.tmpdir = tmpdir
+        self.tmp = tmp
+        #: Pending requests in the compacted part, and their bytes (set by :meth:`run`).
+        self.pending = 0
+        self.pending_bytes = 0
+        #: Set by :meth:`run` when it raised: :meth:`abort` is then the only way on.
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        """The long part: reads the log's first ``end`` bytes twice, appends their done
+        fingerprints to ``done.fps`` (fsynced) and writes their pending requests to
+        ``pending.log.tmp`` (not yet synced). Touches neither the log's descriptor nor its
+        counters; raises what fails (a full disk), after which only :meth:`abort` may
+        follow."""
+        try:
+            self._run()
+        except BaseException as e:
+            self.error = e
+            raise
+
+    def _run(self) -> None:
+        log = self.log
+        self.tmpdir.mkdir()
+        done = FingerprintSet(
+            str(self.tmpdir / "done"),
+            expected_items=max(1024, self.dones_before),
+            fpr=0.01,
+            width=log.width,
+        )
         try:
             # Pass 1: the done fingerprints, into the temporary set and done.fps.
             batch: list[bytes] = []
-            seen_batch: list[bytes] = []
-            with open(self.done_path, "ab") as out:
-                for kind, fp, _ in self.records():
+            with open(log.done_path, "ab") as out:
+                for kind, fp, _ in log.records(end=self.end):
                     if kind == DONE:
                         batch.append(fp)
-                    if add_to_seen:
-                        seen_batch.append(fp)
-                        if len(seen_batch) >= _BATCH:
-                            seen.add_many(seen_batch)
-                            seen_batch = []
-                    if len(batch) >= _BATCH:
-                        self._move_done(done, out, batch)
-                        batch = []
-                if seen_batch:
-                    seen.add_many(seen_batch)
-                seen.sync()
+                        if len(batch) >= _BATCH:
+                            log._move_done(done, out, batch)
+                            batch = []
                 if batch:
-                    self._move_done(done, out, batch)
+                    log._move_done(done, out, batch)
                 out.flush()
                 os.fsync(out.fileno())
             # Pass 2: the pending records, into the new log.
-            pending = 0
-            total = 0
-            with open(tmp, "wb") as out:
+            with open(self.tmp, "wb") as out:
                 out.write(LOG_MAGIC)
                 recs: list[Tuple[bytes, bytes]] = []
 
-                def flush_recs() -> int:
-                    kept = 0
-                    nonlocal total
+                def flush_recs() -> None:
                     for (fp, payload), is_done in zip(
                         recs, done.contains_many([fp for fp, _ in recs])
                     ):
                         if not is_done:
                             rec = encode_record(ADD, fp, payload)
                             out.write(rec)
-                            total += len(rec)
-                            kept += 1
+                            self.pending_bytes += len(rec)
+                            self.pending += 1
                     recs.clear()
-                    return kept
 
-                for kind, fp, payload in self.records():
+                for kind, fp, payload in log.records(end=self.end):
                     if kind == ADD:
                         recs.append((fp, payload))
                         if len(recs) >= _BATCH // 16:
-                            pending += flush_recs()
-                pending += flush_recs()
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-            fsync_dir(self.folder)
-        except Exception:
-            # A full disk, say: the old log is whole and stays. Chunks appended to
-            # done.fps are cut off again (a torn chunk would hide later ones).
-            tmp.unlink(missing_ok=True)
-            with open(self.done_path, "r+b") as f:
-                f.truncate(done_size)
-            raise
+                            flush_recs()
+                flush_recs()
         finally:
             done.close()
-            shutil.rmtree(tmpdir, ignore_errors=True)
-        self.adds = pending
-        self.add_bytes = total
-        self.dones = 0
-        self.unsynced = 0
-        return pending
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
 
-    def _move_done(self, done: FingerprintSet, out: io.BufferedWriter, batch: list[bytes]) -> None:
-        done.add_many(batch)
-        body = struct.pack("<I", len(batch)) + b"".join(batch)
-        out.write(struct.pack("<I", zlib.crc32(body)) + body)
+    def install(self) -> int:
+        """Copies the records appended since :meth:`begin_compaction` after the pending
+        ones, fsyncs the new log, renames it over the old one and fsyncs the folder;
+        returns the number of pending requests in the compacted part. The caller holds
+        the lock of its appends. On an error the old log stays (and :meth:`abort` cleans
+        up)."""
+        assert self.error is None, "install after a failed run"
+        log = self.log
+        log.fsync()
+        with open(self.tmp, "ab") as out:
+            with open(log.path, "rb") as old:
+                old.seek(self.end)
+                shutil.copyfileobj(old, out, 1 << 20)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(self.tmp, log.path)
+        fsync_dir(log.folder)
+        log._installed(self)
+        return self.pending
+
+    def abort(self) -> None:
+        """Drops this compaction: the old log is whole and stays; the chunks it appended
+        to ``done.fps`` are cut off again (a torn chunk would hide later ones)."""
+        self.tmp.unlink(missing_ok=True)
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+        with open(self.log.done_path, "r+b") as f:
+            f.truncate(self.done_size)

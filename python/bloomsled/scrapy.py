@@ -29,7 +29,9 @@ The store is the folder ``JOBDIR/bloomsled-dupefilter``. It holds:
 * ``pending.log``: an append-only, CRC-checked log (``bloomsled._journal``): one record
   per accepted request (its fingerprint and the pickled request), one per request done.
   Compacted when done records make up half of it (and at open): the done fingerprints
-  move to ``done.fps``, the pending requests are rewritten;
+  move to ``done.fps``, the pending requests are rewritten. During a crawl a thread of
+  its own does that (time that grows with the frontier) while requests are appended;
+  only the swap, which copies the records appended meanwhile, holds the reactor;
 * ``state``: whether the store was closed cleanly, and the boot it was opened in.
 
 A request is accepted by appending its record (one ``write(2)``: in the OS when
@@ -99,7 +101,7 @@ from scrapy.utils.job import job_dir
 from . import Error as BloomsledError
 from . import FingerprintSet
 from ._done import BloomDoneMiddleware, BloomsledAddon, _DoneTracker, _tracker
-from ._journal import ADD, PendingLog, fsync_dir
+from ._journal import ADD, Compaction, PendingLog, fsync_dir
 from ._redis_dupefilter import RedisBloomDupeFilter
 from ._scrapy_base import (
     DEFAULT_CACHE_BYTES,
@@ -130,6 +132,15 @@ if TYPE_CHECKING:
 __all__ = ["BloomDoneMiddleware", "BloomDupeFilter", "BloomsledAddon", "RedisBloomDupeFilter"]
 
 
+
+
+def _run_compaction(job: Compaction) -> None:
+    """A compaction thread's body: a failure is kept in ``job.error`` for the tick that
+    installs it (which closes the spider), not printed by the thread."""
+    try:
+        job.run()
+    except BaseException:  # noqa: BLE001 - reported by the tick, from the reactor thread
+        pass
 
 
 def read_store(path: str) -> tuple[set[bytes], set[bytes]]:
@@ -244,6 +255,9 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         self._resume_count = 0
         self._loop: Any = None
         self._received: Optional[list[bytes]] = None  # fallback without the middleware
+        #: A compaction running in its own thread (see ``_tick``), and that thread.
+        self._compaction: Optional[Compaction] = None
+        self._compaction_thread: Optional[threading.Thread] = None
         self._tracker: Optional[_DoneTracker] = None
         #: The error that made the store unwritable (the spider is then being closed).
         self._failed: Optional[Exception] = None
@@ -432,7 +446,9 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
                 self._journal_failed(e, request)
 
     def _tick(self) -> None:
-        """Once per ``BLOOMSLED_COMMIT_INTERVAL``: the log's fsync; a compaction when due."""
+        """Once per ``BLOOMSLED_COMMIT_INTERVAL``: the log's fsync; a compaction started
+        when due (run by a thread: its reading and rewriting of the log, which grows with
+        the frontier, never holds up the reactor), or installed once that thread is done."""
         log = self.pending_log
         if log is None or self.seen is None or self._failed is not None:
             return
@@ -448,11 +464,45 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
                             f"only {free} bytes free on the JOBDIR's file system, below "
                             f"BLOOMSLED_MIN_FREE_BYTES ({self.min_free_bytes})",
                         )
-                size = log.size()
-                if size >= self.compact_min_bytes and log.dead_bytes() * 2 >= size:
-                    log.compact(self.seen, add_to_seen=False)
+                self._step_compaction(log)
             except (OSError, BloomsledError) as e:  # the log before it is whole
                 self._journal_failed(e, None)
+
+    def _step_compaction(self, log: PendingLog) -> None:
+        """Installs a finished compaction, or starts one when due (the caller holds the
+        lock of the log's appends)."""
+        job, thread = self._compaction, self._compaction_thread
+        if job is not None and thread is not None:
+            if thread.is_alive():
+                return
+            self._compaction = self._compaction_thread = None
+            try:
+                if job.error is not None:
+                    raise job.error
+                job.install()
+            except BaseException:
+                job.abort()  # the old log is whole and stays
+                raise
+            return
+        assert self.seen is not None
+        size = log.size()
+        if size >= self.compact_min_bytes and log.dead_bytes() * 2 >= size:
+            job = log.begin_compaction(self.seen)
+            thread = threading.Thread(
+                target=_run_compaction, args=(job,), name="bloomsled-compaction", daemon=True
+            )
+            self._compaction, self._compaction_thread = job, thread
+            thread.start()
+
+    def _stop_compaction(self) -> None:
+        """At close: waits for a running compaction and drops it (the old log is whole;
+        the next open compacts)."""
+        job, thread = self._compaction, self._compaction_thread
+        self._compaction = self._compaction_thread = None
+        if job is None or thread is None:
+            return
+        thread.join()
+        job.abort()
 
     def _journal_failed(self, error: Exception, request: Optional[Request]) -> None:
         """The store cannot be written: an ERROR naming it, and the spider closed with
@@ -486,6 +536,7 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
             self._tracker.on_done = None
         clean = self._failed is None
         try:
+            self._stop_compaction()
             if self.pending_log is not None and self.seen is not None:
                 if self._received and clean:
                     # The scraper is closed before the scheduler: every callback has

@@ -25,6 +25,28 @@ class FailInputMiddleware:
             raise RuntimeError(f"test: input of {response.url} rejected")
 
 
+class RescueMiddleware:
+    """RESCUE_EVERY=n: the callback of every n-th page raises before it yields anything,
+    and this middleware (inside BloomDoneMiddleware) handles the exception by returning
+    the page's links itself: requests that reach the engine through another middleware's
+    ``process_spider_exception``, not through the callback."""
+
+    def __init__(self, crawler):
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        return cls(crawler)
+
+    def process_spider_exception(self, response, exception, spider=None):  # Scrapy < 2.14 passes spider
+        if not str(exception).startswith("test: rescued"):
+            return None
+        return [
+            response.follow(href, callback=self.crawler.spider.parse)
+            for href in response.css("a::attr(href)").getall()
+        ]
+
+
 class SiteSpider(scrapy.Spider):
     name = "site"
 
@@ -45,6 +67,9 @@ class SiteSpider(scrapy.Spider):
         yield self._start_request()
 
     def parse(self, response):
+        rescue = self.settings.getint("RESCUE_EVERY")
+        if rescue and int(response.url.rsplit("/", 1)[1]) % rescue == 0:
+            raise RuntimeError(f"test: rescued {response.url}")
         # RAISE_EVERY=n: the callback of every n-th page fails after yielding its links.
         every = self.settings.getint("RAISE_EVERY")
         for href in response.css("a::attr(href)").getall():
@@ -76,6 +101,8 @@ def main():
         del settings["SPIDER_MIDDLEWARES"]
     if settings.get("FAIL_INPUT_EVERY"):
         settings["SPIDER_MIDDLEWARES"]["__main__.FailInputMiddleware"] = 100
+    if settings.get("RESCUE_EVERY"):
+        settings["SPIDER_MIDDLEWARES"]["__main__.RescueMiddleware"] = 100
     if settings.pop("NO_BLOOMSLED", None):  # left to ADDONS
         del settings["SPIDER_MIDDLEWARES"], settings["DUPEFILTER_CLASS"]
     process = CrawlerProcess(settings)

@@ -4,15 +4,28 @@
 //! cluster, the `redis` crate's cluster client splits it into one pipeline per master, sends
 //! them all before reading any reply (one round trip per node, overlapped), and follows
 //! `MOVED`/`ASK` redirections while slots migrate.
+//!
+//! **Nothing that must not be replayed is ever re-sent by the `redis` crate.** Its cluster
+//! client re-sends a single command after an I/O error or a timeout (it reconnects and
+//! sends again, up to its `retries`): harmless for a lookup, wrong for an add, whose
+//! replay answers "present" for the keys its lost first run set. Its cluster pipelines are
+//! never re-sent after an I/O error. So a batch that must not be replayed (an add) goes as
+//! a pipeline on the usual connection, and any command of it that must go alone (one
+//! redirected, or every command while a slot migrates) goes on a second connection made
+//! with no retries ([`Endpoint::cluster_client_once`]), which follows `MOVED`/`ASK` itself:
+//! a redirection says the node did not run the command, so following it is safe. Any
+//! other failure goes to the session's rules (`retry`): a lookup tells whether the add ran.
 
 use std::time::{Duration, Instant};
 
 use redis::cluster::{ClusterClientBuilder, ClusterConnection};
-use redis::{Cmd, ServerErrorKind, Value};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 
 use super::resp::{Packer, Sink, Words};
+use super::retry::{loading, refused_whole};
 
 /// Default time allowed to establish a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -28,7 +41,7 @@ const RETRY_FOR: Duration = Duration::ZERO;
 const CAREFUL_FOR: Duration = Duration::from_secs(60);
 
 /// Retries of one command on a cluster (redirections, refreshed slot maps, busy nodes).
-const CLUSTER_RETRIES: u32 = 4;
+pub(crate) const CLUSTER_RETRIES: u32 = 4;
 
 /// A Redis server or Redis Cluster to keep shared filters on, with connection timeouts.
 ///
@@ -132,7 +145,12 @@ impl Endpoint {
         self.check_urls()?;
         if self.cluster {
             let con = self.cluster_client()?.get_connection()?;
-            Ok(Conn::Cluster(Box::new(con), None))
+            Ok(Conn::Cluster(Box::new(Cluster {
+                con,
+                once: None,
+                client_once: self.cluster_client_once()?,
+                careful: None,
+            })))
         } else {
             let con = redis::Client::open(self.urls[0].as_str())?
                 .get_connection_with_timeout(self.connect_timeout)?;
@@ -166,6 +184,18 @@ impl Endpoint {
             .build()?)
     }
 
+    /// A cluster client that never sends a command twice: no retries, so an I/O error, a
+    /// timeout or a redirection comes back as the error it is. For the commands of batches
+    /// that must not be replayed; their redirections are followed by the caller
+    /// ([`redirection`]).
+    pub(crate) fn cluster_client_once(&self) -> Result<redis::cluster::ClusterClient> {
+        Ok(ClusterClientBuilder::new(self.urls.clone())
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.io_timeout)
+            .retries(0)
+            .build()?)
+    }
+
     /// How long connecting may take, and one reply (the async connection's settings).
     #[cfg(feature = "tokio")]
     pub(crate) fn timeouts(&self) -> (Duration, Duration) {
@@ -176,9 +206,22 @@ impl Endpoint {
 /// An open connection to a server or a cluster.
 pub(crate) enum Conn {
     Single(redis::Connection),
-    /// A cluster connection, and until when batches that cannot be replayed go one command
-    /// at a time (set when a pipeline lost replies to a redirection: a slot is migrating).
-    Cluster(Box<ClusterConnection>, Option<Instant>),
+    Cluster(Box<Cluster>),
+}
+
+/// The connections to a cluster.
+pub(crate) struct Cluster {
+    /// Pipelines, and the single commands of batches whose replay is harmless (the `redis`
+    /// crate follows their redirections and retries them).
+    con: ClusterConnection,
+    /// Single commands of batches that must not be replayed: never re-sent (made when
+    /// first needed; dropped after a `MOVED` or an error, so the next one reads the new
+    /// slot map).
+    once: Option<ClusterConnection>,
+    client_once: redis::cluster::ClusterClient,
+    /// Until when batches that cannot be replayed go one command at a time (set when a
+    /// pipeline lost replies to a redirection: a slot is migrating).
+    careful: Option<Instant>,
 }
 
 impl Conn {
@@ -192,16 +235,37 @@ impl Conn {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(match self {
+        let n = cmds.len();
+        let r = match self {
             Conn::Single(con) => {
                 let mut p = redis::pipe();
                 for c in cmds {
                     p.add_command(c);
                 }
-                p.query(con)?
+                p.query(con).map_err(Error::from)
             }
-            Conn::Cluster(con, careful) => cluster_run(con, cmds, replay, careful)?,
-        })
+            Conn::Cluster(c) => c.run(cmds, replay),
+        };
+        match r {
+            // A pipeline error reads as its first error: `LOADING` from one master says
+            // nothing of the commands other masters ran. Only a batch refused whole did not
+            // run; any other is not sent again blindly.
+            Err(Error::Redis(e)) if !replay && loading(&e) && !refused_whole(&e, n) => {
+                Err(Error::RedisOutcomeUnknown {
+                    why: format!("some commands of the batch may have run: {e}"),
+                })
+            }
+            r => r,
+        }
+    }
+
+    /// True if the connection answers a `PING`; on a cluster, if every node connection it
+    /// holds does (`PING` has no key: a cluster pipeline refuses it).
+    pub(crate) fn check(&mut self) -> bool {
+        match self {
+            Conn::Single(con) => redis::cmd("PING").query::<Value>(con).is_ok(),
+            Conn::Cluster(c) => c.con.check_connection(),
+        }
     }
 }
 
@@ -270,73 +334,121 @@ impl Sink for Streamer<'_> {
     }
 }
 
-/// Runs a pipeline on a cluster. The `redis` crate's sync cluster pipeline sends one
-/// pipeline per node but does not follow `ASK`/`MOVED` replies inside it (it fails the
-/// whole batch, keeping no other reply). So when every failure is a redirection (a slot
-/// migrating or just moved), the failed commands are run one by one through the client's
-/// single-command path, which follows redirections, and the others are run again as a
-/// pipeline when `replay` allows it. A replayed `BITFIELD` of an add would report the keys
-/// the first run set as already present, a guess: so with `replay` false a partly run
-/// pipeline is [`Error::RedisOutcomeUnknown`] (the add then looks its keys up to tell).
-///
-/// After such a loss, for [`CAREFUL_FOR`], batches that cannot be replayed are sent one
-/// command at a time (each follows its own redirection and keeps its reply): a slot
-/// migration makes every pipeline over it lose replies until it ends.
-fn cluster_run(
-    con: &mut ClusterConnection,
-    cmds: Vec<Cmd>,
-    replay: bool,
-    careful: &mut Option<Instant>,
-) -> Result<Vec<Value>> {
-    if !replay && careful.is_some_and(|until| Instant::now() < until) {
-        return cmds
-            .iter()
-            .map(|c| c.query::<Value>(con).map_err(Error::from))
-            .collect();
-    }
-    let mut p = redis::cluster::cluster_pipe();
-    for c in &cmds {
-        p.add_command(c.clone());
-    }
-    let err = match p.query::<Vec<Value>>(con) {
-        Ok(v) => return Ok(v),
-        Err(e) => e,
-    };
-    let redirected = |e: &redis::ServerError| {
-        matches!(
-            e.kind(),
-            Some(ServerErrorKind::Ask | ServerErrorKind::Moved | ServerErrorKind::TryAgain)
-        )
-    };
-    let failed: Vec<usize> = match err.clone().into_server_errors() {
-        Some(list) if list.iter().all(|(_, e)| redirected(e)) => {
-            list.iter().map(|(i, _)| *i).collect()
+impl Cluster {
+    /// Runs a pipeline on a cluster. The `redis` crate's sync cluster pipeline sends one
+    /// pipeline per node but does not follow `ASK`/`MOVED` replies inside it (it fails the
+    /// whole batch, keeping no other reply). So when every failure is a redirection (a slot
+    /// migrating or just moved), the failed commands are run one by one, following their
+    /// redirections, and the others are run again as a pipeline when `replay` allows it. A
+    /// replayed `BITFIELD` of an add would report the keys the first run set as already
+    /// present, a guess: so with `replay` false a partly run pipeline is
+    /// [`Error::RedisOutcomeUnknown`] (the add then looks its keys up to tell), and the
+    /// commands run one by one go on the connection that never re-sends ([`Cluster::send_once`]).
+    ///
+    /// After such a loss, for [`CAREFUL_FOR`], batches that cannot be replayed are sent one
+    /// command at a time (each follows its own redirection and keeps its reply): a slot
+    /// migration makes every pipeline over it lose replies until it ends.
+    fn run(&mut self, cmds: Vec<Cmd>, replay: bool) -> Result<Vec<Value>> {
+        if !replay && self.careful.is_some_and(|until| Instant::now() < until) {
+            return cmds.iter().map(|c| self.send_once(c)).collect();
         }
-        _ => return Err(err.into()),
-    };
-    let mut rest = redis::cluster::cluster_pipe();
-    let others: Vec<usize> = (0..cmds.len()).filter(|i| !failed.contains(i)).collect();
-    if !replay && !others.is_empty() {
-        *careful = Some(Instant::now() + CAREFUL_FOR);
-        return Err(Error::RedisOutcomeUnknown {
-            why: format!(
-                "{} of {} commands were redirected and the others' replies were lost: {err}",
-                failed.len(),
-                cmds.len()
-            ),
-        });
-    }
-    for &i in &others {
-        rest.add_command(cmds[i].clone());
-    }
-    let mut out = vec![Value::Nil; cmds.len()];
-    if !others.is_empty() {
-        for (i, v) in others.iter().zip(rest.query::<Vec<Value>>(con)?) {
-            out[*i] = v;
+        let mut p = redis::cluster::cluster_pipe();
+        for c in &cmds {
+            p.add_command(c.clone());
         }
+        let err = match p.query::<Vec<Value>>(&mut self.con) {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let redirected = |e: &redis::ServerError| {
+            matches!(
+                e.kind(),
+                Some(ServerErrorKind::Ask | ServerErrorKind::Moved | ServerErrorKind::TryAgain)
+            )
+        };
+        let failed: Vec<usize> = match err.clone().into_server_errors() {
+            Some(list) if list.iter().all(|(_, e)| redirected(e)) => {
+                list.iter().map(|(i, _)| *i).collect()
+            }
+            _ => return Err(err.into()),
+        };
+        let mut rest = redis::cluster::cluster_pipe();
+        let others: Vec<usize> = (0..cmds.len()).filter(|i| !failed.contains(i)).collect();
+        if !replay && !others.is_empty() {
+            self.careful = Some(Instant::now() + CAREFUL_FOR);
+            return Err(Error::RedisOutcomeUnknown {
+                why: format!(
+                    "{} of {} commands were redirected and the others' replies were lost: {err}",
+                    failed.len(),
+                    cmds.len()
+                ),
+            });
+        }
+        for &i in &others {
+            rest.add_command(cmds[i].clone());
+        }
+        let mut out = vec![Value::Nil; cmds.len()];
+        if !others.is_empty() {
+            for (i, v) in others.iter().zip(rest.query::<Vec<Value>>(&mut self.con)?) {
+                out[*i] = v;
+            }
+        }
+        for i in failed {
+            out[i] = if replay {
+                cmds[i].query(&mut self.con)?
+            } else {
+                self.send_once(&cmds[i])?
+            };
+        }
+        Ok(out)
     }
-    for i in failed {
-        out[i] = cmds[i].query(con)?;
+
+    /// Runs one command of a batch that must not be replayed: sent once, on the connection
+    /// without retries, following `MOVED`/`ASK` (the redirecting node did not run it) at
+    /// most [`CLUSTER_RETRIES`] times. Any other failure is returned as it is.
+    fn send_once(&mut self, cmd: &Cmd) -> Result<Value> {
+        let con = match &mut self.once {
+            Some(c) => c,
+            None => self.once.insert(self.client_once.get_connection()?),
+        };
+        let mut r = cmd.query::<Value>(con);
+        let mut moved = false;
+        for _ in 0..CLUSTER_RETRIES {
+            let Some((to, ask)) = r.as_ref().err().and_then(redirection) else {
+                break;
+            };
+            moved |= !ask;
+            let node = RoutingInfo::SingleNode(to);
+            r = (|| {
+                if ask {
+                    con.route_command(&redis::cmd("ASKING"), node.clone())?
+                        .extract_error()?;
+                }
+                con.route_command(cmd, node)?.extract_error()
+            })();
+        }
+        if moved || r.is_err() {
+            // Its slot map may be stale (a slot moved, a failover) or a node connection
+            // broken: the next command connects again and reads a new one.
+            self.once = None;
+        }
+        Ok(r?)
     }
-    Ok(out)
+}
+
+/// Where a `MOVED` or `ASK` error sends its command, and whether it is an `ASK` (the
+/// command goes after an `ASKING`); none for any other error.
+pub(crate) fn redirection(e: &redis::RedisError) -> Option<(SingleNodeRoutingInfo, bool)> {
+    let ask = match e.kind() {
+        ErrorKind::Server(ServerErrorKind::Ask) => true,
+        ErrorKind::Server(ServerErrorKind::Moved) => false,
+        _ => return None,
+    };
+    let (node, _slot) = e.redirect_node()?;
+    let (host, port) = node.rsplit_once(':')?;
+    let to = SingleNodeRoutingInfo::ByAddress {
+        host: host.to_owned(),
+        port: port.parse().ok()?,
+    };
+    Some((to, ask))
 }

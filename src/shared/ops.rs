@@ -453,11 +453,6 @@ impl SharedFilter {
     pub(super) fn check_block(&self, p: &Probe, reply: Value) -> Result<bool> {
         self.incarnation().check_block(p, reply)
     }
-
-    /// [`Incarnation::check_tag`].
-    pub(super) fn check_tag(&self, addr: BlockAddr, tag: &[u8]) -> Result<()> {
-        self.incarnation().check_tag(addr, tag)
-    }
 }
 
 #[cfg(test)]

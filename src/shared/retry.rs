@@ -132,9 +132,26 @@ pub(crate) fn dropped(e: &Error) -> bool {
 }
 
 /// True for `LOADING`: the server refused the command while it loads its data, so it ran
-/// nowhere.
-fn loading(e: &redis::RedisError) -> bool {
+/// nowhere. (Of a pipeline's error, this reads its first error only: see [`refused_whole`].)
+pub(crate) fn loading(e: &redis::RedisError) -> bool {
     matches!(e.kind(), ErrorKind::Server(ServerErrorKind::BusyLoading))
+}
+
+/// True if `e`, the error of a pipeline of `commands` commands, says that every one of
+/// them was refused with `LOADING` (so none ran). A pipeline's error keeps the error
+/// replies only: on a cluster one master may answer `LOADING` while the others run their
+/// commands.
+pub(crate) fn refused_whole(e: &redis::RedisError, commands: usize) -> bool {
+    e.clone()
+        .into_server_errors()
+        .is_some_and(|list| refused_all(&list, commands))
+}
+
+fn refused_all(list: &[(usize, redis::ServerError)], commands: usize) -> bool {
+    list.len() == commands
+        && list
+            .iter()
+            .all(|(_, e)| matches!(e.kind(), Some(ServerErrorKind::BusyLoading)))
 }
 
 /// True if `e` is a cluster still converging: `CLUSTERDOWN` or `TRYAGAIN` (the command was
@@ -357,6 +374,24 @@ mod tests {
         let f = Failure::refused(&[Value::Int(1), loading]).unwrap();
         assert!(f.maybe_sent);
         assert!(Failure::refused(&[Value::Int(1)]).is_none());
+    }
+
+    #[test]
+    fn a_pipeline_refused_while_loading_ran_nowhere_only_if_every_command_was() {
+        let loading = || match reply("LOADING Redis is loading the dataset in memory") {
+            Value::ServerError(e) => e,
+            other => panic!("{other:?}"),
+        };
+        assert!(refused_all(&[(0, loading()), (1, loading())], 2));
+        // One master loading, the other ran its command.
+        assert!(!refused_all(&[(1, loading())], 2));
+        let moved = match reply("MOVED 3999 127.0.0.1:6381") {
+            Value::ServerError(e) => e,
+            other => panic!("{other:?}"),
+        };
+        assert!(!refused_all(&[(0, loading()), (1, moved)], 2));
+        let single: redis::RedisError = loading().into();
+        assert!(refused_whole(&single, 1) && !refused_whole(&single, 3));
     }
 
     #[test]

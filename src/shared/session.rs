@@ -154,7 +154,7 @@ impl Session {
             // away since: a batch written into it would fail with an unknown outcome. A
             // `PING` tells first; if it fails, the batch goes out on a new connection.
             if let Some(conn) = guard.as_mut() {
-                if conn.run(vec![redis::cmd("PING")], true).is_err() {
+                if !conn.check() {
                     *guard = None;
                 }
             }

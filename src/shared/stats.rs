@@ -58,23 +58,30 @@ impl SharedFilter {
             Cells::Bits => self.count_bits()?,
             Cells::Counters => {
                 let mut ones = 0u64;
-                self.read_blocks(|_, cells| {
-                    ones += cells
-                        .iter()
-                        .map(|&b| u64::from(b & 0xf != 0) + u64::from(b >> 4 != 0))
-                        .sum::<u64>();
-                })?;
-                let bytes = (0..self.layout.shards as usize)
-                    .map(|s| self.layout.shard_len(s))
-                    .sum();
-                (ones, bytes)
+                self.read_blocks(|_, cells| ones += counters_set(cells))?;
+                (ones, self.incarnation().shard_bytes())
             }
         };
         Ok(self.incarnation().stats_of(ones, redis_bytes))
     }
 }
 
+/// The non-zero 4-bit counters of a counting block's cells.
+pub(crate) fn counters_set(cells: &[u8]) -> u64 {
+    cells
+        .iter()
+        .map(|&b| u64::from(b & 0xf != 0) + u64::from(b >> 4 != 0))
+        .sum()
+}
+
 impl Incarnation<'_> {
+    /// Bytes of all the shards (blocks and tags), as created.
+    pub(crate) fn shard_bytes(&self) -> u64 {
+        (0..self.layout.shards as usize)
+            .map(|s| self.layout.shard_len(s))
+            .sum()
+    }
+
     /// The stats of this filter with `ones` cells set in `redis_bytes` of shards.
     pub(super) fn stats_of(&self, ones: u64, redis_bytes: u64) -> SharedStats {
         let num_bits = self.shape.num_blocks * 512;

@@ -13,6 +13,7 @@ use crate::filter::{CountingFilter, Filter};
 use super::filter::SharedFilter;
 use super::init::PIPELINE_BYTES;
 use super::layout::{Cells, BLOCK_BYTES, TAG_BYTES};
+use super::ops::Incarnation;
 use super::{lost, value};
 
 /// ORs the temporary copy into the shard, but only if the shard's first block still
@@ -175,47 +176,10 @@ impl SharedFilter {
     /// `GETRANGE`s of about 1 MiB in pipelines of about 16 MiB; checks every shard's
     /// length and every block's epoch.
     pub(super) fn read_blocks(&self, mut visit: impl FnMut(u64, &[u8])) -> Result<()> {
-        let l = &self.layout;
-        let stride = l.stride();
-        let step = l.cells.chunk_blocks() * stride;
-        let per_pipeline = (PIPELINE_BYTES / step).max(1);
-        for s in 0..l.shards as usize {
-            let len = l.shard_len(s);
-            let key = l.key(s);
-            let starts: Vec<u64> = (0..len).step_by(step as usize).collect();
-            for batch in starts.chunks(per_pipeline as usize) {
-                let cmds: Vec<_> = batch
-                    .iter()
-                    .map(|&at| {
-                        redis::cmd("GETRANGE")
-                            .arg(key)
-                            .arg(at)
-                            .arg((at + step).min(len) - 1)
-                            .clone()
-                    })
-                    .collect();
-                for (&at, r) in batch.iter().zip(self.session.run(|| cmds.clone())?) {
-                    let bytes = value::bytes(r, key)?;
-                    let want = (at + step).min(len) - at;
-                    if bytes.len() as u64 != want {
-                        return Err(lost(
-                            self,
-                            s,
-                            format!(
-                                "shard holds {} of its {len} bytes: deleted, flushed, evicted \
-                                 or expired",
-                                at + bytes.len() as u64
-                            ),
-                        ));
-                    }
-                    for (j, block) in bytes.chunks_exact(stride as usize).enumerate() {
-                        let j = at / stride + j as u64;
-                        let (cells, tag) = block.split_at(block.len() - TAG_BYTES);
-                        self.check_tag(l.addr_in(s, j), tag)?;
-                        visit(l.first_block(s) + j, cells);
-                    }
-                }
-            }
+        let wire = self.incarnation();
+        for read in wire.block_reads() {
+            let cmds = wire.block_read_cmds(&read);
+            wire.visit_block_read(&read, self.session.run(|| cmds.clone())?, &mut visit)?;
         }
         Ok(())
     }
@@ -245,4 +209,99 @@ impl SharedFilter {
 #[inline]
 fn le_word(bytes: &[u8], j: usize) -> u64 {
     u64::from_le_bytes(bytes[j * 8..j * 8 + 8].try_into().unwrap_or([0; 8]))
+}
+
+/// One pipeline of a read through every block: `GETRANGE`s of one shard from these byte
+/// offsets, each [`Incarnation::block_step`] bytes long (the last one shorter).
+pub(super) struct BlockRead {
+    shard: usize,
+    starts: Vec<u64>,
+}
+
+impl Incarnation<'_> {
+    /// Bytes read by one `GETRANGE` of a read through every block (about 1 MiB).
+    fn block_step(&self) -> u64 {
+        self.layout.cells.chunk_blocks() * self.layout.stride()
+    }
+
+    /// The pipelines (about 16 MiB each) that read every block, shard after shard: the
+    /// transport-free half of [`SharedFilter::read_blocks`], for the async filter too.
+    pub(super) fn block_reads(&self) -> Vec<BlockRead> {
+        let step = self.block_step();
+        let per_pipeline = (PIPELINE_BYTES / step).max(1) as usize;
+        (0..self.layout.shards as usize)
+            .flat_map(|shard| {
+                let starts: Vec<u64> = (0..self.layout.shard_len(shard))
+                    .step_by(step as usize)
+                    .collect();
+                starts
+                    .chunks(per_pipeline)
+                    .map(|c| BlockRead {
+                        shard,
+                        starts: c.to_vec(),
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// The `GETRANGE`s of one [`BlockRead`].
+    pub(super) fn block_read_cmds(&self, read: &BlockRead) -> Vec<redis::Cmd> {
+        let (key, len, step) = (
+            self.layout.key(read.shard),
+            self.layout.shard_len(read.shard),
+            self.block_step(),
+        );
+        read.starts
+            .iter()
+            .map(|&at| {
+                redis::cmd("GETRANGE")
+                    .arg(key)
+                    .arg(at)
+                    .arg((at + step).min(len) - 1)
+                    .clone()
+            })
+            .collect()
+    }
+
+    /// Reads the replies of [`Incarnation::block_read_cmds`]: checks that the shard has all
+    /// its bytes and every block its epoch, and calls `visit(global block, cells)` for each
+    /// block in order.
+    pub(super) fn visit_block_read(
+        &self,
+        read: &BlockRead,
+        replies: Vec<Value>,
+        visit: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<()> {
+        let l = self.layout;
+        let (s, stride, step) = (read.shard, l.stride(), self.block_step());
+        let (key, len) = (l.key(s), l.shard_len(s));
+        if replies.len() != read.starts.len() {
+            return Err(Error::ReportableBug(format!(
+                "{} replies to {} block reads",
+                replies.len(),
+                read.starts.len()
+            )));
+        }
+        for (&at, r) in read.starts.iter().zip(replies) {
+            let bytes = value::bytes(r, key)?;
+            let want = (at + step).min(len) - at;
+            if bytes.len() as u64 != want {
+                return Err(self.lost(
+                    s,
+                    format!(
+                        "shard holds {} of its {len} bytes: deleted, flushed, evicted or expired",
+                        at + bytes.len() as u64
+                    ),
+                ));
+            }
+            for (j, block) in bytes.chunks_exact(stride as usize).enumerate() {
+                let j = at / stride + j as u64;
+                let (cells, tag) = block.split_at(block.len() - TAG_BYTES);
+                self.check_tag(l.addr_in(s, j), tag)?;
+                visit(l.first_block(s) + j, cells);
+            }
+        }
+        Ok(())
+    }
 }

@@ -407,6 +407,83 @@ impl Cluster {
     }
 }
 
+/// A Redis Cluster whose every master is reached through a loopback [`relay::Relay`] that
+/// can lose one reply: each node announces its relay's port (`cluster-announce-port`), so
+/// the slot map a client reads (`CLUSTER SLOTS`), its redirections (`MOVED`, `ASK`) and
+/// its reconnections all lead through the relays, while the nodes' bus stays direct.
+pub struct RelayedCluster {
+    pub cluster: Cluster,
+    pub relays: Vec<relay::Relay>,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl RelayedCluster {
+    pub fn start(masters: usize) -> RelayedCluster {
+        let cluster = Cluster::start(masters);
+        let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let relays: Vec<relay::Relay> = cluster
+            .nodes
+            .iter()
+            .map(|n| relay::Relay::start_to(n.addr(), armed.clone(), relay::Cut::FlatArray))
+            .collect();
+        for (n, r) in cluster.nodes.iter().zip(&relays) {
+            assert_eq!(
+                n.cli(&["config", "set", "cluster-announce-ip", "127.0.0.1"])
+                    .trim(),
+                "OK"
+            );
+            let port = r.port().to_string();
+            let set = n.cli(&["config", "set", "cluster-announce-port", &port]);
+            assert_eq!(set.trim(), "OK", "cluster-announce-port: {set}");
+        }
+        // Every node must list every other at its relay's port before a client reads the
+        // slot map from any of them.
+        let wanted: Vec<String> = cluster
+            .nodes
+            .iter()
+            .zip(&relays)
+            .map(|(n, r)| format!("127.0.0.1:{}@{}", r.port(), n.port + 10000))
+            .collect();
+        let start = Instant::now();
+        while !cluster.nodes.iter().all(|n| {
+            let nodes = n.cli(&["cluster", "nodes"]);
+            let slots = n.cli(&["cluster", "slots"]);
+            wanted.iter().all(|w| nodes.contains(w.as_str()))
+                && relays
+                    .iter()
+                    .all(|r| slots.lines().any(|l| l.trim() == r.port().to_string()))
+        }) {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the nodes never announced their relays' ports"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster.wait_ok();
+        RelayedCluster {
+            cluster,
+            relays,
+            armed,
+        }
+    }
+
+    /// The relays' URLs: what a client is given.
+    pub fn urls(&self) -> Vec<String> {
+        self.relays.iter().map(|r| r.url()).collect()
+    }
+
+    /// The next array reply (a `BITFIELD`'s) through any relay is lost, and
+    /// its connection cut: the command ran in Redis, its client never hears back.
+    pub fn lose_next_reply(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// True while a loss is armed and no reply has been cut yet.
+    pub fn armed(&self) -> bool {
+        self.armed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// The ring entries (`g:<e>` fields) of the window's record.
 pub fn window_ring(
     s: &Server,

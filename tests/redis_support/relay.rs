@@ -18,12 +18,43 @@ pub struct Relay {
     armed: Arc<AtomicBool>,
 }
 
+/// Which reply an armed relay cuts.
+#[derive(Clone, Copy)]
+pub enum Cut {
+    /// The next array reply.
+    Array,
+    /// The next array reply whose first element is not an array (a `BITFIELD`'s, or a
+    /// `HMGET`'s pipelined with it), not the arrays of arrays a cluster client reads its
+    /// slot map from (`CLUSTER SLOTS`).
+    FlatArray,
+}
+
+impl Cut {
+    fn matches(self, reply: &[u8]) -> bool {
+        if reply.first() != Some(&b'*') {
+            return false;
+        }
+        match self {
+            Cut::Array => true,
+            Cut::FlatArray => reply
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .is_some_and(|i| reply.get(i + 2).is_some_and(|&b| b != b'*')),
+        }
+    }
+}
+
 impl Relay {
     pub fn start(server: &Server) -> Relay {
+        Self::start_to(server.addr(), Arc::new(AtomicBool::new(false)), Cut::Array)
+    }
+
+    /// A relay to `to` (host:port) that cuts `what` when `armed` is set (several relays may
+    /// share one flag: the first matching reply through any of them is lost).
+    pub fn start_to(to: String, armed: Arc<AtomicBool>, what: Cut) -> Relay {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let armed = Arc::new(AtomicBool::new(false));
-        let (to, cut) = (server.addr(), armed.clone());
+        let cut = armed.clone();
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
@@ -45,7 +76,7 @@ impl Relay {
                             Ok(0) | Err(_) => break,
                             Ok(n) => n,
                         };
-                        if buf[0] == b'*' && cut.swap(false, Ordering::SeqCst) {
+                        if what.matches(&buf[..n]) && cut.swap(false, Ordering::SeqCst) {
                             let _ = c_out.shutdown(Shutdown::Both);
                             let _ = s_in.shutdown(Shutdown::Both);
                             return;
@@ -63,6 +94,10 @@ impl Relay {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The next array reply is lost, and its connection cut.

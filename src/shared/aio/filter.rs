@@ -384,10 +384,11 @@ impl AsyncSharedFilter {
     }
 
     /// Records this handle's metrics (label `filter`), as [`SharedFilter::record_metrics`]
-    /// does: the counters of its calls, then (on a plain filter) the gauges of the filter's
-    /// stats, from one `BITCOUNT` pipeline. A counting filter's fill would need a read
-    /// through the whole filter: its gauges are left to [`SharedFilter::record_metrics`].
-    /// If the stats cannot be read, the counters are recorded and the error returned.
+    /// does: the counters of its calls, then the gauges of the filter's stats, from one
+    /// `BITCOUNT` pipeline; on a counting filter from a read through the whole filter
+    /// (`GETRANGE`s in pipelines of about 16 MiB: Redis has no command that counts non-zero
+    /// nibbles), as [`SharedFilter::stats`] does. If the stats cannot be read, the counters
+    /// are recorded and the error returned.
     ///
     /// ```no_run
     /// # use bloomsled::shared::AsyncSharedFilter;
@@ -400,7 +401,7 @@ impl AsyncSharedFilter {
     pub async fn record_metrics(&self) -> Result<()> {
         let wire = self.incarnation();
         let stats = if self.shape.counting {
-            Ok(None)
+            self.counting_stats().await.map(Some)
         } else {
             match self.session.run(wire.bit_count_cmds()).await {
                 Ok(replies) => wire
@@ -416,6 +417,21 @@ impl AsyncSharedFilter {
             stats.as_ref().ok().and_then(|s| s.as_ref()),
         );
         stats.map(drop)
+    }
+
+    /// The stats of a counting filter: its non-zero counters, counted as the shards are
+    /// read through (every block's epoch checked).
+    #[cfg(feature = "metrics")]
+    async fn counting_stats(&self) -> Result<crate::shared::SharedStats> {
+        let wire = self.incarnation();
+        let mut ones = 0u64;
+        for read in wire.block_reads() {
+            let replies = self.session.run(wire.block_read_cmds(&read)).await?;
+            wire.visit_block_read(&read, replies, &mut |_, cells| {
+                ones += super::super::stats::counters_set(cells);
+            })?;
+        }
+        Ok(wire.stats_of(ones, wire.shard_bytes()))
     }
 
     /// Deletes the filter from Redis, config record first, as [`SharedFilter::destroy`]

@@ -7,6 +7,13 @@
 //! batch are sent all at once and their replies awaited together (one round trip per
 //! node). Nothing here blocks a thread: waits are tokio timers.
 //!
+//! redis-rs's async cluster client re-sends a command after an I/O error or a timeout
+//! (it reconnects and sends again, up to its `retries`): harmless for a lookup, wrong for
+//! an add, whose replay answers "present" for the keys its lost first run set. So a batch
+//! that must not be replayed goes on a second cluster connection made without retries
+//! (`Endpoint::cluster_client_once`), which follows `MOVED`/`ASK` here (the redirecting
+//! node did not run the command) and returns any other failure to the rules in `retry`.
+//!
 //! When a call is tried again is the sync session's rule, decided in `retry`: this module
 //! only sends, and waits as told.
 
@@ -16,11 +23,12 @@ use std::time::Instant;
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::RoutingInfo;
 use redis::{AsyncConnectionConfig, Cmd, Value};
 
 use crate::error::{Error, Result};
 
-use super::super::conn::Endpoint;
+use super::super::conn::{redirection, Endpoint, CLUSTER_RETRIES};
 use super::super::retry::{Failure, Next, Retry, IDLE_CHECK};
 use super::super::tally::Tally;
 
@@ -28,7 +36,12 @@ use super::super::tally::Tally;
 #[derive(Clone)]
 enum Conn {
     Single(MultiplexedConnection),
-    Cluster(ClusterConnection),
+    /// A cluster connection that retries (for batches whose replay is harmless), and one
+    /// that never re-sends (for the others).
+    Cluster {
+        any: ClusterConnection,
+        once: ClusterConnection,
+    },
 }
 
 /// A failed attempt, and whether its connection must be dropped.
@@ -40,8 +53,12 @@ impl Conn {
     async fn open(endpoint: &Endpoint) -> Result<Conn> {
         endpoint.check_urls()?;
         if endpoint.is_cluster() {
-            let con = endpoint.cluster_client()?.get_async_connection().await?;
-            return Ok(Conn::Cluster(con));
+            let any = endpoint.cluster_client()?.get_async_connection().await?;
+            let once = endpoint
+                .cluster_client_once()?
+                .get_async_connection()
+                .await?;
+            return Ok(Conn::Cluster { any, once });
         }
         let (connect, io) = endpoint.timeouts();
         let config = AsyncConnectionConfig::new()
@@ -57,13 +74,16 @@ impl Conn {
     /// cluster every command at once, each routed by its key. A reply that says the server
     /// cannot serve yet fails the attempt as a transient failure (one that ran nowhere if
     /// every command was refused while `LOADING`), any other error reply as an error.
-    async fn run(&self, cmds: &[Cmd]) -> Result<Vec<Value>, Failed> {
+    /// With `replay` false, on a cluster, no command is sent twice (see the module
+    /// documentation).
+    async fn run(&self, cmds: &[Cmd], replay: bool) -> Result<Vec<Value>, Failed> {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
         match self {
             Conn::Single(con) => run_single(con, cmds).await,
-            Conn::Cluster(con) => run_cluster(con, cmds).await,
+            Conn::Cluster { any, .. } if replay => run_cluster(any, cmds, false).await,
+            Conn::Cluster { once, .. } => run_cluster(once, cmds, true).await,
         }
     }
 }
@@ -101,14 +121,22 @@ async fn run_single(
     }
 }
 
-/// [`Conn::run`] on a cluster: every command at once, each routed by its key.
+/// [`Conn::run`] on a cluster: every command at once, each routed by its key. With
+/// `follow`, on a connection without retries, each command follows its own redirections.
 async fn run_cluster(
     con: &redis::cluster_async::ClusterConnection,
     cmds: &[Cmd],
+    follow: bool,
 ) -> Result<Vec<Value>, Failed> {
     let replies = join_all(cmds.iter().map(|c| {
         let mut con = con.clone();
-        async move { c.query_async::<Value>(&mut con).await }
+        async move {
+            if follow {
+                send_once(&mut con, c).await
+            } else {
+                c.query_async::<Value>(&mut con).await
+            }
+        }
     }))
     .await;
     if replies.iter().all(|r| r.is_ok()) {
@@ -133,6 +161,31 @@ async fn run_cluster(
         .unwrap_or_else(|| Error::ReportableBug("a failed cluster batch without an error".into()));
     // A cluster connection reconnects to its nodes by itself.
     Err((Failure { error, maybe_sent }, false))
+}
+
+/// Sends `cmd` on a cluster connection without retries: once, following `MOVED`/`ASK`
+/// (the redirecting node did not run it; an `ASK` goes after an `ASKING`, in one pipeline
+/// to the node) at most [`CLUSTER_RETRIES`] times. Any other failure is returned as it is:
+/// the command may have run.
+async fn send_once(con: &mut ClusterConnection, cmd: &Cmd) -> redis::RedisResult<Value> {
+    let mut r = cmd.query_async::<Value>(con).await;
+    for _ in 0..CLUSTER_RETRIES {
+        let Some((to, ask)) = r.as_ref().err().and_then(redirection) else {
+            break;
+        };
+        r = if ask {
+            let mut p = redis::pipe();
+            p.cmd("ASKING").add_command(cmd.clone());
+            con.route_pipeline(p, 1, 1, to)
+                .await
+                .and_then(|mut v| v.pop().unwrap_or(Value::Nil).extract_error())
+        } else {
+            con.route_command(cmd.clone(), RoutingInfo::SingleNode(to))
+                .await
+                .and_then(Value::extract_error)
+        };
+    }
+    r
 }
 
 /// The endpoint and its connection (none after a dropped connection to a single server,
@@ -211,14 +264,14 @@ impl AsyncSession {
             // `PING` tells first; if it fails, the batch goes out on a new connection.
             let current = self.current();
             if let Some(conn) = current {
-                if conn.run(&[redis::cmd("PING")]).await.is_err() {
+                if conn.run(&[redis::cmd("PING")], true).await.is_err() {
                     self.forget();
                 }
             }
         }
         let mut retry = Retry::new(&self.endpoint, self.opened, replay);
         loop {
-            match self.attempt(cmds).await {
+            match self.attempt(cmds, replay).await {
                 Ok(v) => {
                     *self.answered.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
                     return Ok(v);
@@ -233,7 +286,7 @@ impl AsyncSession {
     }
 
     /// One attempt on the current connection, made first if there is none.
-    async fn attempt(&self, cmds: &[Cmd]) -> Result<Vec<Value>, Failure> {
+    async fn attempt(&self, cmds: &[Cmd], replay: bool) -> Result<Vec<Value>, Failure> {
         let conn = match self.current() {
             Some(c) => c,
             None => {
@@ -244,7 +297,7 @@ impl AsyncSession {
                 c
             }
         };
-        conn.run(cmds).await.map_err(|(f, drop)| {
+        conn.run(cmds, replay).await.map_err(|(f, drop)| {
             if drop {
                 self.forget();
             }
