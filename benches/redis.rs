@@ -105,14 +105,14 @@ fn main() {
             .unwrap();
         timed("bloomsled add (batched)", KEYS, &mut || {
             for chunk in keys.chunks(BATCH) {
-                f.add_many(chunk).unwrap();
+                f.insert_many(chunk).unwrap();
             }
         });
 
         // Counting: add every key, then remove every key (back to zero for the next round).
         timed("bloomsled counting add (batched)", KEYS, &mut || {
             for chunk in keys.chunks(BATCH) {
-                fc.add_many(chunk).unwrap();
+                fc.insert_many(chunk).unwrap();
             }
         });
         timed("bloomsled counting remove (batched)", KEYS, &mut || {
@@ -252,7 +252,7 @@ fn main() {
         );
         timed("bloomsled add (single key)", SINGLE, &mut || {
             for key in few {
-                f.add(key).unwrap();
+                f.insert(key).unwrap();
             }
         });
         timed("classic MULTI+SETBIT add (single key)", SINGLE, &mut || {
@@ -278,7 +278,7 @@ fn main() {
     let before = commands(&mut con);
     for key in &keys[..1_000] {
         f.contains(key).unwrap();
-        f.add(key).unwrap();
+        f.insert(key).unwrap();
     }
     let per_op = (commands(&mut con) - before - 1) as f64 / 2_000.0;
 

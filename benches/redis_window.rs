@@ -44,7 +44,7 @@ fn main() {
     let absent: Vec<Vec<u8>> = (0..n).map(|i| key("out", i)).collect();
 
     let single = SharedFilter::create(&ep, "single", &FilterConfig::new(n as u64)).unwrap();
-    single.add_many(&present).unwrap();
+    single.insert_many(&present).unwrap();
     let clock = ManualClock::starting_now();
     let day = Duration::from_secs(86_400);
     let window = SharedWindow::create(
@@ -64,7 +64,7 @@ fn main() {
         if g > 0 {
             clock.advance(day);
         }
-        window.add_many(chunk).unwrap();
+        window.insert_many(chunk).unwrap();
     }
     assert_eq!(window.stats().unwrap().live.len(), GENERATIONS as usize);
     println!(

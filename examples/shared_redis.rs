@@ -46,7 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let mine: Vec<String> = (start..start + urls / 2).map(url).collect();
                     let mut crawled = 0;
                     for batch in mine.chunks(500) {
-                        crawled += seen.add_many(batch)?.iter().filter(|&&new| new).count();
+                        crawled += seen.insert_many(batch)?.iter().filter(|&&new| new).count();
                     }
                     Ok(crawled as u64)
                 })
@@ -91,7 +91,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The counting variant: sessions come and go.
     let sessions = SharedFilter::create_counting(&redis, "example:sessions", &cfg)?;
     let tokens: Vec<String> = (0..1_000).map(|i| format!("token-{i}")).collect();
-    sessions.add_many(&tokens)?;
+    sessions.insert_many(&tokens)?;
     let removed = sessions.remove_many(&tokens[..500])?;
     let left = sessions.contains_many(&tokens)?;
     assert!(left[500..].iter().all(|&b| b));

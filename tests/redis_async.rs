@@ -39,17 +39,17 @@ async fn adds_lookups_and_batches_answer_and_tasks_share_one_handle() {
         .await
         .unwrap();
     let added = keys("in", 20_000);
-    let news = f.add_many(&added).await.unwrap();
+    let news = f.insert_many(&added).await.unwrap();
     assert_eq!(news.len(), added.len());
     assert!(news.iter().filter(|&&n| n).count() > 19_800);
     assert!(f.contains_many(&added).await.unwrap().iter().all(|&b| b));
     // Single-key paths agree with the batches.
     assert!(f.contains(&added[7]).await.unwrap());
     assert!(
-        !f.add(&added[7]).await.unwrap(),
+        !f.insert(&added[7]).await.unwrap(),
         "re-adding a key is not new"
     );
-    assert!(f.add(b"").await.unwrap() && f.contains(b"").await.unwrap());
+    assert!(f.insert(b"").await.unwrap() && f.contains(b"").await.unwrap());
     // Absent keys: mostly rejected, at about the rate the filter was sized for.
     let absent = keys("out", 20_000);
     let fp = f
@@ -61,7 +61,7 @@ async fn adds_lookups_and_batches_answer_and_tasks_share_one_handle() {
         .count();
     assert!(fp < 600, "{fp} false positives in 20,000 at 1%");
     assert!(f.contains_many::<&[u8]>(&[]).await.unwrap().is_empty());
-    assert!(f.add_many::<&[u8]>(&[]).await.unwrap().is_empty());
+    assert!(f.insert_many::<&[u8]>(&[]).await.unwrap().is_empty());
 
     // Eight tasks on one handle (one multiplexed connection), adding and looking up at
     // once: every key each added is found by all.
@@ -72,7 +72,7 @@ async fn adds_lookups_and_batches_answer_and_tasks_share_one_handle() {
         tasks.push(tokio::spawn(async move {
             let mine = keys(&format!("task{t}"), 2_000);
             for chunk in mine.chunks(100) {
-                f.add_many(chunk).await.unwrap();
+                f.insert_many(chunk).await.unwrap();
                 assert!(f.contains(&chunk[0]).await.unwrap());
             }
             mine
@@ -139,10 +139,10 @@ async fn a_sync_and_an_async_client_share_one_filter() {
     let by_async = keys("async", 5_000);
     let s2 = sync.clone();
     let k2 = by_sync.clone();
-    tokio::task::spawn_blocking(move || s2.add_many(&k2).unwrap())
+    tokio::task::spawn_blocking(move || s2.insert_many(&k2).unwrap())
         .await
         .unwrap();
-    asy.add_many(&by_async).await.unwrap();
+    asy.insert_many(&by_async).await.unwrap();
     // Each finds the other's keys, and sees them as not new.
     assert!(asy
         .contains_many(&by_sync)
@@ -150,10 +150,10 @@ async fn a_sync_and_an_async_client_share_one_filter() {
         .unwrap()
         .iter()
         .all(|&b| b));
-    assert!(asy.add_many(&by_sync).await.unwrap().iter().all(|&n| !n));
+    assert!(asy.insert_many(&by_sync).await.unwrap().iter().all(|&n| !n));
     let (s2, k2) = (sync.clone(), by_async.clone());
     let (found, news) = tokio::task::spawn_blocking(move || {
-        (s2.contains_many(&k2).unwrap(), s2.add_many(&k2).unwrap())
+        (s2.contains_many(&k2).unwrap(), s2.insert_many(&k2).unwrap())
     })
     .await
     .unwrap();
@@ -177,14 +177,14 @@ async fn a_sync_and_an_async_client_share_one_filter() {
     let (ep2, config2) = (ep.clone(), config.clone());
     let cs = tokio::task::spawn_blocking(move || {
         let cs = SharedFilter::create_counting(&ep2, "counted", &config2).unwrap();
-        cs.add(b"token").unwrap();
-        cs.add(b"token").unwrap();
+        cs.insert(b"token").unwrap();
+        cs.insert(b"token").unwrap();
         cs
     })
     .await
     .unwrap();
     assert_eq!(cs.epoch(), ca.epoch());
-    assert!(ca.add(b"other").await.unwrap());
+    assert!(ca.insert(b"other").await.unwrap());
     assert_eq!(ca.counts(b"token").await.unwrap()[0], 2);
     assert!(ca.remove(b"token").await.unwrap());
     let cs = Arc::new(cs);
@@ -217,16 +217,16 @@ async fn a_flushed_or_restarted_empty_server_is_an_error_never_absent() {
         .await
         .unwrap();
     let added = keys("k", 2_000);
-    f.add_many(&added).await.unwrap();
+    f.insert_many(&added).await.unwrap();
 
     redis::cmd("FLUSHALL").exec(&mut s.client()).unwrap();
     // Every operation meets the loss: lookups of added keys and absent ones, adds, batches.
     for k in [&added[0][..], b"never-added"] {
         assert!(matches!(f.contains(k).await, Err(e) if is_lost(&e)));
-        assert!(matches!(f.add(k).await, Err(e) if is_lost(&e)));
+        assert!(matches!(f.insert(k).await, Err(e) if is_lost(&e)));
     }
     assert!(matches!(f.contains_many(&added).await, Err(e) if is_lost(&e)));
-    assert!(matches!(f.add_many(&added).await, Err(e) if is_lost(&e)));
+    assert!(matches!(f.insert_many(&added).await, Err(e) if is_lost(&e)));
     assert!(matches!(
         AsyncSharedFilter::open(&ep, "lost").await,
         Err(Error::SharedFilterNotFound { .. })
@@ -237,7 +237,7 @@ async fn a_flushed_or_restarted_empty_server_is_an_error_never_absent() {
     let f = AsyncSharedFilter::create(&ep, "lost", &FilterConfig::new(5_000))
         .await
         .unwrap();
-    f.add_many(&added).await.unwrap();
+    f.insert_many(&added).await.unwrap();
     assert!(f.contains_many(&added).await.unwrap().iter().all(|&b| b));
     s.restart();
     assert!(matches!(f.contains(&added[1]).await, Err(e) if is_lost(&e)));
@@ -271,11 +271,11 @@ async fn a_cluster_filter_answers_from_every_master_and_reports_a_flushed_one() 
         assert!(held >= 4, "master {i} holds {held} keys");
     }
     let added = keys("in", 30_000);
-    f.add_many(&added).await.unwrap();
+    f.insert_many(&added).await.unwrap();
     assert!(f.contains_many(&added).await.unwrap().iter().all(|&b| b));
     for k in added.iter().step_by(997) {
         assert!(f.contains(k).await.unwrap());
-        assert!(!f.add(k).await.unwrap());
+        assert!(!f.insert(k).await.unwrap());
     }
     let absent = keys("out", 30_000);
     let fp = f
@@ -303,7 +303,7 @@ async fn a_cluster_filter_answers_from_every_master_and_reports_a_flushed_one() 
         .exec(&mut c.nodes[1].client())
         .unwrap();
     assert!(matches!(f.contains_many(&added).await, Err(e) if is_lost(&e)));
-    assert!(matches!(f.add_many(&added).await, Err(e) if is_lost(&e)));
+    assert!(matches!(f.insert_many(&added).await, Err(e) if is_lost(&e)));
 }
 
 /// A shard's slot migrating (`ASK`), then moved (`MOVED`), under the async filter: adds go
@@ -318,7 +318,7 @@ async fn async_adds_follow_ask_and_moved_while_a_shard_migrates() {
         .await
         .unwrap();
     let added = keys("m", 5_000);
-    f.add_many(&added).await.unwrap();
+    f.insert_many(&added).await.unwrap();
     let shard = f.shard_keys()[0].clone();
     let slot = c.nodes[0]
         .cli(&["cluster", "keyslot", &shard])
@@ -346,10 +346,10 @@ async fn async_adds_follow_ask_and_moved_while_a_shard_migrates() {
     // redis-rs's own ASK handling (an ASKING sent as a request of its own on a multiplexed
     // connection) fails batches of many concurrent lookups to a migrating slot.
     let late = keys("late", 500);
-    assert!(f.add_many(&late).await.unwrap().iter().all(|&b| b));
-    assert!(f.add(b"one more while migrating").await.unwrap());
+    assert!(f.insert_many(&late).await.unwrap().iter().all(|&b| b));
+    assert!(f.insert(b"one more while migrating").await.unwrap());
     for k in added.iter().step_by(50) {
-        assert!(!f.add(k).await.unwrap(), "an added key answered new");
+        assert!(!f.insert(k).await.unwrap(), "an added key answered new");
         assert!(f.contains(k).await.unwrap());
     }
     for n in &c.nodes {
@@ -357,11 +357,11 @@ async fn async_adds_follow_ask_and_moved_while_a_shard_migrates() {
     }
     c.wait_ok();
     // Moved: the old route answers MOVED.
-    assert!(f.add(b"one more after the move").await.unwrap());
+    assert!(f.insert(b"one more after the move").await.unwrap());
     for k in added.iter().step_by(50).chain(late.iter().step_by(10)) {
         assert!(f.contains(k).await.unwrap());
     }
-    assert!(!f.add(&late[0]).await.unwrap());
+    assert!(!f.insert(&late[0]).await.unwrap());
     assert_eq!(c.owner_of(slot.parse().unwrap()), to);
 }
 
@@ -379,7 +379,7 @@ async fn the_async_window_shares_a_window_with_the_sync_one_and_reports_its_loss
     assert_eq!((w.name(), w.generations()), ("recent", 3));
     let first = keys("first", 3_000);
     assert!(
-        w.add_many(&first)
+        w.insert_many(&first)
             .await
             .unwrap()
             .iter()
@@ -394,7 +394,7 @@ async fn the_async_window_shares_a_window_with_the_sync_one_and_reports_its_loss
     let (ep2, c2, k2) = (ep.clone(), clock.clone(), second.clone());
     let (epoch, sees_first) = tokio::task::spawn_blocking(move || {
         let sw = SharedWindow::open_with_clock(&ep2, "recent", Arc::new(c2)).unwrap();
-        sw.add_many(&k2).unwrap();
+        sw.insert_many(&k2).unwrap();
         let first = keys("first", 3_000);
         (sw.epoch(), sw.contains_many(&first).unwrap())
     })
@@ -403,7 +403,7 @@ async fn the_async_window_shares_a_window_with_the_sync_one_and_reports_its_loss
     assert_eq!(epoch, w.epoch());
     assert!(sees_first.iter().all(|&b| b));
     assert!(w.contains_many(&second).await.unwrap().iter().all(|&b| b));
-    assert!(w.contains(&second[0]).await.unwrap() && !w.add(&second[0]).await.unwrap());
+    assert!(w.contains(&second[0]).await.unwrap() && !w.insert(&second[0]).await.unwrap());
     assert_eq!(w.stats().await.unwrap().live.len(), 2);
     // Past the span, the first keys are forgotten.
     clock.advance(Duration::from_secs(45));
@@ -413,7 +413,7 @@ async fn the_async_window_shares_a_window_with_the_sync_one_and_reports_its_loss
     redis::cmd("FLUSHALL").exec(&mut s.client()).unwrap();
     assert!(matches!(w.contains(&second[0]).await, Err(e) if is_lost(&e)));
     assert!(matches!(w.contains_many(&second).await, Err(e) if is_lost(&e)));
-    assert!(matches!(w.add(b"k").await, Err(e) if is_lost(&e)));
+    assert!(matches!(w.insert(b"k").await, Err(e) if is_lost(&e)));
 }
 
 /// The async window on a 3-master cluster (straight after `--cluster create`), under a
@@ -440,7 +440,7 @@ async fn the_async_window_on_a_cluster_answers_across_rotations_and_reports_a_fl
             let w = w.clone();
             tokio::spawn(async move {
                 let mine = keys(&format!("t{t}"), 2_000);
-                let new = w.add_many(&mine).await.unwrap();
+                let new = w.insert_many(&mine).await.unwrap();
                 assert!(new.iter().filter(|&&n| n).count() > 1_990);
                 assert!(w.contains_many(&mine).await.unwrap().iter().all(|&b| b));
             })
@@ -455,7 +455,7 @@ async fn the_async_window_on_a_cluster_answers_across_rotations_and_reports_a_fl
     let (ep2, c2, k2) = (ep.clone(), clock.clone(), second.clone());
     let epoch = tokio::task::spawn_blocking(move || {
         let sw = SharedWindow::open_with_clock(&ep2, "cluster-recent", Arc::new(c2)).unwrap();
-        sw.add_many(&k2).unwrap();
+        sw.insert_many(&k2).unwrap();
         sw.epoch()
     })
     .await
@@ -487,7 +487,7 @@ async fn the_async_window_on_a_cluster_answers_across_rotations_and_reports_a_fl
         .exec(&mut c.nodes[1].client())
         .unwrap();
     assert!(matches!(w.contains_many(&second).await, Err(e) if is_lost(&e)));
-    assert!(matches!(w.add_many(&absent).await, Err(e) if is_lost(&e)));
+    assert!(matches!(w.insert_many(&absent).await, Err(e) if is_lost(&e)));
 }
 
 /// Counts the ticks of a 5 ms interval on the calling runtime while `call` is pending.
@@ -527,7 +527,7 @@ fn a_round_trip_to_a_slow_redis_leaves_the_runtime_ticking() {
         let f = AsyncSharedFilter::create(&ep, "slow", &FilterConfig::new(1_000))
             .await
             .unwrap();
-        f.add(b"k").await.unwrap();
+        f.insert(b"k").await.unwrap();
         let sync = SharedFilter::open(&ep, "slow").unwrap();
         let mut admin = s.client();
 
@@ -566,7 +566,7 @@ fn a_round_trip_to_a_slow_redis_leaves_the_runtime_ticking() {
         let w = AsyncSharedWindow::create(&ep, "slow-window", &config)
             .await
             .unwrap();
-        w.add(b"k").await.unwrap();
+        w.insert(b"k").await.unwrap();
         redis::cmd("CLIENT")
             .arg("PAUSE")
             .arg(500)

@@ -81,9 +81,9 @@ fn async_adds_in_flight_during_kills_are_new_or_unknown_never_present() {
                         (0..4).map(|j| key(t * 100_000_000 + i * 4 + j)).collect();
                     i += 1;
                     let r = if i % 2 == 0 {
-                        f.add_many(&batch).await
+                        f.insert_many(&batch).await
                     } else {
-                        f.add(&batch[0]).await.map(|b| vec![b])
+                        f.insert(&batch[0]).await.map(|b| vec![b])
                     };
                     match r {
                         Ok(a) => {
@@ -131,11 +131,11 @@ fn async_calls_made_while_redis_restarts_with_its_data_wait_and_answer() {
         ))
         .unwrap();
     let old: Vec<Vec<u8>> = (0..500).map(key).collect();
-    assert!(rt.block_on(f.add_many(&old)).unwrap().iter().all(|&b| b));
+    assert!(rt.block_on(f.insert_many(&old)).unwrap().iter().all(|&b| b));
 
     // An add of a new key made while the server is down waits, then says "new".
     let new = key(1_000_000);
-    let added = while_down(&rt, &mut s, Duration::from_secs(1), f.add(&new));
+    let added = while_down(&rt, &mut s, Duration::from_secs(1), f.insert(&new));
     assert!(added.unwrap(), "a new key added across a restart is new");
     // Lookups across a restart: old keys present, not "absent", not an error.
     let found = while_down(&rt, &mut s, Duration::from_secs(1), f.contains_many(&old));
@@ -145,12 +145,17 @@ fn async_calls_made_while_redis_restarts_with_its_data_wait_and_answer() {
     // one command did not run: it is sent again and answers exactly.
     let fresh = key(2_000_000);
     let keys3 = [&old[7][..], &new[..], &fresh[..]];
-    let again = while_down(&rt, &mut s, Duration::from_millis(1500), f.add_many(&keys3));
+    let again = while_down(
+        &rt,
+        &mut s,
+        Duration::from_millis(1500),
+        f.insert_many(&keys3),
+    );
     assert_eq!(again.unwrap(), vec![false, false, true]);
     // The same with only known keys: the lookup cannot tell whether it ran, so the answer
     // is unknown, not a guess.
     let keys2 = [&old[8][..], &new[..]];
-    let again = while_down(&rt, &mut s, Duration::from_secs(1), f.add_many(&keys2));
+    let again = while_down(&rt, &mut s, Duration::from_secs(1), f.insert_many(&keys2));
     assert!(
         matches!(again, Err(Error::RedisOutcomeUnknown { .. })),
         "{again:?}"
@@ -161,7 +166,7 @@ fn async_calls_made_while_redis_restarts_with_its_data_wait_and_answer() {
     let keys2 = [&old[9][..], &new[..]];
     let again = while_down(&rt, &mut s, Duration::from_secs(1), async {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        f.add_many(&keys2).await
+        f.insert_many(&keys2).await
     });
     assert_eq!(again.unwrap(), vec![false, false]);
 
@@ -173,8 +178,8 @@ fn async_calls_made_while_redis_restarts_with_its_data_wait_and_answer() {
             &SharedWindowConfig::new(Duration::from_secs(3600), 4, FilterConfig::new(10_000)),
         ))
         .unwrap();
-    assert!(rt.block_on(w.add(b"w1")).unwrap());
-    let r = while_down(&rt, &mut s, Duration::from_secs(1), w.add(b"w2"));
+    assert!(rt.block_on(w.insert(b"w1")).unwrap());
+    let r = while_down(&rt, &mut s, Duration::from_secs(1), w.insert(b"w2"));
     assert!(r.unwrap());
     let r = while_down(
         &rt,
@@ -207,7 +212,7 @@ fn an_async_call_past_the_retry_window_is_an_error_never_an_answer() {
             &FilterConfig::new(10_000),
         ))
         .unwrap();
-    rt.block_on(f.add(b"present")).unwrap();
+    rt.block_on(f.insert(b"present")).unwrap();
     let w = rt
         .block_on(AsyncSharedWindow::create(
             &ep,
@@ -215,17 +220,17 @@ fn an_async_call_past_the_retry_window_is_an_error_never_an_answer() {
             &SharedWindowConfig::new(Duration::from_secs(3600), 4, FilterConfig::new(10_000)),
         ))
         .unwrap();
-    rt.block_on(w.add(b"present")).unwrap();
+    rt.block_on(w.insert(b"present")).unwrap();
     s.kill();
     let started = std::time::Instant::now();
     let answers = rt.block_on(async {
         vec![
             f.contains(b"present").await,
             f.contains(b"absent").await,
-            f.add(b"new").await,
-            f.add(b"present").await,
+            f.insert(b"new").await,
+            f.insert(b"present").await,
             w.contains(b"present").await,
-            w.add(b"new").await,
+            w.insert(b"new").await,
         ]
     });
     for r in &answers {
@@ -245,7 +250,7 @@ fn an_async_call_past_the_retry_window_is_an_error_never_an_answer() {
     // Back with its data: the handles answer again.
     s.start_again();
     assert!(rt.block_on(f.contains(b"present")).unwrap());
-    assert!(rt.block_on(f.add(b"new")).unwrap());
+    assert!(rt.block_on(f.insert(b"new")).unwrap());
     assert!(rt.block_on(w.contains(b"present")).unwrap());
 }
 
@@ -262,14 +267,14 @@ fn an_async_filter_on_a_redis_restarted_empty_is_lost_even_within_the_window() {
             &FilterConfig::new(10_000),
         ))
         .unwrap();
-    rt.block_on(f.add_many(&[&b"a"[..], b"b"])).unwrap();
+    rt.block_on(f.insert_many(&[&b"a"[..], b"b"])).unwrap();
     // No persistence: the server comes back empty.
     s.restart();
     let r = rt.block_on(f.contains(b"a"));
     assert!(lost(&r), "{r:?}");
-    let r = rt.block_on(f.add(b"c"));
+    let r = rt.block_on(f.insert(b"c"));
     assert!(lost(&r), "{r:?}");
-    let r = rt.block_on(f.add_many(&[&b"a"[..], b"d"]));
+    let r = rt.block_on(f.insert_many(&[&b"a"[..], b"d"]));
     assert!(lost(&r), "{r:?}");
 }
 
@@ -304,9 +309,9 @@ fn an_add_whose_reply_was_lost_is_never_answered_present_by_a_replay() {
     {
         relay.lose_next_reply();
         let r = if i == 0 {
-            rt.block_on(f.add(k))
+            rt.block_on(f.insert(k))
         } else {
-            rt.block_on(f.add_many(&[k])).map(|v| v[0])
+            rt.block_on(f.insert_many(&[k])).map(|v| v[0])
         };
         assert!(
             matches!(r, Err(Error::RedisOutcomeUnknown { .. })),
@@ -315,9 +320,9 @@ fn an_add_whose_reply_was_lost_is_never_answered_present_by_a_replay() {
         assert!(rt.block_on(f.contains(k)).unwrap(), "the add did run");
     }
     relay.lose_next_reply();
-    let r = sync.add(b"sync-new");
+    let r = sync.insert(b"sync-new");
     assert!(matches!(r, Err(Error::RedisOutcomeUnknown { .. })), "{r:?}");
     // The handles work on after the cut, and a new key is new.
-    assert!(rt.block_on(f.add(b"after")).unwrap());
-    assert!(sync.add(b"after-sync").unwrap());
+    assert!(rt.block_on(f.insert(b"after")).unwrap());
+    assert!(sync.insert(b"after-sync").unwrap());
 }

@@ -169,7 +169,7 @@ fn bloomsled_and_the_php_class_agree_bit_for_bit() {
         // distinct offsets, so they are equal.)
         php.run(&php_bucket, list, "add", &a);
         let ours = ClassicFilter::open(&ep, &our_bucket, list).unwrap();
-        ours.add_many(&a).unwrap();
+        ours.insert_many(&a).unwrap();
         let distinct: std::collections::HashSet<u64> = a
             .iter()
             .flat_map(|k| bloomsled::hash::classic::offsets(k, list))
@@ -183,7 +183,7 @@ fn bloomsled_and_the_php_class_agree_bit_for_bit() {
         assert!(f.contains_many(&a).unwrap().iter().all(|&x| x), "{list:?}");
         redis::cmd("DEL").arg(&our_bucket).exec(&mut c).unwrap();
         // bloomsled adds -> PHP finds all.
-        f.add_many(&b).unwrap();
+        f.insert_many(&b).unwrap();
         assert!(
             php.exists(&php_bucket, list, &b).iter().all(|&x| x),
             "{list:?}"
@@ -213,8 +213,8 @@ fn a_missing_bucket_is_an_error_not_absent() {
         f.contains(b"x"),
         Err(Error::SharedFilterNotFound { .. })
     ));
-    assert!(f.add(b"x").unwrap());
-    assert!(!f.add(b"x").unwrap());
+    assert!(f.insert(b"x").unwrap());
+    assert!(!f.insert(b"x").unwrap());
     assert!(f.contains(b"x").unwrap());
     redis::cmd("FLUSHALL").exec(&mut s.client()).unwrap();
     assert!(matches!(

@@ -39,7 +39,7 @@ fn a_cluster_filter_spreads_over_every_master_and_has_no_false_negatives() {
         assert!(held >= 4, "master {i} holds {held} keys");
     }
     let added = keys("in", 30_000);
-    f.add_many(&added).unwrap();
+    f.insert_many(&added).unwrap();
     assert!(f.contains_many(&added).unwrap().iter().all(|&b| b));
     for k in added.iter().step_by(97) {
         assert!(f.contains(k).unwrap());
@@ -72,7 +72,7 @@ fn answers_survive_a_slot_migration_through_ask_and_moved() {
     let ep = Endpoint::cluster(c.urls());
     let f = SharedFilter::create(&ep, "moving", &FilterConfig::new(10_000)).unwrap();
     let added = keys("m", 10_000);
-    f.add_many(&added).unwrap();
+    f.insert_many(&added).unwrap();
     let shard = f.shard_keys()[0].clone();
     let slot = slot_of(&c, &shard);
     let from = c.owner_of(slot);
@@ -111,15 +111,15 @@ fn answers_survive_a_slot_migration_through_ask_and_moved() {
     // cluster pipeline does not keep. Their answers are then unknown, an error, never the
     // "present" a blind replay would give. Adding the keys again is safe, and answers:
     // after such a loss the connection sends adds one command at a time for a while.
-    match f.add_many(&late) {
+    match f.insert_many(&late) {
         Ok(new) => assert!(new.iter().all(|&b| b)),
         Err(Error::RedisOutcomeUnknown { .. }) => {
-            f.add_many(&late).unwrap();
+            f.insert_many(&late).unwrap();
         }
         Err(e) => panic!("{e}"),
     }
     // A one-key add is one command: redirected, it is run once, and answers exactly.
-    assert!(f.add(b"one more while migrating").unwrap());
+    assert!(f.insert(b"one more while migrating").unwrap());
     for k in late.iter().take(50) {
         assert!(f.contains(k).unwrap());
     }
@@ -130,7 +130,7 @@ fn answers_survive_a_slot_migration_through_ask_and_moved() {
     c.wait_ok();
     assert!(f.contains_many(&added).unwrap().iter().all(|&b| b));
     assert!(f.contains_many(&late).unwrap().iter().all(|&b| b));
-    assert!(!f.add(&late[0]).unwrap());
+    assert!(!f.insert(&late[0]).unwrap());
     assert_eq!(c.owner_of(slot), to);
 }
 
@@ -158,11 +158,11 @@ fn adds_after_pauses_keep_their_cluster_connections() {
     let c = Cluster::start(3);
     let ep = Endpoint::cluster(c.urls());
     let f = SharedFilter::create(&ep, "idle", &FilterConfig::new(5_000)).unwrap();
-    assert!(f.add(b"warm").unwrap());
+    assert!(f.insert(b"warm").unwrap());
     let before = accepted(&c);
     for i in 0..3 {
         std::thread::sleep(Duration::from_millis(150));
-        assert!(f.add(format!("after a pause {i}").as_bytes()).unwrap());
+        assert!(f.insert(format!("after a pause {i}").as_bytes()).unwrap());
     }
     // One connection per master: the `redis-cli` that reads the count.
     let opened = accepted(&c) - before - c.nodes.len() as u64;
@@ -176,7 +176,7 @@ fn a_killed_master_makes_its_shards_err_never_absent() {
     let ep = Endpoint::cluster(c.urls()).io_timeout(std::time::Duration::from_secs(2));
     let f = SharedFilter::create(&ep, "dying", &FilterConfig::new(5_000)).unwrap();
     let added = keys("d", 5_000);
-    f.add_many(&added).unwrap();
+    f.insert_many(&added).unwrap();
     c.nodes[1].kill();
     match f.contains_many(&added) {
         Ok(v) => panic!("a batch touching a dead master answered: {} maybe", v.len()),
@@ -202,7 +202,7 @@ fn a_failover_to_an_empty_replica_is_an_error_never_absent() {
     let ep = Endpoint::cluster(c.urls()).io_timeout(Duration::from_secs(2));
     let f = SharedFilter::create(&ep, "failover", &FilterConfig::new(5_000)).unwrap();
     let added = keys("f", 5_000);
-    f.add_many(&added).unwrap();
+    f.insert_many(&added).unwrap();
     // Master 1 gets a replica that never receives its data, then dies; the replica takes
     // its slots over (CLUSTER FAILOVER TAKEOVER): those slots are now served, empty.
     let r = c.add_empty_replica(1);
@@ -264,7 +264,7 @@ fn a_failover_to_an_empty_replica_is_an_error_never_absent() {
         Err(e) => assert!(matches!(e, Error::SharedFilterLost { .. }), "{e}"),
     }
     assert!(matches!(
-        f.add_many(&added),
+        f.insert_many(&added),
         Err(Error::SharedFilterLost { .. })
     ));
 }
@@ -280,7 +280,7 @@ fn a_counting_filter_spreads_over_the_masters_and_removes_exactly() {
         assert!(held >= 4, "master {i} holds {held} keys");
     }
     let added = keys("c", 20_000);
-    f.add_many(&added).unwrap();
+    f.insert_many(&added).unwrap();
     let (gone, kept) = added.split_at(10_000);
     assert!(f.remove_many(gone).unwrap().iter().all(|&r| r));
     assert!(f.contains_many(kept).unwrap().iter().all(|&b| b));

@@ -73,20 +73,20 @@ fn a_cluster_add_whose_reply_was_lost_is_unknown_never_present() {
     let config = FilterConfig::new(10_000);
     let f = SharedFilter::create(&ep, "lost", &config).unwrap();
     c.lose_next_reply();
-    unknown(&c, "add", f.add(b"new-1"));
+    unknown(&c, "add", f.insert(b"new-1"));
     assert!(f.contains(b"new-1").unwrap(), "the add did run");
     let batch: Vec<Vec<u8>> = (0..40).map(|i| format!("batch-{i}").into_bytes()).collect();
     c.lose_next_reply();
-    unknown(&c, "add_many", f.add_many(&batch));
+    unknown(&c, "add_many", f.insert_many(&batch));
     c.lose_next_reply();
-    unknown(&c, "add_exact", f.add_exact(b"exact-1"));
+    unknown(&c, "add_exact", f.insert_exact(b"exact-1"));
     assert!(
-        !f.add_exact(b"exact-1").unwrap(),
+        !f.insert_exact(b"exact-1").unwrap(),
         "recorded by the lost add"
     );
     let counting = SharedFilter::create_with(&ep, "lost-c", &config, &one_shard(true)).unwrap();
     c.lose_next_reply();
-    unknown(&c, "counting add", counting.add(b"counted"));
+    unknown(&c, "counting add", counting.insert(b"counted"));
     assert_eq!(counting.counts(b"counted").unwrap().iter().max(), Some(&1));
     let w = SharedWindow::create(
         &ep,
@@ -95,14 +95,14 @@ fn a_cluster_add_whose_reply_was_lost_is_unknown_never_present() {
     )
     .unwrap();
     // The first add makes the generation (its own round trips); the second is the add.
-    assert!(w.add(b"first").unwrap());
+    assert!(w.insert(b"first").unwrap());
     c.lose_next_reply();
-    unknown(&c, "window add", w.add(b"windowed"));
+    unknown(&c, "window add", w.insert(b"windowed"));
     assert!(w.contains(b"windowed").unwrap());
     // The handles work on after the cuts, and a new key is new.
-    assert!(f.add(b"after").unwrap());
-    assert!(counting.add(b"after").unwrap());
-    assert!(w.add(b"after").unwrap());
+    assert!(f.insert(b"after").unwrap());
+    assert!(counting.insert(b"after").unwrap());
+    assert!(w.insert(b"after").unwrap());
 }
 
 /// Bits set in a shard key (on whichever master holds it).
@@ -129,7 +129,7 @@ fn one_key_per_shard(c: &RelayedCluster, config: &FilterConfig) -> [Vec<u8>; 2] 
     for i in 0.. {
         let k = format!("candidate-{i}").into_bytes();
         let before = bits(&c.cluster, &shards[0]);
-        probe.add(&k).unwrap();
+        probe.insert(&k).unwrap();
         let s = usize::from(bits(&c.cluster, &shards[0]) == before);
         found[s].get_or_insert(k);
         if let [Some(a), Some(b)] = &found {
@@ -160,17 +160,17 @@ fn a_redirected_cluster_add_whose_reply_was_lost_is_unknown_never_present() {
     let config = FilterConfig::new(10_000);
     let [moving, staying] = one_key_per_shard(&c, &config);
     let f = SharedFilter::create_with(&ep, "moved", &config, &two_shards()).unwrap();
-    assert!(f.add(b"before").unwrap());
+    assert!(f.insert(b"before").unwrap());
     let shards = f.shard_keys();
     let slot = |k: &str| c.cluster.nodes[0].cli(&["cluster", "keyslot", k]);
     assert_ne!(slot(&shards[0]), slot(&shards[1]));
     move_slot_of(&c.cluster, &shards[0]);
     assert!(!f.contains(&staying).unwrap());
     c.lose_next_reply();
-    unknown(&c, "redirected add", f.add(&moving));
+    unknown(&c, "redirected add", f.insert(&moving));
     assert!(f.contains(&moving).unwrap(), "the add did run");
-    assert!(f.add(b"after").unwrap());
-    assert!(!f.add(b"before").unwrap());
+    assert!(f.insert(b"after").unwrap());
+    assert!(!f.insert(b"before").unwrap());
 }
 
 #[cfg(feature = "tokio")]
@@ -197,14 +197,14 @@ mod tokio_filter {
             .block_on(AsyncSharedFilter::create(&ep, "lost-a", &config))
             .unwrap();
         c.lose_next_reply();
-        unknown(&c, "async add", rt.block_on(f.add(b"new-1")));
+        unknown(&c, "async add", rt.block_on(f.insert(b"new-1")));
         assert!(
             rt.block_on(f.contains(b"new-1")).unwrap(),
             "the add did run"
         );
         let batch: Vec<Vec<u8>> = (0..40).map(|i| format!("batch-{i}").into_bytes()).collect();
         c.lose_next_reply();
-        unknown(&c, "async add_many", rt.block_on(f.add_many(&batch)));
+        unknown(&c, "async add_many", rt.block_on(f.insert_many(&batch)));
         let counting = rt
             .block_on(AsyncSharedFilter::create_with(
                 &ep,
@@ -217,7 +217,7 @@ mod tokio_filter {
         unknown(
             &c,
             "async counting add",
-            rt.block_on(counting.add(b"counted")),
+            rt.block_on(counting.insert(b"counted")),
         );
         let counts = rt.block_on(counting.counts(b"counted")).unwrap();
         assert_eq!(counts.iter().max(), Some(&1), "counted once");
@@ -228,12 +228,12 @@ mod tokio_filter {
                 &SharedWindowConfig::new(Duration::from_secs(3600), 4, config.clone()),
             ))
             .unwrap();
-        assert!(rt.block_on(w.add(b"first")).unwrap());
+        assert!(rt.block_on(w.insert(b"first")).unwrap());
         c.lose_next_reply();
-        unknown(&c, "async window add", rt.block_on(w.add(b"windowed")));
-        assert!(rt.block_on(f.add(b"after")).unwrap());
-        assert!(rt.block_on(counting.add(b"after")).unwrap());
-        assert!(rt.block_on(w.add(b"after")).unwrap());
+        unknown(&c, "async window add", rt.block_on(w.insert(b"windowed")));
+        assert!(rt.block_on(f.insert(b"after")).unwrap());
+        assert!(rt.block_on(counting.insert(b"after")).unwrap());
+        assert!(rt.block_on(w.insert(b"after")).unwrap());
     }
 
     #[test]
@@ -250,12 +250,16 @@ mod tokio_filter {
                 &one_shard(false),
             ))
             .unwrap();
-        assert!(rt.block_on(f.add(b"before")).unwrap());
+        assert!(rt.block_on(f.insert(b"before")).unwrap());
         move_slot_of(&c.cluster, &f.shard_keys()[0]);
         c.lose_next_reply();
-        unknown(&c, "async redirected add", rt.block_on(f.add(b"moved-new")));
+        unknown(
+            &c,
+            "async redirected add",
+            rt.block_on(f.insert(b"moved-new")),
+        );
         assert!(rt.block_on(f.contains(b"moved-new")).unwrap());
-        assert!(rt.block_on(f.add(b"after")).unwrap());
-        assert!(!rt.block_on(f.add(b"before")).unwrap());
+        assert!(rt.block_on(f.insert(b"after")).unwrap());
+        assert!(!rt.block_on(f.insert(b"before")).unwrap());
     }
 }

@@ -49,11 +49,11 @@ fn removes_are_exact_and_the_counters_match_a_local_counting_filter() {
     let local = local_twin(&f, &cfg);
 
     let all = keys("k", 10_000);
-    let news = f.add_many(&all).unwrap();
+    let news = f.insert_many(&all).unwrap();
     assert!(news.iter().filter(|&&n| n).count() > 9_800);
     // Some keys twice: their counters go to 2 (or more), and re-adding is not new.
     let twice = &all[..1_000];
-    assert!(f.add_many(twice).unwrap().iter().all(|&n| !n));
+    assert!(f.insert_many(twice).unwrap().iter().all(|&n| !n));
     for k in all.iter().chain(twice) {
         local.insert(k);
     }
@@ -109,7 +109,7 @@ fn removing_an_absent_key_changes_nothing_and_saturated_counters_stick() {
     let s = Server::start();
     let ep = Endpoint::url(s.url());
     let f = SharedFilter::create_counting(&ep, "c", &FilterConfig::new(1_000)).unwrap();
-    f.add_many(&keys("in", 500)).unwrap();
+    f.insert_many(&keys("in", 500)).unwrap();
     let before = f.pull_counting().unwrap();
     // Keys never added: those the filter rejects are refused, and nothing moves.
     let strangers: Vec<Vec<u8>> = keys("out", 2_000)
@@ -127,7 +127,7 @@ fn removing_an_absent_key_changes_nothing_and_saturated_counters_stick() {
     // Twenty adds of one key: its counters stick at 15, and twenty removes keep it.
     let hot = b"hot key";
     for _ in 0..20 {
-        f.add(hot).unwrap();
+        f.insert(hot).unwrap();
     }
     assert!(f.counts(hot).unwrap().iter().all(|&c| c == 15));
     for _ in 0..20 {
@@ -161,14 +161,14 @@ fn concurrent_adders_and_removers_leave_no_false_negative() {
                 let f = SharedFilter::open(&ep, "busy").unwrap();
                 let mine = keys(&format!("t{t}"), 8_000);
                 for chunk in mine.chunks(500) {
-                    f.add_many(chunk).unwrap();
+                    f.insert_many(chunk).unwrap();
                 }
                 let out: Vec<Vec<u8>> = mine.iter().step_by(3).cloned().collect();
                 for chunk in out.chunks(300) {
                     assert!(f.remove_many(chunk).unwrap().iter().all(|&r| r));
                 }
                 let back: Vec<Vec<u8>> = out.iter().step_by(2).cloned().collect();
-                f.add_many(&back).unwrap();
+                f.insert_many(&back).unwrap();
                 let gone: HashSet<Vec<u8>> = out.into_iter().collect();
                 let back: HashSet<Vec<u8>> = back.into_iter().collect();
                 mine.into_iter()
@@ -199,7 +199,7 @@ fn a_lost_counting_filter_is_an_error_for_every_operation() {
     let ep = Endpoint::url(s.url());
     let f = SharedFilter::create_counting(&ep, "lost", &FilterConfig::new(1_000)).unwrap();
     let ks = keys("k", 200);
-    f.add_many(&ks).unwrap();
+    f.insert_many(&ks).unwrap();
     let mut con = s.client();
     redis::cmd("FLUSHALL").query::<()>(&mut con).unwrap();
     let lost = |r: Result<Vec<bool>, Error>| {
@@ -210,7 +210,7 @@ fn a_lost_counting_filter_is_an_error_for_every_operation() {
     };
     lost(f.contains_many(&ks));
     lost(f.remove_many(&ks));
-    lost(f.add_many(&ks));
+    lost(f.insert_many(&ks));
     // The add above recreated nothing usable: still lost, never "absent".
     lost(f.contains_many(&ks));
     assert!(f.pull_counting().is_err() && f.stats().is_err());
@@ -267,7 +267,7 @@ fn counting_and_plain_are_different_shapes_and_misuse_is_a_typed_error() {
     )
     .unwrap();
     assert_eq!(three.shape().shards, 3);
-    three.add_many(&keys("a", 300)).unwrap();
+    three.insert_many(&keys("a", 300)).unwrap();
     assert!(three
         .contains_many(&keys("a", 300))
         .unwrap()
@@ -363,8 +363,8 @@ fn a_remove_replayed_after_a_lost_reply_is_applied_once() {
     )
     .unwrap();
     let twice = keys("twice", 100);
-    f.add_many(&twice).unwrap();
-    f.add_many(&twice).unwrap();
+    f.insert_many(&twice).unwrap();
+    f.insert_many(&twice).unwrap();
     let before: Vec<u8> = twice.iter().map(|k| f.counts(k).unwrap()[0]).collect();
     assert!(before.iter().all(|&c| c >= 2));
 

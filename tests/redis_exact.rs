@@ -1,4 +1,4 @@
-//! The shared filter's exact record (`SharedFilter::add_exact`): no false positives even
+//! The shared filter's exact record (`SharedFilter::insert_exact`): no false positives even
 //! from a filter far too small, one "new" per key among racing clients, compact listpack
 //! buckets, the filter's loss still detected, and the same on a Redis Cluster.
 #![cfg(feature = "redis")]
@@ -41,7 +41,7 @@ fn a_tiny_filter_with_its_exact_record_has_no_false_positives() {
     let config = FilterConfig::new(2_000).false_positive_rate(0.3);
     let f = SharedFilter::create(&ep, "tiny", &config).unwrap();
     let fps = fingerprints(1, 20_000);
-    let first = f.add_exact_many(&fps).unwrap();
+    let first = f.insert_exact_many(&fps).unwrap();
     assert!(first.iter().all(|&b| b), "a new key was called present");
     // The Bloom filter alone calls many of them present: the exact record is what saves
     // them.
@@ -53,19 +53,19 @@ fn a_tiny_filter_with_its_exact_record_has_no_false_positives() {
         .filter(|&&b| b)
         .count();
     assert!(bloom_fp > 10_000, "only {bloom_fp} Bloom false positives");
-    let new_again = f.add_exact_many(&others).unwrap();
+    let new_again = f.insert_exact_many(&others).unwrap();
     assert!(new_again.iter().all(|&b| b));
     // Known keys are present, one by one and in a batch (a repeat in one batch is new once).
-    assert!(!f.add_exact(&fps[17]).unwrap());
+    assert!(!f.insert_exact(&fps[17]).unwrap());
     assert_eq!(
-        f.add_exact_many(&[&fps[3][..], &[9u8; 20], &[9u8; 20]])
+        f.insert_exact_many(&[&fps[3][..], &[9u8; 20], &[9u8; 20]])
             .unwrap(),
         vec![false, true, false]
     );
-    assert!(f.add_exact_many(&fps).unwrap().iter().all(|&b| !b));
+    assert!(f.insert_exact_many(&fps).unwrap().iter().all(|&b| !b));
     // Up to its capacity, the record is in small hashes Redis stores as listpacks.
     let sized = SharedFilter::create(&ep, "sized", &FilterConfig::new(20_000)).unwrap();
-    assert!(sized.add_exact_many(&fps).unwrap().iter().all(|&b| b));
+    assert!(sized.insert_exact_many(&fps).unwrap().iter().all(|&b| b));
     let mut con = s.client();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("bloomsled:{sized:*:x*")
@@ -83,7 +83,7 @@ fn a_tiny_filter_with_its_exact_record_has_no_false_positives() {
     // Short keys cannot be placed in a bucket: an error, not a guess.
     let big = SharedFilter::create(&ep, "big", &FilterConfig::new(1_000_000)).unwrap();
     assert!(matches!(
-        big.add_exact(b"ab"),
+        big.insert_exact(b"ab"),
         Err(Error::InvalidConfig { .. })
     ));
 }
@@ -107,7 +107,7 @@ fn racing_clients_get_one_new_per_key() {
                     }
                     let mut out = Vec::new();
                     for chunk in mine.chunks(7) {
-                        out.extend(f.add_exact_many(chunk).unwrap());
+                        out.extend(f.insert_exact_many(chunk).unwrap());
                     }
                     if t % 2 == 1 {
                         out.reverse();
@@ -131,22 +131,22 @@ fn a_restart_without_data_is_still_a_lost_filter() {
     let ep = Endpoint::url(s.url());
     let f = SharedFilter::create(&ep, "lost", &FilterConfig::new(10_000)).unwrap();
     let fps = fingerprints(4, 100);
-    f.add_exact_many(&fps).unwrap();
+    f.insert_exact_many(&fps).unwrap();
     s.restart(); // kill -9, start empty
-    let r = f.add_exact(&fps[0]);
+    let r = f.insert_exact(&fps[0]);
     assert!(matches!(r, Err(Error::SharedFilterLost { .. })), "{r:?}");
     // A filter created again under the same name does not read the old record.
     let s2 = Server::start();
     let ep2 = Endpoint::url(s2.url());
     let a = SharedFilter::create(&ep2, "again", &FilterConfig::new(10_000)).unwrap();
-    assert!(a.add_exact(&fps[0]).unwrap());
+    assert!(a.insert_exact(&fps[0]).unwrap());
     a.destroy().unwrap();
     // Destroyed with its record: nothing is left in Redis.
     let left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut s2.client()).unwrap();
     assert!(left.is_empty(), "{left:?}");
     let b = SharedFilter::create(&ep2, "again", &FilterConfig::new(10_000)).unwrap();
     assert!(
-        b.add_exact(&fps[0]).unwrap(),
+        b.insert_exact(&fps[0]).unwrap(),
         "the old incarnation's record was read"
     );
 }
@@ -159,9 +159,9 @@ fn the_exact_record_works_on_a_cluster() {
     let config = FilterConfig::new(3_000).false_positive_rate(0.3);
     let f = SharedFilter::create(&ep, "exact", &config).unwrap();
     let fps = fingerprints(5, 9_000);
-    assert!(f.add_exact_many(&fps).unwrap().iter().all(|&b| b));
-    assert!(f.add_exact_many(&fps).unwrap().iter().all(|&b| !b));
-    assert!(!f.add_exact(&fps[5]).unwrap());
+    assert!(f.insert_exact_many(&fps).unwrap().iter().all(|&b| b));
+    assert!(f.insert_exact_many(&fps).unwrap().iter().all(|&b| !b));
+    assert!(!f.insert_exact(&fps[5]).unwrap());
     // The buckets spread over every master.
     for (i, n) in c.nodes.iter().enumerate() {
         let held = n.cli(&["dbsize"]).trim().parse::<u64>().unwrap();

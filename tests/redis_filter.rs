@@ -30,16 +30,19 @@ fn added_keys_are_found_and_absent_ones_mostly_rejected() {
     )
     .unwrap();
     let added = keys("in", 20_000);
-    let news = f.add_many(&added).unwrap();
+    let news = f.insert_many(&added).unwrap();
     assert!(news.iter().filter(|&&n| n).count() > 19_800);
     assert!(f.contains_many(&added).unwrap().iter().all(|&b| b));
     // Single-key paths agree.
     assert!(f.contains(&added[7]).unwrap());
-    assert!(!f.add(&added[7]).unwrap(), "re-adding a key is not new");
-    assert!(f.add(b"").unwrap() && f.contains(b"").unwrap(), "empty key");
+    assert!(!f.insert(&added[7]).unwrap(), "re-adding a key is not new");
+    assert!(
+        f.insert(b"").unwrap() && f.contains(b"").unwrap(),
+        "empty key"
+    );
     let huge = vec![0xa5u8; 1 << 20];
     assert!(
-        f.add(&huge).unwrap() && f.contains(&huge).unwrap(),
+        f.insert(&huge).unwrap() && f.contains(&huge).unwrap(),
         "1 MiB key"
     );
     // Measured FPR near the 1% target (blocked model: within a generous band).
@@ -71,7 +74,7 @@ fn push_and_pull_are_byte_copies_of_the_local_filter() {
     assert_eq!(shared.shard_keys().len(), 7);
     // Keys added remotely appear in the pulled filter, bit for bit as a local add sets them.
     let remote = keys("remote", 3_000);
-    shared.add_many(&remote).unwrap();
+    shared.insert_many(&remote).unwrap();
     let local = cfg.build().unwrap();
     local.insert_many(&remote);
     let pulled = shared.pull().unwrap();
@@ -223,7 +226,7 @@ fn a_foreign_or_wrong_type_config_key_is_an_error() {
         .exec(&mut c)
         .unwrap();
     assert!(matches!(f.contains(b"k"), Err(Error::Redis(_))));
-    assert!(matches!(f.add(b"k"), Err(Error::Redis(_))));
+    assert!(matches!(f.insert(b"k"), Err(Error::Redis(_))));
 }
 
 #[test]

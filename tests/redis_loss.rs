@@ -22,7 +22,7 @@ fn filled(s: &Server, name: &str) -> (SharedFilter, Vec<Vec<u8>>) {
     let f =
         SharedFilter::create(&Endpoint::url(s.url()), name, &FilterConfig::new(N as u64)).unwrap();
     let k = keys(N);
-    f.add_many(&k).unwrap();
+    f.insert_many(&k).unwrap();
     assert!(f.contains_many(&k).unwrap().iter().all(|&b| b));
     (f, k)
 }
@@ -58,8 +58,8 @@ fn is_lost(e: &Error) -> bool {
 /// Every operation of the handle errs: lookups, adds, batches, stats, pull.
 fn all_lost(f: &SharedFilter, keys: &[Vec<u8>]) {
     assert_eq!(never_absent(f, keys), keys.len());
-    assert!(is_lost(&f.add(b"new key").unwrap_err()));
-    assert!(is_lost(&f.add_many(&keys[..10]).unwrap_err()));
+    assert!(is_lost(&f.insert(b"new key").unwrap_err()));
+    assert!(is_lost(&f.insert_many(&keys[..10]).unwrap_err()));
     assert!(is_lost(&f.stats().unwrap_err()));
     assert!(is_lost(&f.pull().unwrap_err()));
     // The adds above wrote bits into emptied keys: still no answer, still lost.
@@ -165,7 +165,7 @@ fn a_deleted_config_stops_new_opens_and_a_recreate_stops_old_handles() {
     let msg = f.contains(&k[0]).unwrap_err().to_string();
     assert!(msg.contains("created again"), "{msg}");
     // The new incarnation is a fresh, working filter.
-    assert!(g.add(b"x").unwrap() && g.contains(b"x").unwrap());
+    assert!(g.insert(b"x").unwrap() && g.contains(b"x").unwrap());
 }
 
 #[test]
@@ -193,7 +193,7 @@ fn with_appendfsync_always_every_acknowledged_add_survives_kill_9() {
         .map(|i| format!("single-{i}").into_bytes())
         .collect();
     for key in &more {
-        f.add(key).unwrap();
+        f.insert(key).unwrap();
     }
     s.restart(); // kill -9, then replay the AOF
     assert_eq!(never_absent(&f, &k), 0);

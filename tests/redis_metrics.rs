@@ -92,12 +92,12 @@ fn a_shared_filter_records_what_its_calls_did() {
     let f =
         SharedFilter::create_sharded(&ep, "m-sync", &FilterConfig::new(10_000), Some(1)).unwrap();
     let keys: Vec<Vec<u8>> = (0..200).map(key).collect();
-    let first = f.add_many(&keys[..100]).unwrap();
-    let again = f.add_many(&keys[..10]).unwrap();
+    let first = f.insert_many(&keys[..100]).unwrap();
+    let again = f.insert_many(&keys[..10]).unwrap();
     let looked = f.contains_many(&keys[50..150]).unwrap();
     // A reply lost after the add ran: an unknown outcome, an error.
     relay.lose_next_reply();
-    let lost = f.add(b"lost-reply");
+    let lost = f.insert(b"lost-reply");
     assert!(
         matches!(lost, Err(Error::RedisOutcomeUnknown { .. })),
         "{lost:?}"
@@ -156,10 +156,10 @@ fn an_async_shared_filter_records_what_its_calls_did() {
         .block_on(AsyncSharedFilter::create(&ep, "m-async", &config))
         .unwrap();
     let keys: Vec<Vec<u8>> = (0..200).map(key).collect();
-    let first = rt.block_on(f.add_many(&keys[..100])).unwrap();
+    let first = rt.block_on(f.insert_many(&keys[..100])).unwrap();
     let looked = rt.block_on(f.contains_many(&keys[50..150])).unwrap();
     relay.lose_next_reply();
-    let lost = rt.block_on(f.add(b"lost-reply"));
+    let lost = rt.block_on(f.insert(b"lost-reply"));
     assert!(
         matches!(lost, Err(Error::RedisOutcomeUnknown { .. })),
         "{lost:?}"
@@ -208,7 +208,7 @@ fn an_async_counting_filter_records_its_gauges() {
         ))
         .unwrap();
     let keys: Vec<Vec<u8>> = (0..300).map(key).collect();
-    rt.block_on(f.add_many(&keys)).unwrap();
+    rt.block_on(f.insert_many(&keys)).unwrap();
     let sync = SharedFilter::open(&ep, "m-counting").unwrap();
     let m = recorded("m-counting", || rt.block_on(f.record_metrics()).unwrap());
     let before = sync.stats().unwrap();
@@ -249,11 +249,11 @@ fn shared_windows_sync_and_async_record_what_their_calls_did() {
     let config = SharedWindowConfig::new(Duration::from_secs(3600), 4, FilterConfig::new(10_000));
     let w = SharedWindow::create(&ep, "m-window", &config).unwrap();
     let keys: Vec<Vec<u8>> = (0..200).map(key).collect();
-    let first = w.add_many(&keys[..100]).unwrap();
-    let again = w.add_many(&keys[..10]).unwrap();
+    let first = w.insert_many(&keys[..100]).unwrap();
+    let again = w.insert_many(&keys[..10]).unwrap();
     let looked = w.contains_many(&keys[50..150]).unwrap();
     relay.lose_next_reply();
-    let lost = w.add(b"lost-reply");
+    let lost = w.insert(b"lost-reply");
     assert!(
         matches!(lost, Err(Error::RedisOutcomeUnknown { .. })),
         "{lost:?}"
@@ -292,7 +292,7 @@ fn shared_windows_sync_and_async_record_what_their_calls_did() {
         .block_on(AsyncSharedWindow::open(&ep, "m-window"))
         .unwrap();
     let looked = rt.block_on(aw.contains_many(&keys[150..])).unwrap();
-    let added = rt.block_on(aw.add_many(&keys[150..160])).unwrap();
+    let added = rt.block_on(aw.insert_many(&keys[150..160])).unwrap();
     let m = recorded_window("m-window", || rt.block_on(aw.record_metrics()).unwrap());
     assert_eq!(counter(&m, &format!("{p}lookups_total")), 50);
     assert_eq!(

@@ -38,11 +38,11 @@ fn calls_made_while_redis_restarts_with_its_data_wait_and_answer() {
     let f =
         SharedFilter::create_sharded(&ep, "retry", &FilterConfig::new(10_000), Some(1)).unwrap();
     let old: Vec<Vec<u8>> = (0..500).map(key).collect();
-    assert!(f.add_many(&old).unwrap().iter().all(|&b| b));
+    assert!(f.insert_many(&old).unwrap().iter().all(|&b| b));
 
     // An add of a new key, made while the server is down: it waits, then says "new".
     let new = key(1_000_000);
-    let added = while_down(&mut s, Duration::from_secs(1), || f.add(&new));
+    let added = while_down(&mut s, Duration::from_secs(1), || f.insert(&new));
     assert!(
         added.unwrap(),
         "a new key added across a restart must be new"
@@ -55,13 +55,13 @@ fn calls_made_while_redis_restarts_with_its_data_wait_and_answer() {
     // absent, so its one command did not run: it is sent again and answers exactly.
     let fresh = key(2_000_000);
     let again = while_down(&mut s, Duration::from_millis(1500), || {
-        f.add_many(&[&old[7][..], &new[..], &fresh[..]])
+        f.insert_many(&[&old[7][..], &new[..], &fresh[..]])
     });
     assert_eq!(again.unwrap(), vec![false, false, true]);
     // The same with only known keys: the lookup cannot tell whether it ran, so its answer
     // is unknown, not a guess.
     let again = while_down(&mut s, Duration::from_secs(1), || {
-        f.add_many(&[&old[8][..], &new[..]])
+        f.insert_many(&[&old[8][..], &new[..]])
     });
     assert!(
         matches!(again, Err(Error::RedisOutcomeUnknown { .. })),
@@ -72,7 +72,7 @@ fn calls_made_while_redis_restarts_with_its_data_wait_and_answer() {
     std::thread::sleep(Duration::from_millis(300));
     let again = while_down(&mut s, Duration::from_secs(1), || {
         std::thread::sleep(Duration::from_millis(300));
-        f.add_many(&[&old[9][..], &new[..]])
+        f.insert_many(&[&old[9][..], &new[..]])
     });
     assert_eq!(again.unwrap(), vec![false, false]);
     // A window's lookups and adds wait too.
@@ -82,8 +82,8 @@ fn calls_made_while_redis_restarts_with_its_data_wait_and_answer() {
         &SharedWindowConfig::new(Duration::from_secs(3600), 4, FilterConfig::new(10_000)),
     )
     .unwrap();
-    assert!(w.add(b"w1").unwrap());
-    let r = while_down(&mut s, Duration::from_secs(1), || w.add(b"w2"));
+    assert!(w.insert(b"w1").unwrap());
+    let r = while_down(&mut s, Duration::from_secs(1), || w.insert(b"w2"));
     assert!(r.unwrap());
     let r = while_down(&mut s, Duration::from_secs(1), || {
         w.contains_many(&[&b"w1"[..], b"w2", b"w3"])
@@ -97,13 +97,13 @@ fn a_redis_gone_past_the_retry_window_is_an_error_never_an_answer() {
     let mut s = Server::start_persistent();
     let ep = Endpoint::url(s.url()).retry_for(Duration::from_secs(2));
     let f = SharedFilter::create(&ep, "gone", &FilterConfig::new(10_000)).unwrap();
-    f.add(b"present").unwrap();
+    f.insert(b"present").unwrap();
     s.kill();
     for r in [
         f.contains(b"present"),
         f.contains(b"absent"),
-        f.add(b"new"),
-        f.add(b"present"),
+        f.insert(b"new"),
+        f.insert(b"present"),
     ] {
         match r {
             Err(Error::Redis(e)) => assert!(
@@ -121,7 +121,7 @@ fn a_redis_gone_past_the_retry_window_is_an_error_never_an_answer() {
     // Back with its data: the handle answers again.
     s.start_again();
     assert!(f.contains(b"present").unwrap());
-    assert!(f.add(b"new").unwrap());
+    assert!(f.insert(b"new").unwrap());
 }
 
 /// Adds of distinct new keys from several threads while the server is killed and restarted
@@ -147,7 +147,7 @@ fn adds_in_flight_during_kills_are_new_or_unknown_never_present() {
                         let batch: Vec<Vec<u8>> =
                             (0..4).map(|j| key(t * 100_000_000 + i * 4 + j)).collect();
                         i += 1;
-                        match f.add_many(&batch) {
+                        match f.insert_many(&batch) {
                             Ok(a) => {
                                 assert!(a.iter().all(|&b| b), "a new key answered present: {a:?}");
                                 new += 1;

@@ -94,7 +94,7 @@ fn keys_are_found_inside_the_horizon_and_forgotten_past_it() {
     for step in 0..(3 * 4 * g as u64) {
         let t = c.now_ms();
         let batch = keys(&format!("t{step}"), 100);
-        w.add_many(&batch).unwrap();
+        w.insert_many(&batch).unwrap();
         added.push((t, batch));
         // The batches of the last two spans: inside the horizon, or recently forgotten.
         for (at, batch) in added.iter().rev().take(8 * g as usize) {
@@ -157,7 +157,7 @@ fn generations_nobody_wrote_to_are_not_errors_and_a_clock_stepping_back_hides_no
     // Nothing written yet: every generation is missing, lookups say absent.
     assert_eq!(w.contains_many(&keys("none", 50)).unwrap(), vec![false; 50]);
     let a = keys("a", 200);
-    w.add_many(&a).unwrap();
+    w.insert_many(&a).unwrap();
     // Three empty generations later the key is still inside the horizon.
     c.advance(Duration::from_millis(3 * W));
     assert!(w.contains_many(&a).unwrap().iter().all(|&b| b));
@@ -167,7 +167,7 @@ fn generations_nobody_wrote_to_are_not_errors_and_a_clock_stepping_back_hides_no
     // A clock stepping back does not bring the window back in time for a handle.
     c.advance(Duration::from_millis(W));
     let b = keys("b", 200);
-    w.add_many(&b).unwrap();
+    w.insert_many(&b).unwrap();
     c.set(c.now_ms() - 4 * W);
     assert!(w.contains_many(&b).unwrap().iter().all(|&x| x));
     assert!(w.contains_many(&a).unwrap().iter().all(|&x| x));
@@ -192,7 +192,7 @@ fn redis_ttl_drops_expired_generations_without_an_error() {
     )
     .unwrap();
     let k = keys("ttl", 100);
-    w.add_many(&k).unwrap();
+    w.insert_many(&k).unwrap();
     let keys_of = |e: u64| w.generation_keys(e).unwrap();
     let e = w.current_generation();
     let mut c = s.client();
@@ -233,7 +233,7 @@ fn concurrent_writers_across_rotations_end_with_one_ring_and_no_false_negative()
                 for r in 0..rounds {
                     barrier.wait(); // all threads meet the new generation at once
                     let mine = keys(&format!("r{r}-t{t}"), 500);
-                    w.add_many(&mine).unwrap();
+                    w.insert_many(&mine).unwrap();
                     let st = w.stats().unwrap();
                     epochs.push((st.current, st.live[0].filter.epoch));
                     barrier.wait();
@@ -297,7 +297,7 @@ fn a_writer_whose_clock_runs_ahead_is_still_read() {
     // The fast writer is already in the next generation; the slow reader is not.
     assert_eq!(fast.current_generation(), w.current_generation() + 1);
     let k = keys("ahead", 300);
-    fast.add_many(&k).unwrap();
+    fast.insert_many(&k).unwrap();
     assert!(w.contains_many(&k).unwrap().iter().all(|&b| b));
     assert!(k.iter().step_by(29).all(|key| w.contains(key).unwrap()));
 }
@@ -331,7 +331,7 @@ fn a_creator_that_died_mid_rotation_leaves_a_usable_window() {
     .unwrap();
     assert!(redis_support::window_ring(&s, &w).is_empty());
     let k = keys("after-orphan", 200);
-    w.add_many(&k).unwrap();
+    w.insert_many(&k).unwrap();
     assert_eq!(
         redis_support::window_ring(&s, &w)[&e],
         format!("{:#018x}", orphan.epoch()),
@@ -359,7 +359,7 @@ fn a_creator_that_died_mid_rotation_leaves_a_usable_window() {
         .unwrap();
     let other = SharedWindow::open_with_clock(&ep, "dead", Arc::new(c.clone())).unwrap();
     let k2 = keys("after-crash", 200);
-    other.add_many(&k2).unwrap();
+    other.insert_many(&k2).unwrap();
     for h in [&w, &other] {
         assert!(h.contains_many(&k).unwrap().iter().all(|&b| b));
         assert!(h.contains_many(&k2).unwrap().iter().all(|&b| b));
@@ -422,9 +422,9 @@ fn create_checks_the_shape_and_bad_settings_are_typed_errors() {
     ));
     // destroy removes everything it created.
     let d = SharedWindow::create(&ep, "gone", &config(4, 100, &c)).unwrap();
-    d.add(b"x").unwrap();
+    d.insert(b"x").unwrap();
     c.advance(Duration::from_millis(W));
-    d.add(b"y").unwrap();
+    d.insert(b"y").unwrap();
     d.destroy().unwrap();
     let left: Vec<String> = redis::cmd("KEYS")
         .arg("bloomsled:{gone*")
@@ -449,7 +449,7 @@ fn a_window_on_a_three_master_cluster() {
             c.advance(Duration::from_millis(W));
         }
         let k = keys(&format!("c{i}"), 1_000);
-        w.add_many(&k).unwrap();
+        w.insert_many(&k).unwrap();
         per.push(k);
     }
     let all = per.concat();

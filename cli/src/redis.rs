@@ -138,9 +138,9 @@ impl AnyShared {
 
     fn add_many(&self, keys: &[Vec<u8>]) -> bloomsled::Result<Vec<bool>> {
         match self {
-            AnyShared::Blocked(f) => f.add_many(keys),
-            AnyShared::Classic(f) => f.add_many(keys),
-            AnyShared::Window(w) => w.add_many(keys),
+            AnyShared::Blocked(f) => f.insert_many(keys),
+            AnyShared::Classic(f) => f.insert_many(keys),
+            AnyShared::Window(w) => w.insert_many(keys),
         }
     }
 
@@ -541,13 +541,13 @@ fn push(db: &PathBuf, tree: Option<&str>, target: &Target, json_mode: bool) -> R
             let (k, _) = kv.map_err(|e| e.to_string())?;
             batch.push(k.to_vec());
             if batch.len() == BATCH {
-                shared.add_many(&batch).map_err(|e| e.to_string())?;
+                shared.insert_many(&batch).map_err(|e| e.to_string())?;
                 n += batch.len() as u64;
                 bar.inc(batch.len() as u64);
                 batch.clear();
             }
         }
-        shared.add_many(&batch).map_err(|e| e.to_string())?;
+        shared.insert_many(&batch).map_err(|e| e.to_string())?;
         n += batch.len() as u64;
         bar.finish_and_clear();
         ("keys", n)

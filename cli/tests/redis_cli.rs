@@ -469,7 +469,7 @@ fn a_creator_killed_mid_creation_does_not_block_the_name() {
     assert!(t.elapsed() < Duration::from_secs(25));
     assert_eq!(f.shape().capacity, 1_000);
     let ks: Vec<Vec<u8>> = (0..1_000).map(|i| format!("k{i}").into_bytes()).collect();
-    f.add_many(&ks).unwrap();
+    f.insert_many(&ks).unwrap();
     assert!(f.contains_many(&ks).unwrap().iter().all(|&b| b));
     // The finished record has no deadline.
     let ttl: i64 = redis::cmd("PTTL")

@@ -89,14 +89,14 @@ impl SharedFilter {
     /// Adds `key`; True if it was new. SharedFilterLostError if the filter was lost.
     fn add(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let k = bytes_of(key)?;
-        py.detach(|| self.f.add(&k)).py_err()
+        py.detach(|| self.f.insert(&k)).py_err()
     }
 
     /// Adds every key (pipelined); for each, True if it was new.
     fn add_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
         let objs = collect(keys)?;
         let ks = all_bytes(&objs)?;
-        py.detach(|| self.f.add_many(&ks)).py_err()
+        py.detach(|| self.f.insert_many(&ks)).py_err()
     }
 
     /// Adds `key` to the filter and its exact record in Redis; True if it was not recorded
@@ -105,14 +105,14 @@ impl SharedFilter {
     /// add may have run and a lookup could not tell.
     fn add_exact(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let k = bytes_of(key)?;
-        py.detach(|| self.f.add_exact(&k)).py_err()
+        py.detach(|| self.f.insert_exact(&k)).py_err()
     }
 
     /// `add_exact` for every key (pipelined); for each, True if it was new.
     fn add_exact_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
         let objs = collect(keys)?;
         let ks = all_bytes(&objs)?;
-        py.detach(|| self.f.add_exact_many(&ks)).py_err()
+        py.detach(|| self.f.insert_exact_many(&ks)).py_err()
     }
 
     fn __contains__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {

@@ -5,8 +5,7 @@
 //! `ClosedError` instead of touching a closed store. Operations hold the read lock, never
 //! while waiting for the GIL: batch calls detach from the interpreter first.
 
-use std::collections::{HashMap, VecDeque};
-use std::ops::Bound as RangeBound;
+use std::collections::HashMap;
 use std::sync::{Mutex, RwLock, RwLockReadGuard};
 
 use pyo3::prelude::*;
@@ -14,6 +13,9 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::errors::{closed, IntoPy};
 use crate::keys::{all_bytes, bytes_of, collect};
+
+mod iter;
+pub use iter::KeyIter;
 
 /// An open database and the tree handles opened through it.
 struct Open {
@@ -322,90 +324,6 @@ fn report_dict<'py>(
     d.set_item("generation", r.generation)?;
     d.set_item("duration_s", r.duration.as_secs_f64())?;
     Ok(d)
-}
-
-struct IterState {
-    after: Option<Vec<u8>>,
-    buffer: VecDeque<(Vec<u8>, Vec<u8>)>,
-    done: bool,
-}
-
-/// Keys read in chunks of this many, each chunk under one read of the store.
-const ITER_CHUNK: usize = 512;
-
-/// An iterator over a tree's keys that holds no store handle between chunks.
-#[pyclass(frozen, module = "bloomsled._bloomsled")]
-pub struct KeyIter {
-    tree: Py<Tree>,
-    values: bool,
-    prefix: Option<Vec<u8>>,
-    state: Mutex<IterState>,
-}
-
-impl KeyIter {
-    fn new(tree: Bound<'_, Tree>, values: bool) -> Self {
-        KeyIter {
-            tree: tree.unbind(),
-            values,
-            prefix: None,
-            state: Mutex::new(IterState {
-                after: None,
-                buffer: VecDeque::new(),
-                done: false,
-            }),
-        }
-    }
-}
-
-#[pymethods]
-impl KeyIter {
-    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
-        slf
-    }
-
-    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.buffer.is_empty() && !st.done {
-            let tree = self.tree.get();
-            let after = st.after.clone();
-            let values = self.values;
-            let prefix = self.prefix.as_deref();
-            let chunk = py.detach(|| {
-                tree.with(|t| {
-                    let lower = match (&after, prefix) {
-                        (Some(a), _) => RangeBound::Excluded(a.as_slice()),
-                        (None, Some(p)) => RangeBound::Included(p),
-                        (None, None) => RangeBound::Unbounded,
-                    };
-                    let mut out = Vec::with_capacity(ITER_CHUNK);
-                    for kv in t.range::<&[u8], _>((lower, RangeBound::Unbounded)) {
-                        let (k, v) = kv.py_err()?;
-                        if prefix.is_some_and(|p| !k.starts_with(p)) {
-                            return Ok((out, true));
-                        }
-                        out.push((k.to_vec(), if values { v.to_vec() } else { Vec::new() }));
-                        if out.len() == ITER_CHUNK {
-                            return Ok((out, false));
-                        }
-                    }
-                    Ok((out, true))
-                })
-            })?;
-            let (chunk, done) = chunk;
-            st.done = done;
-            st.after = chunk.last().map(|(k, _)| k.clone()).or(after);
-            st.buffer.extend(chunk);
-        }
-        let Some((k, v)) = st.buffer.pop_front() else {
-            return Ok(None);
-        };
-        let k = PyBytes::new(py, &k);
-        Ok(Some(if self.values {
-            (k, PyBytes::new(py, &v)).into_pyobject(py)?.into_any()
-        } else {
-            k.into_any()
-        }))
-    }
 }
 
 /// A database: a context manager, and its own default tree.

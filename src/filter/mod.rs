@@ -164,7 +164,7 @@ impl Filter {
     }
 
     /// Inserts `key`; returns `true` if it was new (this insert set at least one bit), `false`
-    /// if it was possibly present already — as `HashSet::insert`, `SharedFilter::add`
+    /// if it was possibly present already — as `HashSet::insert`, `SharedFilter::insert`
     /// and Redis' `BF.ADD` answer. Check-and-set in one probe, as crawler dedup wants
     /// (`if f.insert(url) { crawl(url) }`).
     ///

@@ -1,64 +1,36 @@
-//! The live persistence state of one open tree: the dirty mark before writes, snapshots.
+//! The live persistence state of one open tree: the dirty mark before writes, the crash
+//! journal's appends, snapshots. Recovery at open (`recover.rs`) decides from the tree's
+//! record and files before this state exists, then hands them to [`Persistence::new`].
 
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
-use super::boot::boot_id;
 use super::files::SnapshotFile;
 use super::journal::{JournalHeader, OP_INSERT, OP_REMOVE};
-use super::journal_map::{Journals, CAPACITY};
+use super::journal_map::CAPACITY;
 use super::meta::{random_id, Meta};
+use super::settings::set_settings;
+use super::tree_files::{TreeFiles, TreeJournals};
 use super::trust::{judge, Identity};
 use super::SnapshotInfo;
 use crate::error::{Distrust, Error, Result};
-use crate::filter::{FilterConfig, FilterMode, Sizing};
+use crate::filter::any::AnyFilter;
+use crate::filter::{FilterConfig, FilterMode};
 use crate::format::{self, SnapshotMeta, TreeRecord, FLAG_EMPTY};
 
 use zerocopy::little_endian::{U32, U64};
-use zerocopy::FromZeros;
-
-/// A tree's sizing and mode as its record stores them.
-pub(crate) fn record_for(tree_id: [u8; 16], mode: FilterMode, cfg: &FilterConfig) -> TreeRecord {
-    let mut r = TreeRecord::new_zeroed();
-    r.tree_id = tree_id;
-    set_settings(&mut r, mode, cfg);
-    r
-}
-
-/// Writes `mode` and `cfg` into `r`.
-pub(crate) fn set_settings(r: &mut TreeRecord, mode: FilterMode, cfg: &FilterConfig) {
-    r.filter_kind = U32::new(format::filter_kind(mode));
-    let (kind, value) = match cfg.sizing() {
-        Sizing::FalsePositiveRate(p) => (1, p),
-        Sizing::BitsPerKey(b) => (2, b),
-    };
-    r.sizing_kind = U32::new(kind);
-    r.sizing = U64::new(value.to_bits());
-    r.capacity = U64::new(cfg.capacity());
-    r.num_hashes = U32::new(cfg.num_hashes_override().unwrap_or(0));
-    r.seed = U64::new(cfg.hash_seed());
-}
-
-/// The sizing a record stores.
-pub(crate) fn settings_of(r: &TreeRecord) -> FilterConfig {
-    let value = f64::from_bits(r.sizing.get());
-    let cfg = FilterConfig::new(r.capacity.get()).seed(r.seed.get());
-    let cfg = if r.sizing_kind.get() == 2 {
-        cfg.bits_per_key(value)
-    } else {
-        cfg.false_positive_rate(value)
-    };
-    match r.num_hashes.get() {
-        0 => cfg,
-        k => cfg.num_hashes(k),
-    }
-}
 
 /// What a snapshot copies from the filter: its parameters (ids and generation are filled
 /// in here) and its words.
 pub(crate) type FilterImage = (SnapshotMeta, Vec<u64>);
+
+/// What a snapshot of `f` stores: its parameters and a copy of its words.
+pub(crate) fn filter_image(f: &AnyFilter) -> Result<FilterImage> {
+    let meta = format::SnapshotMeta::of(f.bits(), format::filter_kind(f.mode()), f.items());
+    Ok((meta, f.image_words()?))
+}
 
 /// The persistence state of one tree (see the protocol in [`crate::persist`]).
 pub(crate) struct Persistence {
@@ -82,7 +54,7 @@ pub(crate) struct Persistence {
     /// The tree was dropped: its record and file are gone and never written again.
     dropped: AtomicBool,
     /// The crash journals (`None`: switched off, or no boot id on this platform).
-    journal: Option<JournalState>,
+    journal: Option<TreeJournals>,
     /// Held (shared) by a counting-mode correction from its counter decrement to its
     /// journal record, taken (exclusive) by a snapshot from the generation's move to the
     /// end of its copy: a decrement is in the copy iff its record is in an older journal.
@@ -92,23 +64,18 @@ pub(crate) struct Persistence {
     replayed: AtomicBool,
 }
 
-/// A tree's journals and the boot they are written in.
-struct JournalState {
-    journals: Journals,
-    boot_id: [u8; 16],
-}
-
 impl Persistence {
-    /// The state of a tree whose `record` is stored (durably or not) in `meta`.
+    /// The state of a tree whose `record` is stored (durably or not) in `meta`, and whose
+    /// `files` (named by the record's tree id) recovery has read.
     pub(crate) fn new(
         meta: Arc<Meta>,
         name: &[u8],
-        db_dir: &Path,
         page_size: u32,
         record: TreeRecord,
+        files: TreeFiles,
     ) -> Self {
         Persistence {
-            file: SnapshotFile::new(db_dir, &record.tree_id),
+            file: files.snapshot,
             meta,
             name: name.to_vec(),
             page_size,
@@ -118,30 +85,10 @@ impl Persistence {
             snapshotting: Mutex::new(()),
             generation_hold: RwLock::new(()),
             dropped: AtomicBool::new(false),
-            journal: None,
+            journal: files.journals,
             corrections: RwLock::new(()),
             replayed: AtomicBool::new(false),
         }
-    }
-
-    /// Keeps crash journals for this tree if `on` and this platform has a boot id.
-    pub(crate) fn with_journal(mut self, on: bool, db_dir: &Path) -> Self {
-        let tree_id = self.tree_id();
-        self.journal = boot_id().filter(|_| on).map(|boot_id| JournalState {
-            journals: Journals::new(db_dir, &tree_id),
-            boot_id,
-        });
-        self
-    }
-
-    /// The tree's journals, if it keeps them.
-    pub(crate) fn journals(&self) -> Option<&Journals> {
-        self.journal.as_ref().map(|j| &j.journals)
-    }
-
-    /// The boot id journals are written with, if the tree keeps them.
-    pub(crate) fn journal_boot_id(&self) -> Option<[u8; 16]> {
-        self.journal.as_ref().map(|j| j.boot_id)
     }
 
     fn tree_id(&self) -> [u8; 16] {
@@ -206,11 +153,6 @@ impl Persistence {
         }
     }
 
-    /// This database's id.
-    pub(crate) fn db_id(&self) -> [u8; 16] {
-        self.meta.db_id()
-    }
-
     /// Appends `hashes` (under `seed`) to the journal of `generation`, as keys counted in
     /// before their sled write. Call after [`Persistence::before_write`] returned it.
     #[inline]
@@ -248,24 +190,6 @@ impl Persistence {
     /// The generation writers are in now (held still inside a transaction).
     pub(crate) fn current_generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
-    }
-
-    /// The snapshot file's bytes (see [`SnapshotFile::read`]).
-    pub(crate) fn file_bytes(&self) -> Result<std::result::Result<Vec<u8>, Distrust>> {
-        self.file.read()
-    }
-
-    /// The header of the snapshot file, if it is intact and was written for this tree of
-    /// this database (a foreign file's fields mean nothing here). Its generation and item
-    /// count are hints only: it is not trusted for what it holds.
-    pub(crate) fn own_file_header(&self) -> Option<format::Header> {
-        let h = self.file.peek_header()?;
-        let tree_id = self
-            .record
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .tree_id;
-        (h.db_id == self.meta.db_id() && h.tree_id == tree_id).then_some(h)
     }
 
     pub(crate) fn snapshot_path(&self) -> &Path {

@@ -152,6 +152,8 @@ mod live;
 mod meta;
 mod recover;
 mod scan_pause;
+mod settings;
+mod tree_files;
 mod trust;
 
 use std::time::Duration;
@@ -168,9 +170,9 @@ pub(crate) use scan_pause::{pause_limit, wait_at_pause};
 #[cfg(feature = "failpoints")]
 pub use scan_pause::{pause_rebuild_scans_after, rebuild_scans_paused};
 
-pub(crate) use live::Persistence;
+pub(crate) use live::{filter_image, Persistence};
 pub(crate) use meta::Meta;
-pub(crate) use recover::{filter_image, recover, Opening, Start};
+pub(crate) use recover::{recover, Opening, Start};
 
 /// What `open` does with a snapshot it cannot trust.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,17 +1,25 @@
-//! RecoveryPolicy at open, in three steps, each readable alone: [`decide`] whether a tree's
-//! snapshot can be trusted (the rule itself is [`judge`]'s), then either [`load`] it or
-//! [`restart`] the tree's record so that nothing older is trusted again; the rebuild itself
-//! is the store's (in the background, or before open returns). Nothing here scans keys.
-
+//! Recovery at open, top-down in this file: [`recover`] reads the tree's record, then
+//! [`decide`]s from the record and the tree's files alone ([`TreeFiles`]: the snapshot and
+//! the crash journals; the rules are [`judge`]'s and [`judge_journals`]'s) whether its
+//! snapshot can stand for its keys; then it either [`create`]s a new tree, [`load`]s the
+//! snapshot (replaying the journals over it), or [`restart`]s the tree's record so that
+//! nothing older is trusted again. Only then is the tree's live state ([`Persistence`],
+//! `live.rs`) made from the record and files; what recovery asks of it (start a journal,
+//! retire old ones, store new settings) is what it does for a live tree anyway. The
+//! rebuild itself is the store's (in the background, or before open returns). Nothing
+//! here scans keys.
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use zerocopy::little_endian::U64;
 
+use super::files::SnapshotFile;
 use super::journal::OP_REMOVE;
-use super::live::{record_for, settings_of, Persistence};
+use super::live::Persistence;
 use super::meta::{random_id, Meta};
+use super::settings::{record_for, settings_of};
+use super::tree_files::{TreeFiles, TreeJournals};
 use super::trust::{judge, judge_journals, Identity, JournalIdentity, Records, Trusted};
 use super::{RecoveryOutcome, RecoveryPolicy, RecoveryReport};
 use crate::error::{DecodeError, Distrust, Error, JournalFault, Result};
@@ -68,20 +76,24 @@ pub(crate) struct Recovered {
 enum Decision {
     /// No record and no keys: a new tree.
     New,
-    /// The snapshot is trusted: the filter it holds, and the bytes verified; with the
-    /// records of the crash journals to replay over it if the tree was written since.
-    Trusted {
-        filter: Box<AnyFilter>,
-        bytes: u64,
-        record: TreeRecord,
-        persistence: Persistence,
-        replay: Option<Vec<Records>>,
-    },
+    /// The snapshot is trusted (alone, or with its crash journals).
+    Trusted(Loadable),
     /// Not trusted, and why; the tree's record if it was readable.
     Distrusted {
         fault: Distrust,
         old: Option<TreeRecord>,
     },
+}
+
+/// A snapshot [`decide`] trusts: the filter it holds and the bytes verified, the tree's
+/// record and files; with the records of the crash journals to replay over it if the tree
+/// was written since.
+struct Loadable {
+    filter: Box<AnyFilter>,
+    bytes: u64,
+    record: TreeRecord,
+    files: TreeFiles,
+    replay: Option<Vec<Records>>,
 }
 
 /// Gives a tree its start at open: its snapshot if [`judge`] trusts it, else a fresh
@@ -96,21 +108,7 @@ pub(crate) fn recover(meta: &Arc<Meta>, at: &Opening<'_>) -> Result<Recovered> {
     });
     match decide(meta, at, mode, record)? {
         Decision::New => create(meta, at, mode, start),
-        Decision::Trusted {
-            filter,
-            bytes,
-            record,
-            persistence,
-            replay,
-        } => load(
-            at,
-            mode,
-            (filter, bytes),
-            &record,
-            persistence,
-            replay,
-            start,
-        ),
+        Decision::Trusted(loadable) => load(meta, at, mode, loadable, start),
         Decision::Distrusted { fault, .. } if at.recovery == RecoveryPolicy::Strict => {
             Err(Error::SnapshotRejected {
                 tree: String::from_utf8_lossy(at.name).into_owned(),
@@ -144,77 +142,76 @@ fn decide(
         Some(Err(e)) => return distrusted(Distrust::RecordUnreadable(e), None),
         Some(Ok(record)) => record,
     };
-    let persistence = Persistence::new(meta.clone(), at.name, at.db_dir, at.page_size, record)
-        .with_journal(at.journal, at.db_dir);
+    let files = TreeFiles::new(at.db_dir, &record.tree_id, at.journal);
     let identity = Identity {
         db_id: meta.db_id(),
         mode,
     };
-    let ((filter, bytes), stale) = match trusted_filter(&persistence, &record, &identity, mode)? {
+    let ((filter, bytes), stale) = match trusted_filter(&files.snapshot, &record, &identity, mode)?
+    {
         Ok(found) => (found, None),
-        Err(stale @ Distrust::Stale { .. }) if persistence.journals().is_some() => {
+        Err(stale @ Distrust::Stale { .. }) if files.journals.is_some() => {
             let mut clean = record; // written since: the snapshot alone, then its journals
             clean.dirty_generation = U64::new(0);
-            match trusted_filter(&persistence, &clean, &identity, mode)? {
+            match trusted_filter(&files.snapshot, &clean, &identity, mode)? {
                 Ok(found) => (found, Some(stale)),
                 Err(_) => return distrusted(stale, Some(record)),
             }
         }
         Err(fault) => return distrusted(fault, Some(record)),
     };
-    let replay = match stale {
-        None => None,
-        Some(_) => match journals_for(&persistence, &record, filter.bits().seed()) {
-            Ok(records) => Some(records),
-            Err(fault) => {
-                let fault = Distrust::Journal {
-                    snapshot_generation: record.snapshot_generation.get(),
-                    dirty_generation: record.dirty_generation.get(),
-                    fault,
-                };
-                return distrusted(fault, Some(record));
+    let replay = match (stale, &files.journals) {
+        (None, _) | (_, None) => None,
+        (Some(_), Some(journals)) => {
+            match journals_for(journals, meta, &record, filter.bits().seed()) {
+                Ok(records) => Some(records),
+                Err(fault) => {
+                    let fault = Distrust::Journal {
+                        snapshot_generation: record.snapshot_generation.get(),
+                        dirty_generation: record.dirty_generation.get(),
+                        fault,
+                    };
+                    return distrusted(fault, Some(record));
+                }
             }
-        },
+        }
     };
-    Ok(Decision::Trusted {
+    Ok(Decision::Trusted(Loadable {
         filter: Box::new(filter),
         bytes,
         record,
-        persistence,
+        files,
         replay,
-    })
+    }))
 }
 
 /// The journals of every generation the tree was written in since its snapshot, if
 /// [`judge_journals`] trusts them.
 fn journals_for(
-    persistence: &Persistence,
+    tree: &TreeJournals,
+    meta: &Meta,
     record: &TreeRecord,
     seed: u64,
 ) -> std::result::Result<Vec<Records>, JournalFault> {
-    let (Some(journals), Some(boot_id)) = (persistence.journals(), persistence.journal_boot_id())
-    else {
-        unreachable!("journals are judged only for a tree that keeps them")
-    };
     let identity = JournalIdentity {
-        db_id: persistence.db_id(),
-        boot_id,
+        db_id: meta.db_id(),
+        boot_id: tree.boot_id,
         seed,
     };
-    judge_journals(record, &identity, |g| journals.read(g))
+    judge_journals(record, &identity, |g| tree.journals.read(g))
 }
 
 /// The filter of the snapshot `record` names, with the bytes verified, if [`judge`]
 /// trusts it; `Err` for an I/O or allocation failure, which is not a reason to distrust.
 fn trusted_filter(
-    persistence: &Persistence,
+    file: &SnapshotFile,
     record: &TreeRecord,
     identity: &Identity,
     mode: FilterMode,
 ) -> Result<std::result::Result<(AnyFilter, u64), Distrust>> {
     let mut failed = None;
     let read = || -> std::result::Result<(format::Header, Vec<u64>, u64), Distrust> {
-        let bytes = persistence.file_bytes().map_err(|e| {
+        let bytes = file.read().map_err(|e| {
             let d = Distrust::Io(e.to_string());
             failed = Some(e);
             d
@@ -267,8 +264,7 @@ fn create(
     Ok(Recovered {
         start: Start::Ready(Box::new(empty_filter(mode, at.sizing)?)),
         mode,
-        persistence: Persistence::new(meta.clone(), at.name, at.db_dir, at.page_size, record)
-            .with_journal(at.journal, at.db_dir),
+        persistence: live_state(meta, at, record),
         report: report(at, RecoveryOutcome::Created, 0, 0, start),
         sizing: at.sizing.clone(),
     })
@@ -279,14 +275,19 @@ fn create(
 /// generation if there was nothing to replay, else of the generation past every one
 /// replayed (whose journals stay until the next durable snapshot).
 fn load(
+    meta: &Arc<Meta>,
     at: &Opening<'_>,
     mode: FilterMode,
-    (filter, bytes): (Box<AnyFilter>, u64),
-    record: &TreeRecord,
-    persistence: Persistence,
-    replay: Option<Vec<Records>>,
+    Loadable {
+        filter,
+        bytes,
+        record,
+        files,
+        replay,
+    }: Loadable,
     start: Instant,
 ) -> Result<Recovered> {
+    let persistence = Persistence::new(meta.clone(), at.name, at.page_size, record, files);
     if at.override_sizing {
         persistence.set_settings(mode, at.sizing)?;
     }
@@ -331,7 +332,7 @@ fn load(
         mode,
         persistence,
         report: r,
-        sizing: sizing_of(at, record),
+        sizing: sizing_of(at, &record),
     })
 }
 
@@ -347,14 +348,10 @@ fn restart(
     old: Option<TreeRecord>,
     start: Instant,
 ) -> Result<Recovered> {
-    let new_persistence = |record| {
-        Persistence::new(meta.clone(), at.name, at.db_dir, at.page_size, record)
-            .with_journal(at.journal, at.db_dir)
-    };
     let (mut record, sizing, expected_keys) = match old {
         Some(old) => {
             let sizing = sizing_of(at, &old);
-            let own = new_persistence(old).own_file_header();
+            let own = own_file_header(&SnapshotFile::new(at.db_dir, &old.tree_id), meta, &old);
             let file_generation = own.map_or(0, |h| h.generation.get());
             let mut fresh = record_for(old.tree_id, mode, &sizing);
             // Past every generation seen; a corrupt record's huge generation would only
@@ -380,7 +377,7 @@ fn restart(
     }
     meta.write(at.name, &mut record, true)?;
     let generation = record.snapshot_generation.get();
-    let persistence = new_persistence(record);
+    let persistence = live_state(meta, at, record);
     // Nothing is trusted until the rebuild's snapshot, which starts the next journal.
     #[allow(clippy::reversed_empty_ranges)]
     persistence.retire_journals_outside(1..=0);
@@ -397,6 +394,24 @@ fn restart(
         ),
         sizing,
     })
+}
+
+/// The live state of a tree whose record (durable or not) is `record`, with its files.
+fn live_state(meta: &Arc<Meta>, at: &Opening<'_>, record: TreeRecord) -> Persistence {
+    let files = TreeFiles::new(at.db_dir, &record.tree_id, at.journal);
+    Persistence::new(meta.clone(), at.name, at.page_size, record, files)
+}
+
+/// The header of the snapshot file, if it is intact and was written for the tree of
+/// `record` in this database (a foreign file's fields mean nothing here). Its generation
+/// and item count are hints only: it is not trusted for what it holds.
+fn own_file_header(
+    file: &SnapshotFile,
+    meta: &Meta,
+    record: &TreeRecord,
+) -> Option<format::Header> {
+    let h = file.peek_header()?;
+    (h.db_id == meta.db_id() && h.tree_id == record.tree_id).then_some(h)
 }
 
 /// The sizing of a tree with `record`: the record's, unless the caller overrides it.
@@ -424,12 +439,6 @@ fn report(
         duration: start.elapsed(),
         rebuilding: None,
     }
-}
-
-/// What a snapshot of `f` stores: its parameters and a copy of its words.
-pub(crate) fn filter_image(f: &AnyFilter) -> Result<super::live::FilterImage> {
-    let meta = format::SnapshotMeta::of(f.bits(), format::filter_kind(f.mode()), f.items());
-    Ok((meta, f.image_words()?))
 }
 
 /// The empty filter of a sizing.

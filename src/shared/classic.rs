@@ -33,7 +33,7 @@ const PIPELINE_KEYS: usize = 8192;
 /// // The PHP class: $bucket = 'rptc'; $hashFunction = ['BKDRHash', 'SDBMHash', 'JSHash'];
 /// let hashes = ClassicHash::parse_list("BKDR,SDBM,JS")?;
 /// let f = ClassicFilter::open(&Endpoint::url("redis://127.0.0.1:6379/"), "rptc", &hashes)?;
-/// f.add(b"a comment")?;
+/// f.insert(b"a comment")?;
 /// assert!(f.contains(b"a comment")?); // and PHP's exists() says true as well
 /// # Ok::<(), bloomsled::Error>(())
 /// ```
@@ -60,9 +60,9 @@ impl ClassicFilter {
         })
     }
 
-    /// Adds `key`: sets the bits the PHP class's `add` sets. True if one was unset.
-    pub fn add(&self, key: &[u8]) -> Result<bool> {
-        super::one(self.add_many(&[key])?)
+    /// Inserts `key`: sets the bits the PHP class's `add` sets. True if one was unset.
+    pub fn insert(&self, key: &[u8]) -> Result<bool> {
+        super::one(self.insert_many(&[key])?)
     }
 
     /// True if every bit of `key` is set, exactly as the PHP class's `exists`.
@@ -70,8 +70,8 @@ impl ClassicFilter {
         super::one(self.contains_many(&[key])?)
     }
 
-    /// Adds every key (pipelined); returns for each whether it set a new bit.
-    pub fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+    /// Inserts every key (pipelined); returns for each whether it set a new bit.
+    pub fn insert_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(PIPELINE_KEYS) {
             // Not replayed: a replay would answer "present" for the bits a lost attempt set.
@@ -145,5 +145,22 @@ impl std::fmt::Debug for ClassicFilter {
             .field("bucket", &self.bucket)
             .field("hashes", &self.hashes)
             .finish()
+    }
+}
+
+/// The old names of the methods that put keys in (`add` → `insert`), kept one release.
+impl ClassicFilter {
+    /// Renamed [`ClassicFilter::insert`]: one verb with `Filter::insert` for the same act;
+    /// the old name stays one release.
+    #[deprecated(since = "0.2.0", note = "use insert")]
+    pub fn add(&self, key: &[u8]) -> Result<bool> {
+        self.insert(key)
+    }
+
+    /// Renamed [`ClassicFilter::insert_many`]: one verb with `Filter::insert` for the same act;
+    /// the old name stays one release.
+    #[deprecated(since = "0.2.0", note = "use insert_many")]
+    pub fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        self.insert_many(keys)
     }
 }

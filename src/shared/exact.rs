@@ -1,4 +1,4 @@
-//! The exact record: every key added with [`SharedFilter::add_exact`], kept in small Redis
+//! The exact record: every key added with [`SharedFilter::insert_exact`], kept in small Redis
 //! hashes beside the filter, so that "new or not" is answered exactly, never by a false
 //! positive.
 //!

@@ -1,4 +1,4 @@
-//! The shared filter: create/open, add and lookup, one command per key.
+//! The shared filter: create/open, insert and lookup, one command per key.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -48,7 +48,7 @@ pub struct SharedOptions {
 /// use bloomsled::FilterConfig;
 /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
 /// let seen = SharedFilter::create(&redis, "crawler:urls", &FilterConfig::new(1_000_000))?;
-/// assert!(seen.add(b"https://example.com/")?); // new
+/// assert!(seen.insert(b"https://example.com/")?); // new
 /// assert!(seen.contains(b"https://example.com/")?);
 /// let answers = seen.contains_many(&[&b"https://a.example/"[..], b"https://example.com/"])?;
 /// assert!(answers[1]);
@@ -101,7 +101,7 @@ impl SharedFilter {
     /// use bloomsled::FilterConfig;
     /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
     /// let sessions = SharedFilter::create_counting(&redis, "sessions", &FilterConfig::new(100_000))?;
-    /// sessions.add(b"token-1")?;
+    /// sessions.insert(b"token-1")?;
     /// assert!(sessions.remove(b"token-1")?);
     /// assert!(!sessions.contains(b"token-1")?);
     /// # Ok::<(), bloomsled::Error>(())
@@ -235,18 +235,18 @@ impl SharedFilter {
         })
     }
 
-    /// Adds `key`; returns `true` if it was new (this add set at least one bit), `false` if
+    /// Inserts `key`; returns `true` if it was new (this insert set at least one bit), `false` if
     /// it was possibly present already. One `BITFIELD`, one round trip.
-    pub fn add(&self, key: &[u8]) -> Result<bool> {
-        super::one(self.add_many(&[key])?)
+    pub fn insert(&self, key: &[u8]) -> Result<bool> {
+        super::one(self.insert_many(&[key])?)
     }
 
-    /// Adds `key` to the filter and to the filter's exact record (small Redis hashes of the
+    /// Inserts `key` into the filter and into the filter's exact record (small Redis hashes of the
     /// keys themselves, beside the filter); returns `true` if it was not recorded before.
     /// Exact: never `false` for a key that was not added (no false positives). Keys must be
     /// at least 4 bytes, uniformly distributed (digests such as SHA-1 request
-    /// fingerprints), and added through `add_exact` only, since `add` does not record them.
-    /// Atomic across processes: of two adding the same key, exactly one gets `true`. One
+    /// fingerprints), and inserted through `insert_exact` only, since `insert` does not record them.
+    /// Atomic across processes: of two inserting the same key, exactly one gets `true`. One
     /// round trip; about 22 bytes of Redis memory per 20-byte key (see the `exact` module).
     ///
     /// ```no_run
@@ -255,18 +255,18 @@ impl SharedFilter {
     /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
     /// let seen = SharedFilter::create(&redis, "crawler:fps", &FilterConfig::new(1_000_000))?;
     /// let fp = [7u8; 20];
-    /// assert!(seen.add_exact(&fp)?);
-    /// assert!(!seen.add_exact(&fp)?);
+    /// assert!(seen.insert_exact(&fp)?);
+    /// assert!(!seen.insert_exact(&fp)?);
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
-    pub fn add_exact(&self, key: &[u8]) -> Result<bool> {
-        super::one(self.add_exact_many(&[key])?)
+    pub fn insert_exact(&self, key: &[u8]) -> Result<bool> {
+        super::one(self.insert_exact_many(&[key])?)
     }
 
-    /// [`SharedFilter::add_exact`] for every key, in order (a key repeated in the batch is
-    /// new once); pipelined like [`SharedFilter::add_many`]. On error nothing is reported,
+    /// [`SharedFilter::insert_exact`] for every key, in order (a key repeated in the batch is
+    /// new once); pipelined like [`SharedFilter::insert_many`]. On error nothing is reported,
     /// and some keys may have been recorded.
-    pub fn add_exact_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+    pub fn insert_exact_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let r = chunked(keys, |chunk, out| self.add_exact_batch(chunk, out));
         self.session.tally.adds(&r);
         r
@@ -277,16 +277,16 @@ impl SharedFilter {
         super::one(self.contains_many(&[key])?)
     }
 
-    /// Adds every key; returns for each whether it was new. Pipelined: one round trip per
+    /// Inserts every key; returns for each whether it was new. Pipelined: one round trip per
     /// node per 8,192 keys, one command per shard touched. On error nothing is reported, and
-    /// some keys may have been added.
-    pub fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+    /// some keys may have been inserted.
+    pub fn insert_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let r = chunked(keys, |chunk, out| self.add_batch(chunk, out));
         self.session.tally.adds(&r);
         r
     }
 
-    /// Looks up every key; pipelined like [`SharedFilter::add_many`], one `GETRANGE` per
+    /// Looks up every key; pipelined like [`SharedFilter::insert_many`], one `GETRANGE` per
     /// key. Either every key gets an answer or the call fails: a key is never reported
     /// absent because its block could not be read.
     pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
@@ -338,7 +338,7 @@ impl SharedFilter {
 
     /// Deletes the filter from Redis (config record first, so no new handle opens a
     /// half-deleted filter; handles still open get [`Error::SharedFilterLost`]), then its
-    /// exact record's buckets (see [`SharedFilter::add_exact`]).
+    /// exact record's buckets (see [`SharedFilter::insert_exact`]).
     pub fn destroy(self) -> Result<()> {
         let cmds = self.layout.delete_cmds();
         self.session.run(|| cmds.clone())?;
@@ -358,4 +358,35 @@ fn chunked<K>(
         batch(chunk, &mut out)?;
     }
     Ok(out)
+}
+
+/// The old names of the methods that put keys in (`add` → `insert`), kept one release.
+impl SharedFilter {
+    /// Renamed [`SharedFilter::insert`]: one verb with `Filter::insert` for the same act;
+    /// the old name stays one release.
+    #[deprecated(since = "0.2.0", note = "use insert")]
+    pub fn add(&self, key: &[u8]) -> Result<bool> {
+        self.insert(key)
+    }
+
+    /// Renamed [`SharedFilter::insert_many`]: one verb with `Filter::insert` for the same act;
+    /// the old name stays one release.
+    #[deprecated(since = "0.2.0", note = "use insert_many")]
+    pub fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        self.insert_many(keys)
+    }
+
+    /// Renamed [`SharedFilter::insert_exact`]: one verb with `Filter::insert` for the same act;
+    /// the old name stays one release.
+    #[deprecated(since = "0.2.0", note = "use insert_exact")]
+    pub fn add_exact(&self, key: &[u8]) -> Result<bool> {
+        self.insert_exact(key)
+    }
+
+    /// Renamed [`SharedFilter::insert_exact_many`]: one verb with `Filter::insert` for the same act;
+    /// the old name stays one release.
+    #[deprecated(since = "0.2.0", note = "use insert_exact_many")]
+    pub fn add_exact_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        self.insert_exact_many(keys)
+    }
 }

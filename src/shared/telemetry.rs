@@ -39,7 +39,7 @@ impl SharedFilter {
     /// use bloomsled::shared::{Endpoint, SharedFilter};
     /// use bloomsled::FilterConfig;
     /// let seen = SharedFilter::create(&Endpoint::url("redis://127.0.0.1:6379/"), "seen", &FilterConfig::new(1000))?;
-    /// seen.add(b"a")?;
+    /// seen.insert(b"a")?;
     /// seen.record_metrics()?; // with no recorder installed, the facade drops them
     /// # Ok::<(), bloomsled::Error>(())
     /// ```

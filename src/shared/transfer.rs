@@ -34,7 +34,7 @@ impl SharedFilter {
     /// ([`Error::RedisShapeMismatch`] otherwise). Returns the number of shards written.
     ///
     /// A counting shared filter cannot take bits (they carry no counts): add the keys with
-    /// [`SharedFilter::add_many`] instead ([`Error::InvalidConfig`]).
+    /// [`SharedFilter::insert_many`] instead ([`Error::InvalidConfig`]).
     pub fn push(&self, local: &Filter) -> Result<u64> {
         self.check_local_shape(&local.shape())?;
         if self.layout.cells == Cells::Counters {

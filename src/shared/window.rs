@@ -99,7 +99,7 @@ const MAX_NAME: usize = 160;
 /// let crawled = SharedWindow::create(&redis, "crawled", &week)?;
 /// if !crawled.contains(b"https://example.com/")? {
 ///     // ... crawl it ...
-///     crawled.add(b"https://example.com/")?;
+///     crawled.insert(b"https://example.com/")?;
 /// }
 /// # Ok::<(), bloomsled::Error>(())
 /// ```
@@ -165,7 +165,7 @@ impl SharedWindow {
     /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
     /// let hour = SharedWindowConfig::new(Duration::from_secs(3600), 6, FilterConfig::new(10_000));
     /// let revoked = SharedWindow::create(&redis, "revoked-tokens", &hour)?;
-    /// revoked.add(b"token-123")?;
+    /// revoked.insert(b"token-123")?;
     /// assert!(revoked.contains(b"token-123")?);
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
@@ -292,16 +292,16 @@ impl SharedWindow {
         }
     }
 
-    /// Adds `key` to the current generation; returns `true` if it was new there.
+    /// Inserts `key` into the current generation; returns `true` if it was new there.
     ///
     /// ```no_run
     /// # use bloomsled::shared::{Endpoint, SharedWindow};
     /// # let w = SharedWindow::open(&Endpoint::url("redis://127.0.0.1:6379/"), "crawled")?;
-    /// w.add(b"https://example.com/")?;
+    /// w.insert(b"https://example.com/")?;
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
-    pub fn add(&self, key: &[u8]) -> Result<bool> {
-        super::one(self.add_many(&[key])?)
+    pub fn insert(&self, key: &[u8]) -> Result<bool> {
+        super::one(self.insert_many(&[key])?)
     }
 
     /// True if `key` was added within the window (or is a false positive), false if it
@@ -318,18 +318,18 @@ impl SharedWindow {
         super::one(self.contains_many(&[key])?)
     }
 
-    /// Adds every key to the current generation (creating it on its first add); returns
+    /// Inserts every key into the current generation (creating it on its first insert); returns
     /// for each whether it was new there. Pipelined: one round trip per node per 8,192
     /// keys, each also checking the window's record.
     ///
     /// ```no_run
     /// # use bloomsled::shared::{Endpoint, SharedWindow};
     /// # let w = SharedWindow::open(&Endpoint::url("redis://127.0.0.1:6379/"), "crawled")?;
-    /// let new = w.add_many(&[&b"a"[..], b"b"])?;
+    /// let new = w.insert_many(&[&b"a"[..], b"b"])?;
     /// assert_eq!(new.len(), 2);
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
-    pub fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+    pub fn insert_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let r = self.add_all(keys);
         self.session.tally.adds(&r);
         r
@@ -519,5 +519,22 @@ impl std::fmt::Debug for SharedWindow {
             .field("shape", &self.shape)
             .field("epoch", &format_args!("{:#x}", self.epoch))
             .finish()
+    }
+}
+
+/// The old names of the methods that put keys in (`add` → `insert`), kept one release.
+impl SharedWindow {
+    /// Renamed [`SharedWindow::insert`]: one verb with `Filter::insert` for the same act;
+    /// the old name stays one release.
+    #[deprecated(since = "0.2.0", note = "use insert")]
+    pub fn add(&self, key: &[u8]) -> Result<bool> {
+        self.insert(key)
+    }
+
+    /// Renamed [`SharedWindow::insert_many`]: one verb with `Filter::insert` for the same act;
+    /// the old name stays one release.
+    #[deprecated(since = "0.2.0", note = "use insert_many")]
+    pub fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        self.insert_many(keys)
     }
 }

@@ -24,9 +24,13 @@ mod torn;
 mod torn_conf;
 pub mod transaction;
 mod tree;
-mod tree_filter;
 mod tree_open;
 mod tree_order;
+mod tree_rebuild;
+mod tree_recovery;
+mod tree_snapshot;
+mod tree_stats;
+mod tree_verify;
 mod tree_write;
 mod write;
 

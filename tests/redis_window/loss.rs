@@ -18,7 +18,7 @@ fn three_generations(s: &Server, name: &str, c: &ManualClock) -> (SharedWindow, 
             c.advance(Duration::from_millis(W));
         }
         let k = keys(&format!("{name}{i}"), 1_000);
-        w.add_many(&k).unwrap();
+        w.insert_many(&k).unwrap();
         per.push(k);
     }
     (w, per)
@@ -46,7 +46,7 @@ fn a_deleted_or_early_expired_generation_is_an_error_never_absent() {
     all_lost(&late, &per[0]);
     assert!(is_lost(&late.stats().unwrap_err()));
     // Adds still go to the intact current generation.
-    w.add(b"still writable").unwrap();
+    w.insert(b"still writable").unwrap();
 
     // An early expiry of the current generation (only some shards): lost as well, for
     // lookups and adds, and the add's writes into emptied keys get a TTL.
@@ -60,7 +60,7 @@ fn a_deleted_or_early_expired_generation_is_an_error_never_absent() {
     }
     std::thread::sleep(Duration::from_millis(30));
     never_absent(&w2, &per2.concat());
-    let err = w2.add_many(&keys("after", 500)).unwrap_err();
+    let err = w2.insert_many(&keys("after", 500)).unwrap_err();
     assert!(is_lost(&err), "{err}");
     for key in current_keys(&w2) {
         let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut cli).unwrap();
@@ -83,7 +83,7 @@ fn a_generation_lost_and_recreated_is_an_error_for_every_client() {
     // ... and a client that never saw it writes: it must not start a new incarnation
     // that readers would take for the generation.
     let other = SharedWindow::open_with_clock(&ep, "recreate", Arc::new(c.clone())).unwrap();
-    let err = other.add(b"x").unwrap_err();
+    let err = other.insert(b"x").unwrap_err();
     assert!(is_lost(&err), "{err}");
     all_lost(&w, &per.concat());
     all_lost(&other, &per.concat());
@@ -91,11 +91,11 @@ fn a_generation_lost_and_recreated_is_an_error_for_every_client() {
     let e = w.current_generation();
     let st_before = redis_support::window_ring(&s, &w)[&e].clone();
     let late = SharedWindow::open_with_clock(&ep, "recreate", Arc::new(c.clone())).unwrap();
-    assert!(is_lost(&late.add(b"y").unwrap_err()));
+    assert!(is_lost(&late.insert(b"y").unwrap_err()));
     assert_eq!(redis_support::window_ring(&s, &w)[&e], st_before);
     // Once the lost generation ages out, the window works again.
     c.advance(Duration::from_millis(4 * W));
-    assert!(w.add(b"z").unwrap() && w.contains(b"z").unwrap());
+    assert!(w.insert(b"z").unwrap() && w.contains(b"z").unwrap());
     assert!(late.contains(b"z").unwrap());
 }
 
@@ -125,8 +125,8 @@ fn a_lost_ring_entry_or_record_is_an_error() {
         .unwrap();
     all_lost(&w2, &per2.concat());
     all_lost(&never_looked, &per2.concat());
-    assert!(is_lost(&w2.add(b"k").unwrap_err()));
-    assert!(is_lost(&never_looked.add(b"k").unwrap_err()));
+    assert!(is_lost(&w2.insert(b"k").unwrap_err()));
+    assert!(is_lost(&never_looked.insert(b"k").unwrap_err()));
     assert!(matches!(
         SharedWindow::open(&ep, "record"),
         Err(Error::SharedFilterNotFound { .. })
@@ -159,7 +159,7 @@ fn flushall_and_a_restart_without_persistence_are_errors() {
     redis::cmd("FLUSHALL").exec(&mut s.client()).unwrap();
     all_lost(&w, &per.concat());
     all_lost(&idle, &per.concat());
-    assert!(is_lost(&idle.add(b"k").unwrap_err()));
+    assert!(is_lost(&idle.insert(b"k").unwrap_err()));
     // Nothing was recreated by those adds: the server is still empty.
     let n: i64 = redis::cmd("DBSIZE").query(&mut s.client()).unwrap();
     assert_eq!(n, 0, "a lost window's add created keys");

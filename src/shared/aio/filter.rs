@@ -42,7 +42,7 @@ use super::session::AsyncSession;
 /// # async fn demo() -> bloomsled::Result<()> {
 /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
 /// let seen = AsyncSharedFilter::create(&redis, "crawler:urls", &FilterConfig::new(1_000_000)).await?;
-/// assert!(seen.add(b"https://example.com/").await?); // new
+/// assert!(seen.insert(b"https://example.com/").await?); // new
 /// assert!(seen.contains(b"https://example.com/").await?);
 /// let answers = seen.contains_many(&[&b"https://a.example/"[..], b"https://example.com/"]).await?;
 /// assert!(answers[1]);
@@ -87,7 +87,7 @@ impl AsyncSharedFilter {
     /// let sessions =
     ///     AsyncSharedFilter::create_with(&redis, "sessions", &FilterConfig::new(100_000), &counting)
     ///         .await?;
-    /// sessions.add(b"token-1").await?;
+    /// sessions.insert(b"token-1").await?;
     /// assert!(sessions.remove(b"token-1").await?);
     /// # Ok(())
     /// # }
@@ -186,20 +186,20 @@ impl AsyncSharedFilter {
         }
     }
 
-    /// Adds `key`; returns `true` if it was new (this add set at least one bit), `false` if
+    /// Inserts `key`; returns `true` if it was new (this insert set at least one bit), `false` if
     /// it was possibly present already. One `BITFIELD`, one round trip.
     ///
     /// ```no_run
     /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
     /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled::Result<()> {
-    /// if f.add(b"https://example.com/").await? {
+    /// if f.insert(b"https://example.com/").await? {
     ///     // first time anyone added it
     /// }
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn add(&self, key: &[u8]) -> Result<bool> {
-        one(self.add_many(&[key]).await?)
+    pub async fn insert(&self, key: &[u8]) -> Result<bool> {
+        one(self.insert_many(&[key]).await?)
     }
 
     /// True if `key` may have been added, false if it certainly was not. One `GETRANGE`.
@@ -217,19 +217,19 @@ impl AsyncSharedFilter {
         one(self.contains_many(&[key]).await?)
     }
 
-    /// Adds every key; returns for each whether it was new. Pipelined: one round trip per
+    /// Inserts every key; returns for each whether it was new. Pipelined: one round trip per
     /// node per 8,192 keys, one command per shard touched. On error nothing is reported, and
-    /// some keys may have been added.
+    /// some keys may have been inserted.
     ///
     /// ```no_run
     /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
     /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled::Result<()> {
-    /// let new = f.add_many(&[&b"a"[..], b"b", b"a"]).await?;
+    /// let new = f.insert_many(&[&b"a"[..], b"b", b"a"]).await?;
     /// assert_eq!(new.len(), 3);
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+    pub async fn insert_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let r = async {
             let mut out = Vec::with_capacity(keys.len());
             for chunk in keys.chunks(PIPELINE_KEYS) {
@@ -267,7 +267,7 @@ impl AsyncSharedFilter {
     }
 
     /// Looks up every key, one `GETRANGE` per key, pipelined like
-    /// [`AsyncSharedFilter::add_many`]. Either every key gets an answer or the call fails: a
+    /// [`AsyncSharedFilter::insert_many`]. Either every key gets an answer or the call fails: a
     /// key is never reported absent because its block could not be read.
     ///
     /// ```no_run
@@ -313,7 +313,7 @@ impl AsyncSharedFilter {
     /// ```no_run
     /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
     /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled::Result<()> {
-    /// f.add(b"token-1").await?;
+    /// f.insert(b"token-1").await?;
     /// assert!(f.remove(b"token-1").await?);
     /// # Ok(())
     /// # }
@@ -451,3 +451,20 @@ impl AsyncSharedFilter {
 }
 
 filter_getters!(AsyncSharedFilter);
+
+/// The old names of the methods that put keys in (`add` → `insert`), kept one release.
+impl AsyncSharedFilter {
+    /// Renamed [`AsyncSharedFilter::insert`]: one verb with `Filter::insert` for the same act;
+    /// the old name stays one release.
+    #[deprecated(since = "0.2.0", note = "use insert")]
+    pub async fn add(&self, key: &[u8]) -> Result<bool> {
+        self.insert(key).await
+    }
+
+    /// Renamed [`AsyncSharedFilter::insert_many`]: one verb with `Filter::insert` for the same act;
+    /// the old name stays one release.
+    #[deprecated(since = "0.2.0", note = "use insert_many")]
+    pub async fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        self.insert_many(keys).await
+    }
+}

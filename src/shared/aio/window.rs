@@ -33,7 +33,7 @@ use super::super::window::{SharedWindow, SharedWindowConfig, SharedWindowStats};
 /// let crawled = AsyncSharedWindow::create(&redis, "crawled", &week).await?;
 /// if !crawled.contains(b"https://example.com/").await? {
 ///     // ... crawl it ...
-///     crawled.add(b"https://example.com/").await?;
+///     crawled.insert(b"https://example.com/").await?;
 /// }
 /// # Ok(())
 /// # }
@@ -119,18 +119,18 @@ impl AsyncSharedWindow {
         Ok(Self::from(window))
     }
 
-    /// Adds `key` to the current generation; returns `true` if it was new there.
+    /// Inserts `key` into the current generation; returns `true` if it was new there.
     ///
     /// ```no_run
     /// # use bloomsled::shared::AsyncSharedWindow;
     /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled::Result<()> {
-    /// w.add(b"https://example.com/").await?;
+    /// w.insert(b"https://example.com/").await?;
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn add(&self, key: &[u8]) -> Result<bool> {
+    pub async fn insert(&self, key: &[u8]) -> Result<bool> {
         let (w, key) = (self.window.clone(), key.to_vec());
-        off_the_runtime("AsyncSharedWindow::add", move || w.add(&key)).await
+        off_the_runtime("AsyncSharedWindow::insert", move || w.insert(&key)).await
     }
 
     /// True if `key` was added within the window (or is a false positive), false if it
@@ -148,19 +148,22 @@ impl AsyncSharedWindow {
         off_the_runtime("AsyncSharedWindow::contains", move || w.contains(&key)).await
     }
 
-    /// [`SharedWindow::add_many`], awaited: adds every key to the current generation.
+    /// [`SharedWindow::insert_many`], awaited: inserts every key into the current generation.
     ///
     /// ```no_run
     /// # use bloomsled::shared::AsyncSharedWindow;
     /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled::Result<()> {
-    /// let new = w.add_many(&[&b"a"[..], b"b"]).await?;
+    /// let new = w.insert_many(&[&b"a"[..], b"b"]).await?;
     /// assert_eq!(new.len(), 2);
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+    pub async fn insert_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let (w, keys) = (self.window.clone(), owned(keys));
-        off_the_runtime("AsyncSharedWindow::add_many", move || w.add_many(&keys)).await
+        off_the_runtime("AsyncSharedWindow::insert_many", move || {
+            w.insert_many(&keys)
+        })
+        .await
     }
 
     /// [`SharedWindow::contains_many`], awaited: every key looked up in every live
@@ -329,5 +332,22 @@ impl From<SharedWindow> for AsyncSharedWindow {
         AsyncSharedWindow {
             window: Arc::new(window),
         }
+    }
+}
+
+/// The old names of the methods that put keys in (`add` → `insert`), kept one release.
+impl AsyncSharedWindow {
+    /// Renamed [`AsyncSharedWindow::insert`]: one verb with `Filter::insert` for the same act;
+    /// the old name stays one release.
+    #[deprecated(since = "0.2.0", note = "use insert")]
+    pub async fn add(&self, key: &[u8]) -> Result<bool> {
+        self.insert(key).await
+    }
+
+    /// Renamed [`AsyncSharedWindow::insert_many`]: one verb with `Filter::insert` for the same act;
+    /// the old name stays one release.
+    #[deprecated(since = "0.2.0", note = "use insert_many")]
+    pub async fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
+        self.insert_many(keys).await
     }
 }
