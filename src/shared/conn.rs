@@ -25,7 +25,7 @@ use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use crate::error::{Error, Result};
 
 use super::resp::{Packer, Sink, Words};
-use super::retry::{loading, refused_whole};
+use super::retry::{loading, refused_whole, Resend, Retry};
 
 /// Default time allowed to establish a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -133,6 +133,17 @@ impl Endpoint {
     /// True for a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         self.cluster
+    }
+
+    /// The retries of a call on a session to this endpoint opened at `opened` (see
+    /// [`Retry::new`]).
+    pub(crate) fn retries(&self, opened: Instant, replay: bool) -> Retry {
+        Retry::new(self.retry_for, self.cluster, opened, replay)
+    }
+
+    /// The resends of a batch sent through a session to this endpoint (see [`Resend`]).
+    pub(crate) fn resends(&self) -> Resend {
+        Resend::new(self.retry_for)
     }
 
     /// The URLs given.

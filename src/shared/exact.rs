@@ -27,7 +27,6 @@ use redis::Value;
 use crate::error::{Error, Result};
 
 use super::filter::SharedFilter;
-use super::retry::Resend;
 use super::value;
 
 /// Keys per bucket at the filter's capacity, at most (at least half as many).
@@ -94,7 +93,7 @@ impl SharedFilter {
             .iter()
             .map(|k| self.exact_slot(k.as_ref()))
             .collect::<Result<Vec<_>>>()?;
-        let mut resend = Resend::new(self.session.endpoint());
+        let mut resend = self.session.endpoint().resends();
         loop {
             let sent = self.session.run_fast_once(|w| {
                 self.write_add(w, &batch);

@@ -32,7 +32,6 @@ use super::filter::SharedFilter;
 use super::layout::{counter_at, BlockAddr, Cells, Layout, TAG_BYTES};
 use super::record::SharedShape;
 use super::resp::{Sink, INCRBY_U4, ONE, SET_U1};
-use super::retry::Resend;
 use super::value;
 
 mod remove;
@@ -159,7 +158,7 @@ impl SharedFilter {
     pub(super) fn add_batch<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut Vec<bool>) -> Result<()> {
         let wire = self.incarnation();
         let batch = wire.add_plan(keys);
-        let mut resend = Resend::new(self.session.endpoint());
+        let mut resend = self.session.endpoint().resends();
         loop {
             match self.session.run_fast_once(|w| wire.write_add(w, &batch)) {
                 Ok(replies) => return wire.read_add(&batch, replies, out),

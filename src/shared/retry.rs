@@ -25,8 +25,6 @@ use redis::{ErrorKind, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 
-use super::conn::Endpoint;
-
 /// How long after a session opens its commands wait out a cluster that is still converging.
 /// Right after `redis-cli --cluster create`, or while a failover settles, nodes answer
 /// `CLUSTERDOWN` (the cluster is down, or a hash slot is not served yet) or `TRYAGAIN` for
@@ -188,17 +186,18 @@ pub(crate) struct Retry {
 }
 
 impl Retry {
-    /// The retries of a call on a session to `endpoint` opened at `opened`. With `replay`
+    /// The retries of a call on a session opened at `opened` to an endpoint whose retry
+    /// window is `window` (`Endpoint::retry_window`), a cluster if `cluster`. With `replay`
     /// false (a batch whose answer depends on the state it finds, an add's "new"), a
     /// failure after the batch may have reached Redis ends the call with
     /// [`Error::RedisOutcomeUnknown`].
-    pub(crate) fn new(endpoint: &Endpoint, opened: Instant, replay: bool) -> Retry {
+    pub(crate) fn new(window: Duration, cluster: bool, opened: Instant, replay: bool) -> Retry {
         Retry {
             start: Instant::now(),
             pause: FIRST_PAUSE,
             reconnected: false,
-            window: endpoint.retry_window(),
-            converging_until: endpoint.is_cluster().then(|| opened + CONVERGE_WAIT),
+            window,
+            converging_until: cluster.then(|| opened + CONVERGE_WAIT),
             replay,
         }
     }
@@ -266,11 +265,12 @@ pub(crate) struct Resend {
 }
 
 impl Resend {
-    /// The resends of a batch sent through a session to `endpoint`.
-    pub(crate) fn new(endpoint: &Endpoint) -> Resend {
+    /// The resends of a batch sent through a session to an endpoint whose retry window is
+    /// `window`.
+    pub(crate) fn new(window: Duration) -> Resend {
         Resend {
             start: Instant::now(),
-            window: endpoint.retry_window(),
+            window,
             resent: false,
         }
     }
@@ -312,8 +312,7 @@ mod tests {
 
     #[test]
     fn a_replayable_batch_reconnects_once_then_backs_off_within_the_window() {
-        let ep = Endpoint::url("redis://x/").retry_for(Duration::from_millis(500));
-        let mut r = Retry::new(&ep, Instant::now(), true);
+        let mut r = Retry::new(Duration::from_millis(500), false, Instant::now(), true);
         let dropped = || failure(io(std::io::ErrorKind::ConnectionReset), true);
         assert_eq!(r.next(dropped()).unwrap(), Next::Now);
         let pauses: Vec<Duration> = (0..3)
@@ -330,8 +329,7 @@ mod tests {
 
     #[test]
     fn an_add_that_may_have_run_is_unknown_and_one_that_did_not_is_retried() {
-        let ep = Endpoint::url("redis://x/").retry_for(Duration::from_secs(30));
-        let mut r = Retry::new(&ep, Instant::now(), false);
+        let mut r = Retry::new(Duration::from_secs(30), false, Instant::now(), false);
         let refused = io(std::io::ErrorKind::ConnectionRefused);
         // Refused: nothing was sent, so even an add is tried again.
         assert!(r.next(failure(refused, false)).is_ok());
@@ -346,23 +344,21 @@ mod tests {
 
     #[test]
     fn no_window_means_one_reconnect_then_the_error_and_permanent_errors_stop_at_once() {
-        let ep = Endpoint::url("redis://x/");
-        let mut r = Retry::new(&ep, Instant::now(), true);
+        let mut r = Retry::new(Duration::ZERO, false, Instant::now(), true);
         let reset = || failure(io(std::io::ErrorKind::ConnectionReset), true);
         assert_eq!(r.next(reset()).unwrap(), Next::Now);
         assert!(r.next(reset()).is_err());
-        let mut r = Retry::new(&ep.retry_for(Duration::from_secs(30)), Instant::now(), true);
+        let mut r = Retry::new(Duration::from_secs(30), false, Instant::now(), true);
         let wrong = server("ERR wrong number of arguments");
         assert!(r.next(failure(wrong, true)).is_err());
     }
 
     #[test]
     fn a_young_cluster_is_waited_for_an_old_one_is_not() {
-        let ep = Endpoint::cluster(["redis://x/"]);
         let down = || failure(server("CLUSTERDOWN The cluster is down"), false);
-        let mut r = Retry::new(&ep, Instant::now(), true);
+        let mut r = Retry::new(Duration::ZERO, true, Instant::now(), true);
         assert_eq!(r.next(down()).unwrap(), Next::After(CONVERGE_PAUSE));
-        let mut r = Retry::new(&ep, Instant::now() - CONVERGE_WAIT, true);
+        let mut r = Retry::new(Duration::ZERO, true, Instant::now() - CONVERGE_WAIT, true);
         assert!(r.next(down()).is_err());
     }
 
@@ -396,8 +392,7 @@ mod tests {
 
     #[test]
     fn an_unknown_add_is_resent_only_when_the_lookup_says_it_did_not_run() {
-        let ep = Endpoint::url("redis://x/").retry_for(Duration::ZERO);
-        let mut s = Resend::new(&ep);
+        let mut s = Resend::new(Duration::ZERO);
         assert!(matches!(
             s.again(true, "lost".into()),
             Err(Error::RedisOutcomeUnknown { .. })

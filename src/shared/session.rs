@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 
 use super::conn::{Conn, Endpoint};
 use super::resp::{Cmds, Sink};
-use super::retry::{Failure, Next, Retry, IDLE_CHECK};
+use super::retry::{Failure, Next, IDLE_CHECK};
 use super::tally::Tally;
 
 /// The endpoint and its current connection (none after a dropped connection, until the
@@ -31,7 +31,7 @@ impl Session {
     /// endpoint's retry window, if it has one).
     pub(crate) fn open(endpoint: &Endpoint) -> Result<Session> {
         let opened = Instant::now();
-        let mut retry = Retry::new(endpoint, opened, true);
+        let mut retry = endpoint.retries(opened, true);
         let conn = loop {
             match endpoint.connect() {
                 Ok(c) => break c,
@@ -159,7 +159,7 @@ impl Session {
                 }
             }
         }
-        let mut retry = Retry::new(&self.endpoint, self.opened, replay);
+        let mut retry = self.endpoint.retries(self.opened, replay);
         loop {
             match attempt(&mut guard) {
                 Ok(v) => {

@@ -54,7 +54,6 @@ use super::conn::Endpoint;
 use super::filter::SharedFilter;
 use super::layout::{self, Cells, Layout};
 use super::record::{new_epoch, SharedShape};
-use super::retry::Resend;
 use super::session::Session;
 use super::value;
 use config::default_grace;
@@ -355,7 +354,7 @@ impl SharedWindow {
             // Not replayed blindly: a replay would answer "present" for the keys a lost
             // attempt set. Sent again only once a lookup shows it did not run (see
             // `Endpoint::retry_for`).
-            let mut resend = Resend::new(self.session.endpoint());
+            let mut resend = self.session.endpoint().resends();
             let replies = loop {
                 match self.session.run_fast_once(|w| {
                     self.write_ring_read(w, std::slice::from_ref(&field));

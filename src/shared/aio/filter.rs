@@ -14,7 +14,6 @@ use super::super::layout::{self, Layout};
 use super::super::ops::Incarnation;
 use super::super::record::{new_epoch, Record, SharedShape, State};
 use super::super::resp::Cmds;
-use super::super::retry::Resend;
 use super::super::{init, one};
 use super::session::AsyncSession;
 
@@ -249,7 +248,7 @@ impl AsyncSharedFilter {
     async fn add_batch<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut Vec<bool>) -> Result<()> {
         let wire = self.incarnation();
         let batch = wire.add_plan(keys);
-        let mut resend = Resend::new(self.session.endpoint());
+        let mut resend = self.session.endpoint().resends();
         loop {
             let mut cmds = Cmds::default();
             wire.write_add(&mut cmds, &batch);

@@ -29,7 +29,7 @@ use redis::{AsyncConnectionConfig, Cmd, Value};
 use crate::error::{Error, Result};
 
 use super::super::conn::{redirection, Endpoint, CLUSTER_RETRIES};
-use super::super::retry::{Failure, Next, Retry, IDLE_CHECK};
+use super::super::retry::{Failure, Next, IDLE_CHECK};
 use super::super::tally::Tally;
 
 /// A connection handle; clones share the connection.
@@ -214,7 +214,7 @@ impl AsyncSession {
     /// endpoint's retry window, if it has one); a cluster still converging is waited for.
     pub(crate) async fn open(endpoint: &Endpoint) -> Result<AsyncSession> {
         let opened = Instant::now();
-        let mut retry = Retry::new(endpoint, opened, true);
+        let mut retry = endpoint.retries(opened, true);
         let conn = loop {
             match Conn::open(endpoint).await {
                 Ok(c) => break c,
@@ -269,7 +269,7 @@ impl AsyncSession {
                 }
             }
         }
-        let mut retry = Retry::new(&self.endpoint, self.opened, replay);
+        let mut retry = self.endpoint.retries(self.opened, replay);
         loop {
             match self.attempt(cmds, replay).await {
                 Ok(v) => {
