@@ -12,7 +12,13 @@
 //!
 //! The same harness with `kill -9` and no cut is the control. Without FUSE the test
 //! skips loudly, or fails under `CI=true`. `BLOOMSLED_POWER_CUTS` sets the cuts per kind of
-//! writer (default 30), `BLOOMSLED_POWER_CUT_SEED` the first seed.
+//! writer (default 35), `BLOOMSLED_POWER_CUT_SEED` the first seed.
+//!
+//! To hunt a failing control: `BLOOMSLED_POWER_CUT_CONTROLS=Snapshots,Plain` runs only
+//! `kill -9` controls of those kinds, `BLOOMSLED_POWER_CUTS` of each (seeded as above), and
+//! with `BLOOMSLED_POWER_CUT_NO_FUSE=1` on a plain folder (no mount), to tell a FUSE
+//! artifact from a bug in bloomsled or sled. `BLOOMSLED_POWER_CUT_EVIDENCE=<dir>` keeps a
+//! copy of each database that fails.
 
 mod common;
 // The opt-in reproducers (sled's flush; a journal trusted after a cut).
@@ -351,17 +357,33 @@ fn case(kind: Kind, seed: u64, fault: Fault, same_boot: bool, tally: &mut Tally)
         cmd
     };
     let limit = Duration::from_secs(60);
+    // A control on a plain folder (no mount), to tell a FUSE artifact from a real bug.
+    let plain = fault == Fault::Kill && std::env::var_os("BLOOMSLED_POWER_CUT_NO_FUSE").is_some();
+    let kill_plain = |seed: u64, marker: &str, then: Duration| {
+        std::fs::create_dir_all(&data).unwrap();
+        let k = child::kill_after(spawn(&data, seed), marker, then, Some(limit));
+        bloomsled_powercut::ChildRun {
+            lines: k.lines,
+            cut: None,
+            reached: k.reached,
+        }
+    };
     if kind == Kind::Rebuilds {
         let first = rng.next();
-        let run = run_child(
-            base.path(),
-            |mnt| spawn(mnt, first),
-            "flushed",
-            Duration::from_millis(50 + rng.below(150)),
-            limit,
-            Fault::Kill,
-        )
-        .expect("the first run");
+        let then = Duration::from_millis(50 + rng.below(150));
+        let run = if plain {
+            kill_plain(first, "flushed", then)
+        } else {
+            run_child(
+                base.path(),
+                |mnt| spawn(mnt, first),
+                "flushed",
+                then,
+                limit,
+                Fault::Kill,
+            )
+            .expect("the first run")
+        };
         assert!(run.reached, "seed {seed}: the first child never flushed");
     }
     let child_seed = rng.next();
@@ -374,21 +396,26 @@ fn case(kind: Kind, seed: u64, fault: Fault, same_boot: bool, tally: &mut Tally)
     } else {
         Model::Ext4Ordered
     };
-    let run = run_child_with(
-        model,
-        base.path(),
-        |mnt| spawn(mnt, child_seed),
-        // A window's first rotation comes after its first flushed round.
-        if kind == Kind::Window {
-            "flushed"
-        } else {
-            "start"
-        },
-        then,
-        limit,
-        fault,
-    )
-    .expect("the power-cut run");
+    // A window's first rotation comes after its first flushed round.
+    let marker = if kind == Kind::Window {
+        "flushed"
+    } else {
+        "start"
+    };
+    let run = if plain {
+        kill_plain(child_seed, marker, then)
+    } else {
+        run_child_with(
+            model,
+            base.path(),
+            |mnt| spawn(mnt, child_seed),
+            marker,
+            then,
+            limit,
+            fault,
+        )
+        .expect("the power-cut run")
+    };
     if !run.reached {
         tally
             .failed
@@ -463,17 +490,23 @@ fn main() {
         return;
     }
     let sled_repro = std::env::var_os("BLOOMSLED_POWER_CUT_SLED_REPRO").is_some();
+    let no_fuse = std::env::var_os("BLOOMSLED_POWER_CUT_NO_FUSE").is_some();
+    let controls = std::env::var("BLOOMSLED_POWER_CUT_CONTROLS").ok();
+    // Controls on a plain folder (BLOOMSLED_POWER_CUT_NO_FUSE) need no FUSE.
+    let plain_controls = no_fuse && controls.is_some();
     if let Err(why) = bloomsled_powercut::available() {
-        if std::env::var("CI").as_deref() == Ok("true") {
+        if plain_controls {
+        } else if std::env::var("CI").as_deref() == Ok("true") {
             eprintln!("power_cut: FAILED: no FUSE on this machine under CI=true: {why}");
             std::process::exit(1);
+        } else {
+            eprintln!(
+                "\n\n*** power_cut: SKIPPED, this machine cannot mount FUSE: {why} ***\n\
+                 *** (apt-get install -y fuse3; under CI=true this fails) ***\n"
+            );
+            println!("power_cut: 0 passed, 0 failed");
+            return;
         }
-        eprintln!(
-            "\n\n*** power_cut: SKIPPED, this machine cannot mount FUSE: {why} ***\n\
-             *** (apt-get install -y fuse3; under CI=true this fails) ***\n"
-        );
-        println!("power_cut: 0 passed, 0 failed");
-        return;
     }
     if std::env::var_os("BLOOMSLED_POWER_CUT_JOURNAL_REPRO").is_some() {
         repro::journal_after_a_cut_in_the_same_boot();
@@ -508,13 +541,25 @@ fn main() {
     let started = Instant::now();
     let mut seeds = Rng(first);
     let mut total = Tally::default();
-    for kind in KINDS {
+    // Only controls of the kinds named (a hunt), or every kind with one control in seven.
+    let kinds: Vec<Kind> = match &controls {
+        Some(list) => list.split(',').map(|k| Kind::parse(k.trim())).collect(),
+        None => KINDS.to_vec(),
+    };
+    let cases = match controls {
+        Some(_) => per_kind,
+        None => per_kind + per_kind.div_ceil(6),
+    };
+    if plain_controls {
+        println!("power_cut: controls on a plain folder (no FUSE)");
+    }
+    for kind in kinds {
         let t = Instant::now();
         let mut tally = Tally::default();
-        for n in 0..per_kind + per_kind.div_ceil(6) {
+        for n in 0..cases {
             let seed = seeds.next();
             // One case in seven is the control: kill -9, no cut.
-            let fault = if n % 7 == 6 {
+            let fault = if n % 7 == 6 || controls.is_some() {
                 Fault::Kill
             } else {
                 Fault::PowerCut(seed)
