@@ -55,25 +55,24 @@ pub(crate) struct Journal {
 const BACK_MAX: u64 = 1 << 20;
 
 /// The size of a memory page: the unit in which a store into the mapping needs the file
-/// system to have room (so every chunk backed starts and ends on one).
-#[cfg(target_os = "linux")]
+/// system to have room (so every chunk backed starts and ends on one). Read from the
+/// kernel's auxiliary vector (`AT_PAGESZ`); 64 KiB, the largest in common use, if that
+/// cannot be read (more bytes backed at a time, never fewer).
 fn page() -> u64 {
     static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *PAGE.get_or_init(|| {
-        // SAFETY: sysconf reads a constant of the running system; it has no preconditions
-        // and touches no memory of ours.
-        #[allow(unsafe_code)]
-        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        u64::try_from(size)
-            .ok()
-            .filter(|&s| s >= 4096)
+        const AT_PAGESZ: u64 = 6;
+        let auxv = fs::read("/proc/self/auxv").unwrap_or_default();
+        auxv.chunks_exact(16)
+            .map(|e| {
+                let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().expect("8 bytes"));
+                (word(&e[..8]), word(&e[8..]))
+            })
+            .find(|&(key, _)| key == AT_PAGESZ)
+            .map(|(_, size)| size)
+            .filter(|s| s.is_power_of_two() && (4096..=1 << 20).contains(s))
             .unwrap_or(1 << 16)
     })
-}
-
-#[cfg(not(target_os = "linux"))]
-fn page() -> u64 {
-    4096
 }
 
 /// The slots in the first `bytes` bytes of a journal of `capacity` records.
@@ -348,6 +347,14 @@ mod tests {
         h.seed = U64::new(5);
         h.capacity = U64::new(capacity);
         h.sealed()
+    }
+
+    #[test]
+    fn the_page_size_is_read_from_the_kernel() {
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(page(), 4096);
+        }
+        assert!(page().is_power_of_two() && page() >= 4096);
     }
 
     #[test]
