@@ -506,6 +506,18 @@ pub enum JournalFault {
         /// The journal's generation.
         generation: u64,
     },
+    /// The file system had no room to grow the journal (a full disk): the writes from then
+    /// on were not journaled (each still reached sled; the process was not stopped).
+    ///
+    /// ```
+    /// let f = bloomsled::JournalFault::NoSpace { generation: 3 };
+    /// assert!(f.to_string().contains("no room"));
+    /// ```
+    #[error("journal of generation {generation}: the file system had no room to grow it")]
+    NoSpace {
+        /// The journal's generation.
+        generation: u64,
+    },
     /// Fewer intact records than writers finished: records were erased.
     #[error("journal of generation {generation}: {finished} records finished, {found} found")]
     RecordsLost {

@@ -19,6 +19,7 @@
 //! |    124 |    4 | zero                                                         |
 //! |    128 |    8 | reserved: slots handed out to writers (may pass capacity)    |
 //! |    136 |    8 | finished: records writers completed                          |
+//! |    144 |    8 | `NOSPACE!` once the file system had no room to grow it       |
 //! |    256 | 16·n | records                                                      |
 //!
 //! A record is two little-endian words: the key's hash, then a check word
@@ -42,6 +43,12 @@ pub(crate) const VERSION: u32 = 1;
 pub(crate) const RESERVED_OFFSET: usize = 128;
 /// Offset of the `finished` counter.
 pub(crate) const FINISHED_OFFSET: usize = 136;
+/// Offset of the no-space word: [`NO_SPACE`] once the file system had no room to grow the
+/// journal (the reserved counter is then also past the capacity, so a reader that does not
+/// know this word sees the journal overflowed).
+pub(crate) const NO_SPACE_OFFSET: usize = 144;
+/// The no-space word's value.
+pub(crate) const NO_SPACE: u64 = u64::from_le_bytes(*b"NOSPACE!");
 /// Offset of the first record.
 pub(crate) const RECORDS_OFFSET: usize = 256;
 /// Bytes per record.
@@ -168,6 +175,9 @@ fn records(bytes: &[u8], h: &JournalHeader) -> Result<Vec<(u8, u64)>, JournalFau
     let reserved = word(bytes, RESERVED_OFFSET);
     let finished = word(bytes, FINISHED_OFFSET);
     if reserved > capacity {
+        if word(bytes, NO_SPACE_OFFSET) == NO_SPACE {
+            return Err(JournalFault::NoSpace { generation });
+        }
         return Err(JournalFault::Overflowed { generation });
     }
     if finished > reserved {
@@ -234,6 +244,24 @@ mod tests {
         let at = RECORDS_OFFSET + 3 * RECORD_LEN;
         bytes[at] = 9;
         assert_eq!(decode(&bytes, 3).unwrap().records, Ok(RECS.to_vec()));
+    }
+
+    #[test]
+    fn a_journal_out_of_room_says_so_and_reads_as_overflowed_without_the_word() {
+        let mut bytes = journal(&RECS, 8);
+        // What a writer that found no room did: the reserved count past the capacity...
+        bytes[RESERVED_OFFSET..RESERVED_OFFSET + 8].copy_from_slice(&(3u64 + 9).to_le_bytes());
+        assert_eq!(
+            decode(&bytes, 3).unwrap().records,
+            Err(JournalFault::Overflowed { generation: 3 })
+        );
+        // ...and the no-space word.
+        bytes[NO_SPACE_OFFSET..NO_SPACE_OFFSET + 8].copy_from_slice(&NO_SPACE.to_le_bytes());
+        assert_eq!(
+            decode(&bytes, 3).unwrap().records,
+            Err(JournalFault::NoSpace { generation: 3 })
+        );
+        assert_eq!(&NO_SPACE.to_le_bytes(), b"NOSPACE!", "as the file shows it");
     }
 
     #[test]

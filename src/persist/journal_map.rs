@@ -8,13 +8,13 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use zerocopy::IntoBytes;
 
 use super::journal::{
-    check_word, decode, file_len, Decoded, JournalHeader, FINISHED_OFFSET, RECORDS_OFFSET,
-    RECORD_LEN, RESERVED_OFFSET,
+    check_word, decode, file_len, Decoded, JournalHeader, FINISHED_OFFSET, NO_SPACE,
+    NO_SPACE_OFFSET, RECORDS_OFFSET, RECORD_LEN, RESERVED_OFFSET,
 };
 use crate::error::JournalFault;
 
@@ -27,18 +27,71 @@ pub(crate) const CAPACITY: u64 = 1 << 20;
 pub(crate) const MAX_GENERATIONS: u64 = 64;
 
 /// One generation's journal, mapped.
+///
+/// A store into a page of a shared mapping that the file system cannot back (a hole of the
+/// sparse file on a full disk) is answered by `SIGBUS`, which would kill the process. So
+/// writers store only into slots whose pages were backed beforehand, by writing zeros
+/// there with `pwrite(2)` (which fails with `ENOSPC` instead): the header's page at
+/// creation, then ahead of the writers in chunks that double up to [`BACK_MAX`] (about 20
+/// calls for a full journal, one per 1 MiB at most). A writer whose slot finds no room
+/// marks the journal [`JournalFault::NoSpace`] (its reserved count past the capacity, read
+/// as overflowed by older builds) before its sled write, which goes on unjournaled: a
+/// crash before the next snapshot rebuilds from a scan.
 pub(crate) struct Journal {
     pub(crate) generation: u64,
     pub(crate) seed: u64,
     capacity: u64,
+    /// Slots whose pages the file system has backed.
+    backed: AtomicU64,
+    /// Held while backing more pages.
+    backing: Mutex<()>,
+    #[cfg(target_os = "linux")]
+    file: fs::File,
     #[cfg(target_os = "linux")]
     map: memmap2::MmapMut,
 }
 
+/// The most bytes backed at once.
+const BACK_MAX: u64 = 1 << 20;
+
+/// The size of a memory page: the unit in which a store into the mapping needs the file
+/// system to have room (so every chunk backed starts and ends on one). Read from the
+/// kernel's auxiliary vector (`AT_PAGESZ`); 64 KiB, the largest in common use, if that
+/// cannot be read (more bytes backed at a time, never fewer).
+fn page() -> u64 {
+    static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        const AT_PAGESZ: u64 = 6;
+        let auxv = fs::read("/proc/self/auxv").unwrap_or_default();
+        auxv.chunks_exact(16)
+            .map(|e| {
+                let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().expect("8 bytes"));
+                (word(&e[..8]), word(&e[8..]))
+            })
+            .find(|&(key, _)| key == AT_PAGESZ)
+            .map(|(_, size)| size)
+            .filter(|s| s.is_power_of_two() && (4096..=1 << 20).contains(s))
+            .unwrap_or(1 << 16)
+    })
+}
+
+/// The slots in the first `bytes` bytes of a journal of `capacity` records.
+fn slots_in(bytes: u64, capacity: u64) -> u64 {
+    (bytes.saturating_sub(RECORDS_OFFSET as u64) / RECORD_LEN as u64).min(capacity)
+}
+
 impl Journal {
-    /// Creates (or empties) the journal file at `path` with `header`, and maps it.
+    /// Creates (or empties) the journal file at `path` with `header`, and maps it. A file
+    /// that cannot be made whole (a full disk) is removed.
     #[cfg(target_os = "linux")]
     fn create(path: &Path, header: JournalHeader) -> io::Result<Journal> {
+        Self::try_create(path, header).inspect_err(|_| {
+            let _ = fs::remove_file(path);
+        })
+    }
+
+    #[cfg(target_os = "linux")]
+    fn try_create(path: &Path, header: JournalHeader) -> io::Result<Journal> {
         use std::io::Write;
         let capacity = header.capacity.get();
         let mut file = fs::OpenOptions::new()
@@ -48,7 +101,10 @@ impl Journal {
             .truncate(true)
             .open(path)?;
         file.set_len(file_len(capacity))?;
-        file.write_all(header.as_bytes())?;
+        // The header's page, whole: written, so backed.
+        let mut first = vec![0u8; page().min(file_len(capacity)) as usize];
+        first[..header.as_bytes().len()].copy_from_slice(header.as_bytes());
+        file.write_all(&first)?;
         // The header and length (a snapshot's cost, not a write's): a file whose records a
         // power cut dropped then still reads as this journal, and only its boot id refuses
         // it (the case `tests/power_cut.rs` reproduces), never its absence by luck.
@@ -56,13 +112,17 @@ impl Journal {
         // SAFETY: the file was just created by this process in the database's own folder,
         // which sled holds locked against a second process; nothing truncates it while it
         // is mapped (only this tree's `Journals` removes it, which unlinks without
-        // truncating). Every access goes through the atomics below.
+        // truncating). Every access goes through the atomics below, and only to pages
+        // backed beforehand (`backed`), so no access faults on a full disk.
         #[allow(unsafe_code)]
         let map = unsafe { memmap2::MmapOptions::new().map_mut(&file)? };
         Ok(Journal {
             generation: header.generation.get(),
             seed: header.seed.get(),
             capacity,
+            backed: AtomicU64::new(slots_in(first.len() as u64, capacity)),
+            backing: Mutex::new(()),
+            file,
             map,
         })
     }
@@ -93,9 +153,9 @@ impl Journal {
     }
 
     /// Appends a record of `op` for a key whose hash under `seed` is `hash`. Past the
-    /// capacity (or with another seed than the journal's) nothing is written but the slot
-    /// is still counted reserved, which marks the journal overflowed before the caller's
-    /// write reaches sled.
+    /// capacity (or with another seed than the journal's, or with no room on the disk for
+    /// its slot) nothing is written but the slot is still counted reserved, which marks the
+    /// journal overflowed (or out of space) before the caller's write reaches sled.
     #[inline]
     pub(crate) fn append(&self, op: u8, seed: u64, hash: u64) {
         let slot = if seed == self.seed {
@@ -107,11 +167,70 @@ impl Journal {
         if slot >= self.capacity {
             return;
         }
+        if slot >= self.backed.load(Ordering::Acquire) && !self.back(slot) {
+            return;
+        }
         let at = RECORDS_OFFSET + slot as usize * RECORD_LEN;
         self.word(at).store(hash, Ordering::Relaxed);
         let check = check_word(slot, self.generation, hash, op);
         self.word(at + 8).store(check, Ordering::Release);
         self.word(FINISHED_OFFSET).fetch_add(1, Ordering::Release);
+    }
+
+    /// Backs the pages up to `slot`'s and beyond (see the type's docs); false if the file
+    /// system had no room, and then the journal is marked [`JournalFault::NoSpace`].
+    #[cold]
+    fn back(&self, slot: u64) -> bool {
+        let _held = self.backing.lock().unwrap_or_else(|p| p.into_inner());
+        let backed = self.backed.load(Ordering::Relaxed);
+        if slot < backed {
+            return true; // another writer backed it meanwhile
+        }
+        if self.word(NO_SPACE_OFFSET).load(Ordering::Relaxed) == NO_SPACE {
+            return false;
+        }
+        // Every chunk starts and ends on a page boundary (the first one after the header's
+        // page does), so each slot's page is backed by the chunk holding it.
+        let from = RECORDS_OFFSET as u64 + backed * RECORD_LEN as u64;
+        let need =
+            (RECORDS_OFFSET as u64 + (slot + 1) * RECORD_LEN as u64).next_multiple_of(page());
+        let end = need
+            .max(from + from.clamp(page(), BACK_MAX))
+            .min(file_len(self.capacity));
+        match self.write_zeros(from, end) {
+            Ok(()) => {
+                self.backed
+                    .store(slots_in(end, self.capacity), Ordering::Release);
+                true
+            }
+            Err(e) => {
+                self.word(NO_SPACE_OFFSET)
+                    .store(NO_SPACE, Ordering::Relaxed);
+                self.word(RESERVED_OFFSET)
+                    .fetch_add(self.capacity + 1, Ordering::Release);
+                log::warn!(
+                    "bloomsled: crash journal of generation {}: cannot grow it ({e}); \
+                     the writes from now until the next snapshot are not journaled (a \
+                     crash before it rebuilds the filter from a scan)",
+                    self.generation
+                );
+                false
+            }
+        }
+    }
+
+    /// Writes zeros to bytes `from..end` of the file (no writer touches them before
+    /// `backed` covers them).
+    #[cfg(target_os = "linux")]
+    fn write_zeros(&self, from: u64, end: u64) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let zeros = vec![0u8; (end - from) as usize];
+        self.file.write_all_at(&zeros, from)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn write_zeros(&self, _from: u64, _end: u64) -> io::Result<()> {
+        unreachable!("no journal is created off Linux")
     }
 
     /// True once half the journal's slots are handed out.
@@ -228,6 +347,14 @@ mod tests {
         h.seed = U64::new(5);
         h.capacity = U64::new(capacity);
         h.sealed()
+    }
+
+    #[test]
+    fn the_page_size_is_read_from_the_kernel() {
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(page(), 4096);
+        }
+        assert!(page().is_power_of_two() && page() >= 4096);
     }
 
     #[test]

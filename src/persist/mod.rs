@@ -91,6 +91,12 @@
 //! - *Full journal.* A writer past the capacity still takes a slot, so the reserved count
 //!   passing the capacity marks the journal overflowed before its sled write: rebuild.
 //!   A tree whose newest journal is half full snapshots (a fresh journal) after its write.
+//! - *Full disk.* A store into a page of the mapping the file system cannot back kills the
+//!   process (`SIGBUS`), so writers store only into pages backed beforehand by `pwrite(2)`
+//!   of zeros (which fails with `ENOSPC` instead). A writer whose slot finds no room marks
+//!   the journal out of space the same way (reserved count past the capacity, plus a
+//!   no-space word), before its sled write: [`crate::JournalFault::NoSpace`], rebuild. A
+//!   journal that cannot be created is removed: missing, rebuild (`tests/enospc.rs`).
 //! - *Retiring.* Journals older than the recorded snapshot are deleted only after the record
 //!   naming it was flushed; at open, the replayed ones stay (the tree goes on in journal
 //!   `dirty + 1`, based on the same snapshot) until the next snapshot.

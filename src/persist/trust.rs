@@ -117,8 +117,8 @@ pub(crate) type Records = Vec<(u8, u64)>;
 ///    [`JournalFault::NotCurrent`];
 /// 7. its hashes use the filter's seed, else [`JournalFault::Seed`];
 /// 8. its records decode whole: not overflowed, no damaged record, none erased, else
-///    [`JournalFault::Overflowed`], [`JournalFault::Damaged`] or
-///    [`JournalFault::RecordsLost`].
+///    [`JournalFault::Overflowed`], [`JournalFault::NoSpace`], [`JournalFault::Damaged`]
+///    or [`JournalFault::RecordsLost`].
 pub(crate) fn judge_journals(
     record: &TreeRecord,
     identity: &JournalIdentity,

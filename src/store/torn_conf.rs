@@ -7,6 +7,14 @@
 //! prefix fails its CRC or its parse, and sled then refuses to open the database, every
 //! time, with `Read corrupted data at file offset None` (found by `tests/power_cut.rs`).
 //!
+//! A `kill -9` tears it too (no power cut needed): sled creates a database by writing
+//! `conf` (two writes) and only then creating its log `db`, so a process killed between
+//! the two writes leaves a folder with the lines but not their CRC, and no `db` (found by
+//! a `kill -9` control of `tests/power_cut.rs`; any database's first open can meet it). No
+//! data was ever written there, and no process holds it (sled locks `db`, which does not
+//! exist yet); the same completion applies. A second process creating the same database
+//! at that instant writes these same bytes at the same offsets, so completing is harmless.
+//!
 //! sled writes `conf` only when it creates a database, from the configuration it is
 //! opened with. So if what is on disk is a *strict prefix* of exactly what this open's
 //! configuration would have written, the only thing missing is the rest of that one
@@ -34,19 +42,27 @@ fn sled_conf_bytes(segment_size: usize, use_compression: bool) -> Vec<u8> {
 }
 
 /// Completes a torn `<db>/conf` (see the module docs); returns where the torn copy went.
-/// Only while holding sled's lock on `<db>/db`, as `set_aside_torn_snapshot` does.
+/// Only while holding sled's lock on `<db>/db`, as `set_aside_torn_snapshot` does, or when
+/// there is no `<db>/db` at all (sled stopped before creating it).
 pub(crate) fn complete_torn_conf(
     db_dir: &Path,
     segment_size: usize,
     use_compression: bool,
 ) -> io::Result<Option<PathBuf>> {
     use fs2::FileExt;
-    let Ok(lock) = fs::File::open(db_dir.join("db")) else {
-        return Ok(None);
+    // Held until return (closing it releases the lock, before sled takes it).
+    let _lock = match fs::File::open(db_dir.join("db")) {
+        Ok(lock) => {
+            if lock.try_lock_exclusive().is_err() {
+                return Ok(None);
+            }
+            Some(lock)
+        }
+        // No log: sled was stopped while creating the database, after `conf` and before
+        // `db` (see the module docs); there is nothing to lock, and no data.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(_) => return Ok(None),
     };
-    if lock.try_lock_exclusive().is_err() {
-        return Ok(None);
-    }
     let path = db_dir.join("conf");
     let Ok(on_disk) = fs::read(&path) else {
         return Ok(None);
@@ -114,5 +130,30 @@ mod tests {
         fs::write(d.join("conf"), &whole[..30]).unwrap();
         assert_eq!(complete_torn_conf(&d, 1 << 20, false).unwrap(), None);
         assert_eq!(fs::read(d.join("conf")).unwrap(), &whole[..30]);
+    }
+
+    /// What a `kill -9` found (`tests/power_cut.rs`, a control): sled killed while creating
+    /// a database, between its two writes of `conf` and before it created its log `db`.
+    /// No data was ever written; sled refused the folder forever.
+    #[test]
+    fn a_conf_torn_before_sled_made_its_log_is_completed() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("db");
+        fs::create_dir_all(d.join("blobs")).unwrap();
+        let whole = sled_conf_bytes(512 * 1024, false);
+        fs::write(d.join("conf"), &whole[..whole.len() - 4]).unwrap();
+        assert!(sled::Config::new().path(&d).open().is_err(), "sled refuses");
+        assert!(!d.join("db").exists());
+        let copy = complete_torn_conf(&d, 512 * 1024, false).unwrap().unwrap();
+        assert_eq!(fs::read(copy).unwrap(), &whole[..whole.len() - 4]);
+        assert_eq!(fs::read(d.join("conf")).unwrap(), whole);
+        let db = sled::Config::new().path(&d).open().unwrap();
+        db.insert("k", "v").unwrap();
+        drop(db);
+        // With the log there and held by a process, nothing is touched.
+        fs::write(d.join("conf"), &whole[..whole.len() - 4]).unwrap();
+        let lock = fs::File::open(d.join("db")).unwrap();
+        fs2::FileExt::lock_exclusive(&lock).unwrap();
+        assert_eq!(complete_torn_conf(&d, 512 * 1024, false).unwrap(), None);
     }
 }
