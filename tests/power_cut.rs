@@ -24,6 +24,12 @@ mod common;
 // The opt-in reproducers (sled's flush; a journal trusted after a cut).
 #[path = "power_cut/repro.rs"]
 mod repro;
+#[path = "power_cut/torn_conf.rs"]
+mod torn_conf;
+#[path = "power_cut/verify.rs"]
+mod verify;
+
+use verify::{verify, Finding};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use bloomsled::persist::set_boot_id;
 use bloomsled::window::{ManualClock, WindowConfig};
-use bloomsled::{Batch, Config, Db, Transactional, TreeConfig};
+use bloomsled::{Batch, Config, Transactional, TreeConfig};
 use bloomsled_powercut::{run_child, run_child_with, Fault, Model};
 use common::child;
 use common::rng::Rng;
@@ -184,153 +190,6 @@ fn last_flushed(lines: &[String]) -> Option<u64> {
         .map(|n| n.parse().unwrap())
 }
 
-/// What one check found wrong: bloomsled's fault, or sled's (it lost what it flushed).
-#[derive(Debug)]
-#[allow(dead_code)] // the messages are read through Debug
-enum Finding {
-    Bloomsled(String),
-    Sled(String),
-}
-
-/// Opens what the disk holds after the fault and checks the invariants; returns the keys
-/// checked and the trees replayed from their crash journals. After a cut (`reboot`) the
-/// process believes in a new boot id, as after a real power loss, and a replay is a fault.
-fn verify(
-    dir: &Path,
-    kind: Kind,
-    flushed: Option<u64>,
-    reboot: bool,
-) -> Result<(u64, u64), Finding> {
-    if kind == Kind::Window {
-        return verify_window(dir, flushed).map(|n| (n, 0));
-    }
-    let db: Db = config(dir, kind)
-        .open()
-        .map_err(|e| Finding::Bloomsled(format!("reopen failed: {e}")))?;
-    let other = db
-        .open_tree("other")
-        .map_err(|e| Finding::Bloomsled(format!("open_tree failed: {e}")))?;
-    let mut checked = 0;
-    let mut replayed = 0;
-    for tree in [&*db, &other] {
-        let report = tree.recovery_report();
-        if report.replayed() {
-            if reboot {
-                return Err(Finding::Bloomsled(format!(
-                    "a crash journal was replayed after a power cut ({report:?})"
-                )));
-            }
-            replayed += 1;
-        }
-        let keys: Vec<_> = tree
-            .iter()
-            .keys()
-            .collect::<Result<_, _>>()
-            .map_err(|e| Finding::Bloomsled(format!("iter: {e}")))?;
-        for k in &keys {
-            if !tree.may_contain(k) {
-                return Err(Finding::Bloomsled(format!(
-                    "FALSE NEGATIVE in {:?}: {:?} ({report:?})",
-                    report.tree,
-                    String::from_utf8_lossy(k)
-                )));
-            }
-            checked += 1;
-        }
-        if kind == Kind::Counting {
-            for k in keys.iter().step_by(3) {
-                tree.remove(k)
-                    .map_err(|e| Finding::Bloomsled(format!("remove: {e}")))?;
-            }
-            for (n, k) in keys.iter().enumerate() {
-                if n % 3 != 0 && !tree.may_contain(k) {
-                    return Err(Finding::Bloomsled(format!(
-                        "SHORT COUNTER in {:?}: {:?} ({report:?})",
-                        report.tree,
-                        String::from_utf8_lossy(k)
-                    )));
-                }
-            }
-        }
-    }
-    // sled's own promise: what a returned flush covered is there (batches and
-    // transactions put some keys in `other`, so look in both).
-    if let Some(n) = flushed {
-        if kind != Kind::Counting {
-            // (the counting check above removed keys; plain kinds only)
-            for i in 0..n {
-                let k = key(i);
-                let there = db
-                    .contains_key(&k)
-                    .map_err(|e| Finding::Bloomsled(e.to_string()))?
-                    || other
-                        .contains_key(&k)
-                        .map_err(|e| Finding::Bloomsled(e.to_string()))?;
-                if !there {
-                    return Err(Finding::Sled(format!(
-                        "sled lost key {i} of the {n} its flush() covered"
-                    )));
-                }
-            }
-        }
-    }
-    db.close()
-        .map_err(|e| Finding::Bloomsled(format!("close: {e}")))?;
-    Ok((checked, replayed))
-}
-
-fn verify_window(dir: &Path, flushed: Option<u64>) -> Result<u64, Finding> {
-    let cur = flushed.map_or(0, |r| r + 1);
-    let clock = ManualClock::new(T0 + cur * W);
-    let db = Config::new()
-        .path(dir)
-        .open()
-        .map_err(|e| Finding::Bloomsled(format!("reopen failed: {e}")))?;
-    let w = db
-        .open_window("cut", window_config(&clock))
-        .map_err(|e| Finding::Bloomsled(format!("window open failed: {e}")))?;
-    let mut checked = 0;
-    // Every key a generation tree holds is in the window's filter.
-    for (_, tree) in w
-        .generation_trees()
-        .map_err(|e| Finding::Bloomsled(format!("generation_trees: {e}")))?
-    {
-        for k in tree.iter().keys() {
-            let k = k.map_err(|e| Finding::Bloomsled(format!("iter: {e}")))?;
-            if !w.may_contain(&k) {
-                return Err(Finding::Bloomsled(format!(
-                    "FALSE NEGATIVE in the window: {:?}",
-                    String::from_utf8_lossy(&k)
-                )));
-            }
-            checked += 1;
-        }
-    }
-    // Every flushed round inside the horizon is found.
-    if let Some(last) = flushed {
-        for round in 0..=last {
-            if cur >= round + u64::from(G) {
-                continue;
-            }
-            for i in 0..PER_ROUND {
-                let k = key(round * PER_ROUND + i);
-                let found = w
-                    .contains_key(&k)
-                    .map_err(|e| Finding::Bloomsled(format!("contains_key: {e}")))?;
-                if !found {
-                    return Err(Finding::Sled(format!(
-                        "window lost flushed round {round} key {i} (rounds 0..={last} flushed)"
-                    )));
-                }
-            }
-        }
-    }
-    drop(w);
-    db.close()
-        .map_err(|e| Finding::Bloomsled(format!("close: {e}")))?;
-    Ok(checked)
-}
-
 #[derive(Default)]
 struct Tally {
     cuts: u64,
@@ -480,84 +339,6 @@ fn case(kind: Kind, seed: u64, fault: Fault, same_boot: bool, tally: &mut Tally)
     }
 }
 
-/// What a failing `kill -9` control left (Snapshots kind, killed 29 ms in, found by
-/// `BLOOMSLED_POWER_CUT_CONTROLS`; the error of the control that failed once at 88 ms
-/// before): the child died inside its first open,
-/// between sled's two writes of `conf` (its lines, then their CRC) and before sled made its
-/// log `db`. sled 0.34.7 refuses that folder forever (`Read corrupted data at file offset
-/// None`); bloomsled's open completes `conf` (src/store/torn_conf.rs). The same folder, made
-/// here byte for byte, so this needs no FUSE and no luck.
-fn a_kill_inside_sleds_creation_of_conf_does_not_brick_the_folder() -> Result<(), String> {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    std::fs::create_dir_all(db.join("blobs")).unwrap();
-    std::fs::write(
-        db.join("conf"),
-        "segment_size: 524288\nuse_compression: false\nversion: 0.34\n",
-    )
-    .unwrap();
-    if sled::Config::new().path(&db).open().is_ok() {
-        return Err("plain sled opened the torn folder (sled fixed? drop the repair)".into());
-    }
-    let open = || config(&db, Kind::Plain).open().map_err(|e| e.to_string());
-    let d = open()?;
-    d.insert(key(1), &b"v"[..]).map_err(|e| e.to_string())?;
-    d.close().map_err(|e| e.to_string())?;
-    let d = open()?;
-    match d.contains_key(key(1)) {
-        Ok(true) => Ok(()),
-        other => Err(format!("key lost: {other:?}")),
-    }
-}
-
-/// The same folder made by a real `kill -9` on a plain folder (no FUSE): `strace` sends the
-/// child SIGKILL at its second write to `conf`, the instant the control met by chance. So
-/// the control's failure is sled's two-write `conf` meeting any kill, not a FUSE artifact
-/// (FUSE only widens the window: each write is a round trip to the file system's process).
-/// Skipped, loudly, where `strace` is missing or cannot trace; under `CI=true` that fails.
-fn a_real_kill_between_sleds_two_writes_of_conf() -> Result<(), String> {
-    let skip = |why: &str| {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            // .ci/run installs strace: a skip there would hide the check.
-            return Err(format!("the strace kill cannot run under CI=true: {why}"));
-        }
-        eprintln!("*** power_cut: the strace kill inside sled's conf write SKIPPED: {why} ***");
-        Ok(())
-    };
-    let on_path = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("strace").is_file()));
-    if !on_path {
-        return skip("no strace on PATH");
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    let status = Command::new("strace")
-        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=write"])
-        .args(["-e", "inject=write:signal=KILL:when=2", "-P"])
-        .arg(db.join("conf"))
-        .arg(std::env::current_exe().unwrap())
-        .env(CHILD_ENV, &db)
-        .env("BLOOMSLED_POWER_CUT_KIND", "Plain")
-        .env("BLOOMSLED_POWER_CUT_CHILD_SEED", "1")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map_err(|e| format!("strace: {e}"))?;
-    let conf = std::fs::read(db.join("conf")).unwrap_or_default();
-    if conf.len() != 58 || db.join("db").exists() {
-        return skip(&format!(
-            "strace did not stop the child there ({status}, conf {} bytes)",
-            conf.len()
-        ));
-    }
-    if sled::Config::new().path(&db).open().is_ok() {
-        return Err("plain sled opened the folder a kill left (sled fixed?)".into());
-    }
-    let d = config(&db, Kind::Plain).open().map_err(|e| e.to_string())?;
-    d.insert(key(1), &b"v"[..]).map_err(|e| e.to_string())?;
-    d.close().map_err(|e| e.to_string())
-}
-
 fn main() {
     if let Some(dir) = child::role(CHILD_ENV) {
         let kind = Kind::parse(&std::env::var("BLOOMSLED_POWER_CUT_KIND").unwrap());
@@ -583,11 +364,11 @@ fn main() {
     for (name, check) in [
         (
             "a_kill_inside_sleds_creation_of_conf_does_not_brick_the_folder",
-            a_kill_inside_sleds_creation_of_conf_does_not_brick_the_folder as fn() -> _,
+            torn_conf::a_kill_inside_sleds_creation_of_conf_does_not_brick_the_folder as fn() -> _,
         ),
         (
             "a_real_kill_between_sleds_two_writes_of_conf",
-            a_real_kill_between_sleds_two_writes_of_conf,
+            torn_conf::a_real_kill_between_sleds_two_writes_of_conf,
         ),
     ] {
         if let Err(e) = check() {
