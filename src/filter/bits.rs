@@ -26,6 +26,13 @@ impl Block {
         layout::all_set_k::<K>(h, |j| self.0[j & (BLOCK_WORDS - 1)].load(Relaxed))
     }
 
+    /// [`Block::contains_k`] with one early exit after the first draws (see
+    /// [`layout::all_set_k_early`]), for callers that branch on the answer.
+    #[inline(always)]
+    pub(crate) fn contains_k_early<const K: usize>(&self, h: u64) -> bool {
+        layout::all_set_k_early::<K>(h, |j| self.0[j & (BLOCK_WORDS - 1)].load(Relaxed))
+    }
+
     /// Sets hash `h`'s `K` bits, each with a locked `or` whose result is unused (`lock or`,
     /// not a compare-and-swap loop), with no branch on what the words held. The caller
     /// probes first (`Kernel::insert`), so a key seen before writes nothing.
