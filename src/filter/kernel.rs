@@ -55,7 +55,7 @@ pub(crate) struct Kernel {
     contains: ContainsFn,
     /// The probe for a caller that branches on the answer: the scalar early-exit one in every
     /// kind (see [`Kernel::contains_early`]).
-    contains_early: ContainsFn,
+    contains_early: fn(&Block, u64) -> bool,
     /// The probe of one key in the blocks of several filters (a window's generations): one
     /// call for all of them, no early exit, so their loads overlap.
     contains_any: ContainsAnyFn,
@@ -198,12 +198,7 @@ impl Kernel {
     /// (2M keys: AVX2 44.5 → 36.6 ns, AVX-512 40.0 → 37.0 ns per `get`, issue 37).
     #[inline(always)]
     pub(crate) fn contains_early(&self, b: &Block, h: u64) -> bool {
-        // SAFETY: `contains_early` is always a scalar probe (a safe function), set only by
-        // `Kernel::for_scalar`; the field is private to this module.
-        #[allow(unsafe_code)]
-        unsafe {
-            (self.contains_early)(b, h)
-        }
+        (self.contains_early)(b, h)
     }
 
     /// True if some block of `blocks` (each its filter's block for `h`, filters of this
