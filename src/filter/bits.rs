@@ -26,6 +26,13 @@ impl Block {
         layout::all_set_k::<K>(h, |j| self.0[j & (BLOCK_WORDS - 1)].load(Relaxed))
     }
 
+    /// [`Block::contains_k`] with one early exit after the first draws (see
+    /// [`layout::all_set_k_early`]), for callers that branch on the answer.
+    #[inline(always)]
+    pub(crate) fn contains_k_early<const K: usize>(&self, h: u64) -> bool {
+        layout::all_set_k_early::<K>(h, |j| self.0[j & (BLOCK_WORDS - 1)].load(Relaxed))
+    }
+
     /// Sets hash `h`'s `K` bits, each with a locked `or` whose result is unused (`lock or`,
     /// not a compare-and-swap loop), with no branch on what the words held. The caller
     /// probes first (`Kernel::insert`), so a key seen before writes nothing.
@@ -76,7 +83,8 @@ impl Owned {
     #[cfg(all(target_os = "linux", not(bloomsled_loom)))]
     fn mapped(n: usize) -> Option<Owned> {
         let len = n.checked_mul(std::mem::size_of::<Block>())?;
-        let map_len = len.checked_add(HUGE_PAGE_BYTES)?;
+        let huge_len = huge_backed_len(len);
+        let map_len = huge_len.max(len).checked_add(HUGE_PAGE_BYTES)?;
         // SAFETY: a new private anonymous mapping at an address the kernel picks: it
         // overlaps no memory Rust knows of. It is zero-filled by the kernel.
         #[allow(unsafe_code)]
@@ -94,7 +102,7 @@ impl Owned {
             return None;
         }
         let start = (base as usize).next_multiple_of(HUGE_PAGE_BYTES);
-        let huge = advise_huge_pages(start, len);
+        let huge = advise_huge_pages(start, huge_len);
         let owned = Owned {
             // `start` is inside the mapping (less than a huge page past its page-aligned
             // base, and `len` bytes fit before its end), so not null, and 64-byte aligned.
@@ -103,7 +111,7 @@ impl Owned {
             mapping: Some((base as usize, map_len)),
         };
         let per_huge = HUGE_PAGE_BYTES / std::mem::size_of::<Block>();
-        for i in huge.step_by(per_huge) {
+        for i in huge.step_by(per_huge).take_while(|&i| i < n) {
             owned[i].0[0].store(0, Relaxed);
         }
         Some(owned)
@@ -165,7 +173,12 @@ impl Blocks {
     /// (`benches/after_load.rs`): a 59 MiB filter filled by inserts had 8 MiB in huge pages
     /// before, all of its aligned part after. Filters this large are sized for millions of
     /// keys; they are paid for when made, not page by page. Smaller filters come zeroed
-    /// from the allocator.
+    /// from the allocator. The threshold is one huge page (2 MiB): a 3.9 MB filter (2M keys
+    /// at the default 0.1%) in small pages needs 950 TLB entries, which a store's own reads
+    /// between lookups evict (measured, `benches/stream.rs` kernel table: the absent `get`
+    /// after each 1,024 of sled's `get`s, scalar probe, 106 ns in small pages, 80 ns in huge
+    /// ones). Where a filter's last huge page costs at most an eighth more memory, it is
+    /// backed too (see `huge_backed_len`).
     #[cfg(not(bloomsled_loom))]
     pub(crate) fn zeroed(n: usize) -> Option<Self> {
         use zerocopy::FromZeros;
@@ -338,11 +351,24 @@ impl Blocks {
 
 /// Filters at least this large ask for transparent huge pages.
 #[cfg_attr(any(bloomsled_loom, not(target_os = "linux")), allow(dead_code))]
-const HUGE_PAGE_MIN_BYTES: usize = 8 << 20;
+const HUGE_PAGE_MIN_BYTES: usize = 2 << 20;
 
 /// The size of a transparent huge page (x86-64 and aarch64 with 4 KiB base pages).
 #[cfg_attr(any(bloomsled_loom, not(target_os = "linux")), allow(dead_code))]
 const HUGE_PAGE_BYTES: usize = 2 << 20;
+
+/// The bytes of a filter of `len` bytes (starting on a huge-page boundary) to back with huge
+/// pages: all of it, its last huge page extending past its end, if that costs at most an
+/// eighth more memory (a 3.9 MB filter, 2M keys at 0.1%, then takes two huge pages instead
+/// of one and 950 small ones); otherwise its whole huge pages, the rest in small pages.
+#[cfg(all(target_os = "linux", not(bloomsled_loom)))]
+fn huge_backed_len(len: usize) -> usize {
+    let whole = len / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES;
+    match len.checked_next_multiple_of(HUGE_PAGE_BYTES) {
+        Some(rounded) if rounded - len <= len / 8 => rounded,
+        _ => whole,
+    }
+}
 
 /// Asks the kernel to back the 2 MiB-aligned part of `[addr, addr + len)` with transparent
 /// huge pages (Linux `madvise(MADV_HUGEPAGE)`; a no-op elsewhere, for small filters, or when
@@ -405,5 +431,43 @@ mod tests {
             (0..n).map(|i| u64::from(b.count_ones(i))).sum::<u64>(),
             n.div_ceil(4099) as u64
         );
+    }
+
+    /// A filter whose last huge page would be mostly its own (2M keys at 0.1%: 3.9 MB) is
+    /// backed by huge pages to its end, the mapping long enough for that last page; one
+    /// whose tail is small keeps it in small pages; below one huge page, none. Every block,
+    /// the tail's too, reads zero and keeps what is written.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_mid_sized_filter_is_huge_paged_to_its_end_when_that_wastes_little() {
+        const MIB: usize = 1 << 20;
+        assert_eq!(huge_backed_len(3_900_000), 4 * MIB);
+        assert_eq!(huge_backed_len(16 * MIB), 16 * MIB);
+        // From 16 MiB on, the last huge page never costs more than an eighth.
+        assert_eq!(huge_backed_len(16 * MIB + 64), 18 * MIB);
+        assert_eq!(huge_backed_len(2 * MIB + MIB / 2), 2 * MIB); // 1.5 MiB more: too much
+        assert_eq!(huge_backed_len(MIB), 0);
+        assert!(Blocks::zeroed((2 * MIB - 64) / 64)
+            .unwrap()
+            .blocks
+            .mapping
+            .is_none());
+        for bytes in [3_900_032usize, 2 * MIB + 64] {
+            let n = bytes / 64;
+            let b = Blocks::zeroed(n).unwrap();
+            assert_eq!(b.len(), n);
+            let (_, map_len) = b.blocks.mapping.expect("a mapping of its own");
+            let start = b.blocks.ptr.as_ptr() as usize;
+            assert_eq!(start % HUGE_PAGE_BYTES, 0);
+            let base = b.blocks.mapping.unwrap().0;
+            assert!(start + huge_backed_len(bytes).max(bytes) <= base + map_len);
+            assert!(b.words().all(|w| w == 0));
+            let mut m = [0u64; BLOCK_WORDS];
+            m[7] = 1 << 63;
+            for i in (0..n).step_by(997).chain([n - 1]) {
+                assert!(b.set(i, &m));
+                assert_eq!(b.count_ones(i), 1);
+            }
+        }
     }
 }

@@ -109,6 +109,42 @@ pub(crate) fn all_set_k<const K: usize>(h: u64, word: impl Fn(usize) -> u64) -> 
     all & 1 != 0
 }
 
+/// Draws tested before [`all_set_k_early`] branches once on what they found.
+pub(crate) const EARLY_DRAWS: usize = 4;
+
+/// [`all_set_k`] for a caller that branches on the answer anyway (`Tree::get`,
+/// `Tree::contains_key`): the first [`EARLY_DRAWS`] draws tested branch-free, one branch on
+/// them, then the rest. The same bits and the same answer as [`all_set_k`]; for `K` ≤
+/// `EARLY_DRAWS` it is [`all_set_k`].
+///
+/// An absent key's first draws already miss with high probability (at half the bits set,
+/// all four are set for 1 key in 16), so in a stream of absent keys the branch goes the same
+/// way nearly every time and the CPU skips the other `K − 4` draws' multiplies, loads and
+/// shifts, leaving room in its window for the next keys' cache misses. The caller's own
+/// branch on the answer mispredicts wherever this one does, so it adds no misprediction of
+/// its own to a mixed stream; a caller that counts answers with no branch keeps
+/// [`all_set_k`].
+#[inline(always)]
+pub(crate) fn all_set_k_early<const K: usize>(h: u64, word: impl Fn(usize) -> u64) -> bool {
+    if K <= EARLY_DRAWS {
+        return all_set_k::<K>(h, word);
+    }
+    let mut first = 1u64;
+    for &g in &GOLDEN_POWERS[..EARLY_DRAWS] {
+        let p = position(h, g);
+        first &= word(p >> 6) >> (p & 63);
+    }
+    if first & 1 == 0 {
+        return false;
+    }
+    let mut rest = 1u64;
+    for &g in &GOLDEN_POWERS[EARLY_DRAWS..K] {
+        let p = position(h, g);
+        rest &= word(p >> 6) >> (p & 63);
+    }
+    rest & 1 != 0
+}
+
 /// Calls `set(word, bit)` for each of the `K` draws of `h` (repeats included), in draw
 /// order, with `bit` the draw's single-bit mask in word `word` (0..8). No loop at run time.
 #[inline(always)]
@@ -214,18 +250,32 @@ mod tests {
                 for_each_bit_k::<K>(h, |w, bit| built[w] |= bit);
                 assert_eq!(built, masks, "K = {K}, h = {h:#x}");
                 assert!(all_set_k::<K>(h, |j| masks[j]));
+                assert!(all_set_k_early::<K>(h, |j| masks[j]));
                 // Against a block holding some other key's bits: the same answer both ways.
                 let other = block_masks(h.rotate_left(17) ^ 0x55, 2 * K as u32 + 3);
-                assert_eq!(
-                    all_set_k::<K>(h, |j| other[j]),
-                    all_set(h, K as u32, |j| other[j])
-                );
+                let want = all_set(h, K as u32, |j| other[j]);
+                assert_eq!(all_set_k::<K>(h, |j| other[j]), want);
+                assert_eq!(all_set_k_early::<K>(h, |j| other[j]), want);
+                // Every one of the key's bits cleared in turn, the first draws' and the
+                // others': the early-exit probe says no, as the reference does.
+                for p in bit_positions(h, K as u32) {
+                    let mut m = masks;
+                    m[p / 64] &= !(1 << (p % 64));
+                    assert_eq!(
+                        all_set_k_early::<K>(h, |j| m[j]),
+                        all_set(h, K as u32, |j| m[j])
+                    );
+                    assert!(!all_set_k_early::<K>(h, |j| m[j]));
+                }
             }
         }
         check::<1>();
         check::<2>();
         check::<6>();
+        check::<4>();
+        check::<5>();
         check::<7>();
+        check::<10>();
         check::<16>();
         check::<32>();
     }

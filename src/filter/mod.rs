@@ -218,6 +218,15 @@ impl Filter {
     /// [`layout::all_set_k`]), by the copy of the probe compiled for this filter's `k`
     /// (`filter::kernel`). With no branch on what the loads return, consecutive keys'
     /// cache misses overlap, which an early exit at the first unset bit would prevent.
+    /// [`Filter::contains`] for a caller that branches on the answer (`Tree::get`): the same
+    /// answer, with the early exit of `Kernel::contains_early`.
+    #[inline]
+    pub(crate) fn contains_early(&self, key: &[u8]) -> bool {
+        let h = self.hash(key);
+        let i = block_index(h, self.blocks.len() as u64);
+        self.kernel.contains_early(self.blocks.block(i), h)
+    }
+
     #[inline(always)]
     fn probe(&self, h: u64, i: usize) -> bool {
         self.kernel.contains(self.blocks.block(i), h)

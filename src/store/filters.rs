@@ -149,6 +149,13 @@ impl Filters {
         self.read(|f| f.contains(key))
     }
 
+    /// [`Filters::contains`] for a caller that branches on the answer (`Tree::get`,
+    /// `Tree::contains_key`): the same answer, probed with `Filter::contains_early`.
+    #[inline]
+    pub(crate) fn contains_early(&self, key: &[u8]) -> bool {
+        self.read(|f| f.contains_early(key))
+    }
+
     /// `probe`'s answer on the current filter, probed again if a swap raced it: `probe`
     /// must say whether a key may be present (`false` only if certainly absent).
     #[inline(always)]

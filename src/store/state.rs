@@ -208,7 +208,7 @@ impl TreeState {
     #[inline]
     pub(crate) fn probe(&self, key: &[u8]) -> bool {
         self.counters.lookup();
-        if self.filters.contains(key) || self.dropped.load(Ordering::Relaxed) {
+        if self.filters.contains_early(key) || self.dropped.load(Ordering::Relaxed) {
             self.counters.passed_on();
             return true;
         }
