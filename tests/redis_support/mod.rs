@@ -255,6 +255,15 @@ pub struct Cluster {
     pub nodes: Vec<Server>,
 }
 
+/// A slot on its way from one master to another ([`Cluster::begin_migration`]).
+pub struct Migration {
+    /// The slot.
+    pub slot: u16,
+    /// The target master's index in `Cluster::nodes`, and its node id.
+    pub to: usize,
+    to_id: String,
+}
+
 /// The arguments of a cluster node without persistence.
 const CLUSTER_NODE: &[&str] = &[
     "--save",
@@ -379,6 +388,50 @@ impl Cluster {
     /// The node id (40 hex digits) of node `i`.
     pub fn node_id(&self, i: usize) -> String {
         self.nodes[i].cli(&["cluster", "myid"]).trim().to_owned()
+    }
+
+    /// Starts moving the slot of `shard` (a key the cluster holds) from its master to the
+    /// next one: `CLUSTER SETSLOT … IMPORTING` on the target, `MIGRATING` on the source,
+    /// then `MIGRATE` of the key. Until [`Cluster::finish_migration`], a request for the
+    /// slot gets `ASK` from the source.
+    pub fn begin_migration(&self, shard: &str) -> Migration {
+        let slot: u16 = self.nodes[0]
+            .cli(&["cluster", "keyslot", shard])
+            .trim()
+            .parse()
+            .unwrap();
+        let from = self.owner_of(slot);
+        let to = (from + 1) % self.nodes.len();
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let slot_s = slot.to_string();
+        let importing = self.nodes[to].cli(&["cluster", "setslot", &slot_s, "importing", &from_id]);
+        assert_eq!(importing.trim(), "OK", "SETSLOT IMPORTING: {importing}");
+        let migrating = self.nodes[from].cli(&["cluster", "setslot", &slot_s, "migrating", &to_id]);
+        assert_eq!(migrating.trim(), "OK", "SETSLOT MIGRATING: {migrating}");
+        let port = self.nodes[to].port.to_string();
+        let out = self.nodes[from].cli(&[
+            "migrate",
+            "127.0.0.1",
+            &port,
+            "",
+            "0",
+            "5000",
+            "keys",
+            shard,
+        ]);
+        assert_eq!(out.trim(), "OK", "MIGRATE: {out}");
+        Migration { slot, to, to_id }
+    }
+
+    /// Hands the slot of `m` over to its target on every node and waits for the cluster to
+    /// agree: the old route now answers `MOVED`.
+    pub fn finish_migration(&self, m: &Migration) {
+        let slot = m.slot.to_string();
+        for n in &self.nodes {
+            n.cli(&["cluster", "setslot", &slot, "node", &m.to_id]);
+        }
+        self.wait_ok();
+        assert_eq!(self.owner_of(m.slot), m.to);
     }
 
     /// Which node (index) serves `slot` as master.
