@@ -437,7 +437,7 @@ mod tests {
     /// backed by huge pages to its end, the mapping long enough for that last page; one
     /// whose tail is small keeps it in small pages; below one huge page, none. Every block,
     /// the tail's too, reads zero and keeps what is written.
-    #[cfg(target_os = "linux")]
+    #[cfg(all(target_os = "linux", not(bloomsled_loom)))]
     #[test]
     fn a_mid_sized_filter_is_huge_paged_to_its_end_when_that_wastes_little() {
         const MIB: usize = 1 << 20;
