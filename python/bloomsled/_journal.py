@@ -122,6 +122,8 @@ class PendingLog:
         self.add_bytes = 0
         self.dones = 0
         self.torn_bytes_cut = 0
+        #: Where the last full read of :meth:`records` stopped: the end of the valid prefix.
+        self.read_end = 0
         self.done_torn_bytes_cut = 0
 
     # -- appending ----------------------------------------------------------------------
@@ -207,18 +209,12 @@ class PendingLog:
                     break
                 pos += _HEAD.size + w + length
                 yield kind, rest[:w], rest[w:]
+        self.read_end = pos
         if end is None and pos < size:
             self._cut(pos, size)
 
     def _cut(self, pos: int, size: int) -> None:
-        logger.warning(
-            "bloomsled: %s: %d bytes after offset %d are a torn or damaged tail (a crash "
-            "while appending); cut off",
-            self.path,
-            size - pos,
-            pos,
-        )
-        self.torn_bytes_cut += size - pos
+        self._torn_tail_dropped(pos, size)
         with open(self.path, "r+b") as f:
             f.truncate(pos)
             f.flush()
@@ -266,23 +262,27 @@ class PendingLog:
         renamed over the old one. (:meth:`begin_compaction` is the same work in three
         steps, the long one free to run beside appends.)
         """
-        if add_to_seen:
-            self.fsync()
-            seen_batch: list[bytes] = []
-            for _, fp, _ in self.records():
-                seen_batch.append(fp)
-                if len(seen_batch) >= _BATCH:
-                    seen.add_many(seen_batch)
-                    seen_batch = []
-            if seen_batch:
-                seen.add_many(seen_batch)
         job = self.begin_compaction(seen)
+        job.fill = seen if add_to_seen else None
         try:
             job.run()
         except BaseException:
             job.abort()
             raise
-        return job.install()
+        pending = job.install()
+        if job.valid_end < job.end:  # a torn tail (a crash while appending): not rewritten
+            self._torn_tail_dropped(job.valid_end, job.end)
+        return pending
+
+    def _torn_tail_dropped(self, pos: int, size: int) -> None:
+        logger.warning(
+            "bloomsled: %s: %d bytes after offset %d are a torn or damaged tail (a crash "
+            "while appending); cut off",
+            self.path,
+            size - pos,
+            pos,
+        )
+        self.torn_bytes_cut += size - pos
 
     def begin_compaction(self, seen: FingerprintSet) -> "Compaction":
         """Starts a compaction of the log as it is now, to be run by another thread while
@@ -343,6 +343,13 @@ class Compaction:
         self.pending_bytes = 0
         #: Set by :meth:`run` when it raised: :meth:`abort` is then the only way on.
         self.error: Optional[BaseException] = None
+        #: A set that pass 1 also gives every fingerprint of the compacted part, synced
+        #: before the new log exists (after a crash: ``seen``, which may have lost its
+        #: unsynced tail). Only for a compaction with no appends beside it.
+        self.fill: Optional[FingerprintSet] = None
+        #: Where the compacted part's valid records end (set by :meth:`run`): short of
+        #: ``end`` only for a torn tail, which the new log leaves out.
+        self.valid_end = self.end
 
     def run(self) -> None:
         """The long part: reads the log's first ``end`` bytes twice, appends their done
@@ -368,6 +375,8 @@ class Compaction:
         try:
             # Pass 1: the done fingerprints, into the temporary set and done.fps.
             batch: list[bytes] = []
+            every: list[bytes] = []
+            fill = self.fill
             with open(log.done_path, "ab") as out:
                 for kind, fp, _ in log.records(end=self.end):
                     if kind == DONE:
@@ -375,10 +384,20 @@ class Compaction:
                         if len(batch) >= _BATCH:
                             log._move_done(done, out, batch)
                             batch = []
+                    if fill is not None:
+                        every.append(fp)
+                        if len(every) >= _BATCH:
+                            fill.add_many(every)
+                            every = []
+                self.valid_end = log.read_end
                 if batch:
                     log._move_done(done, out, batch)
                 out.flush()
                 os.fsync(out.fileno())
+            if fill is not None:
+                if every:
+                    fill.add_many(every)
+                fill.sync()  # a fingerprint leaves the log only once the set holds it
             # Pass 2: the pending records, into the new log.
             with open(self.tmp, "wb") as out:
                 out.write(LOG_MAGIC)

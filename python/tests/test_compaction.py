@@ -251,3 +251,23 @@ def test_kill9_during_a_background_compaction_loses_nothing(tmp_path, seed):
     for i in acked_done:
         assert fp(i) not in pending, f"request {i} was done, and is pending again"
     assert len(acked_add) >= 30_000
+
+
+def test_a_torn_tail_is_left_out_of_the_rewrite_at_open_and_reported(tmp_path):
+    """After a crash the open compacts with ``add_to_seen`` in one pass over the log: a
+    torn last record is not rewritten, is counted, and every whole record's fingerprint
+    reaches the seen set."""
+    log, seen, model = opened(tmp_path, 1_000)
+    log.close()
+    with open(log.path, "ab") as f:  # a crash inside write(2): half a record
+        f.write(b"\x01\x02\x03\x04A\x10\x00\x00\x00" + b"x" * 7)
+    fresh = FingerprintSet(str(tmp_path / "seen2"), expected_items=10_000, width=WIDTH)
+    log = PendingLog(tmp_path, WIDTH)
+    assert log.compact(fresh, add_to_seen=True) == len(model.pending)
+    assert log.torn_bytes_cut == 16
+    assert pending_of(log) == model.pending
+    assert all(fp(i) in fresh for i in range(1_000))
+    model.add(log, seen, 5_000)  # appends after it are read back
+    assert pending_of(PendingLog(tmp_path, WIDTH)) == model.pending
+    fresh.close()
+    seen.close()
