@@ -91,6 +91,16 @@ impl Persistence {
         }
     }
 
+    /// sled's flush, then an fsync of sled's log (see `Meta::flush_user`).
+    pub(crate) fn flush_user(&self, tree: &sled::Tree) -> Result<usize> {
+        self.meta.flush_user(tree)
+    }
+
+    /// The fsync of sled's log after a flush sled ran itself.
+    pub(crate) fn sync_log(&self) -> Result<()> {
+        self.meta.sync_log()
+    }
+
     fn tree_id(&self) -> [u8; 16] {
         self.record
             .lock()

@@ -155,6 +155,25 @@ impl Meta {
         self.reset.as_ref()
     }
 
+    /// What every flush a user can call does (`Tree::flush`, a window's, a transaction's,
+    /// `Db::close`): sled's `flush()` of the whole database (through any of its trees),
+    /// then one fsync of sled's log, so a returned flush survives a power cut (sled's own
+    /// ends in `sync_file_range(2)`, spacejam/sled#1452). Returns sled's byte count.
+    pub(crate) fn flush_user(&self, tree: &sled::Tree) -> Result<usize> {
+        let bytes = tree.flush()?;
+        self.sync_log()?;
+        Ok(bytes)
+    }
+
+    /// The fsync of sled's log that makes what sled's `flush()` wrote durable (for a flush
+    /// sled ran itself, as a transaction's at its commit).
+    pub(crate) fn sync_log(&self) -> Result<()> {
+        if let Some(log) = &self.log {
+            log.sync_all()?;
+        }
+        Ok(())
+    }
+
     /// The database id.
     pub(crate) fn db_id(&self) -> [u8; 16] {
         self.db_id
