@@ -48,12 +48,23 @@ fn flush_durably(tree: &sled::Tree, log: Option<&std::fs::File>) -> Result<()> {
     Ok(())
 }
 
-/// sled's log file `<db>/db`, with its name made durable (sled never fsyncs its folder).
+/// sled's log file `<db>/db`, with its name made durable (sled never fsyncs its folder),
+/// and the database folder's own name too (sled creates it and never fsyncs its parent: on
+/// a file system that commits a name only with its folder, a power cut would otherwise
+/// take a new database away whole, every flush it returned included).
 fn open_log(db_dir: &std::path::Path) -> Result<Option<std::fs::File>> {
     let Ok(log) = std::fs::File::open(db_dir.join("db")) else {
         return Ok(None);
     };
     std::fs::File::open(db_dir)?.sync_all()?;
+    let parent = match db_dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    // A parent this process may not read cannot be fsynced by it either.
+    if let Ok(parent) = std::fs::File::open(parent) {
+        parent.sync_all()?;
+    }
     Ok(Some(log))
 }
 
