@@ -254,7 +254,7 @@ fn case(kind: Kind, seed: u64, fault: Fault, same_boot: bool, tally: &mut Tally)
     let data = base.path().join("data");
     let mut rng = Rng(seed);
     // Half the cases without sled's background flusher (see `flusher`).
-    let flusher_state = if seed % 2 == 0 { "off" } else { "on" };
+    let flusher_state = if seed.is_multiple_of(2) { "off" } else { "on" };
     let spawn = |mnt: &Path, seed: u64| {
         let mut cmd = child::command(CHILD_ENV, mnt.join("db"), None);
         cmd.env("BLOOMSLED_POWER_CUT_KIND", format!("{kind:?}"))

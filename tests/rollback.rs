@@ -292,7 +292,7 @@ fn no_rollback_of_bloomsleds_files_denies_a_stored_key() {
     let seed: u64 = std::env::var("BLOOMSLED_ROLLBACK_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0x0DDB_A11);
+        .unwrap_or(0x00DD_BA11);
     let mut rng = Rng(seed);
     let mut history: Vec<Files> = Vec::new();
     let (mut next, mut cases, mut crashes, mut replays) = (0u64, 0u64, 0u64, 0u64);

@@ -148,6 +148,9 @@
 //! - *Left over.* Someone who rolls back the counter file **and** the journal to the same
 //!   moment (or edits both) is not caught; nor is a journal kept on a machine with no
 //!   memory file system for the counters (then no journal is kept: a crash rebuilds).
+//! - *Windows and the fingerprint set.* A window's generations are trees: each has its own
+//!   journals and counter files, removed with the generation. The fingerprint set keeps no
+//!   crash journal (its log is its data).
 //! - *Cost.* One tmpfs page (4 KiB) per live journal (one or two per open tree, plus the
 //!   replayed ones until the next snapshot): 16,000 journals fill Docker's default 64 MiB
 //!   `/dev/shm`; a counter file that cannot be made means no journal for that generation
@@ -398,7 +401,9 @@ pub(crate) fn forget_closed(
         files::SnapshotFile::new(db_dir, &record.tree_id).remove(true)?;
         #[allow(clippy::reversed_empty_ranges)]
         let counters = journal_map::counter_dir();
-        journal_map::Journals::new(db_dir, &meta.db_id(), &record.tree_id, counters).retire(1..=0);
+        let journals = journal_map::Journals::new(db_dir, &meta.db_id(), &record.tree_id, counters);
+        #[allow(clippy::reversed_empty_ranges)]
+        journals.retire(1..=0);
     }
     meta.remove(name)
 }
