@@ -154,7 +154,8 @@
 //! - *Cost.* One tmpfs page (4 KiB) per live journal (one or two per open tree, plus the
 //!   replayed ones until the next snapshot): 16,000 journals fill Docker's default 64 MiB
 //!   `/dev/shm`; a counter file that cannot be made means no journal for that generation
-//!   (a crash rebuilds).
+//!   (a crash rebuilds). A clean close removes a tree's counter files; a database killed
+//!   and then deleted without being opened again leaves its own until the next reboot.
 //!
 //! # Why serving before the filter is rebuilt never gives a false negative
 //! A tree whose snapshot is not trusted opens with a *stand-in* filter whose every bit is
