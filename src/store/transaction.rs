@@ -156,7 +156,7 @@ impl TransactionalTree {
     ///     tx.flush();
     ///     Ok(())
     /// });
-    /// r?; // "k" is durable from here on, even if the power is cut next
+    /// r.unwrap(); // "k" is durable from here on, even if the power is cut next
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn flush(&self) {
