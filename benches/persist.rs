@@ -1,14 +1,21 @@
 //! Persistence benchmarks: snapshot write, verified reload (reopen without a scan), and
 //! rebuild from a key scan, at 1M and 10M keys and 10 bits/key.
 //!
-//! `cargo bench --bench persist`. The reopen figure is a whole `Config::open` +
+//! And `flush()` against plain sled's (`persist/flush.rs`): latency and write streams with
+//! a flush every 1, 100 and 10,000 writes, in fresh processes.
+//!
+//! `cargo bench --bench persist` (`BLOOMSLED_PERSIST_ONLY=flush`: the flush table alone).
+//! The reopen figure is a whole `Config::open` +
 //! `open_tree` of a database whose tree filter holds N keys (sled's own open of the small
 //! data set included); the rebuild figure scans a sled tree of 1M real keys.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
+
+#[path = "persist/flush.rs"]
+mod flush;
 
 fn url(i: u64) -> String {
     format!(
@@ -167,4 +174,15 @@ criterion_group!(
     rebuild,
     writers_during_snapshots
 );
-criterion_main!(benches);
+fn main() {
+    if flush::child() {
+        return;
+    }
+    let table = flush::table();
+    println!("\n`flush()` against plain sled's:\n\n{table}");
+    if std::env::var("BLOOMSLED_PERSIST_ONLY").as_deref() == Ok("flush") {
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

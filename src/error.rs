@@ -518,7 +518,22 @@ pub enum JournalFault {
         /// The journal's generation.
         generation: u64,
     },
-    /// Fewer intact records than writers finished: records were erased.
+    /// The journal's counter file (outside the database folder) is not there: a reboot
+    /// cleared it, or it was deleted, or the journal is a copy from elsewhere.
+    #[error("journal of generation {generation}: its counter file is gone")]
+    CountersMissing {
+        /// The journal's generation.
+        generation: u64,
+    },
+    /// The journal is not the one its counter file counts for: an earlier incarnation of
+    /// the same tree's journal of that generation (a copy put back).
+    #[error("journal of generation {generation} is an earlier copy (another nonce)")]
+    OtherIncarnation {
+        /// The journal's generation.
+        generation: u64,
+    },
+    /// Fewer intact records than writers finished: records were erased (or the journal
+    /// is an earlier copy of itself).
     #[error("journal of generation {generation}: {finished} records finished, {found} found")]
     RecordsLost {
         /// The journal's generation.

@@ -329,15 +329,16 @@ fn full_disk_case(test: &str, db: &Path, fill_at: &Path, journal_only: bool) {
     let flushed = flushed_keys(&lines);
 
     // The journal the child wrote past its first page while the folder was full says so
-    // (its no-space word, `NOSPACE!` at byte 144, see src/persist/journal.rs).
+    // (its no-space word, `NOSPACE!` at byte 96 of its counter file, see
+    // src/persist/journal.rs).
     if journal_only {
         let marked = fs::read_dir(db.join(DIR_NAME))
             .unwrap()
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().ends_with(".jnl"))
             .any(|e| {
-                let bytes = fs::read(e.path()).unwrap();
-                bytes.get(144..152) == Some(&b"NOSPACE!"[..])
+                let bytes = fs::read(common::journal_counter_file(&e.path())).unwrap();
+                bytes.get(96..104) == Some(&b"NOSPACE!"[..])
             });
         assert!(marked, "no journal was marked out of room");
     }

@@ -182,15 +182,15 @@ fn kill_9_at_random_points_is_replayed_at_once_with_no_false_negative() {
     }
 }
 
-/// A tree's journal files: (path, reserved count).
+/// A tree's journal files: (path, reserved count, read from its counter file).
 fn journals(dir: &Path) -> Vec<(PathBuf, u64)> {
     let mut out: Vec<_> = std::fs::read_dir(dir.join(DIR_NAME))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "jnl"))
         .map(|p| {
-            let bytes = std::fs::read(&p).unwrap();
-            let reserved = u64::from_le_bytes(bytes[128..136].try_into().unwrap());
+            let bytes = std::fs::read(common::journal_counter_file(&p)).unwrap();
+            let reserved = u64::from_le_bytes(bytes[80..88].try_into().unwrap());
             (p, reserved)
         })
         .collect();
@@ -201,15 +201,24 @@ fn journals(dir: &Path) -> Vec<(PathBuf, u64)> {
 /// Opens a copy of `base` damaged by `damage` (given the main tree's journal and the other
 /// tree's) and checks the reason and that no stored key is denied, before and after the
 /// rebuild.
+/// A crashed database to damage copies of, with its journals' counter files as the kill
+/// left them.
+struct Base {
+    dir: PathBuf,
+    counters: Vec<(PathBuf, Vec<u8>)>,
+}
+
 fn refused(
-    base: &Path,
+    base: &Base,
     what: &str,
     damage: impl Fn(&Path, &Path),
     expect: fn(&JournalFault) -> bool,
 ) {
     let copy = tempfile::tempdir().unwrap();
-    common::copy_dir(base, copy.path());
-    let js = journals(copy.path());
+    common::copy_dir(&base.dir, copy.path());
+    // The counter files (outside the folder) as the kill left them: an earlier case's
+    // open of a copy (same database and tree ids) retired them.
+    let js = journals_with_counters(copy.path(), &base.counters);
     damage(&js[0].0, &js[1].0);
     let db = config(copy.path(), false).open().unwrap();
     let r = db.recovery_report();
@@ -234,8 +243,28 @@ fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
 }
 
 fn reseal(bytes: &mut [u8]) {
-    let crc = crc32fast::hash(&bytes[..120]);
-    bytes[120..124].copy_from_slice(&crc.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..136]);
+    bytes[136..140].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The counter files of `dir`'s journals, with their bytes.
+fn counter_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    journals(dir)
+        .iter()
+        .map(|(j, _)| {
+            let c = common::journal_counter_file(j);
+            let bytes = std::fs::read(&c).unwrap();
+            (c, bytes)
+        })
+        .collect()
+}
+
+/// `dir`'s journals after putting `counters` back.
+fn journals_with_counters(dir: &Path, counters: &[(PathBuf, Vec<u8>)]) -> Vec<(PathBuf, u64)> {
+    for (c, bytes) in counters {
+        std::fs::write(c, bytes).unwrap();
+    }
+    journals(dir)
 }
 
 #[test]
@@ -247,10 +276,15 @@ fn a_damaged_foreign_or_other_boot_journal_is_refused_with_its_reason() {
     let js = journals(base);
     assert_eq!(js.len(), 2, "{js:?}");
     assert!(js[0].1 >= AFTER / 2, "{js:?}");
+    let base = &Base {
+        dir: base.to_path_buf(),
+        counters: counter_files(base),
+    };
     {
         // Undamaged: replayed (in a copy, the original stays as the kill left it).
         let copy = tempfile::tempdir().unwrap();
-        common::copy_dir(base, copy.path());
+        common::copy_dir(&base.dir, copy.path());
+        journals_with_counters(copy.path(), &base.counters);
         let db = config(copy.path(), false).open().unwrap();
         assert!(
             db.recovery_report().replayed(),
@@ -271,6 +305,8 @@ fn a_damaged_foreign_or_other_boot_journal_is_refused_with_its_reason() {
         100,
         127,
         128,
+        143,
+        144,
         255,
         256,
         1000,
@@ -279,7 +315,7 @@ fn a_damaged_foreign_or_other_boot_journal_is_refused_with_its_reason() {
         len - 1,
     ] {
         let what = format!("truncated at {cut}");
-        let expect: fn(&JournalFault) -> bool = if cut < 128 {
+        let expect: fn(&JournalFault) -> bool = if cut < 144 {
             damaged
         } else {
             |f| matches!(f, JournalFault::Truncated { .. })
@@ -302,11 +338,34 @@ fn a_damaged_foreign_or_other_boot_journal_is_refused_with_its_reason() {
         base,
         "overflowed",
         |j, _| {
-            edit(j, |b| {
-                b[128..136].copy_from_slice(&(1u64 << 40).to_le_bytes())
+            edit(&common::journal_counter_file(j), |b| {
+                b[80..88].copy_from_slice(&(1u64 << 40).to_le_bytes())
             })
         },
         |f| matches!(f, JournalFault::Overflowed { .. }),
+    );
+    refused(
+        base,
+        "counter file deleted",
+        |j, _| std::fs::remove_file(common::journal_counter_file(j)).unwrap(),
+        |f| matches!(f, JournalFault::CountersMissing { .. }),
+    );
+    refused(
+        base,
+        "an earlier copy of itself (a prefix of its records)",
+        |j, _| edit(j, |b| b[256 + 16 * 10..].fill(0)),
+        |f| matches!(f, JournalFault::RecordsLost { .. }),
+    );
+    refused(
+        base,
+        "another incarnation (another nonce)",
+        |j, _| {
+            edit(j, |b| {
+                b[96] ^= 1;
+                reseal(b);
+            })
+        },
+        |f| matches!(f, JournalFault::OtherIncarnation { .. }),
     );
     refused(
         base,

@@ -50,6 +50,7 @@
 
 mod fs;
 mod harness;
+mod session;
 
 use std::collections::HashMap;
 use std::fs::{self as stdfs, OpenOptions};
@@ -58,7 +59,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use fuser::{BackgroundSession, MountOption};
+use fuser::MountOption;
 
 use fs::{DataUndo, Fs, NameUndo, State, ROOT};
 pub use harness::{run_child, run_child_with, ChildRun, Fault};
@@ -134,7 +135,7 @@ pub struct CutReport {
 
 /// A mounted power-cut file system: `<base>/mnt` shows `<base>/data`.
 pub struct Mounted {
-    session: Option<BackgroundSession>,
+    session: Option<session::Served>,
     state: Arc<Mutex<State>>,
     mountpoint: PathBuf,
     data: PathBuf,
@@ -194,7 +195,7 @@ impl PowerCutFs {
             MountOption::RW,
             MountOption::Async,
         ];
-        let session = fuser::spawn_mount2(Fs(state.clone()), &mountpoint, &options)?;
+        let session = session::Served::start(Fs(state.clone()), &mountpoint, &options)?;
         Ok(Mounted {
             session: Some(session),
             state,
@@ -228,7 +229,7 @@ impl Mounted {
     pub fn cut(mut self, seed: Option<u64>) -> io::Result<CutReport> {
         self.freeze();
         if let Some(s) = self.session.take() {
-            s.join();
+            s.stop()?;
         }
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let mut report = CutReport::default();
@@ -283,7 +284,7 @@ impl Mounted {
     /// Unmounts keeping every write (a process crash, not a power cut).
     pub fn unmount(mut self) -> io::Result<()> {
         if let Some(s) = self.session.take() {
-            s.join();
+            s.stop()?;
         }
         let stash = self
             .state
@@ -303,9 +304,8 @@ impl Mounted {
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        if let Some(s) = self.session.take() {
-            s.join();
-        }
+        // `Served`'s own drop unmounts and reports (never panics).
+        drop(self.session.take());
     }
 }
 

@@ -244,7 +244,8 @@ impl Tree {
         Ok(it)
     }
 
-    /// Makes every write so far durable (sled's flush: an fsync); returns the bytes flushed.
+    /// Makes every write so far durable, against a power cut too (sled's flush, then an
+    /// fsync of sled's log: `Tree::flush`); returns the bytes flushed.
     fn flush(&self, py: Python<'_>) -> PyResult<usize> {
         py.detach(|| self.with(|t| t.flush().py_err()))
     }

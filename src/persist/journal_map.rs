@@ -1,8 +1,9 @@
 //! A tree's live crash journals: each a file of [`super::journal`]'s format mapped shared,
-//! so an append is two stores into the page cache and two atomic adds, with no syscall and
-//! no fsync (a journal is trusted only on the boot that wrote it, where everything handed
-//! to the page cache survives a process crash). Linux only: elsewhere there is no boot id
-//! and no journal is kept.
+//! with its counter file (outside the database folder, see [`counter_dir`]) mapped shared
+//! too, so an append is two stores into the page cache and two atomic adds, with no
+//! syscall and no fsync (a journal is trusted only on the boot that wrote it, where
+//! everything handed to the page cache survives a process crash). Linux only: elsewhere
+//! there is no boot id and no journal is kept.
 
 use std::fs;
 use std::io;
@@ -13,7 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use zerocopy::IntoBytes;
 
 use super::journal::{
-    check_word, decode, file_len, Decoded, JournalHeader, FINISHED_OFFSET, NO_SPACE,
+    check_word, decode, file_len, Decoded, JournalHeader, COUNTERS_LEN, FINISHED_OFFSET, NO_SPACE,
     NO_SPACE_OFFSET, RECORDS_OFFSET, RECORD_LEN, RESERVED_OFFSET,
 };
 use crate::error::JournalFault;
@@ -25,6 +26,27 @@ pub(crate) const CAPACITY: u64 = 1 << 20;
 
 /// The most generations since the trusted snapshot that replay reads journals for.
 pub(crate) const MAX_GENERATIONS: u64 = 64;
+
+/// The environment variable naming the folder for journals' counter files (empty: keep no
+/// crash journal).
+pub(crate) const COUNTER_DIR_ENV: &str = "BLOOMSLED_JOURNAL_COUNTER_DIR";
+
+/// The folder for the journals' counter files: `$BLOOMSLED_JOURNAL_COUNTER_DIR` if set
+/// (empty: none), else `/dev/shm`, else `$XDG_RUNTIME_DIR`: a folder a restore of the
+/// database folder does not reach and a reboot clears (both are memory file systems).
+/// `None` (no such folder): no crash journal is kept, and a crash means a rebuild.
+pub(crate) fn counter_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os(COUNTER_DIR_ENV) {
+        return (!dir.is_empty()).then(|| PathBuf::from(dir));
+    }
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        return Some(shm.to_path_buf());
+    }
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_dir())
+}
 
 /// One generation's journal, mapped.
 ///
@@ -49,6 +71,9 @@ pub(crate) struct Journal {
     file: fs::File,
     #[cfg(target_os = "linux")]
     map: memmap2::MmapMut,
+    /// The counter file's mapping: reserved, finished, no-space word.
+    #[cfg(target_os = "linux")]
+    counters: memmap2::MmapMut,
 }
 
 /// The most bytes backed at once.
@@ -81,17 +106,20 @@ fn slots_in(bytes: u64, capacity: u64) -> u64 {
 }
 
 impl Journal {
-    /// Creates (or empties) the journal file at `path` with `header`, and maps it. A file
-    /// that cannot be made whole (a full disk) is removed.
+    /// Creates (or empties) the journal file at `path` with `header` and its counter file
+    /// at `counters`, and maps both. Files that cannot be made whole (a full disk) are
+    /// removed.
     #[cfg(target_os = "linux")]
-    fn create(path: &Path, header: JournalHeader) -> io::Result<Journal> {
-        Self::try_create(path, header).inspect_err(|_| {
+    fn create(path: &Path, counters: &Path, header: JournalHeader) -> io::Result<Journal> {
+        Self::try_create(path, counters, header).inspect_err(|_| {
             let _ = fs::remove_file(path);
+            let _ = fs::remove_file(counters);
         })
     }
 
+    /// Long because it makes two files whole and maps them, each step commented.
     #[cfg(target_os = "linux")]
-    fn try_create(path: &Path, header: JournalHeader) -> io::Result<Journal> {
+    fn try_create(path: &Path, counters: &Path, header: JournalHeader) -> io::Result<Journal> {
         use std::io::Write;
         let capacity = header.capacity.get();
         let mut file = fs::OpenOptions::new()
@@ -116,6 +144,23 @@ impl Journal {
         // backed beforehand (`backed`), so no access faults on a full disk.
         #[allow(unsafe_code)]
         let map = unsafe { memmap2::MmapOptions::new().map_mut(&file)? };
+        // The counter file, written whole (so every page of it is backed: no store into
+        // it can fault), replacing any earlier incarnation's.
+        let mut c = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(counters)?;
+        c.write_all(&header.counters())?;
+        // SAFETY: as for the journal: made by this process just now, named by this
+        // database's and tree's random ids (only this tree's `Journals` touches it, and
+        // removes it by unlinking, never truncating); every access is atomic (`counter`).
+        #[allow(unsafe_code)]
+        let counters = unsafe { memmap2::MmapOptions::new().map_mut(&c)? };
+        if counters.len() != COUNTERS_LEN {
+            return Err(io::Error::other("counter file of the wrong length"));
+        }
         Ok(Journal {
             generation: header.generation.get(),
             seed: header.seed.get(),
@@ -124,11 +169,12 @@ impl Journal {
             backing: Mutex::new(()),
             file,
             map,
+            counters,
         })
     }
 
     #[cfg(not(target_os = "linux"))]
-    fn create(_path: &Path, _header: JournalHeader) -> io::Result<Journal> {
+    fn create(_path: &Path, _counters: &Path, _header: JournalHeader) -> io::Result<Journal> {
         Err(io::Error::other("crash journals are kept on Linux only"))
     }
 
@@ -152,6 +198,24 @@ impl Journal {
         unreachable!("no journal is created off Linux")
     }
 
+    /// The counter at byte offset `at` of the counter file's mapping.
+    #[cfg(target_os = "linux")]
+    #[inline]
+    fn counter(&self, at: usize) -> &AtomicU64 {
+        assert!(at.is_multiple_of(8) && at + 8 <= self.counters.len());
+        // SAFETY: as in `word`: a page-aligned mapping owned by `self`, `at` a multiple of 8
+        // inside it (checked above), every access to it atomic.
+        #[allow(unsafe_code)]
+        unsafe {
+            &*(self.counters.as_ptr().add(at) as *const AtomicU64)
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn counter(&self, _at: usize) -> &AtomicU64 {
+        unreachable!("no journal is created off Linux")
+    }
+
     /// Appends a record of `op` for a key whose hash under `seed` is `hash`. Past the
     /// capacity (or with another seed than the journal's, or with no room on the disk for
     /// its slot) nothing is written but the slot is still counted reserved, which marks the
@@ -159,9 +223,10 @@ impl Journal {
     #[inline]
     pub(crate) fn append(&self, op: u8, seed: u64, hash: u64) {
         let slot = if seed == self.seed {
-            self.word(RESERVED_OFFSET).fetch_add(1, Ordering::Relaxed)
+            self.counter(RESERVED_OFFSET)
+                .fetch_add(1, Ordering::Relaxed)
         } else {
-            self.word(RESERVED_OFFSET)
+            self.counter(RESERVED_OFFSET)
                 .fetch_add(self.capacity + 1, Ordering::Relaxed)
         };
         if slot >= self.capacity {
@@ -174,7 +239,8 @@ impl Journal {
         self.word(at).store(hash, Ordering::Relaxed);
         let check = check_word(slot, self.generation, hash, op);
         self.word(at + 8).store(check, Ordering::Release);
-        self.word(FINISHED_OFFSET).fetch_add(1, Ordering::Release);
+        self.counter(FINISHED_OFFSET)
+            .fetch_add(1, Ordering::Release);
     }
 
     /// Backs the pages up to `slot`'s and beyond (see the type's docs); false if the file
@@ -186,7 +252,7 @@ impl Journal {
         if slot < backed {
             return true; // another writer backed it meanwhile
         }
-        if self.word(NO_SPACE_OFFSET).load(Ordering::Relaxed) == NO_SPACE {
+        if self.counter(NO_SPACE_OFFSET).load(Ordering::Relaxed) == NO_SPACE {
             return false;
         }
         // Every chunk starts and ends on a page boundary (the first one after the header's
@@ -204,9 +270,9 @@ impl Journal {
                 true
             }
             Err(e) => {
-                self.word(NO_SPACE_OFFSET)
+                self.counter(NO_SPACE_OFFSET)
                     .store(NO_SPACE, Ordering::Relaxed);
-                self.word(RESERVED_OFFSET)
+                self.counter(RESERVED_OFFSET)
                     .fetch_add(self.capacity + 1, Ordering::Release);
                 log::warn!(
                     "bloomsled: crash journal of generation {}: cannot grow it ({e}); \
@@ -235,7 +301,7 @@ impl Journal {
 
     /// True once half the journal's slots are handed out.
     pub(crate) fn half_full(&self) -> bool {
-        self.word(RESERVED_OFFSET).load(Ordering::Relaxed) >= self.capacity / 2
+        self.counter(RESERVED_OFFSET).load(Ordering::Relaxed) >= self.capacity / 2
     }
 }
 
@@ -244,14 +310,32 @@ impl Journal {
 pub(crate) struct Journals {
     dir: PathBuf,
     stem: String,
+    /// The folder of the counter files (see [`counter_dir`]; `None`: no journal is made).
+    counter_dir: Option<PathBuf>,
+    /// `bloomsled-<database id>-<tree id>-`: the counter files' names before the
+    /// generation, so no two databases' or trees' counters collide.
+    counter_stem: String,
     live: RwLock<Vec<Arc<Journal>>>,
 }
 
+fn hex(id: &[u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl Journals {
-    pub(crate) fn new(db_dir: &Path, tree_id: &[u8; 16]) -> Journals {
+    /// The journals of tree `tree_id` of database `db_id` in `db_dir`, their counter files
+    /// in `counter_dir`.
+    pub(crate) fn new(
+        db_dir: &Path,
+        db_id: &[u8; 16],
+        tree_id: &[u8; 16],
+        counter_dir: Option<PathBuf>,
+    ) -> Journals {
         Journals {
             dir: db_dir.join(super::DIR_NAME),
-            stem: tree_id.iter().map(|b| format!("{b:02x}")).collect(),
+            stem: hex(tree_id),
+            counter_dir,
+            counter_stem: format!("bloomsled-{}-{}-", hex(db_id), hex(tree_id)),
             live: RwLock::new(Vec::new()),
         }
     }
@@ -260,15 +344,22 @@ impl Journals {
         self.dir.join(format!("{}.{generation}.jnl", self.stem))
     }
 
+    /// The counter file of `generation`'s journal (`None`: no counter folder).
+    fn counter_path(&self, generation: u64) -> Option<PathBuf> {
+        let name = format!("{}{generation}.jctr", self.counter_stem);
+        self.counter_dir.as_ref().map(|d| d.join(name))
+    }
+
     /// Creates the journal of `header`'s generation and makes it the one writers of that
     /// generation append to. Older live journals stay live (a writer may still be about to
     /// append to one) until [`Journals::retire`].
     pub(crate) fn start(&self, header: JournalHeader) -> io::Result<()> {
         fs::create_dir_all(&self.dir)?;
-        let j = Arc::new(Journal::create(
-            &self.path(header.generation.get()),
-            header,
-        )?);
+        let g = header.generation.get();
+        let counters = self
+            .counter_path(g)
+            .ok_or_else(|| io::Error::other("no folder for the journal's counter file"))?;
+        let j = Arc::new(Journal::create(&self.path(g), &counters, header)?);
         let mut live = self.live.write().unwrap_or_else(|p| p.into_inner());
         live.retain(|l| l.generation != j.generation);
         live.push(j);
@@ -290,10 +381,22 @@ impl Journals {
         live.last().is_some_and(|j| j.half_full())
     }
 
-    /// Reads and decodes the journal file of `generation`.
+    /// Reads and decodes the journal file of `generation` with its counter file.
     pub(crate) fn read(&self, generation: u64) -> Result<Decoded, JournalFault> {
+        let counters = match self.counter_path(generation).map(fs::read) {
+            Some(Ok(bytes)) => Ok(bytes),
+            Some(Err(e)) if e.kind() != io::ErrorKind::NotFound => Err(JournalFault::Damaged {
+                generation,
+                what: format!("counter file: {e}"),
+            }),
+            _ => Err(JournalFault::CountersMissing { generation }),
+        };
         match fs::read(self.path(generation)) {
-            Ok(bytes) => decode(&bytes, generation),
+            Ok(bytes) => decode(
+                &bytes,
+                counters.as_deref().map_err(Clone::clone),
+                generation,
+            ),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 Err(JournalFault::Missing { generation })
             }
@@ -304,32 +407,40 @@ impl Journals {
         }
     }
 
-    /// Deletes this tree's journal files whose generation is not in `keep`, and forgets
-    /// the live ones outside it.
+    /// Deletes this tree's journal files and counter files whose generation is not in
+    /// `keep`, and forgets the live ones outside it.
     pub(crate) fn retire(&self, keep: std::ops::RangeInclusive<u64>) {
         self.live
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|j| keep.contains(&j.generation));
-        let Ok(entries) = fs::read_dir(&self.dir) else {
-            return;
+        remove_outside(&self.dir, &format!("{}.", self.stem), ".jnl", &keep);
+        if let Some(dir) = &self.counter_dir {
+            remove_outside(dir, &self.counter_stem, ".jctr", &keep);
+        }
+    }
+}
+
+/// Deletes the files `<prefix><generation><suffix>` in `dir` whose generation is not in
+/// `keep`.
+fn remove_outside(dir: &Path, prefix: &str, suffix: &str, keep: &std::ops::RangeInclusive<u64>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(g) = name
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix(suffix))
+            .and_then(|g| g.parse::<u64>().ok())
+        else {
+            continue;
         };
-        let prefix = format!("{}.", self.stem);
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let Some(g) = name
-                .strip_prefix(&prefix)
-                .and_then(|r| r.strip_suffix(".jnl"))
-                .and_then(|g| g.parse::<u64>().ok())
-            else {
-                continue;
-            };
-            if !keep.contains(&g) {
-                let path = e.path();
-                if let Err(e) = fs::remove_file(&path) {
-                    log::warn!("bloomsled: cannot remove {}: {e}", path.display());
-                }
+        if !keep.contains(&g) {
+            let path = e.path();
+            if let Err(e) = fs::remove_file(&path) {
+                log::warn!("bloomsled: cannot remove {}: {e}", path.display());
             }
         }
     }
@@ -346,6 +457,8 @@ mod tests {
         h.generation = U64::new(generation);
         h.seed = U64::new(5);
         h.capacity = U64::new(capacity);
+        h.db_id = [9; 16];
+        h.tree_id = [1; 16];
         h.sealed()
     }
 
@@ -360,7 +473,7 @@ mod tests {
     #[test]
     fn concurrent_appends_all_read_back() {
         let dir = tempfile::tempdir().unwrap();
-        let js = Journals::new(dir.path(), &[1; 16]);
+        let js = Journals::new(dir.path(), &[9; 16], &[1; 16], Some(dir.path().into()));
         js.start(header(3, 10_000)).unwrap();
         std::thread::scope(|s| {
             for t in 0..4u64 {
@@ -391,7 +504,7 @@ mod tests {
     #[test]
     fn a_full_or_wrong_seed_journal_reads_as_overflowed_and_retire_keeps_the_range() {
         let dir = tempfile::tempdir().unwrap();
-        let js = Journals::new(dir.path(), &[1; 16]);
+        let js = Journals::new(dir.path(), &[9; 16], &[1; 16], Some(dir.path().into()));
         js.start(header(1, 4)).unwrap();
         js.start(header(2, 4)).unwrap();
         for i in 0..5 {

@@ -91,6 +91,16 @@ impl Persistence {
         }
     }
 
+    /// sled's flush, then an fsync of sled's log (see `Meta::flush_user`).
+    pub(crate) fn flush_user(&self, tree: &sled::Tree) -> Result<usize> {
+        self.meta.flush_user(tree)
+    }
+
+    /// The fsync of sled's log after a flush sled ran itself.
+    pub(crate) fn sync_log(&self) -> Result<()> {
+        self.meta.sync_log()
+    }
+
     fn tree_id(&self) -> [u8; 16] {
         self.record
             .lock()
@@ -114,6 +124,13 @@ impl Persistence {
         h.db_id = self.meta.db_id();
         h.snapshot_id = snapshot_id;
         h.boot_id = j.boot_id;
+        h.nonce = match random_id() {
+            Ok(nonce) => nonce,
+            Err(e) => {
+                log::warn!("bloomsled: crash journal of generation {generation}: {e}");
+                return;
+            }
+        };
         h.generation = U64::new(generation);
         h.seed = U64::new(seed);
         h.capacity = U64::new(CAPACITY);
@@ -143,6 +160,19 @@ impl Persistence {
                 .snapshot_generation
                 .get();
             j.journals.retire(from..=u64::MAX);
+        }
+    }
+
+    /// At a clean close (the last handle gone, after the closing snapshot): if the record
+    /// names a snapshot no write came after, deletes every journal and its counter file
+    /// (the next open starts a fresh journal; none is needed to trust the snapshot), so a
+    /// closed database leaves nothing in the counter folder.
+    pub(crate) fn retire_journals_if_clean(&self) {
+        let r = self.record.lock().unwrap_or_else(|p| p.into_inner());
+        let clean = r.dirty_generation.get() < r.snapshot_generation.get();
+        if let (true, false, Some(j)) = (clean, self.is_dirty(), &self.journal) {
+            #[allow(clippy::reversed_empty_ranges)]
+            j.journals.retire(1..=0);
         }
     }
 

@@ -48,12 +48,23 @@ fn flush_durably(tree: &sled::Tree, log: Option<&std::fs::File>) -> Result<()> {
     Ok(())
 }
 
-/// sled's log file `<db>/db`, with its name made durable (sled never fsyncs its folder).
+/// sled's log file `<db>/db`, with its name made durable (sled never fsyncs its folder),
+/// and the database folder's own name too (sled creates it and never fsyncs its parent: on
+/// a file system that commits a name only with its folder, a power cut would otherwise
+/// take a new database away whole, every flush it returned included).
 fn open_log(db_dir: &std::path::Path) -> Result<Option<std::fs::File>> {
     let Ok(log) = std::fs::File::open(db_dir.join("db")) else {
         return Ok(None);
     };
     std::fs::File::open(db_dir)?.sync_all()?;
+    let parent = match db_dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    // A parent this process may not read cannot be fsynced by it either.
+    if let Ok(parent) = std::fs::File::open(parent) {
+        parent.sync_all()?;
+    }
     Ok(Some(log))
 }
 
@@ -153,6 +164,25 @@ impl Meta {
     /// Why the database record was replaced at open (`None`: it was sound).
     pub(crate) fn reset(&self) -> Option<&DbRecordFault> {
         self.reset.as_ref()
+    }
+
+    /// What every flush a user can call does (`Tree::flush`, a window's, a transaction's,
+    /// `Db::close`): sled's `flush()` of the whole database (through any of its trees),
+    /// then one fsync of sled's log, so a returned flush survives a power cut (sled's own
+    /// ends in `sync_file_range(2)`, spacejam/sled#1452). Returns sled's byte count.
+    pub(crate) fn flush_user(&self, tree: &sled::Tree) -> Result<usize> {
+        let bytes = tree.flush()?;
+        self.sync_log()?;
+        Ok(bytes)
+    }
+
+    /// The fsync of sled's log that makes what sled's `flush()` wrote durable (for a flush
+    /// sled ran itself, as a transaction's at its commit).
+    pub(crate) fn sync_log(&self) -> Result<()> {
+        if let Some(log) = &self.log {
+            log.sync_all()?;
+        }
+        Ok(())
     }
 
     /// The database id.

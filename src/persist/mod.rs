@@ -79,7 +79,8 @@
 //!   database or tree is replayed. A write that finds no live journal for its *g* (none
 //!   could be made) leaves it missing: rebuild. Transactions journal each key as it is
 //!   counted in (the generation is held still), so a re-run adds only duplicates.
-//! - *Concurrent and killed writers.* Each append takes a fresh slot (an atomic add), stores
+//! - *Concurrent and killed writers.* Each append takes a fresh slot (an atomic add on the
+//!   journal's counter file, see "An earlier copy of a journal" below), stores
 //!   the hash, then a check word (a CRC of slot, generation, hash and op, under a marker
 //!   with three non-zero bytes), then counts itself finished. A slot whose check word is
 //!   zero was never completed; its writer died before its sled write (journal before
@@ -119,6 +120,42 @@
 //!   refused ([`crate::JournalFault::OtherBoot`]). Without a boot id (not Linux) no journal is
 //!   kept. `tests/power_cut.rs` reopens after each cut under another boot id, and shows,
 //!   forcing the same one, that trusting the journal then can deny a key.
+//!
+//! # An earlier copy of a journal (rollback; `tests/rollback.rs`)
+//! A journal is in the database folder, and everything there can be put back from an
+//! earlier copy (a backup restore, a careless admin): a journal copied after a clean close
+//! (no records) and put back after a crash is whole, of this boot, database, tree and
+//! snapshot, and would be replayed without the writes made since: false negatives. No
+//! check on the file alone can tell it from the journal itself, so what it is checked
+//! against lives where a restore of the folder does not reach:
+//! - *Counters outside the folder.* A journal's `reserved` and `finished` counts live in a
+//!   counter file `bloomsled-<database id>-<tree id>-<generation>.jctr` in a memory file
+//!   system (`/dev/shm`, else `$XDG_RUNTIME_DIR`, or `$BLOOMSLED_JOURNAL_COUNTER_DIR`),
+//!   mapped shared like the journal: the slot reservation's atomic add just moves there
+//!   (same cost). It survives a process crash, is cleared by a reboot (when the journal
+//!   is refused anyway) and is removed when its journal is retired. Each journal file gets
+//!   a random 128-bit nonce at creation, repeated in its counter file.
+//! - *The check.* Replay needs the counter file (missing: `CountersMissing`, refused), of
+//!   the same nonce (another incarnation of the same generation's journal, from a copy:
+//!   `OtherIncarnation`), and at least as many intact records as it says finished. A
+//!   copy of the same incarnation taken earlier (after a clean close, mid-run, even while
+//!   the process still runs) holds a prefix of its records: `RecordsLost`, refused.
+//!   Refused means rebuilt from a scan, never a false negative.
+//! - *Collisions.* Counter files are named by the random database and tree ids and the
+//!   generation: no two databases share one. A copy of the whole database folder opened
+//!   in the same boot shares its original's counters: it can only make either side's
+//!   journals fail the checks (rebuild), never pass one they would not.
+//! - *Left over.* Someone who rolls back the counter file **and** the journal to the same
+//!   moment (or edits both) is not caught; nor is a journal kept on a machine with no
+//!   memory file system for the counters (then no journal is kept: a crash rebuilds).
+//! - *Windows and the fingerprint set.* A window's generations are trees: each has its own
+//!   journals and counter files, removed with the generation. The fingerprint set keeps no
+//!   crash journal (its log is its data).
+//! - *Cost.* One tmpfs page (4 KiB) per live journal (one or two per open tree, plus the
+//!   replayed ones until the next snapshot): 16,000 journals fill Docker's default 64 MiB
+//!   `/dev/shm`; a counter file that cannot be made means no journal for that generation
+//!   (a crash rebuilds). A clean close removes a tree's counter files; a database killed
+//!   and then deleted without being opened again leaves its own until the next reboot.
 //!
 //! # Why serving before the filter is rebuilt never gives a false negative
 //! A tree whose snapshot is not trusted opens with a *stand-in* filter whose every bit is
@@ -364,7 +401,10 @@ pub(crate) fn forget_closed(
     if let Some(Ok(record)) = meta.read(name)? {
         files::SnapshotFile::new(db_dir, &record.tree_id).remove(true)?;
         #[allow(clippy::reversed_empty_ranges)]
-        journal_map::Journals::new(db_dir, &record.tree_id).retire(1..=0);
+        let counters = journal_map::counter_dir();
+        let journals = journal_map::Journals::new(db_dir, &meta.db_id(), &record.tree_id, counters);
+        #[allow(clippy::reversed_empty_ranges)]
+        journals.retire(1..=0);
     }
     meta.remove(name)
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::boot::boot_id;
 use super::files::SnapshotFile;
-use super::journal_map::Journals;
+use super::journal_map::{counter_dir, Journals};
 
 /// The files of one tree, named by its random id.
 pub(crate) struct TreeFiles {
@@ -24,15 +24,20 @@ pub(crate) struct TreeJournals {
 }
 
 impl TreeFiles {
-    /// The files of tree `tree_id` in the database at `db_dir`; with its crash journals if
-    /// `journal` and this platform has a boot id. Nothing is read or created yet.
-    pub(crate) fn new(db_dir: &Path, tree_id: &[u8; 16], journal: bool) -> Self {
-        TreeFiles {
-            snapshot: SnapshotFile::new(db_dir, tree_id),
-            journals: boot_id().filter(|_| journal).map(|boot_id| TreeJournals {
-                journals: Journals::new(db_dir, tree_id),
+    /// The files of tree `tree_id` of database `db_id` at `db_dir`; with its crash
+    /// journals if `journal`, this platform has a boot id and there is a folder for the
+    /// journals' counter files. Nothing is read or created yet.
+    pub(crate) fn new(db_dir: &Path, db_id: &[u8; 16], tree_id: &[u8; 16], journal: bool) -> Self {
+        let journals = match (journal, boot_id(), counter_dir()) {
+            (true, Some(boot_id), Some(counters)) => Some(TreeJournals {
+                journals: Journals::new(db_dir, db_id, tree_id, Some(counters)),
                 boot_id,
             }),
+            _ => None,
+        };
+        TreeFiles {
+            snapshot: SnapshotFile::new(db_dir, tree_id),
+            journals,
         }
     }
 }

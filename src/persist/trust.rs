@@ -116,9 +116,12 @@ pub(crate) type Records = Vec<(u8, u64)>;
 ///    carries its snapshot id, a later one carries it as its base, else
 ///    [`JournalFault::NotCurrent`];
 /// 7. its hashes use the filter's seed, else [`JournalFault::Seed`];
-/// 8. its records decode whole: not overflowed, no damaged record, none erased, else
-///    [`JournalFault::Overflowed`], [`JournalFault::NoSpace`], [`JournalFault::Damaged`]
-///    or [`JournalFault::RecordsLost`].
+/// 8. its counter file (outside the database folder) is there, whole and for this
+///    journal, else [`JournalFault::CountersMissing`] or [`JournalFault::Damaged`]; it
+///    counts for this very file (same nonce), else [`JournalFault::OtherIncarnation`];
+/// 9. its records decode whole against those counters: not overflowed, no damaged record,
+///    none erased (so not an earlier copy of itself), else [`JournalFault::Overflowed`],
+///    [`JournalFault::NoSpace`], [`JournalFault::Damaged`] or [`JournalFault::RecordsLost`].
 pub(crate) fn judge_journals(
     record: &TreeRecord,
     identity: &JournalIdentity,

@@ -189,7 +189,7 @@ impl Db {
         if self.state.meta.is_some() {
             persist::sync_snapshot_dir(&self.state.config.path)?;
         }
-        self.inner.flush()?;
+        self.flush_durably()?;
         // The records naming the new snapshots are with the OS: older journals can go.
         for t in &trees {
             if let Some(p) = &t.persist {
@@ -214,9 +214,17 @@ impl Db {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn close(self) -> Result<()> {
+        // `snapshot_all` ends in a durable flush (sled's, then an fsync of its log).
         self.snapshot_all()?;
-        self.inner.flush()?;
         Ok(())
+    }
+
+    /// sled's flush of the whole database, then (for one on disk) an fsync of its log.
+    fn flush_durably(&self) -> Result<()> {
+        match &self.state.meta {
+            Some(meta) => meta.flush_user(&self.inner).map(drop),
+            None => self.inner.flush().map(drop).map_err(Into::into),
+        }
     }
 
     /// The recovery report of every open tree.

@@ -244,11 +244,16 @@ impl TreeState {
 impl Drop for TreeState {
     /// The last handle is gone: a clean close, so persist the filter if it changed.
     fn drop(&mut self) {
-        if let Err(e) = self.snapshot_if_dirty() {
-            log::warn!(
+        match self.snapshot_if_dirty() {
+            Ok(_) => {
+                if let Some(p) = &self.persist {
+                    p.retire_journals_if_clean();
+                }
+            }
+            Err(e) => log::warn!(
                 "bloomsled: snapshot of {:?} at close failed: {e}",
                 self.report.tree
-            );
+            ),
         }
     }
 }

@@ -21,6 +21,7 @@
 //! false positive).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sled::IVec;
@@ -50,6 +51,8 @@ struct Journal {
 struct TxTree {
     state: Arc<TreeState>,
     journal: Mutex<Journal>,
+    /// The closure asked for a flush after the commit ([`TransactionalTree::flush`]).
+    flush: AtomicBool,
 }
 
 impl TxTree {
@@ -138,8 +141,26 @@ impl TransactionalTree {
         Ok(())
     }
 
-    /// Flushes the database after the transaction commits.
+    /// Flushes the database after the transaction commits, durably: sled's flush at the
+    /// commit, then (before the transaction returns) one fsync of sled's log, so a
+    /// transaction that returned `Ok` survives a power cut (see [`Tree::flush`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use bloomsled::transaction::TransactionResult;
+    /// # let dir = tempfile::tempdir()?;
+    /// let db = bloomsled::Config::new().path(dir.path()).open()?;
+    /// let r: TransactionResult<()> = db.transaction(|tx| {
+    ///     tx.insert(b"k", b"v")?;
+    ///     tx.flush();
+    ///     Ok(())
+    /// });
+    /// r.unwrap(); // "k" is durable from here on, even if the power is cut next
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn flush(&self) {
+        self.ctx.flush.store(true, Ordering::Relaxed);
         self.inner.flush()
     }
 
@@ -194,6 +215,7 @@ impl<'t> Run<'t> {
                 Arc::new(TxTree {
                     state: t.state.clone(),
                     journal: Mutex::default(),
+                    flush: AtomicBool::new(false),
                 })
             })
             .collect();
@@ -223,8 +245,27 @@ impl<'t> Run<'t> {
         TransactionalTree::wrap(tx, &self.views[i])
     }
 
+    /// Settles every journal (see the module docs), ends the writes and, if the closure
+    /// asked for a flush and the transaction committed, fsyncs sled's log (sled flushed at
+    /// the commit) before the result is returned.
+    fn finish<A, E>(self, result: TransactionResult<A, E>) -> TransactionResult<A, E> {
+        let flush = self
+            .distinct
+            .iter()
+            .find(|t| t.flush.load(Ordering::Relaxed));
+        let persist = flush.and_then(|t| t.state.persist.as_ref().map(|_| t.state.clone()));
+        self.settle(&result);
+        match (result, persist) {
+            (Ok(a), Some(state)) => match state.persist.as_ref().map(|p| p.sync_log()) {
+                Some(Err(e)) => Err(TransactionError::Storage(e.into())),
+                _ => Ok(a),
+            },
+            (result, _) => result,
+        }
+    }
+
     /// Settles every journal (see the module docs) and ends the writes.
-    fn finish<A, E>(mut self, result: &TransactionResult<A, E>) {
+    fn settle<A, E>(mut self, result: &TransactionResult<A, E>) {
         self.generations.clear();
         let outcome = match result {
             Ok(_) => Outcome::Committed,
@@ -306,8 +347,7 @@ impl<E> Transactional<E> for &Tree {
             run.new_attempt();
             f(&run.view(0, tx))
         });
-        run.finish(&r);
-        r
+        run.finish(r)
     }
 }
 
@@ -356,8 +396,7 @@ where
             .collect();
         f(&view)
     });
-    run.finish(&r);
-    r
+    run.finish(r)
 }
 
 impl<E> Transactional<E> for [Tree] {
@@ -401,8 +440,7 @@ macro_rules! impl_transactional_tuple {
                     let view = ($(run.view($idx, &txs.$idx),)+);
                     f(&view)
                 });
-                run.finish(&r);
-                r
+                run.finish(r)
             }
         }
     };

@@ -303,7 +303,8 @@ impl Window {
         Ok(newest)
     }
 
-    /// Makes every write so far durable (sled's `flush`, for the whole database).
+    /// Makes every write so far durable, against a power cut too: [`crate::Tree::flush`]
+    /// (sled's flush of the whole database, then an fsync of sled's log).
     pub fn flush(&self) -> Result<usize> {
         let ring = self.ring()?;
         ring.gens[0].tree.flush()
