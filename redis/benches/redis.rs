@@ -1,7 +1,7 @@
 //! Shared filter on a local redis-server: bloomsled's one-command-per-key layout beside the
 //! classic Redis Bloom patterns, in one run, on one server, at the same pipelining.
 //!
-//! `cargo bench --features redis --bench redis` (needs `redis-server` on PATH; starts its
+//! `cargo bench -p bloomsled-redis --bench redis` (needs `redis-server` on PATH; starts its
 //! own on a free port without persistence and kills it at the end).
 //!
 //! Contenders, batched (1,000 keys per pipeline) and single-key (one round trip each):
@@ -23,8 +23,8 @@ mod redis_support;
 use std::time::Instant;
 
 use bloomsled::hash::hash_key;
-use bloomsled::shared::{Endpoint, SharedFilter};
 use bloomsled::FilterConfig;
+use bloomsled_redis::{Endpoint, SharedFilter};
 use redis::Value;
 
 const KEYS: usize = 100_000;

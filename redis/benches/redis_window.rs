@@ -1,7 +1,7 @@
 //! Shared window on a local redis-server: lookups per second of a 7-generation window
 //! against a single shared filter holding the same keys, in one run, on one server.
 //!
-//! `cargo bench --features redis --bench redis_window` (needs `redis-server` on PATH;
+//! `cargo bench -p bloomsled-redis --bench redis_window` (needs `redis-server` on PATH;
 //! starts its own on a free port without persistence and kills it at the end).
 //!
 //! Both hold the same keys (`BLOOMSLED_BENCH_KEYS`, default 70,000) at the same overall
@@ -14,6 +14,7 @@
 //! round trip each). Figures are medians over interleaved rounds; ratios are the median of
 //! per-round ratios.
 
+#[path = "../../benches/common/mod.rs"]
 mod common;
 #[path = "../tests/redis_support/mod.rs"]
 mod redis_support;
@@ -21,8 +22,9 @@ mod redis_support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bloomsled::shared::{Endpoint, ManualClock, SharedFilter, SharedWindow, SharedWindowConfig};
+use bloomsled::clock::ManualClock;
 use bloomsled::FilterConfig;
+use bloomsled_redis::{Endpoint, SharedFilter, SharedWindow, SharedWindowConfig};
 use common::rounds::{interleave, median, median_ratio};
 
 const GENERATIONS: u32 = 7;

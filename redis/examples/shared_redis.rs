@@ -4,14 +4,15 @@
 //! worker gets an error instead of an "absent".
 //!
 //! Needs a Redis you may write to (it creates, then deletes, `example:*` filters):
-//! `cargo run --release --features redis --example shared_redis [REDIS_URL] [URLS]`
+//! `cargo run --release -p bloomsled-redis --example shared_redis [REDIS_URL] [URLS]`
 //! (default `redis://127.0.0.1:6379/`, 20,000 URLs). Add `--flush` after them to see the
 //! loss detection: it runs `FLUSHDB` on that database.
 
 use std::time::Instant;
 
-use bloomsled::shared::{Endpoint, SharedFilter};
-use bloomsled::{Error, FilterConfig};
+use bloomsled::FilterConfig;
+use bloomsled_redis::Error;
+use bloomsled_redis::{Endpoint, SharedFilter};
 
 const WORKERS: u64 = 4;
 

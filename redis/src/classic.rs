@@ -2,7 +2,7 @@
 //!
 //! Reads and extends the filters the PHP `BloomFilterRedis` class keeps
 //! (`SETBIT bucket <Hash($key)> 1` for each name in its `$hashFunction` list, `GETBIT` to
-//! test), bit for bit: the offsets come from [`crate::hash::classic`]. One key is one
+//! test), bit for bit: the offsets come from [`bloomsled::hash::classic`]. One key is one
 //! command — `BITFIELD bucket SET u1 <o1> 1 …` to add (old bits returned, so `add` says
 //! whether the key was new), `BITFIELD bucket GET u1 <o1> …` to test — and batches are
 //! pipelined. The bucket is one key, so on a cluster it lives on one slot.
@@ -16,7 +16,7 @@
 use redis::{Cmd, Value};
 
 use crate::error::{Error, Result};
-use crate::hash::classic::{offsets, ClassicHash};
+use bloomsled::hash::classic::{offsets, ClassicHash};
 
 use super::conn::Endpoint;
 use super::session::Session;
@@ -29,13 +29,13 @@ const PIPELINE_KEYS: usize = 8192;
 ///
 /// ```no_run
 /// use bloomsled::hash::classic::ClassicHash;
-/// use bloomsled::shared::{ClassicFilter, Endpoint};
+/// use bloomsled_redis::{ClassicFilter, Endpoint};
 /// // The PHP class: $bucket = 'rptc'; $hashFunction = ['BKDRHash', 'SDBMHash', 'JSHash'];
 /// let hashes = ClassicHash::parse_list("BKDR,SDBM,JS")?;
 /// let f = ClassicFilter::open(&Endpoint::url("redis://127.0.0.1:6379/"), "rptc", &hashes)?;
 /// f.insert(b"a comment")?;
 /// assert!(f.contains(b"a comment")?); // and PHP's exists() says true as well
-/// # Ok::<(), bloomsled::Error>(())
+/// # Ok::<(), bloomsled_redis::Error>(())
 /// ```
 pub struct ClassicFilter {
     session: Session,

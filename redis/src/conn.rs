@@ -46,7 +46,7 @@ pub(crate) const CLUSTER_RETRIES: u32 = 4;
 /// A Redis server or Redis Cluster to keep shared filters on, with connection timeouts.
 ///
 /// ```
-/// use bloomsled::shared::Endpoint;
+/// use bloomsled_redis::Endpoint;
 /// use std::time::Duration;
 /// let single = Endpoint::url("redis://127.0.0.1:6379/");
 /// let cluster = Endpoint::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
@@ -115,7 +115,7 @@ impl Endpoint {
     /// guessing.
     ///
     /// ```
-    /// use bloomsled::shared::Endpoint;
+    /// use bloomsled_redis::Endpoint;
     /// use std::time::Duration;
     /// let ep = Endpoint::url("redis://127.0.0.1:6379/").retry_for(Duration::from_secs(60));
     /// assert_eq!(ep.retry_window(), Duration::from_secs(60));

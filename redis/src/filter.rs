@@ -6,7 +6,7 @@ use std::time::Instant;
 use redis::Value;
 
 use crate::error::{Error, Result};
-use crate::filter::FilterConfig;
+use bloomsled::FilterConfig;
 
 use super::conn::Endpoint;
 use super::init;
@@ -33,7 +33,7 @@ pub struct SharedOptions {
 }
 
 /// A Bloom filter kept in Redis or a Redis Cluster and shared by every process that opens
-/// it, with the same hash and 512-bit block layout as the local [`crate::Filter`].
+/// it, with the same hash and 512-bit block layout as the local [`bloomsled::Filter`].
 ///
 /// A lookup is one `GETRANGE` of the key's block, an add one `BITFIELD` that sets the
 /// key's bits and returns their old values; batches are pipelined. Each block carries the
@@ -44,7 +44,7 @@ pub struct SharedOptions {
 /// handle per thread (handles are cheap: one connection and the config record).
 ///
 /// ```no_run
-/// use bloomsled::shared::{Endpoint, SharedFilter};
+/// use bloomsled_redis::{Endpoint, SharedFilter};
 /// use bloomsled::FilterConfig;
 /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
 /// let seen = SharedFilter::create(&redis, "crawler:urls", &FilterConfig::new(1_000_000))?;
@@ -52,7 +52,7 @@ pub struct SharedOptions {
 /// assert!(seen.contains(b"https://example.com/")?);
 /// let answers = seen.contains_many(&[&b"https://a.example/"[..], b"https://example.com/"])?;
 /// assert!(answers[1]);
-/// # Ok::<(), bloomsled::Error>(())
+/// # Ok::<(), bloomsled_redis::Error>(())
 /// ```
 pub struct SharedFilter {
     pub(super) session: Arc<Session>,
@@ -97,14 +97,14 @@ impl SharedFilter {
     /// false positives.
     ///
     /// ```no_run
-    /// use bloomsled::shared::{Endpoint, SharedFilter};
+    /// use bloomsled_redis::{Endpoint, SharedFilter};
     /// use bloomsled::FilterConfig;
     /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
     /// let sessions = SharedFilter::create_counting(&redis, "sessions", &FilterConfig::new(100_000))?;
     /// sessions.insert(b"token-1")?;
     /// assert!(sessions.remove(b"token-1")?);
     /// assert!(!sessions.contains(b"token-1")?);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn create_counting(endpoint: &Endpoint, name: &str, config: &FilterConfig) -> Result<Self> {
         Self::create_with(
@@ -250,14 +250,14 @@ impl SharedFilter {
     /// round trip; about 22 bytes of Redis memory per 20-byte key (see the `exact` module).
     ///
     /// ```no_run
-    /// use bloomsled::shared::{Endpoint, SharedFilter};
+    /// use bloomsled_redis::{Endpoint, SharedFilter};
     /// use bloomsled::FilterConfig;
     /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
     /// let seen = SharedFilter::create(&redis, "crawler:fps", &FilterConfig::new(1_000_000))?;
     /// let fp = [7u8; 20];
     /// assert!(seen.insert_exact(&fp)?);
     /// assert!(!seen.insert_exact(&fp)?);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn insert_exact(&self, key: &[u8]) -> Result<bool> {
         super::one(self.insert_exact_many(&[key])?)

@@ -23,7 +23,7 @@
 //! empty one.
 
 use crate::error::{Error, Result};
-use crate::filter::layout::BLOCK_WORDS;
+use bloomsled::layout::BLOCK_WORDS;
 
 /// Bytes of filter bits in one block.
 pub(crate) const BLOCK_BYTES: usize = BLOCK_WORDS * 8;
@@ -317,7 +317,7 @@ pub(crate) fn key_slot(tag: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filter::layout::block_masks;
+    use bloomsled::layout::block_masks;
 
     #[test]
     fn redis_bit_numbering_matches_local_little_endian_bytes() {

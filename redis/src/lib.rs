@@ -1,6 +1,9 @@
-//! A Bloom filter shared through Redis or Redis Cluster (feature `redis`).
+//! # bloomsled-redis
 //!
-//! [`SharedFilter`] keeps the local [`crate::Filter`]'s blocks in Redis strings: the same
+//! A Bloom filter shared through Redis or Redis Cluster, by many processes and hosts, that
+//! reports a lost filter instead of answering "absent".
+//!
+//! [`SharedFilter`] keeps the local [`bloomsled::Filter`]'s blocks in Redis strings: the same
 //! xxh3 hash, the same 512-bit block per key, the same bits in it, so a key means the same
 //! block locally and remotely and [`SharedFilter::push`] / [`SharedFilter::pull`] are byte
 //! copies. A lookup is one `GETRANGE`, an add one `BITFIELD`; batches are pipelined.
@@ -10,12 +13,12 @@
 //!   exceed one Redis string and spreads over every master of a cluster.
 //! - **Config record** at `bloomsled:{NAME}:config`: format version, layout, hash, seed,
 //!   `k`, blocks and shards, capacity, epoch. Creating with another shape is
-//!   [`crate::Error::RedisShapeMismatch`]; concurrent creators end with one filter
+//!   [`Error::RedisShapeMismatch`]; concurrent creators end with one filter
 //!   (`SET NX`).
 //! - **Never a silent false negative**: every block carries the filter's random epoch in an
 //!   8-byte tag, read by the very `GETRANGE` or `BITFIELD` that uses the block. A shard that
 //!   was flushed, evicted, expired, lost in a restart or failover, deleted, or recreated by
-//!   another `create` answers [`crate::Error::SharedFilterLost`], never "absent".
+//!   another `create` answers [`Error::SharedFilterLost`], never "absent".
 //!
 //! See `layout` for the byte layout and the bit numbering.
 //!
@@ -30,8 +33,13 @@
 //! [`AsyncSharedWindow`] runs the window on tokio's blocking pool.
 //!
 //! [`ClassicFilter`] reads and extends the bitmaps of the PHP `BloomFilterRedis` class (one
-//! bucket key, the classic string hashes of [`crate::hash::classic`] as bit offsets), bit for
+//! bucket key, the classic string hashes of [`bloomsled::hash::classic`] as bit offsets), bit for
 //! bit, for services moving from PHP.
+
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+#![warn(unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// The getters and the `Debug` of a shared filter handle, sync or async: both hold the
 /// filter's `layout`, `shape` and `epoch` and a `session`, and answer these without Redis.
@@ -42,7 +50,7 @@ macro_rules! filter_getters {
             /// The filter's name.
             ///
             /// ```no_run
-            #[doc = concat!("# fn demo(f: &bloomsled::shared::", stringify!($ty), ") {")]
+            #[doc = concat!("# fn demo(f: &bloomsled_redis::", stringify!($ty), ") {")]
             /// println!("filter {}", f.name());
             /// # }
             /// ```
@@ -53,11 +61,11 @@ macro_rules! filter_getters {
             /// The filter's shape, as recorded in Redis.
             ///
             /// ```no_run
-            #[doc = concat!("# fn demo(f: &bloomsled::shared::", stringify!($ty), ") {")]
+            #[doc = concat!("# fn demo(f: &bloomsled_redis::", stringify!($ty), ") {")]
             /// println!("{} bits per key", f.shape().num_blocks * 512 / f.shape().capacity);
             /// # }
             /// ```
-            pub fn shape(&self) -> $crate::shared::SharedShape {
+            pub fn shape(&self) -> $crate::SharedShape {
                 self.shape
             }
 
@@ -65,7 +73,7 @@ macro_rules! filter_getters {
             /// creation): every handle of one filter, sync or async, has the same.
             ///
             /// ```no_run
-            #[doc = concat!("# fn demo(f: &bloomsled::shared::", stringify!($ty), ") {")]
+            #[doc = concat!("# fn demo(f: &bloomsled_redis::", stringify!($ty), ") {")]
             /// assert_ne!(f.epoch(), 0);
             /// # }
             /// ```
@@ -76,7 +84,7 @@ macro_rules! filter_getters {
             /// The Redis keys holding the blocks, shard by shard.
             ///
             /// ```no_run
-            #[doc = concat!("# fn demo(f: &bloomsled::shared::", stringify!($ty), ") {")]
+            #[doc = concat!("# fn demo(f: &bloomsled_redis::", stringify!($ty), ") {")]
             /// assert_eq!(f.shard_keys().len() as u64, f.shape().shards);
             /// # }
             /// ```
@@ -87,12 +95,12 @@ macro_rules! filter_getters {
             /// The Redis key of the config record.
             ///
             /// ```no_run
-            #[doc = concat!("# fn demo(f: &bloomsled::shared::", stringify!($ty), ") {")]
+            #[doc = concat!("# fn demo(f: &bloomsled_redis::", stringify!($ty), ") {")]
             /// assert!(f.config_key().ends_with(":config"));
             /// # }
             /// ```
             pub fn config_key(&self) -> String {
-                $crate::shared::layout::config_key(&self.layout.name)
+                $crate::layout::config_key(&self.layout.name)
             }
         }
 
@@ -113,6 +121,7 @@ macro_rules! filter_getters {
 mod aio;
 mod classic;
 mod conn;
+mod error;
 mod exact;
 mod filter;
 mod init;
@@ -125,28 +134,26 @@ mod session;
 mod stats;
 mod tally;
 #[cfg(feature = "metrics")]
-mod telemetry;
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod telemetry;
 mod transfer;
 mod value;
 mod window;
 
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use aio::{AsyncSharedFilter, AsyncSharedWindow};
 pub use classic::ClassicFilter;
 pub use conn::Endpoint;
+pub use error::{Error, Result};
 pub use filter::{SharedFilter, SharedOptions};
 pub use record::SharedShape;
 pub use stats::SharedStats;
-pub use window::{
-    Clock, GenerationStats, ManualClock, SharedWindow, SharedWindowConfig, SharedWindowStats,
-    SystemClock,
-};
-
-use crate::error::Error;
+pub use window::{GenerationStats, SharedWindow, SharedWindowConfig, SharedWindowStats};
 
 /// The one answer of a batch call made for one key. A batch always answers every key, so
 /// anything else is a bug, reported as one: never read as "absent".
-fn one(answers: Vec<bool>) -> crate::error::Result<bool> {
+fn one(answers: Vec<bool>) -> error::Result<bool> {
     match answers[..] {
         [answer] => Ok(answer),
         _ => Err(Error::ReportableBug(format!(
@@ -164,3 +171,8 @@ fn lost(f: &SharedFilter, shard: usize, why: String) -> Error {
         why,
     }
 }
+
+/// The Redis document's examples, compiled and run as doc tests.
+#[doc = include_str!("../docs/redis.md")]
+#[cfg(doctest)]
+pub struct RedisDoctests;

@@ -25,8 +25,8 @@
 use redis::Value;
 
 use crate::error::{Error, Result};
-use crate::filter::layout::{block_index, block_masks, BLOCK_WORDS};
-use crate::hash::hash_key;
+use bloomsled::hash::hash_key;
+use bloomsled::layout::{block_index, block_masks, BLOCK_WORDS};
 
 use super::filter::SharedFilter;
 use super::layout::{counter_at, BlockAddr, Cells, Layout, TAG_BYTES};
@@ -457,7 +457,7 @@ impl SharedFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shared::layout::Layout;
+    use crate::layout::Layout;
 
     fn probe(layout: &Layout, block: u64, masks: [u64; BLOCK_WORDS]) -> Probe {
         Probe {

@@ -15,7 +15,9 @@
 
 use std::fmt;
 
-use crate::error::{DecodeError, Error, Result};
+use bloomsled::DecodeError;
+
+use crate::error::{Error, Result};
 
 use super::layout::Cells;
 
@@ -54,7 +56,7 @@ pub struct SharedShape {
     /// Items the filter was sized for.
     pub capacity: u64,
     /// A 4-bit saturating counter per position instead of a bit, so that keys can be
-    /// removed ([`crate::shared::SharedFilter::remove`]).
+    /// removed ([`crate::SharedFilter::remove`]).
     pub counting: bool,
 }
 
@@ -260,7 +262,7 @@ pub(crate) fn new_epoch() -> u64 {
         .unwrap_or(0);
     let mut seed = now.to_le_bytes().to_vec();
     seed.extend_from_slice(&std::process::id().to_le_bytes());
-    crate::hash::hash_key(&seed, 0).max(1)
+    bloomsled::hash::hash_key(&seed, 0).max(1)
 }
 
 #[cfg(test)]

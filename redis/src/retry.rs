@@ -65,7 +65,7 @@ impl Failure {
     /// the server unless the server refused it while loading.
     pub(crate) fn of(e: Error) -> (Failure, bool) {
         let (drop, maybe_sent) = match &e {
-            Error::Redis(re) => (
+            Error::Redis(re) | Error::Timeout(re) => (
                 re.is_connection_dropped() || re.is_io_error() || re.is_timeout(),
                 !loading(re),
             ),
@@ -106,7 +106,9 @@ impl Failure {
 /// server that cannot serve yet (`LOADING` its data after a restart, `CLUSTERDOWN`,
 /// `TRYAGAIN`, `MASTERDOWN`, `READONLY` while a failover settles).
 pub(crate) fn transient(e: &Error) -> bool {
-    let Error::Redis(e) = e else { return false };
+    let (Error::Redis(e) | Error::Timeout(e)) = e else {
+        return false;
+    };
     e.is_connection_refusal()
         || e.is_connection_dropped()
         || e.is_io_error()

@@ -1,7 +1,7 @@
 //! Statistics of a shared filter, computed in Redis (`BITCOUNT`), without pulling it.
 
 use crate::error::Result;
-use crate::filter::math::blocked_fpr;
+use bloomsled::blocked_fpr;
 
 use redis::Value;
 
@@ -11,7 +11,7 @@ use super::ops::Incarnation;
 use super::record::SharedShape;
 use super::value;
 
-/// What a shared filter holds, like the local [`crate::Stats`] for a filter.
+/// What a shared filter holds, like the local [`bloomsled::Stats`] for a filter.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SharedStats {
     /// The filter's name.

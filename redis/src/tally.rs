@@ -22,7 +22,7 @@ pub(crate) struct Tally {
     unknown: AtomicU64,
     /// What the last recording handed to the facade.
     #[cfg(feature = "metrics")]
-    recorded: crate::telemetry::Recorded,
+    recorded: bloomsled::telemetry::Recorded,
 }
 
 fn bump(c: &AtomicU64, n: usize) {

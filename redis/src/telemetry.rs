@@ -1,13 +1,76 @@
-//! Recording a shared filter's metrics (feature `metrics`; the series are listed in
-//! [`crate::telemetry`]).
+//! Metrics of shared filters and windows (feature `metrics`), through the `metrics` facade
+//! into whatever exporter the program installed, as the core's [`bloomsled::telemetry`]
+//! records local trees and windows.
+//!
+//! Per shared filter (label `filter`, the filter's name), recorded by
+//! `SharedFilter::record_metrics` and `AsyncSharedFilter::record_metrics` for that handle
+//! (each handle counts its own calls: sum over the processes that share a filter):
+//!
+//! | name | kind | what |
+//! |---|---|---|
+//! | `bloomsled_shared_lookups_total` | counter | keys looked up (`contains`, `contains_many`) |
+//! | `bloomsled_shared_absent_total` | counter | lookups answered "certainly absent" (the store reads a lookup saves) |
+//! | `bloomsled_shared_adds_total` | counter | keys added (`add`, `add_many`, `add_exact`, ...) |
+//! | `bloomsled_shared_new_total` | counter | adds answered "new" |
+//! | `bloomsled_shared_redis_errors_total` | counter | calls that failed (Redis unreachable past the retry window, a lost filter, an unknown outcome, ...) |
+//! | `bloomsled_shared_retries_total` | counter | attempts sent again after a transient failure (see `Endpoint::retry_for`) |
+//! | `bloomsled_shared_outcome_unknown_total` | counter | adds that failed with `RedisOutcomeUnknown` |
+//! | `bloomsled_shared_fill_ratio` | gauge | share of the filter's bits set (`BITCOUNT` at record time) |
+//! | `bloomsled_shared_estimated_items` | gauge | keys estimated from the fill |
+//! | `bloomsled_shared_estimated_fpr` | gauge | false-positive rate at the estimated keys |
+//! | `bloomsled_shared_redis_bytes` | gauge | bytes of the Redis strings holding the filter |
+//!
+//! Per shared window (label `window`), recorded by `SharedWindow::record_metrics` and
+//! `AsyncSharedWindow::record_metrics`: the same seven counters with the prefix
+//! `bloomsled_shared_window_` (a lookup is one key, whatever the generations it reads), and
+//! gauges `bloomsled_shared_window_generations` (live), `…_estimated_items` and
+//! `…_redis_bytes` (sums over the live generations), `…_fill_ratio` (their mean).
+//!
+//! The counters cost one relaxed atomic add per call next to a Redis round trip; the gauges
+//! cost one `BITCOUNT` pipeline at record time (the filter's `stats`), none per call.
+//!
+//! ```
+//! assert_eq!(bloomsled_redis::telemetry::SHARED_SERIES.len(), 11);
+//! ```
+
+use bloomsled::telemetry::gauges;
 
 use crate::error::Result;
-use crate::telemetry::{gauges, SHARED_SERIES, SHARED_WINDOW_SERIES};
 
 use super::filter::SharedFilter;
 use super::stats::SharedStats;
 use super::tally::Tally;
 use super::window::{SharedWindow, SharedWindowStats};
+
+/// Every per-shared-filter series (label `filter`), the 7 counters first.
+pub const SHARED_SERIES: [&str; 11] = [
+    "bloomsled_shared_lookups_total",
+    "bloomsled_shared_absent_total",
+    "bloomsled_shared_adds_total",
+    "bloomsled_shared_new_total",
+    "bloomsled_shared_redis_errors_total",
+    "bloomsled_shared_retries_total",
+    "bloomsled_shared_outcome_unknown_total",
+    "bloomsled_shared_fill_ratio",
+    "bloomsled_shared_estimated_items",
+    "bloomsled_shared_estimated_fpr",
+    "bloomsled_shared_redis_bytes",
+];
+
+/// Every per-shared-window series (label `window`), the 7 counters first.
+pub const SHARED_WINDOW_SERIES: [&str; 11] = [
+    "bloomsled_shared_window_lookups_total",
+    "bloomsled_shared_window_absent_total",
+    "bloomsled_shared_window_adds_total",
+    "bloomsled_shared_window_new_total",
+    "bloomsled_shared_window_redis_errors_total",
+    "bloomsled_shared_window_retries_total",
+    "bloomsled_shared_window_outcome_unknown_total",
+    "bloomsled_shared_window_generations",
+    "bloomsled_shared_window_estimated_items",
+    "bloomsled_shared_window_fill_ratio",
+    "bloomsled_shared_window_redis_bytes",
+];
 
 /// Records a handle's counters, and the gauges of `stats` if it has them.
 pub(super) fn record(tally: &Tally, name: &str, stats: Option<&SharedStats>) {
@@ -36,12 +99,12 @@ impl SharedFilter {
     /// counters are recorded and the error returned. See [`crate::telemetry`].
     ///
     /// ```no_run
-    /// use bloomsled::shared::{Endpoint, SharedFilter};
+    /// use bloomsled_redis::{Endpoint, SharedFilter};
     /// use bloomsled::FilterConfig;
     /// let seen = SharedFilter::create(&Endpoint::url("redis://127.0.0.1:6379/"), "seen", &FilterConfig::new(1000))?;
     /// seen.insert(b"a")?;
     /// seen.record_metrics()?; // with no recorder installed, the facade drops them
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn record_metrics(&self) -> Result<()> {
         let stats = self.stats();
@@ -80,10 +143,10 @@ impl SharedWindow {
     /// recorded and the error returned. See [`crate::telemetry`].
     ///
     /// ```no_run
-    /// use bloomsled::shared::{Endpoint, SharedWindow};
+    /// use bloomsled_redis::{Endpoint, SharedWindow};
     /// let w = SharedWindow::open(&Endpoint::url("redis://127.0.0.1:6379/"), "crawled")?;
     /// w.record_metrics()?;
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn record_metrics(&self) -> Result<()> {
         let stats = self.stats();

@@ -6,9 +6,11 @@
 
 use redis::Value;
 
-use crate::error::{Error, FilterShape, Result};
-use crate::filter::layout::BLOCK_WORDS;
-use crate::filter::{CountingFilter, Filter};
+use bloomsled::FilterShape;
+
+use crate::error::{Error, Result};
+use bloomsled::layout::BLOCK_WORDS;
+use bloomsled::{CountingFilter, Filter};
 
 use super::filter::SharedFilter;
 use super::init::PIPELINE_BYTES;
@@ -129,7 +131,7 @@ impl SharedFilter {
                     let mut bits = [0u64; BLOCK_WORDS];
                     for j in 0..BLOCK_WORDS * 4 {
                         bits[j / 4] |=
-                            crate::filter::nonzero_nibbles(le_word(cells, j)) << (16 * (j % 4));
+                            bloomsled::layout::nonzero_nibbles(le_word(cells, j)) << (16 * (j % 4));
                     }
                     bits
                 }
@@ -160,7 +162,7 @@ impl SharedFilter {
         self.read_blocks(|b, cells| {
             for (j, w) in words.iter_mut().enumerate() {
                 *w = le_word(cells, j);
-                nonzero += u64::from(crate::filter::nonzero_nibbles(*w).count_ones());
+                nonzero += u64::from(bloomsled::layout::nonzero_nibbles(*w).count_ones());
             }
             f.store_counter_block(b as usize, &words);
         })?;

@@ -3,7 +3,7 @@
 //!
 //! A window of span `S` in `G` generations cuts time into generations of width
 //! `w = S / G` (the arithmetic and the limits on `S` and `G` are the local window's, from
-//! [`crate::clock`]): keys go to the filter of the current generation, lookups ask
+//! [`bloomsled::clock`]): keys go to the filter of the current generation, lookups ask
 //! every live generation, and a generation's Redis keys expire (by Redis TTL) a little
 //! after the generation stops being live. **The guarantee**: a key added at time `t` is
 //! found until at least `t + S − w` and forgotten once `t + S` has passed.
@@ -35,11 +35,6 @@ mod stored;
 pub use config::SharedWindowConfig;
 pub use stats::{GenerationStats, SharedWindowStats};
 
-// The clocks' path of earlier releases, kept one release: their one documented path is
-// `bloomsled::clock`.
-#[doc(hidden)]
-pub use crate::clock::{Clock, ManualClock, SystemClock};
-
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -47,8 +42,8 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::clock::generations::Generations;
 use crate::error::{Error, Result};
+use bloomsled::clock::{Clock, Generations, SystemClock};
 
 use super::conn::Endpoint;
 use super::filter::SharedFilter;
@@ -85,7 +80,7 @@ const MAX_NAME: usize = 160;
 /// parallel throughput.
 ///
 /// ```no_run
-/// use bloomsled::shared::{Endpoint, SharedWindow, SharedWindowConfig};
+/// use bloomsled_redis::{Endpoint, SharedWindow, SharedWindowConfig};
 /// use bloomsled::FilterConfig;
 /// use std::time::Duration;
 /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
@@ -100,7 +95,7 @@ const MAX_NAME: usize = 160;
 ///     // ... crawl it ...
 ///     crawled.insert(b"https://example.com/")?;
 /// }
-/// # Ok::<(), bloomsled::Error>(())
+/// # Ok::<(), bloomsled_redis::Error>(())
 /// ```
 pub struct SharedWindow {
     session: Arc<Session>,
@@ -158,7 +153,7 @@ impl SharedWindow {
     /// the first add.
     ///
     /// ```no_run
-    /// use bloomsled::shared::{Endpoint, SharedWindow, SharedWindowConfig};
+    /// use bloomsled_redis::{Endpoint, SharedWindow, SharedWindowConfig};
     /// use bloomsled::FilterConfig;
     /// use std::time::Duration;
     /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
@@ -166,7 +161,7 @@ impl SharedWindow {
     /// let revoked = SharedWindow::create(&redis, "revoked-tokens", &hour)?;
     /// revoked.insert(b"token-123")?;
     /// assert!(revoked.contains(b"token-123")?);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn create(endpoint: &Endpoint, name: &str, config: &SharedWindowConfig) -> Result<Self> {
         check_window_name(name)?;
@@ -216,10 +211,10 @@ impl SharedWindow {
     /// [`Error::SharedFilterNotFound`] if there is none.
     ///
     /// ```no_run
-    /// use bloomsled::shared::{Endpoint, SharedWindow};
+    /// use bloomsled_redis::{Endpoint, SharedWindow};
     /// let w = SharedWindow::open(&Endpoint::url("redis://127.0.0.1:6379/"), "crawled")?;
     /// println!("{:?} in {} generations", w.span(), w.generations());
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn open(endpoint: &Endpoint, name: &str) -> Result<Self> {
         Self::open_with_clock(endpoint, name, Arc::new(SystemClock))
@@ -229,13 +224,13 @@ impl SharedWindow {
     ///
     /// ```no_run
     /// use bloomsled::clock::ManualClock;
-    /// use bloomsled::shared::{Endpoint, SharedWindow};
+    /// use bloomsled_redis::{Endpoint, SharedWindow};
     /// use std::sync::Arc;
     /// let clock = ManualClock::starting_now();
     /// let ep = Endpoint::url("redis://127.0.0.1:6379/");
     /// let w = SharedWindow::open_with_clock(&ep, "crawled", Arc::new(clock.clone()))?;
     /// # let _ = w;
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn open_with_clock(endpoint: &Endpoint, name: &str, clock: Arc<dyn Clock>) -> Result<Self> {
         check_window_name(name)?;
@@ -261,10 +256,10 @@ impl SharedWindow {
     /// nothing).
     ///
     /// ```no_run
-    /// use bloomsled::shared::{Endpoint, SharedWindow};
+    /// use bloomsled_redis::{Endpoint, SharedWindow};
     /// let ep = Endpoint::url("redis://127.0.0.1:6379/");
     /// if SharedWindow::exists(&ep, "crawled")? { /* open it as a window */ }
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn exists(endpoint: &Endpoint, name: &str) -> Result<bool> {
         layout::check_name(name)?;
@@ -294,10 +289,10 @@ impl SharedWindow {
     /// Inserts `key` into the current generation; returns `true` if it was new there.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{Endpoint, SharedWindow};
+    /// # use bloomsled_redis::{Endpoint, SharedWindow};
     /// # let w = SharedWindow::open(&Endpoint::url("redis://127.0.0.1:6379/"), "crawled")?;
     /// w.insert(b"https://example.com/")?;
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn insert(&self, key: &[u8]) -> Result<bool> {
         super::one(self.insert_many(&[key])?)
@@ -308,10 +303,10 @@ impl SharedWindow {
     /// generation this handle has not seen yet).
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{Endpoint, SharedWindow};
+    /// # use bloomsled_redis::{Endpoint, SharedWindow};
     /// # let w = SharedWindow::open(&Endpoint::url("redis://127.0.0.1:6379/"), "crawled")?;
     /// if !w.contains(b"https://example.com/")? { /* not seen this week */ }
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn contains(&self, key: &[u8]) -> Result<bool> {
         super::one(self.contains_many(&[key])?)
@@ -322,11 +317,11 @@ impl SharedWindow {
     /// keys, each also checking the window's record.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{Endpoint, SharedWindow};
+    /// # use bloomsled_redis::{Endpoint, SharedWindow};
     /// # let w = SharedWindow::open(&Endpoint::url("redis://127.0.0.1:6379/"), "crawled")?;
     /// let new = w.insert_many(&[&b"a"[..], b"b"])?;
     /// assert_eq!(new.len(), 2);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn insert_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let r = self.add_all(keys);
@@ -387,11 +382,11 @@ impl SharedWindow {
     /// because a generation could not be read.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{Endpoint, SharedWindow};
+    /// # use bloomsled_redis::{Endpoint, SharedWindow};
     /// # let w = SharedWindow::open(&Endpoint::url("redis://127.0.0.1:6379/"), "crawled")?;
     /// let seen = w.contains_many(&[&b"a"[..], b"b"])?;
     /// assert_eq!(seen.len(), 2);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let r = self.lookup_all(keys);
@@ -473,10 +468,10 @@ impl SharedWindow {
     /// handles get [`Error::SharedFilterLost`]), then every generation the ring lists.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{Endpoint, SharedWindow};
+    /// # use bloomsled_redis::{Endpoint, SharedWindow};
     /// # let w = SharedWindow::open(&Endpoint::url("redis://127.0.0.1:6379/"), "crawled")?;
     /// w.destroy()?;
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn destroy(self) -> Result<()> {
         let fields = self

@@ -1,26 +1,29 @@
 //! The classic hashes against their oracle: php-cli running the reference PHP class itself
-//! (`../shared/reference/bloom_filter_redis.php`, beside this repository) on a few thousand
+//! (`../shared/reference/bloom_filter_redis.php`, beside the workspace) on a few thousand
 //! generated keys — empty, every single byte, short and long ASCII, non-ASCII UTF-8, arbitrary
 //! bytes, and every prefix of long keys so that each function's int→float overflow point is
 //! crossed. No expected value is written here: PHP computes them all at test time.
 //!
 //! Needs `php` on PATH (Debian: php-cli; `.ci/run` installs it), so it belongs to the full
-//! suite (`cargo test --all-features`) with the other tests that need system packages: the
-//! classic hashes exist for the classic PHP layout on Redis, and the `redis` feature is the
-//! one a user turns on to use it. Gating on that feature rather than on a test-only feature
-//! or an environment variable keeps `cargo test` passing on a machine with only Rust, and
-//! keeps the full suite one command that runs everything. Under `CI=true` a missing php or
-//! reference file fails the test; elsewhere it is skipped with a loud message.
-#![cfg(feature = "redis")]
+//! suite (`cargo test --all-features`) with the other tests that need system packages, behind
+//! this crate's `server-tests` feature: the classic hashes exist for the classic PHP layout
+//! on Redis. Gating on a feature rather than on an environment variable keeps `cargo test`
+//! passing on a machine with only Rust, and keeps the full suite one command that runs
+//! everything. Under `CI=true` a missing php or reference file fails the test; elsewhere it
+//! is skipped with a loud message.
+#![cfg(feature = "server-tests")]
 
-mod common;
+// The workspace's deterministic generator, shared with the core's tests.
+#[path = "../../tests/common/rng.rs"]
+#[allow(dead_code)] // each test uses its own subset
+mod rng;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use bloomsled::hash::classic::{self, ClassicHash};
-use common::rng::Rng;
+use rng::Rng;
 
 /// The PHP driver: loads the reference class (defining classes only; nothing connects to
 /// Redis until a filter is constructed), then prints, per hex-encoded key, the value of each
@@ -123,7 +126,7 @@ fn keys() -> Vec<Vec<u8>> {
 /// outside CI. Under CI a missing one is a failure.
 fn oracle() -> Option<PathBuf> {
     let reference =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/bloom_filter_redis.php");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/bloom_filter_redis.php");
     let php_ok = Command::new("php")
         .arg("-v")
         .output()

@@ -4,7 +4,7 @@
 //! cluster (created unsettled, so the first commands meet `CLUSTERDOWN`); and a
 //! `current_thread` runtime whose timer keeps ticking while a call waits on a Redis that
 //! holds its reply (`CLIENT PAUSE`), where the sync filter called in its place stops it.
-#![cfg(feature = "tokio")]
+#![cfg(all(feature = "server-tests", feature = "tokio"))]
 
 mod redis_support;
 
@@ -12,11 +12,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloomsled::shared::{
-    AsyncSharedFilter, AsyncSharedWindow, Endpoint, ManualClock, SharedFilter, SharedOptions,
-    SharedWindow, SharedWindowConfig,
+use bloomsled::clock::ManualClock;
+use bloomsled::FilterConfig;
+use bloomsled_redis::Error;
+use bloomsled_redis::{
+    AsyncSharedFilter, AsyncSharedWindow, Endpoint, SharedFilter, SharedOptions, SharedWindow,
+    SharedWindowConfig,
 };
-use bloomsled::{Error, FilterConfig};
 use redis_support::{Cluster, Server};
 
 fn keys(prefix: &str, n: usize) -> Vec<Vec<u8>> {

@@ -4,7 +4,7 @@
 //! an add whose reply was lost is never answered by a blind replay (which would call a new
 //! key "present"): it is new, or `RedisOutcomeUnknown`. Past the window a call is an error,
 //! never an answer; a Redis restarted empty is `SharedFilterLost`.
-#![cfg(feature = "tokio")]
+#![cfg(all(feature = "server-tests", feature = "tokio"))]
 
 mod redis_support;
 
@@ -13,10 +13,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloomsled::shared::{
+use bloomsled::FilterConfig;
+use bloomsled_redis::Error;
+use bloomsled_redis::{
     AsyncSharedFilter, AsyncSharedWindow, Endpoint, SharedFilter, SharedWindowConfig,
 };
-use bloomsled::{Error, FilterConfig};
 use redis_support::relay::Relay;
 use redis_support::Server;
 use tokio::runtime::Runtime;
@@ -118,7 +119,7 @@ fn async_calls_made_while_redis_restarts_with_its_data_wait_and_answer() {
     let rt = runtime();
     let ep = Endpoint::url(s.url()).retry_for(Duration::from_secs(30));
     // One shard: an add is one `BITFIELD`, so one key found absent proves it did not run.
-    let one_shard = bloomsled::shared::SharedOptions {
+    let one_shard = bloomsled_redis::SharedOptions {
         shards: Some(1),
         ..Default::default()
     };
@@ -190,11 +191,11 @@ fn async_calls_made_while_redis_restarts_with_its_data_wait_and_answer() {
     assert_eq!(r.unwrap(), vec![true, true, false]);
 }
 
-fn lost<T>(r: &bloomsled::Result<T>) -> bool {
+fn lost<T>(r: &bloomsled_redis::Result<T>) -> bool {
     matches!(r, Err(Error::SharedFilterLost { .. }))
 }
 
-fn is_connection_error(r: &bloomsled::Result<impl std::fmt::Debug>) -> bool {
+fn is_connection_error(r: &bloomsled_redis::Result<impl std::fmt::Debug>) -> bool {
     matches!(r, Err(Error::Redis(e))
         if e.is_connection_refusal() || e.is_io_error() || e.is_connection_dropped())
 }
@@ -289,7 +290,7 @@ fn an_add_whose_reply_was_lost_is_never_answered_present_by_a_replay() {
     let relay = Relay::start(&s);
     let rt = runtime();
     let ep = Endpoint::url(relay.url()).retry_for(Duration::from_secs(10));
-    let one_shard = bloomsled::shared::SharedOptions {
+    let one_shard = bloomsled_redis::SharedOptions {
         shards: Some(1),
         ..Default::default()
     };

@@ -4,19 +4,22 @@
 //! all; bloomsled adds → PHP's `exists` finds all; on keys nobody added both give the same
 //! answers; and the same adds leave byte-identical bitmaps. No expected value is written
 //! here: PHP computes them at test time.
-#![cfg(feature = "redis")]
+#![cfg(feature = "server-tests")]
 
-mod common;
+// The workspace's deterministic generator, shared with the core's tests.
 mod redis_support;
+#[path = "../../tests/common/rng.rs"]
+#[allow(dead_code)] // each test uses its own subset
+mod rng;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use bloomsled::hash::classic::ClassicHash;
-use bloomsled::shared::{ClassicFilter, Endpoint};
-use bloomsled::Error;
-use common::rng::Rng;
+use bloomsled_redis::Error;
+use bloomsled_redis::{ClassicFilter, Endpoint};
 use redis_support::Server;
+use rng::Rng;
 
 /// A subclass of the reference `BloomFilterRedis` with the bucket and list from the command
 /// line; `add` adds every hex-encoded key of the file, `exists` prints 1 or 0 per key.
@@ -47,7 +50,7 @@ foreach (file($argv[5], FILE_IGNORE_NEW_LINES) as $line) {
 /// (outside CI; under `CI=true` a missing one fails).
 fn oracle() -> Option<PathBuf> {
     let reference =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/bloom_filter_redis.php");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/bloom_filter_redis.php");
     let php_redis = Command::new("php")
         .arg("-m")
         .output()

@@ -2,14 +2,15 @@
 //! negatives, answers unchanged while a shard's slot migrates (ASK, then MOVED), and a
 //! killed master's shards answer errors, never "absent", also when its replica takes over
 //! without the data; the counting variant across masters.
-#![cfg(feature = "redis")]
+#![cfg(feature = "server-tests")]
 
 mod redis_support;
 
 use std::time::{Duration, Instant};
 
-use bloomsled::shared::{Endpoint, SharedFilter};
-use bloomsled::{Error, FilterConfig};
+use bloomsled::FilterConfig;
+use bloomsled_redis::Error;
+use bloomsled_redis::{Endpoint, SharedFilter};
 use redis_support::Cluster;
 
 fn keys(prefix: &str, n: usize) -> Vec<Vec<u8>> {

@@ -10,14 +10,15 @@
 //! drops the next `BITFIELD` reply when armed. Sync and async filters, plain, counting,
 //! exact and window adds; and an add redirected by `MOVED` (a slot moved behind the
 //! client's back) whose reply is lost at the node it was sent on to.
-#![cfg(feature = "redis")]
+#![cfg(feature = "server-tests")]
 
 mod redis_support;
 
 use std::time::Duration;
 
-use bloomsled::shared::{Endpoint, SharedFilter, SharedOptions, SharedWindow, SharedWindowConfig};
-use bloomsled::{Error, FilterConfig};
+use bloomsled::FilterConfig;
+use bloomsled_redis::Error;
+use bloomsled_redis::{Endpoint, SharedFilter, SharedOptions, SharedWindow, SharedWindowConfig};
 use redis_support::{Cluster, RelayedCluster};
 
 fn endpoint(c: &RelayedCluster) -> Endpoint {
@@ -32,7 +33,7 @@ fn one_shard(counting: bool) -> SharedOptions {
 }
 
 /// Asserts that `r`, an add whose reply the relay cut, is `RedisOutcomeUnknown`.
-fn unknown<T: std::fmt::Debug>(c: &RelayedCluster, what: &str, r: bloomsled::Result<T>) {
+fn unknown<T: std::fmt::Debug>(c: &RelayedCluster, what: &str, r: bloomsled_redis::Result<T>) {
     assert!(!c.armed(), "{what}: no reply went through a relay");
     assert!(
         matches!(r, Err(Error::RedisOutcomeUnknown { .. })),
@@ -176,7 +177,7 @@ fn a_redirected_cluster_add_whose_reply_was_lost_is_unknown_never_present() {
 #[cfg(feature = "tokio")]
 mod tokio_filter {
     use super::*;
-    use bloomsled::shared::{AsyncSharedFilter, AsyncSharedWindow};
+    use bloomsled_redis::{AsyncSharedFilter, AsyncSharedWindow};
 
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_multi_thread()

@@ -3,14 +3,15 @@
 //! answer, the counters are the local `CountingFilter`'s counters bit for bit, saturation
 //! sticks, concurrent adders and removers leave no false negative, and a lost filter is an
 //! error for adds, lookups and removes alike.
-#![cfg(feature = "redis")]
+#![cfg(feature = "server-tests")]
 
 mod redis_support;
 
 use std::collections::HashSet;
 
-use bloomsled::shared::{Endpoint, SharedFilter, SharedOptions};
-use bloomsled::{CountingFilter, Error, Filter, FilterConfig};
+use bloomsled::{CountingFilter, Filter, FilterConfig};
+use bloomsled_redis::Error;
+use bloomsled_redis::{Endpoint, SharedFilter, SharedOptions};
 use redis_support::Server;
 
 fn keys(prefix: &str, n: usize) -> Vec<Vec<u8>> {

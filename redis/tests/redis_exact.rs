@@ -1,12 +1,13 @@
 //! The shared filter's exact record (`SharedFilter::insert_exact`): no false positives even
 //! from a filter far too small, one "new" per key among racing clients, compact listpack
 //! buckets, the filter's loss still detected, and the same on a Redis Cluster.
-#![cfg(feature = "redis")]
+#![cfg(feature = "server-tests")]
 
 mod redis_support;
 
-use bloomsled::shared::{Endpoint, SharedFilter};
-use bloomsled::{Error, FilterConfig};
+use bloomsled::FilterConfig;
+use bloomsled_redis::Error;
+use bloomsled_redis::{Endpoint, SharedFilter};
 use redis_support::{Cluster, Server};
 
 /// `n` distinct 20-byte fingerprints, uniformly spread (a SplitMix64 stream; any digest

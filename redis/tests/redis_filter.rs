@@ -1,15 +1,16 @@
 //! The shared filter against a real single `redis-server`: answers, batches, the same
 //! layout as the local filter (push/pull), the config record and its races, and the errors
 //! of a bad URL, a server that is down or slow, and a wrong-type key.
-#![cfg(feature = "redis")]
+#![cfg(feature = "server-tests")]
 
 mod redis_support;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use bloomsled::shared::{Endpoint, SharedFilter};
-use bloomsled::{Error, Filter, FilterConfig};
+use bloomsled::{Filter, FilterConfig};
+use bloomsled_redis::Error;
+use bloomsled_redis::{Endpoint, SharedFilter};
 use redis_support::Server;
 
 fn keys(prefix: &str, n: usize) -> Vec<Vec<u8>> {

@@ -2,14 +2,15 @@
 //! replaced behind a handle's back must turn into `SharedFilterLost` (or a connection error)
 //! from the very command that meets it, and never into an "absent" answer for a key that
 //! was added.
-#![cfg(feature = "redis")]
+#![cfg(feature = "server-tests")]
 
 mod redis_support;
 
 use std::time::Duration;
 
-use bloomsled::shared::{Endpoint, SharedFilter};
-use bloomsled::{Error, FilterConfig};
+use bloomsled::FilterConfig;
+use bloomsled_redis::Error;
+use bloomsled_redis::{Endpoint, SharedFilter};
 use redis_support::Server;
 
 const N: usize = 3_000;

@@ -2,19 +2,20 @@
 //! `DebuggingRecorder`) and real `redis-server` processes: after known calls, including a
 //! Redis killed and started again (retries), a reply lost after its add ran (an unknown
 //! outcome), every series is there with the label `filter` and the value the calls imply.
-#![cfg(all(feature = "metrics", feature = "tokio"))]
+#![cfg(all(feature = "server-tests", feature = "metrics", feature = "tokio"))]
 
 mod redis_support;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bloomsled::shared::{
+use bloomsled::FilterConfig;
+use bloomsled_redis::telemetry::{SHARED_SERIES, SHARED_WINDOW_SERIES};
+use bloomsled_redis::Error;
+use bloomsled_redis::{
     AsyncSharedFilter, AsyncSharedWindow, Endpoint, SharedFilter, SharedStats, SharedWindow,
     SharedWindowConfig, SharedWindowStats,
 };
-use bloomsled::telemetry::{SHARED_SERIES, SHARED_WINDOW_SERIES};
-use bloomsled::{Error, FilterConfig};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use redis_support::relay::Relay;
 use redis_support::Server;
@@ -195,7 +196,7 @@ fn an_async_counting_filter_records_its_gauges() {
         .build()
         .unwrap();
     let ep = Endpoint::url(s.url());
-    let options = bloomsled::shared::SharedOptions {
+    let options = bloomsled_redis::SharedOptions {
         shards: Some(3),
         counting: true,
     };

@@ -2,14 +2,15 @@
 //! retry window (`Endpoint::retry_for`) and then answer correctly; past the window they
 //! fail with a connection error, never an answer; and an add whose reply was lost is never
 //! answered by a blind replay (which would call a new key "present").
-#![cfg(feature = "redis")]
+#![cfg(feature = "server-tests")]
 
 mod redis_support;
 
 use std::time::Duration;
 
-use bloomsled::shared::{Endpoint, SharedFilter, SharedWindow, SharedWindowConfig};
-use bloomsled::{Error, FilterConfig};
+use bloomsled::FilterConfig;
+use bloomsled_redis::Error;
+use bloomsled_redis::{Endpoint, SharedFilter, SharedWindow, SharedWindowConfig};
 use redis_support::Server;
 
 fn key(i: usize) -> Vec<u8> {

@@ -5,15 +5,17 @@
 //!
 //! Time comes from a `ManualClock` the tests move (generations of a second or less), except
 //! where Redis's own TTL is under test.
-#![cfg(feature = "redis")]
+#![cfg(feature = "server-tests")]
 
 mod redis_support;
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use bloomsled::shared::{Clock, Endpoint, ManualClock, SharedWindow, SharedWindowConfig};
-use bloomsled::{Error, FilterConfig};
+use bloomsled::clock::{Clock, ManualClock};
+use bloomsled::FilterConfig;
+use bloomsled_redis::Error;
+use bloomsled_redis::{Endpoint, SharedWindow, SharedWindowConfig};
 use redis_support::{Cluster, Server};
 
 /// Generation width of the clock-driven tests.
@@ -322,7 +324,7 @@ fn a_creator_that_died_mid_rotation_leaves_a_usable_window() {
     let e = w.current_generation();
     let config_key = w.generation_keys(e).unwrap()[0].clone();
     let shape = w.shape();
-    let orphan = bloomsled::shared::SharedFilter::create_sharded(
+    let orphan = bloomsled_redis::SharedFilter::create_sharded(
         &ep,
         &gen_name(&config_key),
         &FilterConfig::new(1_000), // as the window's generations
@@ -400,7 +402,7 @@ fn create_checks_the_shape_and_bad_settings_are_typed_errors() {
     bad(config(4, 10, &c), "with space");
     bad(config(4, 10, &c), &"n".repeat(161));
     // A plain shared filter is not a window, and the other way round.
-    bloomsled::shared::SharedFilter::create(&ep, "plain", &FilterConfig::new(10)).unwrap();
+    bloomsled_redis::SharedFilter::create(&ep, "plain", &FilterConfig::new(10)).unwrap();
     assert!(!SharedWindow::exists(&ep, "plain").unwrap());
     assert!(!SharedWindow::exists(&ep, &"n".repeat(200)).unwrap());
     assert!(SharedWindow::exists(&ep, "{brace}").is_err());

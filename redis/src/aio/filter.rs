@@ -6,7 +6,7 @@ use std::time::Instant;
 use redis::Value;
 
 use crate::error::{Error, Result};
-use crate::filter::FilterConfig;
+use bloomsled::FilterConfig;
 
 use super::super::conn::Endpoint;
 use super::super::filter::{SharedFilter, SharedOptions, CREATE_ATTEMPTS, PIPELINE_KEYS};
@@ -36,9 +36,9 @@ use super::session::AsyncSession;
 /// between tasks behind an [`Arc`].
 ///
 /// ```no_run
-/// use bloomsled::shared::{AsyncSharedFilter, Endpoint};
+/// use bloomsled_redis::{AsyncSharedFilter, Endpoint};
 /// use bloomsled::FilterConfig;
-/// # async fn demo() -> bloomsled::Result<()> {
+/// # async fn demo() -> bloomsled_redis::Result<()> {
 /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
 /// let seen = AsyncSharedFilter::create(&redis, "crawler:urls", &FilterConfig::new(1_000_000)).await?;
 /// assert!(seen.insert(b"https://example.com/").await?); // new
@@ -61,9 +61,9 @@ impl AsyncSharedFilter {
     /// shape is [`Error::RedisShapeMismatch`].
     ///
     /// ```no_run
-    /// use bloomsled::shared::{AsyncSharedFilter, Endpoint};
+    /// use bloomsled_redis::{AsyncSharedFilter, Endpoint};
     /// use bloomsled::FilterConfig;
-    /// # async fn demo() -> bloomsled::Result<()> {
+    /// # async fn demo() -> bloomsled_redis::Result<()> {
     /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
     /// let f = AsyncSharedFilter::create(&redis, "ids", &FilterConfig::new(10_000)).await?;
     /// assert_eq!(f.name(), "ids");
@@ -78,9 +78,9 @@ impl AsyncSharedFilter {
     /// [`SharedFilter::create_with`]).
     ///
     /// ```no_run
-    /// use bloomsled::shared::{AsyncSharedFilter, Endpoint, SharedOptions};
+    /// use bloomsled_redis::{AsyncSharedFilter, Endpoint, SharedOptions};
     /// use bloomsled::FilterConfig;
-    /// # async fn demo() -> bloomsled::Result<()> {
+    /// # async fn demo() -> bloomsled_redis::Result<()> {
     /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
     /// let counting = SharedOptions { counting: true, ..SharedOptions::default() };
     /// let sessions =
@@ -141,8 +141,8 @@ impl AsyncSharedFilter {
     /// if there is none. Waits for a filter another process is still creating.
     ///
     /// ```no_run
-    /// use bloomsled::shared::{AsyncSharedFilter, Endpoint};
-    /// # async fn demo() -> bloomsled::Result<()> {
+    /// use bloomsled_redis::{AsyncSharedFilter, Endpoint};
+    /// # async fn demo() -> bloomsled_redis::Result<()> {
     /// let f = AsyncSharedFilter::open(&Endpoint::url("redis://127.0.0.1:6379/"), "ids").await?;
     /// println!("{} keys fit in {:?}", f.shape().capacity, f.name());
     /// # Ok(())
@@ -189,8 +189,8 @@ impl AsyncSharedFilter {
     /// it was possibly present already. One `BITFIELD`, one round trip.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
-    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::{AsyncSharedFilter, Endpoint};
+    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled_redis::Result<()> {
     /// if f.insert(b"https://example.com/").await? {
     ///     // first time anyone added it
     /// }
@@ -204,8 +204,8 @@ impl AsyncSharedFilter {
     /// True if `key` may have been added, false if it certainly was not. One `GETRANGE`.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
-    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::{AsyncSharedFilter, Endpoint};
+    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled_redis::Result<()> {
     /// if !f.contains(b"user:42").await? {
     ///     return Ok(()); // certainly absent: skip the database
     /// }
@@ -221,8 +221,8 @@ impl AsyncSharedFilter {
     /// some keys may have been inserted.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
-    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::{AsyncSharedFilter, Endpoint};
+    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled_redis::Result<()> {
     /// let new = f.insert_many(&[&b"a"[..], b"b", b"a"]).await?;
     /// assert_eq!(new.len(), 3);
     /// # Ok(())
@@ -270,8 +270,8 @@ impl AsyncSharedFilter {
     /// key is never reported absent because its block could not be read.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
-    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::{AsyncSharedFilter, Endpoint};
+    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled_redis::Result<()> {
     /// let maybe = f.contains_many(&[&b"a"[..], b"b"]).await?;
     /// assert_eq!(maybe.len(), 2);
     /// # Ok(())
@@ -310,8 +310,8 @@ impl AsyncSharedFilter {
     /// [`Error::InvalidConfig`] on a filter created without counting.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
-    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::{AsyncSharedFilter, Endpoint};
+    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled_redis::Result<()> {
     /// f.insert(b"token-1").await?;
     /// assert!(f.remove(b"token-1").await?);
     /// # Ok(())
@@ -325,8 +325,8 @@ impl AsyncSharedFilter {
     /// shard touched.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
-    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::{AsyncSharedFilter, Endpoint};
+    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled_redis::Result<()> {
     /// let removed = f.remove_many(&[&b"a"[..], b"b"]).await?;
     /// assert_eq!(removed.len(), 2);
     /// # Ok(())
@@ -360,8 +360,8 @@ impl AsyncSharedFilter {
     /// [`Error::InvalidConfig`] on a filter created without counting.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
-    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::{AsyncSharedFilter, Endpoint};
+    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled_redis::Result<()> {
     /// let added_at_most = f.counts(b"token-1").await?[0];
     /// # let _ = added_at_most;
     /// # Ok(())
@@ -390,8 +390,8 @@ impl AsyncSharedFilter {
     /// are recorded and the error returned.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedFilter;
-    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::AsyncSharedFilter;
+    /// # async fn demo(f: &AsyncSharedFilter) -> bloomsled_redis::Result<()> {
     /// f.record_metrics().await?; // from a scrape handler
     /// # Ok(())
     /// # }
@@ -421,7 +421,7 @@ impl AsyncSharedFilter {
     /// The stats of a counting filter: its non-zero counters, counted as the shards are
     /// read through (every block's epoch checked).
     #[cfg(feature = "metrics")]
-    async fn counting_stats(&self) -> Result<crate::shared::SharedStats> {
+    async fn counting_stats(&self) -> Result<crate::SharedStats> {
         let wire = self.incarnation();
         let mut ones = 0u64;
         for read in wire.block_reads() {
@@ -437,8 +437,8 @@ impl AsyncSharedFilter {
     /// does: handles still open get [`Error::SharedFilterLost`].
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{AsyncSharedFilter, Endpoint};
-    /// # async fn demo(f: AsyncSharedFilter) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::{AsyncSharedFilter, Endpoint};
+    /// # async fn demo(f: AsyncSharedFilter) -> bloomsled_redis::Result<()> {
     /// f.destroy().await?;
     /// # Ok(())
     /// # }

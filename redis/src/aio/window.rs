@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::blocking::off_the_runtime;
-use crate::clock::Clock;
 use crate::error::Result;
+use bloomsled::blocking::off_the_runtime;
+use bloomsled::clock::Clock;
 
 use super::super::conn::Endpoint;
 use super::super::record::SharedShape;
@@ -24,10 +24,10 @@ use super::super::window::{SharedWindow, SharedWindowConfig, SharedWindowStats};
 /// methods.
 ///
 /// ```no_run
-/// use bloomsled::shared::{AsyncSharedWindow, Endpoint, SharedWindowConfig};
+/// use bloomsled_redis::{AsyncSharedWindow, Endpoint, SharedWindowConfig};
 /// use bloomsled::FilterConfig;
 /// use std::time::Duration;
-/// # async fn demo() -> bloomsled::Result<()> {
+/// # async fn demo() -> bloomsled_redis::Result<()> {
 /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
 /// let week = SharedWindowConfig::new(Duration::from_secs(7 * 86_400), 7, FilterConfig::new(1_000_000));
 /// let crawled = AsyncSharedWindow::create(&redis, "crawled", &week).await?;
@@ -53,10 +53,10 @@ impl AsyncSharedWindow {
     /// with the same settings.
     ///
     /// ```no_run
-    /// use bloomsled::shared::{AsyncSharedWindow, Endpoint, SharedWindowConfig};
+    /// use bloomsled_redis::{AsyncSharedWindow, Endpoint, SharedWindowConfig};
     /// use bloomsled::FilterConfig;
     /// use std::time::Duration;
-    /// # async fn demo() -> bloomsled::Result<()> {
+    /// # async fn demo() -> bloomsled_redis::Result<()> {
     /// let redis = Endpoint::url("redis://127.0.0.1:6379/");
     /// let hour = SharedWindowConfig::new(Duration::from_secs(3600), 6, FilterConfig::new(10_000));
     /// let revoked = AsyncSharedWindow::create(&redis, "revoked-tokens", &hour).await?;
@@ -81,24 +81,25 @@ impl AsyncSharedWindow {
     /// clock.
     ///
     /// ```no_run
-    /// use bloomsled::shared::{AsyncSharedWindow, Endpoint};
-    /// # async fn demo() -> bloomsled::Result<()> {
+    /// use bloomsled_redis::{AsyncSharedWindow, Endpoint};
+    /// # async fn demo() -> bloomsled_redis::Result<()> {
     /// let w = AsyncSharedWindow::open(&Endpoint::url("redis://127.0.0.1:6379/"), "crawled").await?;
     /// println!("{:?} in {} generations", w.span(), w.generations());
     /// # Ok(())
     /// # }
     /// ```
     pub async fn open(endpoint: &Endpoint, name: &str) -> Result<Self> {
-        Self::open_with_clock(endpoint, name, Arc::new(crate::clock::SystemClock)).await
+        Self::open_with_clock(endpoint, name, Arc::new(bloomsled::clock::SystemClock)).await
     }
 
     /// [`SharedWindow::open_with_clock`], awaited: opens the existing window `name`, reading
     /// time from `clock`.
     ///
     /// ```no_run
-    /// use bloomsled::shared::{AsyncSharedWindow, Endpoint, ManualClock};
+    /// use bloomsled::clock::ManualClock;
+    /// use bloomsled_redis::{AsyncSharedWindow, Endpoint};
     /// use std::sync::Arc;
-    /// # async fn demo() -> bloomsled::Result<()> {
+    /// # async fn demo() -> bloomsled_redis::Result<()> {
     /// let clock = ManualClock::starting_now();
     /// let ep = Endpoint::url("redis://127.0.0.1:6379/");
     /// let w = AsyncSharedWindow::open_with_clock(&ep, "crawled", Arc::new(clock.clone())).await?;
@@ -122,8 +123,8 @@ impl AsyncSharedWindow {
     /// Inserts `key` into the current generation; returns `true` if it was new there.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedWindow;
-    /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::AsyncSharedWindow;
+    /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled_redis::Result<()> {
     /// w.insert(b"https://example.com/").await?;
     /// # Ok(())
     /// # }
@@ -137,8 +138,8 @@ impl AsyncSharedWindow {
     /// certainly was not.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedWindow;
-    /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::AsyncSharedWindow;
+    /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled_redis::Result<()> {
     /// if !w.contains(b"https://example.com/").await? { /* not seen this week */ }
     /// # Ok(())
     /// # }
@@ -151,8 +152,8 @@ impl AsyncSharedWindow {
     /// [`SharedWindow::insert_many`], awaited: inserts every key into the current generation.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedWindow;
-    /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::AsyncSharedWindow;
+    /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled_redis::Result<()> {
     /// let new = w.insert_many(&[&b"a"[..], b"b"]).await?;
     /// assert_eq!(new.len(), 2);
     /// # Ok(())
@@ -170,8 +171,8 @@ impl AsyncSharedWindow {
     /// generation; every key answered, or an error.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedWindow;
-    /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::AsyncSharedWindow;
+    /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled_redis::Result<()> {
     /// let seen = w.contains_many(&[&b"a"[..], b"b"]).await?;
     /// assert_eq!(seen.len(), 2);
     /// # Ok(())
@@ -192,8 +193,8 @@ impl AsyncSharedWindow {
     /// the error returned.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedWindow;
-    /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::AsyncSharedWindow;
+    /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled_redis::Result<()> {
     /// w.record_metrics().await?; // from a scrape handler
     /// # Ok(())
     /// # }
@@ -208,8 +209,8 @@ impl AsyncSharedWindow {
     /// [`SharedWindow::stats`], awaited.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedWindow;
-    /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled::Result<()> {
+    /// # use bloomsled_redis::AsyncSharedWindow;
+    /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled_redis::Result<()> {
     /// for g in w.stats().await?.live {
     ///     println!("generation {}: ~{} keys", g.generation, g.filter.estimated_items);
     /// }
@@ -224,7 +225,7 @@ impl AsyncSharedWindow {
     /// The window's name.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedWindow;
+    /// # use bloomsled_redis::AsyncSharedWindow;
     /// # fn demo(w: &AsyncSharedWindow) {
     /// println!("window {}", w.name());
     /// # }
@@ -236,7 +237,7 @@ impl AsyncSharedWindow {
     /// The epoch of this incarnation of the window (a sync handle of it has the same).
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedWindow;
+    /// # use bloomsled_redis::AsyncSharedWindow;
     /// # fn demo(w: &AsyncSharedWindow) {
     /// assert_ne!(w.epoch(), 0);
     /// # }
@@ -248,7 +249,7 @@ impl AsyncSharedWindow {
     /// The span: `width × generations`.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedWindow;
+    /// # use bloomsled_redis::AsyncSharedWindow;
     /// # fn demo(w: &AsyncSharedWindow) {
     /// assert_eq!(w.span(), w.width() * w.generations() as u32);
     /// # }
@@ -260,7 +261,7 @@ impl AsyncSharedWindow {
     /// The width of one generation.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedWindow;
+    /// # use bloomsled_redis::AsyncSharedWindow;
     /// # fn demo(w: &AsyncSharedWindow) {
     /// println!("a generation lasts {:?}", w.width());
     /// # }
@@ -272,7 +273,7 @@ impl AsyncSharedWindow {
     /// The number of generations.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedWindow;
+    /// # use bloomsled_redis::AsyncSharedWindow;
     /// # fn demo(w: &AsyncSharedWindow) {
     /// assert!(w.generations() >= 1);
     /// # }
@@ -284,7 +285,7 @@ impl AsyncSharedWindow {
     /// The shape of every generation's filter.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedWindow;
+    /// # use bloomsled_redis::AsyncSharedWindow;
     /// # fn demo(w: &AsyncSharedWindow) {
     /// println!("{} keys per generation", w.shape().capacity);
     /// # }
@@ -296,7 +297,7 @@ impl AsyncSharedWindow {
     /// The generation the window's clock is in now (where adds go).
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedWindow;
+    /// # use bloomsled_redis::AsyncSharedWindow;
     /// # fn demo(w: &AsyncSharedWindow) {
     /// println!("adding to generation {}", w.current_generation());
     /// # }
@@ -308,7 +309,7 @@ impl AsyncSharedWindow {
     /// The Redis key of the window's record.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::AsyncSharedWindow;
+    /// # use bloomsled_redis::AsyncSharedWindow;
     /// # fn demo(w: &AsyncSharedWindow) {
     /// assert!(w.record_key().ends_with(":window"));
     /// # }
@@ -322,11 +323,11 @@ impl From<SharedWindow> for AsyncSharedWindow {
     /// The async form of a sync handle (same connection, same known generations).
     ///
     /// ```no_run
-    /// use bloomsled::shared::{AsyncSharedWindow, Endpoint, SharedWindow};
+    /// use bloomsled_redis::{AsyncSharedWindow, Endpoint, SharedWindow};
     /// let w = SharedWindow::open(&Endpoint::url("redis://127.0.0.1:6379/"), "crawled")?;
     /// let w = AsyncSharedWindow::from(w);
     /// # let _ = w;
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     fn from(window: SharedWindow) -> Self {
         AsyncSharedWindow {

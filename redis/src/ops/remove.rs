@@ -6,9 +6,9 @@
 use redis::Value;
 
 use crate::error::Result;
-use crate::shared::filter::SharedFilter;
-use crate::shared::resp::Sink;
-use crate::shared::value;
+use crate::filter::SharedFilter;
+use crate::resp::Sink;
+use crate::value;
 
 use super::{groups, Group, Incarnation, Probe};
 
@@ -53,7 +53,7 @@ return r";
 impl SharedFilter {
     /// Removes one pipeline's worth of keys from a counting filter: see the module
     /// documentation.
-    pub(in crate::shared) fn remove_batch<K: AsRef<[u8]>>(
+    pub(crate) fn remove_batch<K: AsRef<[u8]>>(
         &self,
         keys: &[K],
         out: &mut Vec<bool>,
@@ -68,7 +68,7 @@ impl SharedFilter {
 
 /// One remove pipeline's keys: their probes, the scripts (groups) they go out in, and each
 /// script's marker key (where its answer is kept for a replay).
-pub(in crate::shared) struct RemoveBatch {
+pub(crate) struct RemoveBatch {
     plan: Vec<Probe>,
     groups: Vec<Group>,
     markers: Vec<String>,
@@ -76,7 +76,7 @@ pub(in crate::shared) struct RemoveBatch {
 
 impl Incarnation<'_> {
     /// The keys of one remove pipeline, by shard, each script with a fresh marker.
-    pub(in crate::shared) fn remove_plan<K: AsRef<[u8]>>(&self, keys: &[K]) -> RemoveBatch {
+    pub(crate) fn remove_plan<K: AsRef<[u8]>>(&self, keys: &[K]) -> RemoveBatch {
         let plan = self.plan(keys);
         let groups = groups(&plan, self.layout.shards as usize);
         let markers: Vec<String> = groups
@@ -85,7 +85,7 @@ impl Incarnation<'_> {
                 format!(
                     "{}:rm:{:016x}",
                     self.layout.key(g.shard),
-                    crate::shared::record::new_epoch()
+                    crate::record::new_epoch()
                 )
             })
             .collect();
@@ -97,7 +97,7 @@ impl Incarnation<'_> {
     }
 
     /// Writes the remove scripts of a batch: one per group.
-    pub(in crate::shared) fn write_remove(&self, w: &mut dyn Sink, batch: &RemoveBatch) {
+    pub(crate) fn write_remove(&self, w: &mut dyn Sink, batch: &RemoveBatch) {
         let (plan, groups) = (&batch.plan, &batch.groups);
         let epoch = self.epoch.to_be_bytes();
         for (g, marker) in groups.iter().zip(&batch.markers) {
@@ -121,7 +121,7 @@ impl Incarnation<'_> {
 
     /// Reads the replies of [`Incarnation::write_remove`] (one per group, in order) and
     /// appends, per key, whether it was removed.
-    pub(in crate::shared) fn read_remove(
+    pub(crate) fn read_remove(
         &self,
         batch: &RemoveBatch,
         replies: impl IntoIterator<Item = Value>,

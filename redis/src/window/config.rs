@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::{Clock, SystemClock};
-use crate::filter::FilterConfig;
+use bloomsled::clock::{Clock, SystemClock};
+use bloomsled::FilterConfig;
 
 /// Default grace for a generation of width `w`: its Redis keys live this long after it
 /// stops being live, to absorb clocks of clients that run slightly behind.
@@ -16,7 +16,7 @@ pub(super) fn default_grace(width_ms: u64) -> u64 {
 /// (sized for the keys added during one generation), grace and clock.
 ///
 /// ```
-/// use bloomsled::shared::SharedWindowConfig;
+/// use bloomsled_redis::SharedWindowConfig;
 /// use bloomsled::FilterConfig;
 /// use std::time::Duration;
 /// let week = SharedWindowConfig::new(
@@ -61,7 +61,7 @@ impl SharedWindowConfig {
     /// generation vanish before they think it expired, which they report as lost.
     ///
     /// ```
-    /// use bloomsled::shared::SharedWindowConfig;
+    /// use bloomsled_redis::SharedWindowConfig;
     /// use bloomsled::FilterConfig;
     /// use std::time::Duration;
     /// let c = SharedWindowConfig::new(Duration::from_secs(3600), 6, FilterConfig::new(1000))
@@ -73,10 +73,10 @@ impl SharedWindowConfig {
         self
     }
 
-    /// Shard keys per generation (default as for [`SharedFilter::create`](crate::shared::SharedFilter::create)).
+    /// Shard keys per generation (default as for [`SharedFilter::create`](crate::SharedFilter::create)).
     ///
     /// ```
-    /// use bloomsled::shared::SharedWindowConfig;
+    /// use bloomsled_redis::SharedWindowConfig;
     /// use bloomsled::FilterConfig;
     /// use std::time::Duration;
     /// let c = SharedWindowConfig::new(Duration::from_secs(60), 2, FilterConfig::new(10)).shards(1);
@@ -91,7 +91,7 @@ impl SharedWindowConfig {
     ///
     /// ```
     /// use bloomsled::clock::ManualClock;
-    /// use bloomsled::shared::SharedWindowConfig;
+    /// use bloomsled_redis::SharedWindowConfig;
     /// use bloomsled::FilterConfig;
     /// use std::sync::Arc;
     /// use std::time::Duration;
@@ -108,7 +108,7 @@ impl SharedWindowConfig {
     /// The number of generations.
     ///
     /// ```
-    /// use bloomsled::shared::SharedWindowConfig;
+    /// use bloomsled_redis::SharedWindowConfig;
     /// use bloomsled::FilterConfig;
     /// use std::time::Duration;
     /// let c = SharedWindowConfig::new(Duration::from_secs(60), 6, FilterConfig::new(10));

@@ -18,7 +18,7 @@
 use crate::error::{Error, Result};
 
 use super::super::record::{Record, State};
-use crate::clock::generations::Generations;
+use bloomsled::clock::Generations;
 
 const MAGIC: &str = "bloomsled-window";
 const VERSION: u32 = 1;

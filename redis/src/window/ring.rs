@@ -9,10 +9,10 @@ use std::sync::Arc;
 use redis::Value;
 
 use crate::error::{Error, Result};
-use crate::shared::filter::SharedFilter;
-use crate::shared::layout::Layout;
-use crate::shared::resp::Sink;
-use crate::shared::value;
+use crate::filter::SharedFilter;
+use crate::layout::Layout;
+use crate::resp::Sink;
+use crate::value;
 
 use super::record::{epoch_text, gen_field, parse_epoch, RECORD_SCRIPT};
 use super::{gen_name, SharedWindow};

@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::error::Result;
-use crate::shared::stats::SharedStats;
+use crate::stats::SharedStats;
 
 use super::record::gen_field;
 use super::SharedWindow;
@@ -51,12 +51,12 @@ impl SharedWindow {
     /// `BITCOUNT` pipeline per generation). A live generation that was lost is an error.
     ///
     /// ```no_run
-    /// # use bloomsled::shared::{Endpoint, SharedWindow};
+    /// # use bloomsled_redis::{Endpoint, SharedWindow};
     /// # let w = SharedWindow::open(&Endpoint::url("redis://127.0.0.1:6379/"), "crawled")?;
     /// for g in w.stats()?.live {
     ///     println!("generation {}: ~{} keys", g.generation, g.filter.estimated_items);
     /// }
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn stats(&self) -> Result<SharedWindowStats> {
         let now = self.now();

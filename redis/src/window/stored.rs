@@ -3,9 +3,9 @@
 use redis::Value;
 
 use crate::error::{Error, Result};
-use crate::shared::layout;
-use crate::shared::record::{Record, SharedShape};
-use crate::shared::value;
+use crate::layout;
+use crate::record::{Record, SharedShape};
+use crate::value;
 
 use super::record::{parse_epoch, StoredWindowSettings};
 use super::MAX_NAME;

@@ -540,7 +540,7 @@ impl RelayedCluster {
 /// The ring entries (`g:<e>` fields) of the window's record.
 pub fn window_ring(
     s: &Server,
-    w: &bloomsled::shared::SharedWindow,
+    w: &bloomsled_redis::SharedWindow,
 ) -> std::collections::HashMap<u64, String> {
     let all: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
         .arg(w.record_key())
