@@ -88,8 +88,6 @@ pub use filter::{
     probe_kernel, CountingFilter, Filter, FilterConfig, FilterMode, Sizing, COUNTER_MAX,
     DEFAULT_FALSE_POSITIVE_RATE,
 };
-#[allow(deprecated)]
-pub use persist::Recovery;
 pub use persist::{
     RebuildProgress, RecoveryOutcome, RecoveryPolicy, RecoveryReport, SnapshotInfo, VerifyReport,
 };

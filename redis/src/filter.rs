@@ -359,34 +359,3 @@ fn chunked<K>(
     }
     Ok(out)
 }
-
-/// The old names of the methods that put keys in (`add` → `insert`), kept one release.
-impl SharedFilter {
-    /// Renamed [`SharedFilter::insert`]: one verb with `Filter::insert` for the same act;
-    /// the old name stays one release.
-    #[deprecated(since = "0.2.0", note = "use insert")]
-    pub fn add(&self, key: &[u8]) -> Result<bool> {
-        self.insert(key)
-    }
-
-    /// Renamed [`SharedFilter::insert_many`]: one verb with `Filter::insert` for the same act;
-    /// the old name stays one release.
-    #[deprecated(since = "0.2.0", note = "use insert_many")]
-    pub fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        self.insert_many(keys)
-    }
-
-    /// Renamed [`SharedFilter::insert_exact`]: one verb with `Filter::insert` for the same act;
-    /// the old name stays one release.
-    #[deprecated(since = "0.2.0", note = "use insert_exact")]
-    pub fn add_exact(&self, key: &[u8]) -> Result<bool> {
-        self.insert_exact(key)
-    }
-
-    /// Renamed [`SharedFilter::insert_exact_many`]: one verb with `Filter::insert` for the same act;
-    /// the old name stays one release.
-    #[deprecated(since = "0.2.0", note = "use insert_exact_many")]
-    pub fn add_exact_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        self.insert_exact_many(keys)
-    }
-}

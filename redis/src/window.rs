@@ -515,20 +515,3 @@ impl std::fmt::Debug for SharedWindow {
             .finish()
     }
 }
-
-/// The old names of the methods that put keys in (`add` → `insert`), kept one release.
-impl SharedWindow {
-    /// Renamed [`SharedWindow::insert`]: one verb with `Filter::insert` for the same act;
-    /// the old name stays one release.
-    #[deprecated(since = "0.2.0", note = "use insert")]
-    pub fn add(&self, key: &[u8]) -> Result<bool> {
-        self.insert(key)
-    }
-
-    /// Renamed [`SharedWindow::insert_many`]: one verb with `Filter::insert` for the same act;
-    /// the old name stays one release.
-    #[deprecated(since = "0.2.0", note = "use insert_many")]
-    pub fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        self.insert_many(keys)
-    }
-}

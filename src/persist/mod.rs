@@ -192,17 +192,6 @@ pub enum RecoveryPolicy {
     Strict,
 }
 
-/// Renamed [`RecoveryPolicy`] (beside `RecoveryReport` and `RecoveryOutcome`, which say what
-/// happened, this says what to do); the old name stays one release.
-///
-/// ```
-/// #[allow(deprecated)]
-/// let old = bloomsled::Recovery::Strict;
-/// assert_eq!(old, bloomsled::RecoveryPolicy::Strict);
-/// ```
-#[deprecated(since = "0.2.0", note = "renamed `RecoveryPolicy`")]
-pub type Recovery = RecoveryPolicy;
-
 /// How a tree's filter came to be at open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

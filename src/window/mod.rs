@@ -95,10 +95,6 @@ mod stats;
 #[cfg(feature = "metrics")]
 mod telemetry;
 
-// The clocks' path of earlier releases, kept one release: their one documented path is
-// `bloomsled::clock`.
-#[doc(hidden)]
-pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use config::WindowConfig;
 pub use handle::Window;
 pub use stats::{GenerationStats, WindowStats};

@@ -450,20 +450,3 @@ impl AsyncSharedFilter {
 }
 
 filter_getters!(AsyncSharedFilter);
-
-/// The old names of the methods that put keys in (`add` → `insert`), kept one release.
-impl AsyncSharedFilter {
-    /// Renamed [`AsyncSharedFilter::insert`]: one verb with `Filter::insert` for the same act;
-    /// the old name stays one release.
-    #[deprecated(since = "0.2.0", note = "use insert")]
-    pub async fn add(&self, key: &[u8]) -> Result<bool> {
-        self.insert(key).await
-    }
-
-    /// Renamed [`AsyncSharedFilter::insert_many`]: one verb with `Filter::insert` for the same act;
-    /// the old name stays one release.
-    #[deprecated(since = "0.2.0", note = "use insert_many")]
-    pub async fn add_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        self.insert_many(keys).await
-    }
-}

@@ -117,10 +117,4 @@ impl SharedWindowConfig {
     pub fn generations(&self) -> u32 {
         self.generations
     }
-
-    /// Renamed [`SharedWindowConfig::generations`] (Rust's API guidelines: no `get_` prefix).
-    #[deprecated(since = "0.2.0", note = "renamed `generations`")]
-    pub fn get_generations(&self) -> u32 {
-        self.generations()
-    }
 }
