@@ -10,7 +10,7 @@ use bloomsled::DecodeError;
 ///
 /// ```
 /// let dir = tempfile::tempdir()?;
-/// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 4)?;
+/// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 4, 1_000, 0.01)?;
 /// assert!(matches!(
 ///     set.insert(b"abc"),
 ///     Err(bloomsled_fpset::Error::KeyWidth { expected: 4, got: 3 })
