@@ -48,6 +48,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 #![warn(unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -86,6 +87,7 @@ pub use config::{
 pub use error::{Error, Result};
 pub use members::Members;
 #[cfg(feature = "failpoints")]
+#[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use merge::set_step_hook;
 
 /// Counters and sizes of a [`FingerprintSet`] ([`FingerprintSet::stats`]).
@@ -494,3 +496,8 @@ pub(crate) fn remove_quietly(path: &Path) {
         );
     }
 }
+
+/// The README's example, compiled as a doc test.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

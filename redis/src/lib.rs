@@ -176,3 +176,8 @@ fn lost(f: &SharedFilter, shard: usize, why: String) -> Error {
 #[doc = include_str!("../docs/redis.md")]
 #[cfg(doctest)]
 pub struct RedisDoctests;
+
+/// The README's example, compiled as a doc test.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -89,6 +89,7 @@ pub(super) fn record(tally: &Tally, name: &str, stats: Option<&SharedStats>) {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 impl SharedFilter {
     /// Records this handle's metrics (label `filter`, the filter's name) through the
     /// `metrics` facade: the counters of its calls since it was opened (lookups, absent
@@ -135,6 +136,7 @@ pub(super) fn record_window(tally: &Tally, name: &str, stats: Option<&SharedWind
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 impl SharedWindow {
     /// Records this handle's metrics (label `window`, the window's name) through the
     /// `metrics` facade: the counters of its calls since it was opened, then gauges over its

@@ -166,14 +166,17 @@ use std::time::Duration;
 
 use crate::error::Distrust;
 #[cfg(feature = "failpoints")]
+#[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use boot::set_boot_id;
 #[cfg(feature = "failpoints")]
+#[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use files::fail_snapshot_writes_after;
 pub(crate) use files::sync_snapshot_dir;
 pub use files::DIR_NAME;
 pub use meta::META_TREE;
 pub(crate) use scan_pause::{pause_limit, wait_at_pause};
 #[cfg(feature = "failpoints")]
+#[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use scan_pause::{pause_rebuild_scans_after, rebuild_scans_paused};
 
 pub(crate) use live::{filter_image, Persistence};

@@ -122,6 +122,7 @@ mod rotation_step {
     }
 }
 #[cfg(feature = "failpoints")]
+#[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use rotation_step::RotationStep;
 #[cfg(not(feature = "failpoints"))]
 pub(crate) use rotation_step::RotationStep;

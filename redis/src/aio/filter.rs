@@ -48,6 +48,7 @@ use super::session::AsyncSession;
 /// # Ok(())
 /// # }
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub struct AsyncSharedFilter {
     session: Arc<AsyncSession>,
     layout: Layout,
@@ -397,6 +398,7 @@ impl AsyncSharedFilter {
     /// # }
     /// ```
     #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub async fn record_metrics(&self) -> Result<()> {
         let wire = self.incarnation();
         let stats = if self.shape.counting {

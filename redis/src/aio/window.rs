@@ -39,6 +39,7 @@ use super::super::window::{SharedWindow, SharedWindowConfig, SharedWindowStats};
 /// # }
 /// ```
 #[derive(Debug, Clone)]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub struct AsyncSharedWindow {
     window: Arc<SharedWindow>,
 }
@@ -200,6 +201,7 @@ impl AsyncSharedWindow {
     /// # }
     /// ```
     #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub async fn record_metrics(&self) -> Result<()> {
         let stats = self.stats().await;
         self.window.record_counters_and(stats.as_ref().ok());
