@@ -220,7 +220,8 @@ pub(crate) fn decode_words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
         .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk")))
 }
 
-/// One block's bytes (see [`encode_words`]).
+/// One block's bytes: its 8 words in order, each little-endian, so bit `p` is bit `p % 8` of
+/// byte `p / 8`.
 ///
 /// ```
 /// use bloomsled::layout::{decode_block, encode_block, BLOCK_BYTES};

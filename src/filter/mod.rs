@@ -139,8 +139,9 @@ impl Filter {
         Ok(f)
     }
 
-    /// Block `i`'s words, as [`Filter::words`] lists them (a relaxed snapshot): how a filter
-    /// is copied block by block to another store (the shared filter of `bloomsled-redis`).
+    /// Block `i`'s 8 words (a relaxed snapshot; word `j` holds bits `64·j..64·j + 64`): how
+    /// a filter is copied block by block to another store (the shared filter of
+    /// `bloomsled-redis`).
     /// Panics if `i` is not below [`Filter::num_blocks`].
     ///
     /// ```

@@ -76,6 +76,9 @@
 //! [`Window::contains_many`] probes all generations' filters for a batch in one pass, with
 //! their blocks prefetched together.
 //! See `docs/windows.md` for the measured cost.
+//!
+//! [`Clock`]: crate::clock::Clock
+//! [`SystemClock`]: crate::clock::SystemClock
 
 mod config;
 mod handle;
