@@ -25,8 +25,9 @@
 
 use std::time::{Duration, Instant};
 
+use bloomsled::clock::ManualClock;
 use bloomsled::hash::hash_key;
-use bloomsled::window::{ManualClock, WindowConfig};
+use bloomsled::window::WindowConfig;
 use bloomsled::{Batch, Config, Filter, TreeConfig};
 use common::rounds::{fmt_ns, interleave, median, median_ratio, ns_per, spread};
 use common::{env_count, key, load_chunks, size_label, splitmix64, write_key};

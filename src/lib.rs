@@ -29,23 +29,24 @@
 //! - [`hash`]: stable xxh3-64 with a seed; the classic string hashes of PHP filters.
 //! - the filter: the cache-line-blocked, lock-free [`Filter`], [`CountingFilter`] and their
 //!   sizing math ([`FilterConfig`], [`optimal_k`], ...); no I/O. Its block layout (which
-//!   block and bits a hash selects, and their byte encoding) is one module every layer calls.
+//!   block and bits a hash selects, and their byte encoding) is one module every layer calls,
+//!   public as [`layout`] for the crates that keep a filter elsewhere.
 //! - the on-disk format (`src/format/`): snapshot header, CRC-checked pages, trust records;
 //!   bytes in, bytes out (public only to the fuzz targets, through the `fuzzing` feature).
 //! - [`persist`]: what makes a snapshot trustworthy, recovery at open ([`RecoveryReport`],
 //!   [`RecoveryPolicy::Strict`], [`Distrust`]).
 //! - the store: [`Db`], [`Tree`], [`Config`], [`TreeConfig`], [`Batch`], [`transaction`].
-//! - `shared` (feature `redis`): the same filter kept in Redis / Redis Cluster, shared by
-//!   many processes and hosts, that reports a lost filter instead of answering "absent"; and
-//!   the classic PHP layout.
-//!
-//! The fingerprint set (an exact, disk-backed set of fixed-width fingerprints whose memory
-//! is a bloomsled filter and a small index: a crawler's "seen" set) is its own crate,
-//! `bloomsled-fpset`, in the same workspace.
 //! - [`clock`]: the clocks windows read and the generation arithmetic both kinds of
 //!   window share.
 //! - [`window`]: windows, rings of generation trees whose keys and filters expire together
 //!   ("have I seen this URL in the last 7 days?").
+//!
+//! Two crates of the same workspace build on this one: `bloomsled-redis`, the same filter
+//! kept in Redis / Redis Cluster, shared by many processes and hosts, that reports a lost
+//! filter instead of answering "absent" (and the classic PHP layout); and
+//! `bloomsled-fpset`, the fingerprint set (an exact, disk-backed set of fixed-width
+//! fingerprints whose memory is a bloomsled filter and a small index: a crawler's "seen"
+//! set).
 //!
 //! A clean restart loads each tree's filter from its snapshot without reading a key; after a
 //! crash, or with a damaged snapshot, the filter is rebuilt from the keys (see
@@ -53,9 +54,11 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 #![warn(unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "tokio")]
-mod blocking;
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub mod blocking;
 pub mod clock;
 mod counters;
 mod error;
@@ -70,23 +73,21 @@ pub mod format;
 mod format;
 pub mod hash;
 pub mod persist;
-#[cfg(feature = "redis")]
-pub mod shared;
 mod stats;
 mod store;
 mod sync;
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod telemetry;
 pub mod window;
 
 pub use error::{DbRecordFault, DecodeError, Distrust, Error, FilterShape, JournalFault, Result};
+pub use filter::layout;
 pub use filter::math::{bits_for, blocked_fpr, optimal_k, standard_fpr};
 pub use filter::{
     probe_kernel, CountingFilter, Filter, FilterConfig, FilterMode, Sizing, COUNTER_MAX,
     DEFAULT_FALSE_POSITIVE_RATE,
 };
-#[allow(deprecated)]
-pub use persist::Recovery;
 pub use persist::{
     RebuildProgress, RecoveryOutcome, RecoveryPolicy, RecoveryReport, SnapshotInfo, VerifyReport,
 };
@@ -121,8 +122,3 @@ pub struct GuideDoctests;
 #[doc = include_str!("../docs/persistence.md")]
 #[cfg(doctest)]
 pub struct PersistenceDoctests;
-
-/// The Redis document's examples, compiled and run as doc tests.
-#[doc = include_str!("../docs/redis.md")]
-#[cfg(doctest)]
-pub struct RedisDoctests;

@@ -53,32 +53,8 @@
 //! generation's is), `rebuilding` (1 when any rebuilds). Rebuilds, snapshots and their
 //! ages are per generation, in the generation trees' own series.
 //!
-//! Per shared filter (Redis, feature `redis`; label `filter`, the filter's name), recorded by
-//! `SharedFilter::record_metrics` and `AsyncSharedFilter::record_metrics` for that handle
-//! (each handle counts its own calls: sum over the processes that share a filter):
-//!
-//! | name | kind | what |
-//! |---|---|---|
-//! | `bloomsled_shared_lookups_total` | counter | keys looked up (`contains`, `contains_many`) |
-//! | `bloomsled_shared_absent_total` | counter | lookups answered "certainly absent" (the store reads a lookup saves) |
-//! | `bloomsled_shared_adds_total` | counter | keys added (`add`, `add_many`, `add_exact`, ...) |
-//! | `bloomsled_shared_new_total` | counter | adds answered "new" |
-//! | `bloomsled_shared_redis_errors_total` | counter | calls that failed (Redis unreachable past the retry window, a lost filter, an unknown outcome, ...) |
-//! | `bloomsled_shared_retries_total` | counter | attempts sent again after a transient failure (see `Endpoint::retry_for`) |
-//! | `bloomsled_shared_outcome_unknown_total` | counter | adds that failed with `RedisOutcomeUnknown` |
-//! | `bloomsled_shared_fill_ratio` | gauge | share of the filter's bits set (`BITCOUNT` at record time) |
-//! | `bloomsled_shared_estimated_items` | gauge | keys estimated from the fill |
-//! | `bloomsled_shared_estimated_fpr` | gauge | false-positive rate at the estimated keys |
-//! | `bloomsled_shared_redis_bytes` | gauge | bytes of the Redis strings holding the filter |
-//!
-//! Per shared window (label `window`), recorded by `SharedWindow::record_metrics` and
-//! `AsyncSharedWindow::record_metrics`: the same seven counters with the prefix
-//! `bloomsled_shared_window_` (a lookup is one key, whatever the generations it reads), and
-//! gauges `bloomsled_shared_window_generations` (live), `…_estimated_items` and
-//! `…_redis_bytes` (sums over the live generations), `…_fill_ratio` (their mean).
-//!
-//! The counters cost one relaxed atomic add per call next to a Redis round trip; the gauges
-//! cost one `BITCOUNT` pipeline at record time (the filter's `stats`), none per call.
+//! The shared filters on Redis (crate `bloomsled-redis`) record their own series with
+//! [`Recorded`] and [`gauges`], listed in that crate's `telemetry` module.
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -174,45 +150,27 @@ pub const WINDOW_SERIES: [&str; 13] = [
     "bloomsled_window_rebuilding",
 ];
 
-/// Every per-shared-filter series (label `filter`), the 7 counters first.
-pub const SHARED_SERIES: [&str; 11] = [
-    "bloomsled_shared_lookups_total",
-    "bloomsled_shared_absent_total",
-    "bloomsled_shared_adds_total",
-    "bloomsled_shared_new_total",
-    "bloomsled_shared_redis_errors_total",
-    "bloomsled_shared_retries_total",
-    "bloomsled_shared_outcome_unknown_total",
-    "bloomsled_shared_fill_ratio",
-    "bloomsled_shared_estimated_items",
-    "bloomsled_shared_estimated_fpr",
-    "bloomsled_shared_redis_bytes",
-];
-
-/// Every per-shared-window series (label `window`), the 7 counters first.
-pub const SHARED_WINDOW_SERIES: [&str; 11] = [
-    "bloomsled_shared_window_lookups_total",
-    "bloomsled_shared_window_absent_total",
-    "bloomsled_shared_window_adds_total",
-    "bloomsled_shared_window_new_total",
-    "bloomsled_shared_window_redis_errors_total",
-    "bloomsled_shared_window_retries_total",
-    "bloomsled_shared_window_outcome_unknown_total",
-    "bloomsled_shared_window_generations",
-    "bloomsled_shared_window_estimated_items",
-    "bloomsled_shared_window_fill_ratio",
-    "bloomsled_shared_window_redis_bytes",
-];
-
-/// The counter values a tree or window handed to the facade last time, so that the next
-/// recording adds only the increase (a counter's own total never goes back).
-#[derive(Default)]
-pub(crate) struct Recorded(Mutex<[u64; 8]>);
+/// The counter values a tree, window or shared filter handed to the facade last time, so
+/// that the next recording adds only the increase (a counter's own total never goes back).
+/// Public for the crates that record their own series the same way (`bloomsled-redis`).
+///
+/// ```
+/// let recorded = bloomsled::telemetry::Recorded::default();
+/// // No recorder installed: the facade drops the values.
+/// recorded.counters(("tree", "t"), &[(bloomsled::telemetry::LOOKUPS, 3)]);
+/// ```
+#[derive(Default, Debug)]
+pub struct Recorded(Mutex<[u64; 8]>);
 
 impl Recorded {
     /// Records `values` (at most 8, in the same order every time) as counters labelled
     /// `label`: each grows by what its value gained since the last call.
-    pub(crate) fn counters(&self, label: (&'static str, &str), values: &[(&'static str, u64)]) {
+    ///
+    /// ```
+    /// let recorded = bloomsled::telemetry::Recorded::default();
+    /// recorded.counters(("tree", "t"), &[(bloomsled::telemetry::INSERTS, 1)]);
+    /// ```
+    pub fn counters(&self, label: (&'static str, &str), values: &[(&'static str, u64)]) {
         let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
         for (slot, &(name, v)) in last.iter_mut().zip(values) {
             // Touched even at 0, so that the series exists from the first recording.
@@ -224,7 +182,11 @@ impl Recorded {
 }
 
 /// Sets the gauges `values` labelled `label`.
-pub(crate) fn gauges(label: (&'static str, &str), values: &[(&'static str, f64)]) {
+///
+/// ```
+/// bloomsled::telemetry::gauges(("tree", "t"), &[(bloomsled::telemetry::ITEMS, 10.0)]);
+/// ```
+pub fn gauges(label: (&'static str, &str), values: &[(&'static str, f64)]) {
     for &(name, v) in values {
         metrics::gauge!(name, label.0 => label.1.to_owned()).set(v);
     }

@@ -38,8 +38,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use bloomsled::clock::ManualClock;
 use bloomsled::persist::set_boot_id;
-use bloomsled::window::{ManualClock, WindowConfig};
+use bloomsled::window::WindowConfig;
 use bloomsled::{Batch, Config, Transactional, TreeConfig};
 use bloomsled_powercut::{run_child, run_child_with, Fault, Model};
 use common::child;

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use common::child;
 
-use bloomsled::window::{ManualClock, RotationStep, WindowConfig};
+use bloomsled::clock::ManualClock;
+use bloomsled::window::{RotationStep, WindowConfig};
 use bloomsled::{Config, Db, Error, TreeConfig};
 
 /// Generations of 1 s, 3 of them; times start far from 0 (real epochs are large).
@@ -120,7 +121,7 @@ trait Now {
 }
 impl Now for ManualClock {
     fn now_ms_for_test(&self) -> u64 {
-        bloomsled::window::Clock::now_ms(self)
+        bloomsled::clock::Clock::now_ms(self)
     }
 }
 

@@ -4,7 +4,8 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use bloomsled::window::{ManualClock, Window, WindowConfig};
+use bloomsled::clock::ManualClock;
+use bloomsled::window::{Window, WindowConfig};
 use bloomsled::{Config, TreeConfig};
 
 use crate::common::{load_chunks, size_label, write_key};

@@ -1,5 +1,5 @@
 //! `bloomsled redis …`: create, fill, query, inspect, push and pull a filter shared through
-//! Redis or Redis Cluster (see `bloomsled::shared`).
+//! Redis or Redis Cluster (see the `bloomsled-redis` crate).
 //!
 //! Output contract for scripts: `check` prints one line per key, `maybe<TAB>key` or
 //! `absent<TAB>key`, and exits 0; on any error (filter lost, shape mismatch, server down)
@@ -15,9 +15,9 @@ use std::process::ExitCode;
 
 use crate::output::progress;
 use bloomsled::hash::classic::ClassicHash;
-use bloomsled::shared::{ClassicFilter, Endpoint, SharedFilter, SharedOptions, SharedStats};
-use bloomsled::shared::{SharedWindow, SharedWindowConfig, SharedWindowStats};
 use bloomsled::{Filter, FilterConfig};
+use bloomsled_redis::{ClassicFilter, Endpoint, SharedFilter, SharedOptions, SharedStats};
+use bloomsled_redis::{SharedWindow, SharedWindowConfig, SharedWindowStats};
 use clap::{Args, Subcommand};
 use serde_json::json;
 
@@ -61,7 +61,7 @@ impl Target {
     fn open(&self) -> Result<SharedFilter, String> {
         let ep = self.endpoint()?;
         SharedFilter::open(&ep, &self.name).map_err(|e| match e {
-            bloomsled::Error::SharedFilterNotFound { .. }
+            bloomsled_redis::Error::SharedFilterNotFound { .. }
                 if SharedWindow::exists(&ep, &self.name).unwrap_or(false) =>
             {
                 format!(
@@ -136,7 +136,7 @@ impl AnyShared {
         }
     }
 
-    fn add_many(&self, keys: &[Vec<u8>]) -> bloomsled::Result<Vec<bool>> {
+    fn add_many(&self, keys: &[Vec<u8>]) -> bloomsled_redis::Result<Vec<bool>> {
         match self {
             AnyShared::Blocked(f) => f.insert_many(keys),
             AnyShared::Classic(f) => f.insert_many(keys),
@@ -144,7 +144,7 @@ impl AnyShared {
         }
     }
 
-    fn contains_many(&self, keys: &[Vec<u8>]) -> bloomsled::Result<Vec<bool>> {
+    fn contains_many(&self, keys: &[Vec<u8>]) -> bloomsled_redis::Result<Vec<bool>> {
         match self {
             AnyShared::Blocked(f) => f.contains_many(keys),
             AnyShared::Classic(f) => f.contains_many(keys),

@@ -3,15 +3,15 @@
 //! killed mid-creation.
 #![cfg(feature = "redis")]
 
-#[path = "../../tests/redis_support/mod.rs"]
+#[path = "../../redis/tests/redis_support/mod.rs"]
 mod redis_support;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use bloomsled::shared::{Endpoint, SharedFilter};
 use bloomsled::FilterConfig;
+use bloomsled_redis::{Endpoint, SharedFilter};
 use redis_support::{Cluster, Server};
 
 fn bin() -> Command {
@@ -319,8 +319,8 @@ fn php_layout_add_and_check() {
     assert!(out.status.success(), "{out:?}");
     // The library (checked against the PHP class in tests/redis_classic_php.rs) sees them.
     let hashes = bloomsled::hash::classic::ClassicHash::parse_list("BKDR,SDBM,JS").unwrap();
-    let f = bloomsled::shared::ClassicFilter::open(
-        &bloomsled::shared::Endpoint::url(url.clone()),
+    let f = bloomsled_redis::ClassicFilter::open(
+        &bloomsled_redis::Endpoint::url(url.clone()),
         "rptc",
         &hashes,
     )

@@ -2,12 +2,12 @@
 //! scripts rely on, and separate processes rotating one ring at once.
 #![cfg(feature = "redis")]
 
-#[path = "../../tests/redis_support/mod.rs"]
+#[path = "../../redis/tests/redis_support/mod.rs"]
 mod redis_support;
 
 use std::time::Duration;
 
-use bloomsled::shared::{Endpoint, SharedWindow};
+use bloomsled_redis::{Endpoint, SharedWindow};
 use redis_support::Server;
 use std::process::{Command, Output, Stdio};
 

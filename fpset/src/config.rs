@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bloomsled::{Error, Result};
+use crate::error::{Error, Result};
 
 use crate::format::MAX_WIDTH;
 use crate::FingerprintSet;
@@ -32,7 +32,7 @@ pub const DEFAULT_BLOCK_ITEMS: u32 = 128;
 ///     .memtable_items(1024)
 ///     .open()?;
 /// assert!(set.insert(&[1u8; 16])?);
-/// # Ok::<(), bloomsled::Error>(())
+/// # Ok::<(), bloomsled_fpset::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct FingerprintSetConfig {
@@ -56,7 +56,7 @@ impl FingerprintSetConfig {
     /// # let dir = tempfile::tempdir()?;
     /// let set = bloomsled_fpset::FingerprintSetConfig::new(dir.path()).open()?;
     /// assert_eq!(set.width(), 20);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn new(path: impl AsRef<Path>) -> Self {
         FingerprintSetConfig {
@@ -76,7 +76,7 @@ impl FingerprintSetConfig {
     /// # let dir = tempfile::tempdir()?;
     /// let cfg = bloomsled_fpset::FingerprintSetConfig::new(dir.path()).width(32);
     /// assert_eq!(cfg.open()?.width(), 32);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn width(mut self, bytes: usize) -> Self {
         self.width = bytes;
@@ -90,7 +90,7 @@ impl FingerprintSetConfig {
     /// # let dir = tempfile::tempdir()?;
     /// let cfg = bloomsled_fpset::FingerprintSetConfig::new(dir.path()).expected_items(5);
     /// assert_eq!(cfg.open()?.stats().expected_items, 5);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn expected_items(mut self, n: u64) -> Self {
         self.expected_items = Some(n);
@@ -104,7 +104,7 @@ impl FingerprintSetConfig {
     /// # let dir = tempfile::tempdir()?;
     /// let cfg = bloomsled_fpset::FingerprintSetConfig::new(dir.path()).false_positive_rate(0.5);
     /// assert_eq!(cfg.open()?.stats().false_positive_rate, 0.5);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn false_positive_rate(mut self, p: f64) -> Self {
         self.fpr = Some(p);
@@ -122,7 +122,7 @@ impl FingerprintSetConfig {
     /// set.insert(&[0; 4])?;
     /// set.insert(&[1; 4])?; // the memtable is full: written as a run
     /// assert_eq!(set.stats().runs, 1);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn memtable_items(mut self, n: usize) -> Self {
         self.memtable_items = n;
@@ -141,7 +141,7 @@ impl FingerprintSetConfig {
     /// set.insert(&[0; 4])?;
     /// set.insert(&[1; 4])?; // two tier-0 runs: merged into one
     /// assert_eq!((set.stats().runs, set.stats().merges), (1, 1));
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn merge_factor(mut self, n: usize) -> Self {
         self.merge_factor = n;
@@ -155,7 +155,7 @@ impl FingerprintSetConfig {
     /// # let dir = tempfile::tempdir()?;
     /// let set = bloomsled_fpset::FingerprintSetConfig::new(dir.path()).block_items(32).open()?;
     /// assert!(set.is_empty());
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn block_items(mut self, n: u32) -> Self {
         self.block_items = n;
@@ -195,8 +195,8 @@ impl FingerprintSetConfig {
     /// # let dir = tempfile::tempdir()?;
     /// let cfg = bloomsled_fpset::FingerprintSetConfig::new(dir.path()).width(8);
     /// let set = cfg.clone().open()?;
-    /// assert!(matches!(cfg.open(), Err(bloomsled::Error::InUse { .. })));
-    /// # Ok::<(), bloomsled::Error>(())
+    /// assert!(matches!(cfg.open(), Err(bloomsled_fpset::Error::InUse { .. })));
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn open(self) -> Result<FingerprintSet> {
         self.check()?;

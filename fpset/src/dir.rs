@@ -10,8 +10,10 @@ use fs2::FileExt;
 
 use super::{run, wal};
 use crate::format::Manifest;
+use bloomsled::DecodeError;
 use bloomsled::Filter;
-use bloomsled::{DecodeError, Error, Result};
+
+use crate::error::{Error, Result};
 
 /// The manifest's file name.
 pub(crate) const MANIFEST: &str = "MANIFEST";

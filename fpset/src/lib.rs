@@ -48,15 +48,17 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 #![warn(unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::format::{Manifest, RunEntry};
-use bloomsled::{Error, Filter, Result};
+use bloomsled::Filter;
 
 mod config;
 mod dir;
+mod error;
 // The files' byte layouts (public only to the fuzz targets, feature `fuzzing`).
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -82,8 +84,10 @@ pub use config::{
     FingerprintSetConfig, DEFAULT_BLOCK_ITEMS, DEFAULT_EXPECTED_ITEMS, DEFAULT_MEMTABLE_ITEMS,
     DEFAULT_MERGE_FACTOR, DEFAULT_SET_FALSE_POSITIVE_RATE, MAX_MEMTABLE_ITEMS,
 };
+pub use error::{Error, Result};
 pub use members::Members;
 #[cfg(feature = "failpoints")]
+#[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use merge::set_step_hook;
 
 /// Counters and sizes of a [`FingerprintSet`] ([`FingerprintSet::stats`]).
@@ -179,7 +183,7 @@ impl FingerprintSet {
     /// # let dir = tempfile::tempdir()?;
     /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 8, 100, 0.01)?;
     /// assert_eq!(set.width(), 8);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn width(&self) -> usize {
         self.config.width
@@ -191,7 +195,7 @@ impl FingerprintSet {
     /// # let dir = tempfile::tempdir()?;
     /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 8, 100, 0.01)?;
     /// assert_eq!(set.path(), dir.path());
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn path(&self) -> &Path {
         &self.folder.path
@@ -230,8 +234,8 @@ impl FingerprintSet {
     /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 4, 100, 0.01)?;
     /// assert!(set.insert(b"abcd")?);
     /// assert!(!set.insert(b"abcd")?);
-    /// assert!(matches!(set.insert(b"abc"), Err(bloomsled::Error::KeyWidth { expected: 4, got: 3 })));
-    /// # Ok::<(), bloomsled::Error>(())
+    /// assert!(matches!(set.insert(b"abc"), Err(bloomsled_fpset::Error::KeyWidth { expected: 4, got: 3 })));
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn insert(&self, fp: &[u8]) -> Result<bool> {
         self.check_width(fp)?;
@@ -246,7 +250,7 @@ impl FingerprintSet {
     /// # let dir = tempfile::tempdir()?;
     /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 2, 100, 0.01)?;
     /// assert_eq!(set.insert_many(&[b"ab", b"cd", b"ab"])?, [true, true, false]);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn insert_many<K: AsRef<[u8]>>(&self, fps: &[K]) -> Result<Vec<bool>> {
         for fp in fps {
@@ -282,7 +286,7 @@ impl FingerprintSet {
     /// set.insert(b"abcd")?;
     /// assert!(set.contains(b"abcd")?);
     /// assert!(!set.contains(b"abce")?);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn contains(&self, fp: &[u8]) -> Result<bool> {
         self.check_width(fp)?;
@@ -300,7 +304,7 @@ impl FingerprintSet {
     /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 2, 100, 0.01)?;
     /// set.insert(b"ab")?;
     /// assert_eq!(set.contains_many(&[b"ab", b"cd"])?, [true, false]);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn contains_many<K: AsRef<[u8]>>(&self, fps: &[K]) -> Result<Vec<bool>> {
         for fp in fps {
@@ -326,7 +330,7 @@ impl FingerprintSet {
     /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 4, 100, 0.01)?;
     /// set.insert(b"abcd")?;
     /// set.sync()?;
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn sync(&self) -> Result<()> {
         let mut inner = self.lock()?;
@@ -343,7 +347,7 @@ impl FingerprintSet {
     /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
     /// set.insert_many(&[b"a", b"b", b"a"])?;
     /// assert_eq!(set.len(), 2);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn len(&self) -> u64 {
         match self.inner.lock() {
@@ -358,7 +362,7 @@ impl FingerprintSet {
     /// # let dir = tempfile::tempdir()?;
     /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
     /// assert!(set.is_empty());
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -373,7 +377,7 @@ impl FingerprintSet {
     /// let s = set.stats();
     /// assert_eq!((s.members, s.memtable_items, s.runs), (1, 1, 0));
     /// assert!(s.filter_rebuilt); // a new set has no saved filter
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn stats(&self) -> FingerprintSetStats {
         let inner = match self.inner.lock() {
@@ -414,7 +418,7 @@ impl FingerprintSet {
     /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 1, 100, 0.01)?;
     /// assert!(!set.stats().filter_rebuilt);
     /// assert!(set.contains(b"a")?);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn close(self) -> Result<()> {
         let mut inner = self.lock()?;
@@ -492,3 +496,8 @@ pub(crate) fn remove_quietly(path: &Path) {
         );
     }
 }
+
+/// The README's example, compiled as a doc test.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use bloomsled::Result;
+use crate::error::Result;
 
 use crate::run::{Cursor, Run};
 use crate::FingerprintSet;
@@ -18,7 +18,7 @@ impl FingerprintSet {
     /// let mut all = set.iter()?.collect::<Result<Vec<_>, _>>()?;
     /// all.sort();
     /// assert_eq!(all, [b"a".to_vec(), b"b".to_vec()]);
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn iter(&self) -> Result<Members> {
         let inner = self.lock()?;

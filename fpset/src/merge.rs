@@ -5,7 +5,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use bloomsled::Result;
+use crate::error::Result;
 
 use crate::format::{RunEntry, MAX_WIDTH};
 use crate::run::{Cursor, RunWriter};

@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use bloomsled::{Error, Filter, Result};
+use bloomsled::Filter;
+
+use crate::error::{Error, Result};
 
 use crate::config::invalid_config;
 use crate::config::{DEFAULT_EXPECTED_ITEMS, DEFAULT_SET_FALSE_POSITIVE_RATE};
@@ -28,7 +30,7 @@ impl FingerprintSet {
     /// let set = bloomsled_fpset::FingerprintSet::open(dir.path(), 20, 10_000, 0.01)?;
     /// assert!(set.is_empty());
     /// assert!(bloomsled_fpset::FingerprintSet::open(dir.path().join("x"), 20, 0, 0.01).is_err());
-    /// # Ok::<(), bloomsled::Error>(())
+    /// # Ok::<(), bloomsled_fpset::Error>(())
     /// ```
     pub fn open(
         path: impl AsRef<Path>,

@@ -14,7 +14,9 @@ use crate::format::{
     decode_run_footer, encode_run_footer, open_block, open_index, seal_block, seal_index,
     RunHeader, RUN_FOOTER_LEN, RUN_HEADER_LEN,
 };
-use bloomsled::{DecodeError, Error, Result};
+use bloomsled::DecodeError;
+
+use crate::error::{Error, Result};
 
 /// File name of run `seq`.
 pub(crate) fn file_name(seq: u64) -> String {

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use crate::format::{
     decode_wal_record, encode_wal_record, wal_record_len, WalHeader, WAL_HEADER_LEN,
 };
-use bloomsled::{DecodeError, Error, Result};
+use bloomsled::DecodeError;
+
+use crate::error::{Error, Result};
 
 /// File name of the log of generation `generation`.
 pub(crate) fn file_name(generation: u64) -> String {

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use bloomsled::Error;
+use bloomsled_fpset::Error;
 use bloomsled_fpset::{FingerprintSet, FingerprintSetConfig};
 use common::child;
 use proptest::prelude::*;

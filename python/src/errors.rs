@@ -74,20 +74,43 @@ pub fn to_py(e: bloomsled::Error) -> PyErr {
     use bloomsled::Error as E;
     let msg = e.to_string();
     match e {
-        E::InvalidConfig { .. }
-        | E::ReservedName { .. }
-        | E::UnknownHash { .. }
-        | E::KeyWidth { .. } => InvalidConfigError::new_err(msg),
-        E::Decode(_)
-        | E::Corrupt(_)
-        | E::Corruption { .. }
-        | E::SnapshotRejected { .. }
-        | E::FileDamaged { .. } => CorruptError::new_err(msg),
-        E::ShapeMismatch { .. } | E::RedisShapeMismatch { .. } => ShapeMismatchError::new_err(msg),
+        E::InvalidConfig { .. } | E::ReservedName { .. } | E::UnknownHash { .. } => {
+            InvalidConfigError::new_err(msg)
+        }
+        E::Decode(_) | E::Corrupt(_) | E::Corruption { .. } | E::SnapshotRejected { .. } => {
+            CorruptError::new_err(msg)
+        }
+        E::ShapeMismatch { .. } => ShapeMismatchError::new_err(msg),
+        E::Closed(_) => ClosedError::new_err(msg),
+        _ => Error::new_err(msg),
+    }
+}
+
+/// The Python exception for an error of the Redis tier (`bloomsled-redis`).
+pub fn redis_to_py(e: bloomsled_redis::Error) -> PyErr {
+    use bloomsled_redis::Error as E;
+    let msg = e.to_string();
+    match e {
+        E::Core(e) => to_py(e),
+        E::InvalidConfig { .. } => InvalidConfigError::new_err(msg),
+        E::Decode(_) | E::Corrupt(_) => CorruptError::new_err(msg),
+        E::RedisShapeMismatch { .. } => ShapeMismatchError::new_err(msg),
         E::SharedFilterLost { .. } => SharedFilterLostError::new_err(msg),
         E::SharedFilterNotFound { .. } => SharedFilterNotFoundError::new_err(msg),
-        E::Redis(_) => RedisError::new_err(msg),
+        E::Redis(_) | E::Timeout(_) => RedisError::new_err(msg),
         E::RedisOutcomeUnknown { .. } => RedisOutcomeUnknownError::new_err(msg),
+        _ => Error::new_err(msg),
+    }
+}
+
+/// The Python exception for an error of the fingerprint set (`bloomsled-fpset`).
+pub fn fpset_to_py(e: bloomsled_fpset::Error) -> PyErr {
+    use bloomsled_fpset::Error as E;
+    let msg = e.to_string();
+    match e {
+        E::Core(e) => to_py(e),
+        E::InvalidConfig { .. } | E::KeyWidth { .. } => InvalidConfigError::new_err(msg),
+        E::FileDamaged { .. } => CorruptError::new_err(msg),
         E::Closed(_) => ClosedError::new_err(msg),
         E::InUse { .. } => InUseError::new_err(msg),
         _ => Error::new_err(msg),
@@ -103,6 +126,18 @@ pub trait IntoPy<T> {
 impl<T> IntoPy<T> for Result<T, bloomsled::Error> {
     fn py_err(self) -> PyResult<T> {
         self.map_err(to_py)
+    }
+}
+
+impl<T> IntoPy<T> for Result<T, bloomsled_redis::Error> {
+    fn py_err(self) -> PyResult<T> {
+        self.map_err(redis_to_py)
+    }
+}
+
+impl<T> IntoPy<T> for Result<T, bloomsled_fpset::Error> {
+    fn py_err(self) -> PyResult<T> {
+        self.map_err(fpset_to_py)
     }
 }
 

@@ -1,6 +1,6 @@
 //! `SharedFilter`: one filter in Redis or a Redis Cluster, shared by many processes.
 
-use bloomsled::shared::Endpoint;
+use bloomsled_redis::Endpoint;
 use std::time::Duration;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -13,7 +13,7 @@ use crate::keys::{all_bytes, bytes_of, collect};
 /// A Bloom filter kept in Redis; every call releases the GIL while it talks to Redis.
 #[pyclass(frozen, module = "bloomsled._bloomsled")]
 pub struct SharedFilter {
-    f: bloomsled::shared::SharedFilter,
+    f: bloomsled_redis::SharedFilter,
 }
 
 /// An endpoint from a URL, or from a list of node URLs for a cluster, that retries for
@@ -63,7 +63,7 @@ impl SharedFilter {
         let ep = endpoint(url, cluster, retry_seconds)?;
         let config = bloomsled::FilterConfig::new(expected_items).false_positive_rate(fpr);
         let f = py
-            .detach(|| bloomsled::shared::SharedFilter::create(&ep, name, &config))
+            .detach(|| bloomsled_redis::SharedFilter::create(&ep, name, &config))
             .py_err()?;
         Ok(SharedFilter { f })
     }
@@ -81,7 +81,7 @@ impl SharedFilter {
     ) -> PyResult<Self> {
         let ep = endpoint(url, cluster, retry_seconds)?;
         let f = py
-            .detach(|| bloomsled::shared::SharedFilter::open(&ep, name))
+            .detach(|| bloomsled_redis::SharedFilter::open(&ep, name))
             .py_err()?;
         Ok(SharedFilter { f })
     }

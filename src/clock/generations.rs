@@ -4,8 +4,8 @@
 //! Redis) that use it compute the same ring from the same times.
 //!
 //! With `G` generations over a span `S`, each generation covers `w = S / G` ms:
-//! - time `t` belongs to generation `e = floor(t / w)` (its index; "epoch" in `shared/` is
-//!   something else, a filter's random incarnation tag);
+//! - time `t` belongs to generation `e = floor(t / w)` (its index; "epoch" in
+//!   `bloomsled-redis` is something else, a filter's random incarnation tag);
 //! - at time `now`, with `cur = floor(now / w)`, the live generations are the `G` newest
 //!   indices `cur - G + 1 ..= cur`;
 //! - generation `e` is expired (dropped) once `cur >= e + G`, that is from time
@@ -28,11 +28,22 @@ use crate::error::{Error, Result};
 /// Most generations a window may have. Every lookup of an absent key probes every live
 /// generation's filter, so the cost of a lookup grows with this; 256 covers a week in hours
 /// (168) with room to spare.
-pub(crate) const MAX_GENERATIONS: u32 = 256;
+///
+/// ```
+/// assert_eq!(bloomsled::clock::MAX_GENERATIONS, 256);
+/// ```
+pub const MAX_GENERATIONS: u32 = 256;
 
-/// A window's time partition: `generations` generations of `width_ms` each.
+/// A window's time partition: `generations` generations of `width_ms` each. **API
+/// boundary**: the generation math every window uses, the local one and the shared one of
+/// `bloomsled-redis`, so both compute the same ring from the same times.
+///
+/// ```
+/// let g = bloomsled::clock::Generations::new(std::time::Duration::from_secs(60), 6).unwrap();
+/// assert_eq!(g.live(g.generation_of(65_000)), 1..=6);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Generations {
+pub struct Generations {
     width_ms: u64,
     generations: u32,
 }
@@ -41,7 +52,13 @@ impl Generations {
     /// The partition of `span` into `generations` equal generations. `span` must be a whole
     /// number of milliseconds that `generations` divides, and `generations` in
     /// `1..=MAX_GENERATIONS`: anything else is [`Error::InvalidConfig`] saying which.
-    pub(crate) fn new(span: Duration, generations: u32) -> Result<Generations> {
+    ///
+    /// ```
+    /// let g = bloomsled::clock::Generations::new(std::time::Duration::from_secs(60), 6).unwrap();
+    /// assert_eq!(g.width_ms(), 10_000);
+    /// assert!(bloomsled::clock::Generations::new(std::time::Duration::from_secs(60), 7).is_err());
+    /// ```
+    pub fn new(span: Duration, generations: u32) -> Result<Generations> {
         if generations == 0 {
             return Err(Error::config("a window needs at least 1 generation, got 0"));
         }
@@ -76,7 +93,12 @@ impl Generations {
 
     /// The partition with generations of `width_ms` (as recorded), checked like
     /// [`Generations::new`].
-    pub(crate) fn from_parts(width_ms: u64, generations: u32) -> Result<Generations> {
+    ///
+    /// ```
+    /// let g = bloomsled::clock::Generations::new(std::time::Duration::from_secs(60), 6).unwrap();
+    /// assert_eq!(bloomsled::clock::Generations::from_parts(10_000, 6).unwrap(), g);
+    /// ```
+    pub fn from_parts(width_ms: u64, generations: u32) -> Result<Generations> {
         if width_ms == 0 || generations == 0 || generations > MAX_GENERATIONS {
             return Err(Error::config(format!(
                 "impossible window partition: {generations} generations of {width_ms} ms"
@@ -94,48 +116,88 @@ impl Generations {
     }
 
     /// Milliseconds each generation covers (`w`).
-    pub(crate) fn width_ms(&self) -> u64 {
+    ///
+    /// ```
+    /// let g = bloomsled::clock::Generations::new(std::time::Duration::from_secs(60), 6).unwrap();
+    /// assert_eq!(g.width_ms(), 10_000);
+    /// ```
+    pub fn width_ms(&self) -> u64 {
         self.width_ms
     }
 
     /// The number of generations (`G`).
-    pub(crate) fn generations(&self) -> u32 {
+    ///
+    /// ```
+    /// let g = bloomsled::clock::Generations::new(std::time::Duration::from_secs(60), 6).unwrap();
+    /// assert_eq!(g.generations(), 6);
+    /// ```
+    pub fn generations(&self) -> u32 {
         self.generations
     }
 
     /// The span, `G * w` ms.
-    pub(crate) fn span_ms(&self) -> u64 {
+    ///
+    /// ```
+    /// let g = bloomsled::clock::Generations::new(std::time::Duration::from_secs(60), 6).unwrap();
+    /// assert_eq!(g.span_ms(), 60_000);
+    /// ```
+    pub fn span_ms(&self) -> u64 {
         self.width_ms * u64::from(self.generations)
     }
 
     /// The generation time `t_ms` belongs to: `floor(t / w)`.
+    ///
+    /// ```
+    /// let g = bloomsled::clock::Generations::new(std::time::Duration::from_secs(60), 6).unwrap();
+    /// assert_eq!(g.generation_of(25_000), 2);
+    /// ```
     #[inline]
-    pub(crate) fn generation_of(&self, t_ms: u64) -> u64 {
+    pub fn generation_of(&self, t_ms: u64) -> u64 {
         t_ms / self.width_ms
     }
 
     /// True once generation `e` is past its horizon when the newest generation is `cur`:
     /// `cur >= e + G`.
+    ///
+    /// ```
+    /// let g = bloomsled::clock::Generations::new(std::time::Duration::from_secs(60), 6).unwrap();
+    /// assert!(!g.is_expired(2, 7));
+    /// assert!(g.is_expired(2, 8));
+    /// ```
     #[inline]
-    pub(crate) fn is_expired(&self, e: u64, cur: u64) -> bool {
+    pub fn is_expired(&self, e: u64, cur: u64) -> bool {
         cur >= e.saturating_add(u64::from(self.generations))
     }
 
     /// The live generations when the newest is `cur`: `cur - G + 1 ..= cur` (from 0 near
     /// the start of time). (The local ring keeps its generations in a list; the shared
     /// window enumerates them with this.)
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn live(&self, cur: u64) -> RangeInclusive<u64> {
+    ///
+    /// ```
+    /// let g = bloomsled::clock::Generations::new(std::time::Duration::from_secs(60), 6).unwrap();
+    /// assert_eq!(g.live(7), 2..=7);
+    /// ```
+    pub fn live(&self, cur: u64) -> RangeInclusive<u64> {
         cur.saturating_sub(u64::from(self.generations) - 1)..=cur
     }
 
     /// The first millisecond of generation `e`.
-    pub(crate) fn start_ms(&self, e: u64) -> u64 {
+    ///
+    /// ```
+    /// let g = bloomsled::clock::Generations::new(std::time::Duration::from_secs(60), 6).unwrap();
+    /// assert_eq!(g.start_ms(2), 20_000);
+    /// ```
+    pub fn start_ms(&self, e: u64) -> u64 {
         e.saturating_mul(self.width_ms)
     }
 
     /// The first millisecond at which generation `e` is expired: `(e + G) * w`.
-    pub(crate) fn expires_at_ms(&self, e: u64) -> u64 {
+    ///
+    /// ```
+    /// let g = bloomsled::clock::Generations::new(std::time::Duration::from_secs(60), 6).unwrap();
+    /// assert_eq!(g.expires_at_ms(2), 80_000);
+    /// ```
+    pub fn expires_at_ms(&self, e: u64) -> u64 {
         self.start_ms(e.saturating_add(u64::from(self.generations)))
     }
 
@@ -143,8 +205,12 @@ impl Generations {
     /// generation expires, plus `grace_ms`; at least 1. (A shared window gives a
     /// generation's Redis keys this relative TTL, so that it follows the window's clock
     /// rather than the server's.)
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn ttl_ms(&self, e: u64, now_ms: u64, grace_ms: u64) -> u64 {
+    ///
+    /// ```
+    /// let g = bloomsled::clock::Generations::new(std::time::Duration::from_secs(60), 6).unwrap();
+    /// assert_eq!(g.ttl_ms(2, 70_000, 500), 10_500);
+    /// ```
+    pub fn ttl_ms(&self, e: u64, now_ms: u64, grace_ms: u64) -> u64 {
         self.expires_at_ms(e)
             .saturating_add(grace_ms)
             .saturating_sub(now_ms)

@@ -1,10 +1,9 @@
 //! Time for windows: where it comes from, and how a window cuts it into generations.
 //!
 //! One [`Clock`] trait and its two clocks serve both kinds of window, the local
-//! [`Window`](crate::window::Window) and the Redis-backed `SharedWindow` (feature `redis`).
-//! Their one public path is `bloomsled::clock::{Clock, SystemClock, ManualClock}`. (The
-//! re-exports `bloomsled::window::…` and `bloomsled::shared::…` of earlier releases still
-//! compile, hidden from the docs, for one release.)
+//! [`Window`](crate::window::Window) and the Redis-backed `SharedWindow` (crate
+//! `bloomsled-redis`). Their one public path is `bloomsled::clock::{Clock, SystemClock,
+//! ManualClock}`.
 //!
 //! The generation arithmetic both windows share (which generation a time belongs to,
 //! which are live, when one expires, and the limits on a window's shape) lives in this
@@ -12,6 +11,8 @@
 //! the same times. It is a leaf: it depends on nothing of the crate but its error type.
 
 pub(crate) mod generations;
+
+pub use generations::{Generations, MAX_GENERATIONS};
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,8 +27,8 @@ use std::time::Duration;
 /// of it (see [`crate::window`]).
 ///
 /// Every client of one shared window should read (nearly) the same time: a shared window
-/// tolerates clocks apart by less than its grace (`SharedWindowConfig::grace`, feature
-/// `redis`).
+/// tolerates clocks apart by less than its grace (`SharedWindowConfig::grace`, crate
+/// `bloomsled-redis`).
 pub trait Clock: Send + Sync + fmt::Debug {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;

@@ -23,15 +23,12 @@ impl Error {
             Error::Unsupported(_)
             | Error::InvalidConfig { .. }
             | Error::ShapeMismatch { .. }
-            | Error::ReservedName { .. }
-            | Error::KeyWidth { .. } => io::ErrorKind::InvalidInput,
+            | Error::ReservedName { .. } => io::ErrorKind::InvalidInput,
             Error::Corruption { .. }
             | Error::Decode(_)
             | Error::SnapshotRejected { .. }
             | Error::DatabaseRecordRejected { .. }
-            | Error::Corrupt(_)
-            | Error::FileDamaged { .. } => io::ErrorKind::InvalidData,
-            Error::InUse { .. } => io::ErrorKind::WouldBlock,
+            | Error::Corrupt(_) => io::ErrorKind::InvalidData,
             Error::OutOfMemory { .. } => io::ErrorKind::OutOfMemory,
             _ => io::ErrorKind::Other,
         }

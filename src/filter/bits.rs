@@ -273,7 +273,6 @@ impl Blocks {
 
     /// Word `j` (0..8) of block `i`.
     #[inline]
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn load_word(&self, i: usize, j: usize) -> u64 {
         self.blocks[i].0[j].load(Relaxed)
     }

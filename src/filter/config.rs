@@ -140,30 +140,6 @@ impl FilterConfig {
         self.num_hashes
     }
 
-    /// Renamed [`FilterConfig::capacity`] (Rust's API guidelines: no `get_` prefix).
-    #[deprecated(since = "0.2.0", note = "renamed `capacity`")]
-    pub fn get_expected_items(&self) -> u64 {
-        self.capacity()
-    }
-
-    /// Renamed [`FilterConfig::sizing`] (Rust's API guidelines: no `get_` prefix).
-    #[deprecated(since = "0.2.0", note = "renamed `sizing`")]
-    pub fn get_sizing(&self) -> Sizing {
-        self.sizing()
-    }
-
-    /// Renamed [`FilterConfig::hash_seed`] (Rust's API guidelines: no `get_` prefix).
-    #[deprecated(since = "0.2.0", note = "renamed `hash_seed`")]
-    pub fn get_seed(&self) -> u64 {
-        self.hash_seed()
-    }
-
-    /// Renamed [`FilterConfig::num_hashes_override`] (Rust's API guidelines: no `get_` prefix).
-    #[deprecated(since = "0.2.0", note = "renamed `num_hashes_override`")]
-    pub fn get_num_hashes(&self) -> Option<u32> {
-        self.num_hashes_override()
-    }
-
     /// Checks every setting and computes the shape; the errors `build` would return.
     pub fn shape(&self) -> Result<FilterShape> {
         if self.capacity == 0 {

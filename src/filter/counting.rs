@@ -18,7 +18,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use super::layout::{block_index, block_masks, BLOCK_BITS, BLOCK_WORDS};
+use super::layout::{block_index, block_masks, nonzero_nibbles, BLOCK_BITS, BLOCK_WORDS};
 use super::{Filter, FilterConfig};
 use crate::error::{Error, FilterShape, Result};
 
@@ -123,9 +123,18 @@ impl CountingFilter {
         Ok(f)
     }
 
-    /// Stores block `i`'s counter words (`COUNTER_WORDS` of them, laid out as in
-    /// [`CountingFilter::from_counter_words`]) and sets the bits of its non-zero counters.
-    pub(crate) fn store_counter_block(&self, i: usize, chunk: &[u64]) {
+    /// Stores block `i`'s counter words (32 of them: counter `j` of the block in bits
+    /// `4·(j % 16)..` of word `j / 16`) and sets the bits of its non-zero counters:
+    /// how a counting filter is filled block by block from another store.
+    ///
+    /// ```
+    /// let f = bloomsled::CountingFilter::new(1_000, 0.01).unwrap();
+    /// let mut counters = [0u64; 32];
+    /// counters[0] = 1; // counter 0 of block 0 is 1: bit 0 is set
+    /// f.store_counter_block(0, &counters);
+    /// assert_eq!(f.bits().block_words(0)[0], 1);
+    /// ```
+    pub fn store_counter_block(&self, i: usize, chunk: &[u64]) {
         let mut bits = [0u64; BLOCK_WORDS];
         for (j, &w) in chunk.iter().enumerate().take(COUNTER_WORDS) {
             self.counters[i * COUNTER_WORDS + j].store(w, Ordering::Relaxed);
@@ -137,8 +146,13 @@ impl CountingFilter {
     }
 
     /// Sets the live item count (after [`CountingFilter::store_counter_block`]).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn set_items(&self, n: u64) {
+    ///
+    /// ```
+    /// let f = bloomsled::CountingFilter::new(1_000, 0.01).unwrap();
+    /// f.set_items(3);
+    /// assert_eq!(f.items(), 3);
+    /// ```
+    pub fn set_items(&self, n: u64) {
         self.live.store(n, Ordering::Relaxed);
     }
 
@@ -327,17 +341,6 @@ fn positions(masks: &[u64; BLOCK_WORDS]) -> impl Iterator<Item = usize> + '_ {
             Some(j * 64 + b)
         })
     })
-}
-
-/// Bit `n` set for each non-zero nibble `n` (0..16) of `w`.
-pub(crate) fn nonzero_nibbles(w: u64) -> u64 {
-    let mut out = 0;
-    for n in 0..16 {
-        if (w >> (4 * n)) & 0xf != 0 {
-            out |= 1 << n;
-        }
-    }
-    out
 }
 
 /// Bit `n` set for each nibble `n` of `w` equal to [`COUNTER_MAX`].

@@ -1,7 +1,19 @@
 //! The block layout: which 512-bit block a key's hash selects, which bits it sets there, and
 //! how a block is written as bytes. Every layer that maps a hash to bits calls these
 //! functions — the local [`Filter`](super::Filter), the counting filter, the snapshot
-//! format and the shared (Redis) filter — so a key means the same bits everywhere.
+//! format and the shared filter of `bloomsled-redis` — so a key means the same bits
+//! everywhere. **API boundary**: this module is what another crate may rely on to lay a
+//! filter out elsewhere (a Redis string, a file); it is versioned with the crate.
+//!
+//! ```
+//! use bloomsled::layout::{block_index, block_masks, BLOCK_WORDS};
+//! let f = bloomsled::Filter::new(1_000, 0.01).unwrap();
+//! f.insert(b"k");
+//! let h = bloomsled::hash::hash_key(b"k", f.seed());
+//! let block = f.block_words(block_index(h, f.num_blocks()));
+//! let masks: [u64; BLOCK_WORDS] = block_masks(h, f.num_hashes());
+//! assert!(masks.iter().zip(block).all(|(m, w)| w & m == *m));
+//! ```
 //!
 //! A change to anything here changes which bits a key sets: it is an on-disk format change
 //! and must come with a new hash kind in `src/format` (snapshots of the old kind are
@@ -21,16 +33,32 @@
 //!   most significant one: there bit `p` is at offset `8·(p / 8) + 7 − p % 8`.)
 
 /// Bits in one block: one 64-byte cache line.
-pub(crate) const BLOCK_BITS: usize = 512;
+///
+/// ```
+/// assert_eq!(bloomsled::layout::BLOCK_BITS, 512);
+/// ```
+pub const BLOCK_BITS: usize = 512;
 
 /// 64-bit words in one block.
-pub(crate) const BLOCK_WORDS: usize = BLOCK_BITS / 64;
+///
+/// ```
+/// assert_eq!(bloomsled::layout::BLOCK_WORDS, 8);
+/// ```
+pub const BLOCK_WORDS: usize = BLOCK_BITS / 64;
 
 /// Bytes in one block, as stored (see [`encode_block`]).
-pub(crate) const BLOCK_BYTES: usize = BLOCK_BITS / 8;
+///
+/// ```
+/// assert_eq!(bloomsled::layout::BLOCK_BYTES, 64);
+/// ```
+pub const BLOCK_BYTES: usize = BLOCK_BITS / 8;
 
 /// The most bits a key may set (`k`).
-pub(crate) const MAX_HASHES: u32 = 32;
+///
+/// ```
+/// assert_eq!(bloomsled::layout::MAX_HASHES, 32);
+/// ```
+pub const MAX_HASHES: u32 = 32;
 
 /// 2^64 / φ, odd: the multiplier of the probe stream.
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -50,8 +78,13 @@ pub(crate) const GOLDEN_POWERS: [u64; MAX_HASHES as usize] = {
 
 /// The block a hash selects among `num_blocks` (multiply-shift: no division, uses the high
 /// bits of `h`). Always `< num_blocks` when `num_blocks > 0`.
+///
+/// ```
+/// assert_eq!(bloomsled::layout::block_index(u64::MAX, 10), 9);
+/// assert_eq!(bloomsled::layout::block_index(0, 10), 0);
+/// ```
 #[inline(always)]
-pub(crate) fn block_index(h: u64, num_blocks: u64) -> usize {
+pub fn block_index(h: u64, num_blocks: u64) -> usize {
     ((u128::from(h) * u128::from(num_blocks)) >> 64) as usize
 }
 
@@ -63,8 +96,14 @@ fn position(h: u64, g: u64) -> usize {
 }
 
 /// The `k` draws of `h` (`k` ≤ [`MAX_HASHES`]), repeats included: the bits it sets.
+///
+/// ```
+/// let bits: Vec<usize> = bloomsled::layout::bit_positions(42, 6).collect();
+/// assert_eq!(bits.len(), 6);
+/// assert!(bits.iter().all(|&p| p < 512));
+/// ```
 #[inline(always)]
-pub(crate) fn bit_positions(h: u64, k: u32) -> impl Iterator<Item = usize> {
+pub fn bit_positions(h: u64, k: u32) -> impl Iterator<Item = usize> {
     GOLDEN_POWERS[..(k as usize).min(GOLDEN_POWERS.len())]
         .iter()
         .map(move |&g| position(h, g))
@@ -72,8 +111,14 @@ pub(crate) fn bit_positions(h: u64, k: u32) -> impl Iterator<Item = usize> {
 
 /// The bits `h` sets in its block, as the block's 8 words would hold them (`k` draws,
 /// repeats merged). Built with no data-dependent branch.
+///
+/// ```
+/// let masks = bloomsled::layout::block_masks(42, 6);
+/// let set: u32 = masks.iter().map(|w| w.count_ones()).sum();
+/// assert!((1..=6).contains(&set));
+/// ```
 #[inline(always)]
-pub(crate) fn block_masks(h: u64, k: u32) -> [u64; BLOCK_WORDS] {
+pub fn block_masks(h: u64, k: u32) -> [u64; BLOCK_WORDS] {
     let mut masks = [0u64; BLOCK_WORDS];
     for p in bit_positions(h, k) {
         masks[p >> 6] |= 1u64 << (p & 63);
@@ -175,10 +220,18 @@ pub(crate) fn decode_words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
         .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk")))
 }
 
-/// One block's bytes (see [`encode_words`]).
-#[cfg_attr(not(test), allow(dead_code))] // for the shared filter, which copies blocks
+/// One block's bytes: its 8 words in order, each little-endian, so bit `p` is bit `p % 8` of
+/// byte `p / 8`.
+///
+/// ```
+/// use bloomsled::layout::{decode_block, encode_block, BLOCK_BYTES};
+/// let words = [1u64, 0, 0, 0, 0, 0, 0, 1 << 63];
+/// let bytes = encode_block(&words);
+/// assert_eq!((bytes[0], bytes[BLOCK_BYTES - 1]), (1, 0x80));
+/// assert_eq!(decode_block(&bytes), words);
+/// ```
 #[inline]
-pub(crate) fn encode_block(words: &[u64; BLOCK_WORDS]) -> [u8; BLOCK_BYTES] {
+pub fn encode_block(words: &[u64; BLOCK_WORDS]) -> [u8; BLOCK_BYTES] {
     let mut out = [0u8; BLOCK_BYTES];
     for (chunk, w) in out.chunks_exact_mut(8).zip(words) {
         chunk.copy_from_slice(&w.to_le_bytes());
@@ -187,12 +240,32 @@ pub(crate) fn encode_block(words: &[u64; BLOCK_WORDS]) -> [u8; BLOCK_BYTES] {
 }
 
 /// The inverse of [`encode_block`].
-#[cfg_attr(not(test), allow(dead_code))] // for the shared filter, which copies blocks
+///
+/// ```
+/// let bytes = [0xffu8; bloomsled::layout::BLOCK_BYTES];
+/// assert_eq!(bloomsled::layout::decode_block(&bytes), [u64::MAX; 8]);
+/// ```
 #[inline]
-pub(crate) fn decode_block(bytes: &[u8; BLOCK_BYTES]) -> [u64; BLOCK_WORDS] {
+pub fn decode_block(bytes: &[u8; BLOCK_BYTES]) -> [u64; BLOCK_WORDS] {
     let mut out = [0u64; BLOCK_WORDS];
     for (w, v) in out.iter_mut().zip(decode_words(bytes)) {
         *w = v;
+    }
+    out
+}
+
+/// Bit `n` set for each non-zero nibble `n` (0..16) of `w`: the bits of a block that a
+/// counting filter's word of 16 four-bit counters stands for.
+///
+/// ```
+/// assert_eq!(bloomsled::layout::nonzero_nibbles(0xf0_01), 0b1001);
+/// ```
+pub fn nonzero_nibbles(w: u64) -> u64 {
+    let mut out = 0;
+    for n in 0..16 {
+        if (w >> (4 * n)) & 0xf != 0 {
+            out |= 1 << n;
+        }
     }
     out
 }

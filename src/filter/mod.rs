@@ -13,15 +13,13 @@ mod bits;
 mod config;
 mod counting;
 mod kernel;
-pub(crate) mod layout;
+pub mod layout;
 pub(crate) mod math;
 #[cfg(all(target_arch = "x86_64", not(bloomsled_loom)))]
 mod simd;
 
 pub use any::FilterMode;
 pub use config::{FilterConfig, Sizing, DEFAULT_FALSE_POSITIVE_RATE};
-#[cfg(feature = "redis")]
-pub(crate) use counting::nonzero_nibbles;
 pub use counting::{CountingFilter, COUNTER_MAX};
 
 use std::fmt;
@@ -141,24 +139,42 @@ impl Filter {
         Ok(f)
     }
 
-    /// Block `i`'s words, as [`Filter::words`] lists them (a relaxed snapshot).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn block_words(&self, i: usize) -> [u64; BLOCK_WORDS] {
+    /// Block `i`'s 8 words (a relaxed snapshot; word `j` holds bits `64·j..64·j + 64`): how
+    /// a filter is copied block by block to another store (the shared filter of
+    /// `bloomsled-redis`).
+    /// Panics if `i` is not below [`Filter::num_blocks`].
+    ///
+    /// ```
+    /// let f = bloomsled::Filter::new(1_000, 0.01).unwrap();
+    /// assert_eq!(f.block_words(0), [0; bloomsled::layout::BLOCK_WORDS]);
+    /// ```
+    pub fn block_words(&self, i: usize) -> [u64; BLOCK_WORDS] {
         std::array::from_fn(|j| self.blocks.load_word(i, j))
     }
 
     /// Stores block `i`'s words (filling a filter read from elsewhere block by block, with no
     /// second copy of it in memory); [`Filter::set_items`] then gives its item count.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn store_block(&self, i: usize, words: &[u64; BLOCK_WORDS]) {
+    /// Panics if `i` is not below [`Filter::num_blocks`].
+    ///
+    /// ```
+    /// let f = bloomsled::Filter::new(1_000, 0.01).unwrap();
+    /// f.store_block(0, &[1; bloomsled::layout::BLOCK_WORDS]);
+    /// assert_eq!(f.block_words(0), [1; 8]);
+    /// ```
+    pub fn store_block(&self, i: usize, words: &[u64; BLOCK_WORDS]) {
         for (j, &w) in words.iter().enumerate() {
             self.blocks.store_word(i, j, w);
         }
     }
 
     /// Sets the item count (after [`Filter::store_block`]).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fn set_items(&self, n: u64) {
+    ///
+    /// ```
+    /// let f = bloomsled::Filter::new(1_000, 0.01).unwrap();
+    /// f.set_items(7);
+    /// assert_eq!(f.items(), 7);
+    /// ```
+    pub fn set_items(&self, n: u64) {
         self.items.reset();
         self.items.add(0, n);
     }

@@ -203,14 +203,17 @@ use std::time::Duration;
 
 use crate::error::Distrust;
 #[cfg(feature = "failpoints")]
+#[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use boot::set_boot_id;
 #[cfg(feature = "failpoints")]
+#[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use files::fail_snapshot_writes_after;
 pub(crate) use files::sync_snapshot_dir;
 pub use files::DIR_NAME;
 pub use meta::META_TREE;
 pub(crate) use scan_pause::{pause_limit, wait_at_pause};
 #[cfg(feature = "failpoints")]
+#[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use scan_pause::{pause_rebuild_scans_after, rebuild_scans_paused};
 
 pub(crate) use live::{filter_image, Persistence};
@@ -228,17 +231,6 @@ pub enum RecoveryPolicy {
     /// Fail with [`crate::Error::SnapshotRejected`] naming what failed.
     Strict,
 }
-
-/// Renamed [`RecoveryPolicy`] (beside `RecoveryReport` and `RecoveryOutcome`, which say what
-/// happened, this says what to do); the old name stays one release.
-///
-/// ```
-/// #[allow(deprecated)]
-/// let old = bloomsled::Recovery::Strict;
-/// assert_eq!(old, bloomsled::RecoveryPolicy::Strict);
-/// ```
-#[deprecated(since = "0.2.0", note = "renamed `RecoveryPolicy`")]
-pub type Recovery = RecoveryPolicy;
 
 /// How a tree's filter came to be at open.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,6 +16,7 @@ use super::db::Db;
 use super::rebuild::RebuildReport;
 use super::tree::Tree;
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl Config {
     /// [`Config::open`] on tokio's blocking pool: sled's open, the snapshot loads (or the
     /// start of a background rebuild) happen off the runtime's workers.
@@ -38,6 +39,7 @@ impl Config {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl Db {
     /// [`Db::close`] on tokio's blocking pool: the closing snapshots, sled's flush and the
     /// wait for background threads (what dropping the last handle does) happen off the
@@ -82,6 +84,7 @@ impl Db {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl Tree {
     /// [`Tree::rebuild`] on tokio's blocking pool: the key scan runs off the runtime's
     /// workers, and lookups keep being answered meanwhile.

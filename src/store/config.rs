@@ -178,6 +178,7 @@ impl Config {
     ///     .open()?;
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     #[cfg(feature = "metrics")]
     pub fn metrics_interval(mut self, interval: Duration) -> Config {
         self.metrics_interval = Some(interval);

@@ -448,6 +448,7 @@ impl DbWatch {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 #[cfg(feature = "metrics")]
 impl Db {
     /// Records the metrics of every open tree (label `tree`) and every open window

@@ -1,4 +1,4 @@
-//! RecoveryPolicy after open: a tree whose snapshot was not trusted serves at once with a
+//! Recovery after open: a tree whose snapshot was not trusted serves at once with a
 //! pass-all filter (every lookup goes to sled, so every answer is right) while its real
 //! filter is rebuilt under the online-rebuild protocol ([`super::rebuild`]), in the
 //! background by default; then the real filter is swapped in and snapshotted.

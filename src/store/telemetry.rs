@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::{recovery, Tree};
 use crate::telemetry::{self as t, flag, gauges};
 
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 impl Tree {
     /// Records this tree's metrics (label `tree`, its name) through the `metrics` facade;
     /// see [`crate::telemetry`] and [`crate::Db::record_metrics`].

@@ -40,11 +40,4 @@ impl Tree {
     pub fn filter_snapshot_path(&self) -> Option<&std::path::Path> {
         self.state.persist.as_ref().map(|p| p.snapshot_path())
     }
-
-    /// Renamed [`Tree::filter_snapshot_path`]: `Config::snapshot_path` is sled's (a no-op
-    /// setting), this is bloomsled's filter file; one name, one meaning.
-    #[deprecated(since = "0.2.0", note = "renamed `filter_snapshot_path`")]
-    pub fn snapshot_path(&self) -> Option<&std::path::Path> {
-        self.filter_snapshot_path()
-    }
 }

@@ -81,6 +81,7 @@ impl WindowConfig {
     /// # let _ = config;
     /// ```
     #[cfg(feature = "failpoints")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
     pub fn rotation_hook(mut self, hook: impl Fn(RotationStep) + Send + Sync + 'static) -> Self {
         self.hook = Some(Arc::new(hook));
         self

@@ -76,6 +76,9 @@
 //! [`Window::contains_many`] probes all generations' filters for a batch in one pass, with
 //! their blocks prefetched together.
 //! See `docs/windows.md` for the measured cost.
+//!
+//! [`Clock`]: crate::clock::Clock
+//! [`SystemClock`]: crate::clock::SystemClock
 
 mod config;
 mod handle;
@@ -95,10 +98,6 @@ mod stats;
 #[cfg(feature = "metrics")]
 mod telemetry;
 
-// The clocks' path of earlier releases, kept one release: their one documented path is
-// `bloomsled::clock`.
-#[doc(hidden)]
-pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use config::WindowConfig;
 pub use handle::Window;
 pub use stats::{GenerationStats, WindowStats};
@@ -126,6 +125,7 @@ mod rotation_step {
     }
 }
 #[cfg(feature = "failpoints")]
+#[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use rotation_step::RotationStep;
 #[cfg(not(feature = "failpoints"))]
 pub(crate) use rotation_step::RotationStep;

@@ -13,6 +13,7 @@ pub(super) fn record_windows_of(db_id: usize) {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 impl Window {
     /// Records this window's metrics (label `window`, its name) through the `metrics`
     /// facade: its own lookup and write counters, and gauges over its live generations

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use bloomsled::window::ManualClock;
+use bloomsled::clock::ManualClock;
 use bloomsled::{Config, Db};
 
 use super::{config, key, removed, window_config, Kind, G, PER_ROUND, T0, W};
