@@ -287,3 +287,31 @@ def test_migration_resumes_from_its_saved_cursor(redis_server):
     f = SharedFilter.open("site:bloomsled-dupefilter", redis_server.url)
     assert all(f.contains_many([bytes.fromhex(h) for h in fps]))
     assert not any(f.add_exact_many([bytes.fromhex(h) for h in fps[:500]]))
+
+
+def test_redis_gone_for_good_closes_with_the_filters_reason(persistent_redis, tmp_path):
+    """Redis stopped for good mid-crawl: a spider that meets it in the filter closes with
+    ``bloomsled_redis_unavailable`` and an ERROR naming Redis, as under Scrapy's scheduler;
+    none ends ``finished`` having met it."""
+    site = Site(600, tree=3, delay=0.05)
+    try:
+        procs = [
+            start(site, persistent_redis.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True,
+                  BLOOMSLED_REDIS_RETRY_SECONDS=3, IDLE_WAIT=3)
+            for i in range(2)
+        ]
+        wait_fetched(site, 100, procs)
+        persistent_redis.stop()  # and never back
+        logs = wait_all(procs, timeout=240)
+    finally:
+        site.close()
+    reasons = [close_reason(log) for log in logs]
+    print(f"reasons {reasons}")
+    assert "bloomsled_redis_unavailable" in reasons, reasons
+    for log in logs:
+        errors = [line for line in log.splitlines()
+                  if "ERROR" in line and "BLOOMSLED_REDIS_RETRY_SECONDS (3.0 s)" in line]
+        if close_reason(log) == "bloomsled_redis_unavailable":
+            assert errors, log[-3000:]
+        else:
+            assert not errors, log[-3000:]
