@@ -315,3 +315,29 @@ def test_redis_gone_for_good_closes_with_the_filters_reason(persistent_redis, tm
             assert errors, log[-3000:]
         else:
             assert not errors, log[-3000:]
+
+
+def test_filter_deleted_under_running_spiders_closes_them(redis_server, tmp_path):
+    """What the first process's close does to the others without SCHEDULER_PERSIST
+    (scrapy-redis's flush calls clear()): here clear() is the test's, mid-crawl. The
+    spiders close with ``bloomsled_shared_filter_lost`` instead of crawling again."""
+    from bloomsled import SharedFilter
+
+    site = Site(600, tree=3, delay=0.05)
+    try:
+        procs = [
+            start(site, redis_server.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True,
+                  IDLE_WAIT=3)
+            for i in range(2)
+        ]
+        wait_fetched(site, 100, procs)
+        assert SharedFilter.destroy("site:bloomsled-dupefilter", redis_server.url)
+        logs = wait_all(procs)
+        hits = site.snapshot()
+    finally:
+        site.close()
+    reasons = [close_reason(log) for log in logs]
+    print(f"reasons {reasons}, {len(hits)} pages fetched")
+    assert reasons == ["bloomsled_shared_filter_lost"] * 2, reasons
+    assert all(n == 1 for n in hits.values()), hits.most_common(3)
+    assert len(hits) < 600
