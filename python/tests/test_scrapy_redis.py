@@ -292,7 +292,10 @@ def test_migration_resumes_from_its_saved_cursor(redis_server):
 def test_redis_gone_for_good_closes_with_the_filters_reason(persistent_redis, tmp_path):
     """Redis stopped for good mid-crawl: a spider that meets it in the filter closes with
     ``bloomsled_redis_unavailable`` and an ERROR naming Redis, as under Scrapy's scheduler;
-    none ends ``finished`` having met it."""
+    none ends ``finished``. A spider that meets the outage only in scrapy-redis's queue (no
+    callback left to ask the filter) keeps failing in ``next_request`` and never closes by
+    itself (scrapy-redis's behaviour, the same with its RFPDupeFilter): stopped here by
+    SIGINT after 60 s."""
     site = Site(600, tree=3, delay=0.05)
     try:
         procs = [
@@ -302,11 +305,17 @@ def test_redis_gone_for_good_closes_with_the_filters_reason(persistent_redis, tm
         ]
         wait_fetched(site, 100, procs)
         persistent_redis.stop()  # and never back
-        logs = wait_all(procs, timeout=240)
+        deadline = time.time() + 60
+        while time.time() < deadline and any(p.poll() is None for p, _, _ in procs):
+            time.sleep(0.1)
+        stuck = [p for p, _, _ in procs if p.poll() is None]
+        for p in stuck:
+            p.send_signal(signal.SIGINT)
+        logs = wait_all(procs, timeout=120)
     finally:
         site.close()
     reasons = [close_reason(log) for log in logs]
-    print(f"reasons {reasons}")
+    print(f"reasons {reasons}, {len(stuck)} stopped by SIGINT")
     assert "bloomsled_redis_unavailable" in reasons, reasons
     for log in logs:
         errors = [line for line in log.splitlines()
@@ -314,7 +323,7 @@ def test_redis_gone_for_good_closes_with_the_filters_reason(persistent_redis, tm
         if close_reason(log) == "bloomsled_redis_unavailable":
             assert errors, log[-3000:]
         else:
-            assert not errors, log[-3000:]
+            assert close_reason(log) == "shutdown" and not errors, log[-3000:]
 
 
 def test_filter_deleted_under_running_spiders_closes_them(redis_server, tmp_path):
@@ -323,7 +332,7 @@ def test_filter_deleted_under_running_spiders_closes_them(redis_server, tmp_path
     spiders close with ``bloomsled_shared_filter_lost`` instead of crawling again."""
     from bloomsled import SharedFilter
 
-    site = Site(600, tree=3, delay=0.05)
+    site = Site(1500, tree=3, delay=0.2)  # about 20 s of crawl: it outlasts the delete
     try:
         procs = [
             start(site, redis_server.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True,
@@ -340,4 +349,4 @@ def test_filter_deleted_under_running_spiders_closes_them(redis_server, tmp_path
     print(f"reasons {reasons}, {len(hits)} pages fetched")
     assert reasons == ["bloomsled_shared_filter_lost"] * 2, reasons
     assert all(n == 1 for n in hits.values()), hits.most_common(3)
-    assert len(hits) < 600
+    assert len(hits) < 1500
