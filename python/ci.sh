@@ -8,6 +8,9 @@
 # PY_NEWEST (pyenv's 3.13.0); PYTHON (python3) runs maturin. Under CI=true, tests that need
 # redis-server fail instead of skipping.
 #
+# scrapy-redis 0.9.1 (and the redis-py it brings) in both venvs: tests/test_scrapy_redis.py
+# crawls under its scheduler, and mypy checks bloomsled.scrapy_redis_migrate against redis-py.
+#
 # Which tests run where: the full suite on the newest Python; on the oldest, everything
 # but the long crawls (test_scrapy_crawl.py's kill/resume crawls, about 3 minutes), i.e.
 # the API, the fingerprint set, the journal and its crash recovery, threads, Redis and
@@ -39,7 +42,7 @@ venv() {
     local interp="$1" dir="$2"
     "$interp" -m venv "$dir"
     "$dir/bin/python" -m pip install --quiet --upgrade pip
-    "$dir/bin/python" -m pip install --quiet "$wheel" pytest scrapy "${@:3}"
+    "$dir/bin/python" -m pip install --quiet "$wheel" pytest scrapy "scrapy-redis==0.9.1" "${@:3}"
 }
 
 # From outside python/, so `import bloomsled` finds the installed wheel, not the source

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import hashlib
 from typing import TYPE_CHECKING, Any, Optional
+from urllib.parse import quote
 
 from scrapy import Request
 from scrapy.dupefilters import BaseDupeFilter
+from scrapy.settings import BaseSettings
+from scrapy.utils.misc import load_object
 
 from . import RedisError, RedisOutcomeUnknownError, SharedFilter, SharedFilterLost
 from ._scrapy_base import (
@@ -24,6 +27,66 @@ from ._scrapy_base import (
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+    from scrapy.spiders import Spider
+
+
+def _shared_kwargs(s: BaseSettings) -> dict[str, Any]:
+    """The filter's keyword arguments from the ``BLOOMSLED_*`` settings (for a cluster,
+    ``BLOOMSLED_REDIS_URL`` read as a list of node URLs replaces the positional URL)."""
+    cluster = s.getbool("BLOOMSLED_REDIS_CLUSTER", False)
+    kw: dict[str, Any] = dict(
+        cluster=cluster,
+        expected_items=s.getint("BLOOMSLED_EXPECTED_ITEMS", DEFAULT_EXPECTED_ITEMS),
+        fpr=s.getfloat("BLOOMSLED_FPR", DEFAULT_FPR),
+        retry_seconds=s.getfloat("BLOOMSLED_REDIS_RETRY_SECONDS", DEFAULT_REDIS_RETRY_SECONDS),
+        exact=s.getbool("BLOOMSLED_REDIS_EXACT", True),
+    )
+    if cluster:
+        # A list of node URLs, or one string of them separated by commas (as
+        # `-s BLOOMSLED_REDIS_URL=redis://a:7000,redis://b:7000` gives).
+        kw["cluster_urls"] = s.getlist("BLOOMSLED_REDIS_URL", ["redis://127.0.0.1:6379/0"])
+    return kw
+
+
+def scrapy_redis_url(settings: BaseSettings) -> str:
+    """The Redis URL scrapy-redis's ``get_redis_from_settings`` connects to: its
+    ``REDIS_PARAMS`` (``url``, ``host``, ``port``, ``db``, ``username``, ``password``,
+    ``ssl``), overridden by ``REDIS_URL``, ``REDIS_HOST``, ``REDIS_PORT``, ``REDIS_DB``;
+    a URL wins over host and port, as in redis-py's ``from_url``. Other parameters (its
+    timeouts, ``redis_cls``) are scrapy-redis's client's own and have no meaning here."""
+    params: dict[str, Any] = dict(settings.getdict("REDIS_PARAMS"))
+    for source, dest in (
+        ("REDIS_URL", "url"),
+        ("REDIS_HOST", "host"),
+        ("REDIS_PORT", "port"),
+        ("REDIS_DB", "db"),
+    ):
+        value = settings.get(source)
+        if value:
+            params[dest] = value
+    if params.get("url"):
+        return str(params["url"])
+    auth = ""
+    if params.get("password"):
+        user = quote(str(params.get("username") or ""), safe="")
+        auth = f"{user}:{quote(str(params['password']), safe='')}@"
+    scheme = "rediss" if params.get("ssl") else "redis"
+    host = params.get("host") or "localhost"
+    return f"{scheme}://{auth}{host}:{int(params.get('port') or 6379)}/{int(params.get('db') or 0)}"
+
+
+class _ScrapyRedisFingerprinter:
+    """scrapy-redis's request fingerprint (``RFPDupeFilter.request_fingerprint``: SHA-1 of
+    the method, canonical URL and body, without Scrapy's headers field), as the 20-byte
+    digest whose hex form is a member of its Redis set: a migrated set and a filter fed
+    by spiders agree on every request."""
+
+    def __init__(self) -> None:
+        cls = load_object("scrapy_redis.dupefilter.RFPDupeFilter")
+        self._hex = cls.request_fingerprint
+
+    def fingerprint(self, request: Request) -> bytes:
+        return bytes.fromhex(self._hex(None, request))
 
 
 class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
@@ -61,6 +124,19 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
     afterwards, has an unknown answer: the request is let through (fetched, possibly a
     second time) rather than dropped; the stat ``bloomsled/redis_outcome_unknown`` counts
     these.
+
+    **Under scrapy-redis** (``SCHEDULER = "scrapy_redis.scheduler.Scheduler"``), its
+    scheduler builds the filter with ``from_spider``; then, where the ``BLOOMSLED_*``
+    settings are unset, the Redis is scrapy-redis's (``REDIS_URL``, ``REDIS_HOST`` /
+    ``REDIS_PORT`` / ``REDIS_DB``, ``REDIS_PARAMS``), the key is
+    ``SCHEDULER_DUPEFILTER_KEY % {"spider": name}`` if that setting is given, and the
+    fingerprint is scrapy-redis's own (``BLOOMSLED_SCRAPY_REDIS_FINGERPRINT``, True: the
+    one its ``RFPDupeFilter`` stores, so that a migrated set, see
+    ``bloomsled.scrapy_redis_migrate``, and this filter agree). Its scheduler never calls
+    ``open`` or ``close``: the filter opens at the first ``request_seen`` and its handle
+    is dropped with the process, which keeps nothing that needs closing. ``clear()``
+    (scrapy-redis's ``flush``, at close without ``SCHEDULER_PERSIST`` and at open with
+    ``SCHEDULER_FLUSH_ON_START``) deletes the filter and its exact record.
     """
 
     def __init__(
@@ -76,10 +152,11 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
         retry_seconds: float = DEFAULT_REDIS_RETRY_SECONDS,
         exact: bool = True,
         crawler: Optional[Crawler] = None,
+        cluster_urls: Optional[list[str]] = None,
     ) -> None:
         self._init_common(fingerprinter, debug, crawler)
         self.exact = exact
-        self.url = url
+        self.url = cluster_urls if cluster_urls is not None else url
         self.cluster = cluster
         self.name = name
         self.expected_items = expected_items
@@ -90,38 +167,88 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
         #: Set once the spider is being closed (filter lost, Redis unavailable): every
         #: later request is refused without asking Redis.
         self.stopped = False
+        #: Built by scrapy-redis's scheduler (``from_spider``, ``from_settings``).
+        self.scrapy_redis = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedisBloomDupeFilter:
         s = crawler.settings
-        cluster = s.getbool("BLOOMSLED_REDIS_CLUSTER", False)
-        url: Any = s.get("BLOOMSLED_REDIS_URL", "redis://127.0.0.1:6379/0")
-        if cluster:
-            # A list of node URLs, or one string of them separated by commas (as
-            # `-s BLOOMSLED_REDIS_URL=redis://a:7000,redis://b:7000` gives).
-            url = s.getlist("BLOOMSLED_REDIS_URL", ["redis://127.0.0.1:6379/0"])
         return cls(
-            url,
+            s.get("BLOOMSLED_REDIS_URL", "redis://127.0.0.1:6379/0"),
             s.get("BLOOMSLED_REDIS_KEY"),
             s.getbool("DUPEFILTER_DEBUG"),
-            cluster=cluster,
             fingerprinter=crawler.request_fingerprinter,
-            expected_items=s.getint("BLOOMSLED_EXPECTED_ITEMS", DEFAULT_EXPECTED_ITEMS),
-            fpr=s.getfloat("BLOOMSLED_FPR", DEFAULT_FPR),
-            retry_seconds=s.getfloat(
-                "BLOOMSLED_REDIS_RETRY_SECONDS", DEFAULT_REDIS_RETRY_SECONDS
-            ),
-            exact=s.getbool("BLOOMSLED_REDIS_EXACT", True),
             crawler=crawler,
+            **_shared_kwargs(s),
         )
 
-    def open(self) -> None:
+    @classmethod
+    def from_spider(cls, spider: Spider) -> RedisBloomDupeFilter:
+        """What scrapy-redis's ``Scheduler`` calls (at its ``open``, once the spider
+        exists) when ``DUPEFILTER_CLASS`` names this class: the settings of
+        ``from_crawler``, then scrapy-redis's where ours are unset (see
+        ``_scrapy_redis_defaults``)."""
+        crawler = spider.crawler
+        df = cls.from_crawler(crawler)
+        df._scrapy_redis_defaults(crawler.settings, spider.name, crawler)
+        return df
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> RedisBloomDupeFilter:
+        """For code that builds a dupefilter from settings alone, as scrapy-redis does for
+        a class without ``from_spider``. Without a crawler the filter cannot close the
+        spider: an unavailable Redis or a lost filter raises from ``request_seen``."""
+        df = cls(
+            settings.get("BLOOMSLED_REDIS_URL"),
+            settings.get("BLOOMSLED_REDIS_KEY"),
+            settings.getbool("DUPEFILTER_DEBUG"),
+            **_shared_kwargs(settings),
+        )
+        df._scrapy_redis_defaults(settings, None, None)
+        return df
+
+    def _scrapy_redis_defaults(
+        self, settings: BaseSettings, spider: Optional[str], crawler: Optional[Crawler]
+    ) -> None:
+        """Under scrapy-redis: the Redis of its ``REDIS_URL`` / ``REDIS_HOST`` /
+        ``REDIS_PORT`` / ``REDIS_DB`` / ``REDIS_PARAMS`` when ``BLOOMSLED_REDIS_URL`` is
+        unset; the key ``SCHEDULER_DUPEFILTER_KEY % {"spider": name}`` when that is set and
+        ``BLOOMSLED_REDIS_KEY`` is not; its request fingerprint unless
+        ``BLOOMSLED_SCRAPY_REDIS_FINGERPRINT`` is False."""
+        if settings.get("BLOOMSLED_REDIS_URL") is None and not self.cluster:
+            self.url = scrapy_redis_url(settings)
+        if settings.get("BLOOMSLED_REDIS_KEY") is None and settings.get("SCHEDULER_DUPEFILTER_KEY"):
+            self.name = str(settings.get("SCHEDULER_DUPEFILTER_KEY")) % {
+                "spider": spider if spider is not None else "scrapy"
+            }
+        if settings.getbool("BLOOMSLED_SCRAPY_REDIS_FINGERPRINT", True):
+            self.fingerprinter = _ScrapyRedisFingerprinter()
+        self.scrapy_redis = True
+
+    def clear(self) -> None:
+        """Deletes the filter and its exact record from Redis: what scrapy-redis's
+        ``Scheduler.flush`` asks of a dupefilter at close without ``SCHEDULER_PERSIST`` and
+        at open with ``SCHEDULER_FLUSH_ON_START``. Retries for
+        ``BLOOMSLED_REDIS_RETRY_SECONDS`` while Redis is unavailable, then raises (nothing
+        is dropped: the keys stay). Other spiders still using the filter meet a lost filter
+        and close with ``bloomsled_shared_filter_lost``."""
+        name = self._key()
+        self.filter = None
+        SharedFilter.destroy(
+            name, self.url, self.cluster, retry_seconds=self.retry_seconds
+        )
+        logger.info("bloomsled: shared dupefilter %r deleted from Redis (clear)", name)
+
+    def _key(self) -> str:
         if self.name is None:
             spider = self.crawler.spider if self.crawler is not None else None
             self.name = f"{getattr(spider, 'name', 'scrapy')}:bloomsled-dupefilter"
+        return self.name
+
+    def open(self) -> None:
         try:
             self.filter = SharedFilter.create(
-                self.name,
+                self._key(),
                 self.url,
                 expected_items=self.expected_items,
                 fpr=self.fpr,
@@ -171,8 +298,9 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
             self.name,
             error,
         )
-        if self.crawler is not None:
-            self.crawler.stats.set_value("bloomsled/shared_filter_lost", 1)
+        if self.crawler is None:
+            raise error  # no spider to close (``from_settings``): never a silent drop
+        self.crawler.stats.set_value("bloomsled/shared_filter_lost", 1)
         self._close_spider(SHARED_FILTER_LOST_REASON)
 
     def _on_unavailable(self, error: Exception) -> None:
@@ -186,8 +314,9 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
             error,
             REDIS_UNAVAILABLE_REASON,
         )
-        if self.crawler is not None:
-            self.crawler.stats.set_value("bloomsled/redis_unavailable", 1)
+        if self.crawler is None:
+            raise error  # no spider to close (``from_settings``): never a silent drop
+        self.crawler.stats.set_value("bloomsled/redis_unavailable", 1)
         self._close_spider(REDIS_UNAVAILABLE_REASON)
 
     def _close_spider(self, reason: str) -> None:

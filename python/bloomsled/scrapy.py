@@ -17,7 +17,9 @@ page cache.
 
 ``RedisBloomDupeFilter`` shares one Bloom filter between many spider processes through
 Redis or Redis Cluster; a lost filter closes the spider with an error instead of letting
-every request through again.
+every request through again. It is also scrapy-redis's ``DUPEFILTER_CLASS`` (under
+``scrapy_redis.scheduler.Scheduler``), and ``bloomsled.scrapy_redis_migrate`` moves a
+scrapy-redis crawl's fingerprint set into it.
 
 Durability with ``JOBDIR`` (what survives a crash)
 ===================================================

@@ -86,6 +86,30 @@ impl SharedFilter {
         Ok(SharedFilter { f })
     }
 
+    /// Deletes the filter `name` and its exact record from Redis (the crate's
+    /// `SharedFilter::destroy`: config record first, then the bits, then the record's
+    /// buckets); False if there was no such filter. Handles still open on it, in this
+    /// process or another, get SharedFilterLostError from their next call. Retries for
+    /// `retry_seconds` while Redis is unavailable, then raises RedisError.
+    #[classmethod]
+    #[pyo3(signature = (name, url, cluster = false, *, retry_seconds = 0.0))]
+    fn destroy(
+        _cls: &Bound<'_, PyType>,
+        py: Python<'_>,
+        name: &str,
+        url: &Bound<'_, PyAny>,
+        cluster: bool,
+        retry_seconds: f64,
+    ) -> PyResult<bool> {
+        let ep = endpoint(url, cluster, retry_seconds)?;
+        py.detach(|| match bloomsled::shared::SharedFilter::open(&ep, name) {
+            Ok(f) => f.destroy().map(|()| true),
+            Err(bloomsled::Error::SharedFilterNotFound { .. }) => Ok(false),
+            Err(e) => Err(e),
+        })
+        .py_err()
+    }
+
     /// Adds `key`; True if it was new. SharedFilterLostError if the filter was lost.
     fn add(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let k = bytes_of(key)?;

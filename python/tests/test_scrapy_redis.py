@@ -1,0 +1,364 @@
+"""RedisBloomDupeFilter as scrapy-redis's DUPEFILTER_CLASS: real crawls under
+``scrapy_redis.scheduler.Scheduler`` (its request queue in the same private redis-server),
+requests counted at a local HTTP server."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import HERE, Site, in_ci, resp_command
+
+if not in_ci():  # under CI=true a missing Scrapy or scrapy-redis fails the suite
+    pytest.importorskip("scrapy")
+    pytest.importorskip("scrapy_redis")
+
+SPIDER = HERE / "scrapy_redis_spider.py"
+RFP = "scrapy_redis.dupefilter.RFPDupeFilter"
+
+
+def close_reason(log: str) -> str:
+    m = re.search(r"Spider closed \(([^)]*)\)", log)
+    assert m, "the spider did not close: " + log[-3000:]
+    return m.group(1)
+
+
+def start(site: Site, redis_url: str, log: Path, start: str = "/p/0", **settings):
+    cmd = [sys.executable, str(SPIDER), start if start == "redis" else site.url + start,
+           f"REDIS_URL={redis_url}"]
+    cmd += [f"{k}={v}" for k, v in settings.items()]
+    out = open(log, "wb")
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT), out, log
+
+
+def wait_all(procs, timeout: float = 300) -> list[str]:
+    logs = []
+    for p, out, path in procs:
+        rc = p.wait(timeout=timeout)
+        out.close()
+        text = path.read_text(errors="replace")
+        assert rc == 0, text[-3000:]
+        logs.append(text)
+    return logs
+
+
+def wait_fetched(site: Site, n: int, procs, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while site.fetched() < n:
+        assert time.time() < deadline, "the crawl did not get going"
+        assert any(p.poll() is None for p, _, _ in procs), "the crawl ended early"
+        time.sleep(0.01)
+
+
+def keys(redis, pattern: str = "*") -> list[bytes]:
+    return sorted(resp_command(redis.port, "KEYS", pattern))  # type: ignore[arg-type]
+
+
+def check_once(site: Site, hits) -> None:
+    missing = site.all_paths() - set(hits)
+    twice = sorted(p for p, n in hits.items() if n > 1)
+    assert not missing, f"{len(missing)} pages never fetched: {sorted(missing)[:10]}"
+    assert not twice, f"{len(twice)} pages fetched twice: {twice[:10]}"
+
+
+def test_two_processes_share_the_queue_and_the_filter(redis_server, tmp_path):
+    """Shown failing on the code before from_spider: both spiders died with
+    "AttributeError: type object 'RedisBloomDupeFilter' has no attribute 'from_settings'"."""
+    site = Site(400)
+    try:
+        procs = [
+            start(site, redis_server.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True,
+                  IDLE_WAIT=3)
+            for i in range(2)
+        ]
+        logs = wait_all(procs)
+        hits = site.snapshot()
+    finally:
+        site.close()
+    assert [close_reason(log) for log in logs] == ["finished", "finished"], logs[0][-3000:]
+    check_once(site, hits)
+    # Both did part of the work, through the one queue.
+    counts = [int(m.group(1)) for log in logs
+              for m in [re.search(r"'downloader/response_count': (\d+)", log)] if m]
+    print(f"pages per spider: {counts}")
+    assert len(counts) == 2 and sum(counts) == 400
+    assert keys(redis_server, "bloomsled:{site:bloomsled-dupefilter}:config")
+
+
+def test_settings_of_scrapy_redis_name_the_redis_and_the_key(redis_server, tmp_path):
+    """No BLOOMSLED_REDIS_URL: REDIS_HOST / REDIS_PORT; SCHEDULER_DUPEFILTER_KEY names the
+    filter; SCHEDULER_PERSIST off: at close the filter and its record are deleted with the
+    queue, no key of it left behind."""
+    site = Site(300)
+    try:
+        p = start(site, "", tmp_path / "spider.log", REDIS_HOST="127.0.0.1",
+                  REDIS_PORT=redis_server.port, SCHEDULER_DUPEFILTER_KEY="%(spider)s:seen-urls",
+                  LOG_LEVEL="DEBUG")
+        # Keys while it runs: the filter exists under the key scrapy-redis names.
+        wait_fetched(site, 100, [p])
+        during = keys(redis_server, "bloomsled:*")
+        (log,) = wait_all([p])
+        hits = site.snapshot()
+    finally:
+        site.close()
+    assert close_reason(log) == "finished"
+    check_once(site, hits)
+    assert during and all(k.startswith(b"bloomsled:{site:seen-urls") for k in during), during
+    left = keys(redis_server)
+    assert not [k for k in left if b"bloomsled" in k or b"seen-urls" in k], left
+    assert b"site:requests" not in left
+    assert "shared dupefilter 'site:seen-urls' deleted from Redis (clear)" in log
+
+
+def test_flush_on_start_clears_the_filter(redis_server, tmp_path):
+    """SCHEDULER_FLUSH_ON_START: a second crawl with the filter of the first kept
+    (SCHEDULER_PERSIST) fetches every page again, because the filter was deleted first."""
+    site = Site(100)
+    try:
+        for i, flush in enumerate((False, True)):
+            p = start(site, redis_server.url, tmp_path / f"spider{i}.log",
+                      SCHEDULER_PERSIST=True, SCHEDULER_FLUSH_ON_START=flush)
+            (log,) = wait_all([p])
+            assert close_reason(log) == "finished"
+        hits = site.snapshot()
+    finally:
+        site.close()
+    assert set(hits.values()) == {2}, hits.most_common(3)
+
+
+def test_persisted_crawl_stopped_by_sigint_resumes(redis_server, tmp_path):
+    site = Site(1000, delay=0.01)
+    try:
+        procs = [start(site, redis_server.url, tmp_path / "first.log", SCHEDULER_PERSIST=True)]
+        wait_fetched(site, 500, procs)
+        procs[0][0].send_signal(signal.SIGINT)
+        (first,) = wait_all(procs)
+        before = site.snapshot()
+        queued = resp_command(redis_server.port, "ZCARD", "site:requests")
+        second = wait_all([start(site, redis_server.url, tmp_path / "second.log",
+                                 SCHEDULER_PERSIST=True)])[0]
+        hits = site.snapshot()
+    finally:
+        site.close()
+    assert close_reason(first) == "shutdown"
+    assert close_reason(second) == "finished"
+    assert queued, "the first run left no request in scrapy-redis's queue"
+    missing = site.all_paths() - set(hits)
+    again = sorted(p for p, n in hits.items() if n > 1)
+    print(f"first run {len(before)} pages, {queued} queued; fetched twice: {again}")
+    assert len(before) < 1000
+    assert not missing, f"{len(missing)} pages never fetched: {sorted(missing)[:10]}"
+    assert len(again) <= 8, again  # at most CONCURRENT_REQUESTS in flight at SIGINT
+
+
+def test_redis_spider_reads_its_start_urls_from_redis(redis_server, tmp_path):
+    """Two RedisSpiders fed start URLs through Redis. scrapy-redis makes each start URL's
+    request ``dont_filter`` (``make_request_from_data``), so a start page that other pages
+    link to is fetched twice with any dupefilter; every other page once."""
+    site = Site(300)
+    try:
+        resp_command(redis_server.port, "LPUSH", "site:start_urls", site.url + "/p/0",
+                     site.url + "/p/7")
+        procs = [
+            start(site, redis_server.url, tmp_path / f"spider{i}.log", start="redis",
+                  MAX_IDLE_TIME_BEFORE_CLOSE=3, SCHEDULER_PERSIST=True)
+            for i in range(2)
+        ]
+        logs = wait_all(procs)
+        hits = site.snapshot()
+    finally:
+        site.close()
+    assert [close_reason(log) for log in logs] == ["finished", "finished"]
+    starts = {"/p/0", "/p/7"}
+    assert all(hits[p] <= 2 for p in starts), hits.most_common(3)
+    check_once(site, {p: min(n, 1) if p in starts else n for p, n in hits.items()})
+
+
+def test_redis_stopped_for_a_second_loses_no_page(persistent_redis, tmp_path):
+    site = Site(600, tree=3, delay=0.05)
+    try:
+        procs = [
+            start(site, persistent_redis.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True)
+            for i in range(2)
+        ]
+        wait_fetched(site, 100, procs)
+        before = site.fetched()
+        persistent_redis.shutdown()
+        time.sleep(1.0)
+        persistent_redis.start()  # same port and folder: the data is reloaded
+        logs = wait_all(procs)
+        hits = site.snapshot()
+    finally:
+        site.close()
+    reasons = [close_reason(log) for log in logs]
+    missing = sorted(site.all_paths() - set(hits))
+    twice = sorted(p for p, n in hits.items() if n > 1)
+    # scrapy-redis's own calls that failed during the outage (its queue's, through
+    # redis-py): the ERROR lines and the frames of scrapy_redis in their tracebacks.
+    queue_errors = [line.strip() for log in logs for line in log.splitlines()
+                    if ("ERROR" in line or "scrapy_redis/" in line)
+                    and "bloomsled" not in line and "Warning" not in line]
+    print(f"outage after {before} pages: {len(hits)} fetched, twice {twice[:10]}, "
+          f"reasons {reasons}, scrapy-redis errors {queue_errors[:8]}")
+    assert before < 600
+    unknown = sum(log.count("its answer is unknown") for log in logs)
+    assert len(twice) <= unknown, twice
+    for log in logs:
+        assert "Traceback" not in log or "bloomsled" not in log.split("Traceback", 1)[1][:3000]
+    assert reasons == ["finished", "finished"], reasons
+    # scrapy-redis's Scheduler.enqueue_request asks the filter, then pushes to its queue: a
+    # push that fails there (or a pop whose reply is lost) loses the request with any
+    # dupefilter. A page missing for that reason is scrapy-redis's loss, said here; one
+    # missing without such a failure would be the filter's, and fails the test.
+    queue_failures = sum(
+        line.endswith((", in push", ", in pop")) and "scrapy_redis/queue.py" in line
+        for line in queue_errors
+    )
+    if missing:
+        print(f"{len(missing)} pages lost by scrapy-redis's queue ({queue_failures} of its "
+              f"push/pop calls failed during the outage, after the filter's answer): {missing}")
+    assert len(missing) <= queue_failures, f"{len(missing)} pages never fetched: {missing[:10]}"
+
+
+def migrate(redis_url: str, *args: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "bloomsled.scrapy_redis_migrate", "--redis-url", redis_url,
+         "--spider", "site", "--expected-items", "100000", "--quiet", *args],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_migration_from_scrapy_redis_set(redis_server, tmp_path):
+    """Half a crawl with scrapy-redis's RFPDupeFilter (stopped by SIGINT, queue and set
+    kept), its set migrated, the crawl resumed with RedisBloomDupeFilter: every page
+    fetched, none twice."""
+    site = Site(1000, delay=0.01)
+    try:
+        procs = [start(site, redis_server.url, tmp_path / "old.log", SCHEDULER_PERSIST=True,
+                       DUPEFILTER_CLASS=RFP)]
+        wait_fetched(site, 400, procs)
+        procs[0][0].send_signal(signal.SIGINT)
+        (old,) = wait_all(procs)
+        before = site.snapshot()
+        members = resp_command(redis_server.port, "SCARD", "site:dupefilter")
+        # A small batch, so that the cursor is saved many times; a second run is a new
+        # pass that finds every fingerprint present.
+        first = migrate(redis_server.url, "--batch", "50")
+        again = migrate(redis_server.url, "--batch", "50")
+        new = wait_all([start(site, redis_server.url, tmp_path / "new.log",
+                              SCHEDULER_PERSIST=True)])[0]
+        hits = site.snapshot()
+    finally:
+        site.close()
+    print(f"old run {len(before)} pages, set {members}; migration {first}; again {again}")
+    assert close_reason(old) == "shutdown" and close_reason(new) == "finished"
+    assert first["scanned"] >= members and first["added"] == members
+    assert again["added"] == 0 and again["resumed_at"] == 0
+    assert len(before) < 1000
+    check_once(site, hits)
+
+
+def test_migration_resumes_from_its_saved_cursor(redis_server):
+    """A migration killed mid-way continues from the cursor it saved, and every member of
+    the set ends up in the filter."""
+    import hashlib
+
+    from bloomsled import SharedFilter
+
+    fps = [hashlib.sha1(str(i).encode()).hexdigest() for i in range(20_000)]
+    for i in range(0, len(fps), 1000):
+        resp_command(redis_server.port, "SADD", "site:dupefilter", *fps[i:i + 1000])
+    p = subprocess.Popen(
+        [sys.executable, "-m", "bloomsled.scrapy_redis_migrate", "--redis-url",
+         redis_server.url, "--spider", "site", "--expected-items", "100000", "--batch", "100"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    state = "bloomsled:{site:bloomsled-dupefilter}:migration"
+    deadline = time.time() + 60
+    while True:
+        saved = resp_command(redis_server.port, "HGET", state, "scanned")
+        if saved and int(saved) >= 2000:  # type: ignore[arg-type]
+            break
+        assert p.poll() is None and time.time() < deadline, "the migration did not run"
+        time.sleep(0.005)
+    p.kill()
+    p.wait()
+    done = resp_command(redis_server.port, "HGET", state, "done")
+    out = migrate(redis_server.url, "--batch", "100")
+    if done == b"0":
+        assert out["resumed_at"] != 0
+    f = SharedFilter.open("site:bloomsled-dupefilter", redis_server.url)
+    assert all(f.contains_many([bytes.fromhex(h) for h in fps]))
+    assert not any(f.add_exact_many([bytes.fromhex(h) for h in fps[:500]]))
+
+
+def test_redis_gone_for_good_closes_with_the_filters_reason(persistent_redis, tmp_path):
+    """Redis stopped for good mid-crawl: a spider that meets it in the filter closes with
+    ``bloomsled_redis_unavailable`` and an ERROR naming Redis, as under Scrapy's scheduler;
+    none ends ``finished``. A spider that meets the outage only in scrapy-redis's queue (no
+    callback left to ask the filter) keeps failing in ``next_request`` and never closes by
+    itself (scrapy-redis's behaviour, the same with its RFPDupeFilter): stopped here by
+    SIGINT after 60 s."""
+    site = Site(600, tree=3, delay=0.05)
+    try:
+        procs = [
+            start(site, persistent_redis.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True,
+                  BLOOMSLED_REDIS_RETRY_SECONDS=3, IDLE_WAIT=3)
+            for i in range(2)
+        ]
+        wait_fetched(site, 100, procs)
+        persistent_redis.stop()  # and never back
+        deadline = time.time() + 60
+        while time.time() < deadline and any(p.poll() is None for p, _, _ in procs):
+            time.sleep(0.1)
+        stuck = [p for p, _, _ in procs if p.poll() is None]
+        for p in stuck:
+            p.send_signal(signal.SIGINT)
+        logs = wait_all(procs, timeout=120)
+    finally:
+        site.close()
+    reasons = [close_reason(log) for log in logs]
+    print(f"reasons {reasons}, {len(stuck)} stopped by SIGINT")
+    assert "bloomsled_redis_unavailable" in reasons, reasons
+    for log in logs:
+        errors = [line for line in log.splitlines()
+                  if "ERROR" in line and "BLOOMSLED_REDIS_RETRY_SECONDS (3.0 s)" in line]
+        if close_reason(log) == "bloomsled_redis_unavailable":
+            assert errors, log[-3000:]
+        else:
+            assert close_reason(log) == "shutdown" and not errors, log[-3000:]
+
+
+def test_filter_deleted_under_running_spiders_closes_them(redis_server, tmp_path):
+    """What the first process's close does to the others without SCHEDULER_PERSIST
+    (scrapy-redis's flush calls clear()): here clear() is the test's, mid-crawl. The
+    spiders close with ``bloomsled_shared_filter_lost`` instead of crawling again."""
+    from bloomsled import SharedFilter
+
+    site = Site(1500, tree=3, delay=0.2)  # about 20 s of crawl: it outlasts the delete
+    try:
+        procs = [
+            start(site, redis_server.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True,
+                  IDLE_WAIT=3)
+            for i in range(2)
+        ]
+        wait_fetched(site, 100, procs)
+        assert SharedFilter.destroy("site:bloomsled-dupefilter", redis_server.url)
+        logs = wait_all(procs)
+        hits = site.snapshot()
+    finally:
+        site.close()
+    reasons = [close_reason(log) for log in logs]
+    print(f"reasons {reasons}, {len(hits)} pages fetched")
+    assert reasons == ["bloomsled_shared_filter_lost"] * 2, reasons
+    assert all(n == 1 for n in hits.values()), hits.most_common(3)
+    assert len(hits) < 1500
