@@ -102,9 +102,9 @@ impl SharedFilter {
         retry_seconds: f64,
     ) -> PyResult<bool> {
         let ep = endpoint(url, cluster, retry_seconds)?;
-        py.detach(|| match bloomsled::shared::SharedFilter::open(&ep, name) {
+        py.detach(|| match bloomsled_redis::SharedFilter::open(&ep, name) {
             Ok(f) => f.destroy().map(|()| true),
-            Err(bloomsled::Error::SharedFilterNotFound { .. }) => Ok(false),
+            Err(bloomsled_redis::Error::SharedFilterNotFound { .. }) => Ok(false),
             Err(e) => Err(e),
         })
         .py_err()
