@@ -19,7 +19,7 @@ use bloomsled::{Config, Db};
 use common::child;
 use common::rng::Rng;
 
-const TREES: [&str; 3] = ["__sled__default", "users", "urls"];
+const TREES: [&str; 3] = [common::DEFAULT_TREE, "users", "urls"];
 const CHILD_ENV: &str = "BLOOMSLED_ROLLBACK_CHILD";
 
 fn config(dir: &Path) -> Config {
@@ -29,21 +29,13 @@ fn config(dir: &Path) -> Config {
         .snapshot_page_size(256)
 }
 
-fn tree(db: &Db, name: &str) -> bloomsled::Tree {
-    if name == "__sled__default" {
-        (**db).clone()
-    } else {
-        db.open_tree(name).unwrap()
-    }
-}
-
 fn key(tag: &str, tree: &str, i: u64) -> Vec<u8> {
     format!("https://{tag}.example/{tree}/{i}").into_bytes()
 }
 
 fn insert(db: &Db, tag: &str, from: u64, to: u64) {
     for name in TREES {
-        let t = tree(db, name);
+        let t = common::tree_named(db, name);
         for i in from..to {
             t.insert(key(tag, name, i), &b"v"[..]).unwrap();
         }
@@ -131,7 +123,7 @@ fn false_negatives(dir: &Path) -> (u64, u64, u64) {
     let db = config(dir).open().unwrap();
     let (mut denied, mut checked, mut replayed) = (0, 0, 0);
     for name in TREES {
-        let t = tree(&db, name);
+        let t = common::tree_named(&db, name);
         assert!(t.wait_for_filter(Duration::from_secs(60)).unwrap());
         replayed += u64::from(t.recovery_report().replayed());
         for k in t.iter().keys() {
@@ -190,7 +182,10 @@ fn tree_ids(dir: &Path) -> BTreeMap<&'static str, String> {
     let out = TREES
         .iter()
         .map(|&n| {
-            let p = tree(&db, n).filter_snapshot_path().unwrap().to_path_buf();
+            let p = common::tree_named(&db, n)
+                .filter_snapshot_path()
+                .unwrap()
+                .to_path_buf();
             let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
             (n, stem)
         })

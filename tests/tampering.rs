@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use bloomsled::{Config, Db, RecoveryPolicy};
+use bloomsled::{Config, RecoveryPolicy};
 use common::child;
 use common::rng::Rng;
 
-const TREES: [&str; 3] = ["__sled__default", "users", "urls"];
+const TREES: [&str; 3] = [common::DEFAULT_TREE, "users", "urls"];
 const CHILD_ENV: &str = "BLOOMSLED_TAMPER_CHILD";
 
 fn config(dir: &Path) -> Config {
@@ -23,14 +23,6 @@ fn config(dir: &Path) -> Config {
         .path(dir)
         .expected_items(2_000)
         .snapshot_page_size(256)
-}
-
-fn tree(db: &Db, name: &str) -> bloomsled::Tree {
-    if name == "__sled__default" {
-        (**db).clone()
-    } else {
-        db.open_tree(name).unwrap()
-    }
 }
 
 fn key(db_tag: &str, tree: &str, i: u64) -> Vec<u8> {
@@ -41,7 +33,7 @@ fn key(db_tag: &str, tree: &str, i: u64) -> Vec<u8> {
 fn grow(dir: &Path, tag: &str, from: u64, to: u64) {
     let db = config(dir).open().unwrap();
     for name in TREES {
-        let t = tree(&db, name);
+        let t = common::tree_named(&db, name);
         for i in from..to {
             t.insert(key(tag, name, i), &b"v"[..]).unwrap();
         }
@@ -64,7 +56,7 @@ fn tamper_child() {
     let to: u64 = parts.next().unwrap().parse().unwrap();
     let db = config(&dir).open().unwrap();
     for name in TREES {
-        let t = tree(&db, name);
+        let t = common::tree_named(&db, name);
         for i in from..to {
             t.insert(key(&tag, name, i), &b"c"[..]).unwrap();
         }
@@ -110,7 +102,10 @@ fn paths_by_tree(dir: &Path) -> BTreeMap<&'static str, PathBuf> {
         .map(|&n| {
             (
                 n,
-                tree(&db, n).filter_snapshot_path().unwrap().to_path_buf(),
+                common::tree_named(&db, n)
+                    .filter_snapshot_path()
+                    .unwrap()
+                    .to_path_buf(),
             )
         })
         .collect();
@@ -125,7 +120,7 @@ fn check_no_false_negatives(dir: &Path) -> (u64, usize) {
     let mut false_negatives = 0;
     let mut loaded = 0;
     for name in TREES {
-        let t = tree(&db, name);
+        let t = common::tree_named(&db, name);
         // While the filter is rebuilt every lookup goes to sled; once it is back, the
         // filter alone must hold every key.
         assert!(t

@@ -9,6 +9,19 @@ pub mod rng;
 use std::fs;
 use std::path::Path;
 
+/// The default tree's name as `Db::tree_names` reports it (sled's own).
+pub const DEFAULT_TREE: &str = "__sled__default";
+
+/// The tree called `name` in `db`: the default tree for [`DEFAULT_TREE`], else
+/// `open_tree`, so a test can walk every tree of a database by name.
+pub fn tree_named(db: &bloomsled::Db, name: &str) -> bloomsled::Tree {
+    if name == DEFAULT_TREE {
+        (**db).clone()
+    } else {
+        db.open_tree(name).unwrap()
+    }
+}
+
 /// Copies folder `from` (recursively) into `to`, as a backup or a restore would.
 pub fn copy_dir(from: &Path, to: &Path) {
     fs::create_dir_all(to).unwrap();
