@@ -11,10 +11,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+#[cfg(target_os = "linux")]
 use zerocopy::IntoBytes;
 
+#[cfg(target_os = "linux")]
+use super::journal::COUNTERS_LEN;
 use super::journal::{
-    check_word, decode, file_len, Decoded, JournalHeader, COUNTERS_LEN, FINISHED_OFFSET, NO_SPACE,
+    check_word, decode, file_len, Decoded, JournalHeader, FINISHED_OFFSET, NO_SPACE,
     NO_SPACE_OFFSET, RECORDS_OFFSET, RECORD_LEN, RESERVED_OFFSET,
 };
 use crate::error::JournalFault;
