@@ -221,24 +221,30 @@ def test_kill9_during_a_background_compaction_loses_nothing(tmp_path, seed):
             compactions += 1
     time.sleep(rng.uniform(0, 0.5))
     os.kill(child.pid, signal.SIGKILL)
-    rest, err = child.communicate()
+    # Read the rest through the same text stream readline() used: communicate() reads the
+    # pipe's descriptor and skips what readline() had already buffered, so lines the child
+    # wrote (a "D n" among them) went missing and a done request read as lost.
+    rest = child.stdout.read()
+    assert child.stderr is not None
+    err = child.stderr.read()
+    child.wait()
     assert compactions == target, f"the child did not get there: {err}"
     lines.extend(rest.splitlines(keepends=True))
     acked_add: set[int] = set()
     acked_done: set[int] = set()
-    last = ""
     for line in lines:
         if not line.endswith("\n"):
             continue  # cut by the kill: the append may or may not have happened
-        last = line
         if line.startswith("A "):
             acked_add.add(int(line[2:]))
         elif line.startswith("D "):
             acked_done.add(int(line[2:]))
-    # The one append the kill may have cut off after it reached the log, before the child
-    # said so: after "A n" with n odd, the child's next append is the done record of n - 1
-    # (an unacknowledged add changes no acknowledged request).
-    in_flight_done = int(last[2:]) - 1 if last.startswith("A ") and int(last[2:]) % 2 else None
+    # The one done record the kill may have cut off after it reached the log, before the
+    # child said so: the next one after the newest acknowledged add n, which is n - 1 for n
+    # odd (same round) and n for n even (the next round); an unacknowledged add changes no
+    # acknowledged request.
+    newest = max(acked_add)
+    in_flight_done = newest - 1 if newest % 2 else newest
     log = PendingLog(tmp_path, WIDTH)
     pending = pending_of(log)
     kinds = {(kind, f) for kind, f, _ in log.records()}
