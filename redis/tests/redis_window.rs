@@ -231,19 +231,19 @@ fn concurrent_writers_across_rotations_end_with_one_ring_and_no_false_negative()
             std::thread::spawn(move || {
                 // Each thread has its own handle and connection.
                 let w = SharedWindow::open_with_clock(&ep, "race", Arc::new(c.clone())).unwrap();
-                let mut epochs = Vec::new();
+                let mut incarnations = Vec::new();
                 for r in 0..rounds {
                     barrier.wait(); // all threads meet the new generation at once
                     let mine = keys(&format!("r{r}-t{t}"), 500);
                     w.insert_many(&mine).unwrap();
                     let st = w.stats().unwrap();
-                    epochs.push((st.current, st.live[0].filter.epoch));
+                    incarnations.push((st.current, st.live[0].filter.incarnation));
                     barrier.wait();
                     if t == 0 {
                         c.advance(Duration::from_millis(W));
                     }
                 }
-                epochs
+                incarnations
             })
         })
         .collect();
@@ -254,13 +254,13 @@ fn concurrent_writers_across_rotations_end_with_one_ring_and_no_false_negative()
         assert!(seen.iter().all(|s| s[r] == first), "round {r}: {seen:?}");
     }
     let w = SharedWindow::open_with_clock(&ep, "race", Arc::new(c.clone())).unwrap();
-    // One ring: each generation's entry is the epoch every thread used, and only one
+    // One ring: each generation's entry is the incarnation every thread used, and only one
     // config record exists per generation.
     let r = redis_support::window_ring(&s, &w);
-    for (e, epoch) in seen[0].iter().skip(rounds - g as usize) {
+    for (e, incarnation) in seen[0].iter().skip(rounds - g as usize) {
         assert_eq!(
             r.get(e).map(String::as_str),
-            Some(format!("{epoch:#018x}").as_str())
+            Some(format!("{incarnation:#018x}").as_str())
         );
     }
     let configs: Vec<String> = redis::cmd("KEYS")
@@ -336,7 +336,7 @@ fn a_creator_that_died_mid_rotation_leaves_a_usable_window() {
     w.insert_many(&k).unwrap();
     assert_eq!(
         redis_support::window_ring(&s, &w)[&e],
-        format!("{:#018x}", orphan.epoch()),
+        format!("{:#018x}", orphan.incarnation()),
         "the orphan was adopted"
     );
     assert!(orphan.contains_many(&k).unwrap().iter().all(|&b| b));
@@ -382,7 +382,7 @@ fn create_checks_the_shape_and_bad_settings_are_typed_errors() {
     let c = clock();
     let a = SharedWindow::create(&ep, "shape", &config(4, 1_000, &c)).unwrap();
     let b = SharedWindow::create(&ep, "shape", &config(4, 1_000, &c)).unwrap();
-    assert_eq!(a.epoch(), b.epoch());
+    assert_eq!(a.incarnation(), b.incarnation());
     for other in [config(5, 1_000, &c), config(4, 2_000, &c)] {
         assert!(matches!(
             SharedWindow::create(&ep, "shape", &other),

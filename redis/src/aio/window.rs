@@ -236,16 +236,16 @@ impl AsyncSharedWindow {
         self.window.name()
     }
 
-    /// The epoch of this incarnation of the window (a sync handle of it has the same).
+    /// The incarnation of this incarnation of the window (a sync handle of it has the same).
     ///
     /// ```no_run
     /// # use bloomsled_redis::AsyncSharedWindow;
     /// # fn demo(w: &AsyncSharedWindow) {
-    /// assert_ne!(w.epoch(), 0);
+    /// assert_ne!(w.incarnation(), 0);
     /// # }
     /// ```
-    pub fn epoch(&self) -> u64 {
-        self.window.epoch()
+    pub fn incarnation(&self) -> u64 {
+        self.window.incarnation()
     }
 
     /// The span: `width × generations`.

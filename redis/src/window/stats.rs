@@ -28,8 +28,8 @@ pub struct GenerationStats {
 pub struct SharedWindowStats {
     /// The window's name.
     pub name: String,
-    /// The epoch of this incarnation of the window.
-    pub epoch: u64,
+    /// The incarnation of this incarnation of the window.
+    pub incarnation: u64,
     /// Span: `width × generations`.
     pub span: Duration,
     /// Width of one generation.
@@ -81,7 +81,7 @@ impl SharedWindow {
         }
         Ok(SharedWindowStats {
             name: self.name.clone(),
-            epoch: self.epoch,
+            incarnation: self.incarnation,
             span: self.span(),
             width: self.width(),
             generations: u64::from(self.config.ring.generations()),

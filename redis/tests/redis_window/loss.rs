@@ -87,7 +87,7 @@ fn a_generation_lost_and_recreated_is_an_error_for_every_client() {
     assert!(is_lost(&err), "{err}");
     all_lost(&w, &per.concat());
     all_lost(&other, &per.concat());
-    // The ring entry is written once: still the original epoch.
+    // The ring entry is written once: still the original incarnation.
     let e = w.current_generation();
     let st_before = redis_support::window_ring(&s, &w)[&e].clone();
     let late = SharedWindow::open_with_clock(&ep, "recreate", Arc::new(c.clone())).unwrap();
@@ -131,9 +131,9 @@ fn a_lost_ring_entry_or_record_is_an_error() {
         SharedWindow::open(&ep, "record"),
         Err(Error::SharedFilterNotFound { .. })
     ));
-    // Created again: a new epoch, and the old handles still err.
+    // Created again: a new incarnation, and the old handles still err.
     let again = SharedWindow::create(&ep, "record", &config(4, 2_000, &c)).unwrap();
-    assert_ne!(again.epoch(), w2.epoch());
+    assert_ne!(again.incarnation(), w2.incarnation());
     all_lost(&w2, &per2.concat());
     assert_eq!(
         again
