@@ -467,7 +467,7 @@ fn window_stats(s: &SharedWindowStats, json_mode: bool) {
         .live
         .iter()
         .map(|g| {
-            json!({"generation": g.generation, "starts_at_ms": g.starts_at_ms,
+            json!({"index": g.index, "starts_at_ms": g.starts_at_ms,
                    "expires_at_ms": g.expires_at_ms, "fill_ratio": g.filter.fill_ratio,
                    "estimated_items": g.filter.estimated_items,
                    "estimated_fpr": g.filter.estimated_fpr, "redis_bytes": g.filter.redis_bytes})
@@ -498,7 +498,7 @@ fn window_stats(s: &SharedWindowStats, json_mode: bool) {
                 text.push_str(&format!(
                     "\n  generation {}: expires in {:.1}s, fill {:.4}, ~{} items, estimated \
                      FPR {:.5}",
-                    g.generation,
+                    g.index,
                     g.expires_at_ms.saturating_sub(s.now_ms) as f64 / 1000.0,
                     g.filter.fill_ratio,
                     g.filter.estimated_items,

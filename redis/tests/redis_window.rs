@@ -137,11 +137,8 @@ fn keys_are_found_inside_the_horizon_and_forgotten_past_it() {
     assert_eq!(st.current, cur);
     // The clock stands at the start of a generation nobody wrote to yet.
     assert_eq!(st.live.len(), g as usize - 1);
-    assert!(st.live[0].generation + 1 == cur);
-    assert!(st
-        .live
-        .windows(2)
-        .all(|p| p[0].generation == p[1].generation + 1));
+    assert!(st.live[0].index + 1 == cur);
+    assert!(st.live.windows(2).all(|p| p[0].index == p[1].index + 1));
     for gs in &st.live {
         // 4 steps of 100 keys per generation.
         let n = gs.filter.estimated_items;

@@ -214,7 +214,7 @@ impl AsyncSharedWindow {
     /// # use bloomsled_redis::AsyncSharedWindow;
     /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled_redis::Result<()> {
     /// for g in w.stats().await?.live {
-    ///     println!("generation {}: ~{} keys", g.generation, g.filter.estimated_items);
+    ///     println!("generation {}: ~{} keys", g.index, g.filter.estimated_items);
     /// }
     /// # Ok(())
     /// # }
