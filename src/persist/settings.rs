@@ -7,7 +7,7 @@ use zerocopy::FromZeros;
 use crate::filter::{FilterConfig, FilterMode, Sizing};
 use crate::format::{self, TreeRecord};
 
-/// A fresh record of tree `tree_id` storing `mode` and `cfg` (generation 0, no snapshot,
+/// A fresh record of tree `tree_id` storing `mode` and `cfg` (sequence 0, no snapshot,
 /// never dirty).
 pub(crate) fn record_for(tree_id: [u8; 16], mode: FilterMode, cfg: &FilterConfig) -> TreeRecord {
     let mut r = TreeRecord::new_zeroed();

@@ -46,7 +46,7 @@ fn run(s: &Arc<TreeState>) {
     match result {
         Ok(r) => {
             if let Some(info) = &r.snapshot {
-                s.recovery.set_generation(info.generation);
+                s.recovery.set_sequence(info.sequence);
             }
             log::info!(
                 "bloomsled: tree {:?}: filter back in use, rebuilt from {} keys in {:?} ({:.0} \
@@ -87,8 +87,8 @@ pub(crate) fn report(s: &TreeState) -> RecoveryReport {
     } else if !s.recovery.is_ready() && o.failed.is_none() {
         r.rebuilding = progress(s);
     }
-    if let Some(g) = o.generation {
-        r.generation = g;
+    if let Some(g) = o.sequence {
+        r.sequence = g;
     }
     r
 }

@@ -6,10 +6,10 @@
 //! staged, so a commit can never publish a key the filter denies.
 //!
 //! Before sled's transaction starts, each tree's dirty mark is made to cover the current
-//! generation, and the generation is held still until the transaction ends
-//! (`Persistence::hold_generation`): sled runs the closure under a global lock that every
+//! sequence, and the sequence is held still until the transaction ends
+//! (`Persistence::hold_sequence`): sled runs the closure under a global lock that every
 //! other sled write waits for, so the record cannot be written from inside it (it would wait
-//! for itself). A snapshot that wants to move the generation on waits for the transaction.
+//! for itself). A snapshot that wants to move the sequence on waits for the transaction.
 //!
 //! A transaction holds the gate of each of its trees (in a fixed order, so two transactions
 //! never wait on each other) for its whole run, and keeps a write log per tree: the keys it
@@ -188,9 +188,9 @@ enum Outcome {
 struct Run<'t> {
     /// One per distinct tree, in gate order.
     holds: Vec<Writing<'t>>,
-    /// The trees' generations held still from their dirty marks to the transaction's end
+    /// The trees' sequences held still from their dirty marks to the transaction's end
     /// (see the module docs); released before the write logs settle, which may snapshot.
-    generations: Vec<std::sync::RwLockReadGuard<'t, ()>>,
+    sequences: Vec<std::sync::RwLockReadGuard<'t, ()>>,
     distinct: Vec<Arc<TxTree>>,
     /// One per tree as the caller listed them (a tree may appear twice).
     views: Vec<Arc<TxTree>>,
@@ -203,10 +203,10 @@ impl<'t> Run<'t> {
         order.sort_by_key(|t| id(t));
         order.dedup_by_key(|t| id(t));
         let holds = order.iter().map(|t| Writing::new(&t.state)).collect();
-        let mut generations = Vec::new();
+        let mut sequences = Vec::new();
         for t in &order {
             if let Some(p) = &t.state.persist {
-                generations.push(p.hold_generation()?);
+                sequences.push(p.hold_sequence()?);
             }
         }
         let distinct: Vec<Arc<TxTree>> = order
@@ -228,7 +228,7 @@ impl<'t> Run<'t> {
             .collect();
         Ok(Run {
             holds,
-            generations,
+            sequences,
             distinct,
             views,
         })
@@ -266,7 +266,7 @@ impl<'t> Run<'t> {
 
     /// Settles every write log (see the module docs) and ends the writes.
     fn settle<A, E>(mut self, result: &TransactionResult<A, E>) {
-        self.generations.clear();
+        self.sequences.clear();
         let outcome = match result {
             Ok(_) => Outcome::Committed,
             Err(TransactionError::Abort(_)) => Outcome::Aborted,

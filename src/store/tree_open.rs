@@ -101,7 +101,7 @@ fn open_in_memory(
         outcome: RecoveryOutcome::InMemory,
         keys_scanned: scanned,
         bytes_verified: 0,
-        generation: 0,
+        sequence: 0,
         duration: start.elapsed(),
         rebuilding: None,
     };
