@@ -118,13 +118,14 @@ impl FilterConfig {
         self.sizing
     }
 
-    /// The hash seed ([`FilterConfig::seed`]).
+    /// The hash seed, as set by [`FilterConfig::seed`] (a builder getter is the setter's name
+    /// with `get_`, as in `std::process::Command`).
     ///
     /// ```
     /// let cfg = bloomsled::FilterConfig::new(5_000).seed(7);
-    /// assert_eq!(cfg.hash_seed(), 7);
+    /// assert_eq!(cfg.get_seed(), 7);
     /// ```
-    pub fn hash_seed(&self) -> u64 {
+    pub fn get_seed(&self) -> u64 {
         self.seed
     }
 

@@ -27,7 +27,7 @@ pub(crate) fn set_settings(r: &mut TreeRecord, mode: FilterMode, cfg: &FilterCon
     r.sizing = U64::new(value.to_bits());
     r.capacity = U64::new(cfg.capacity());
     r.num_hashes = U32::new(cfg.num_hashes_override().unwrap_or(0));
-    r.seed = U64::new(cfg.hash_seed());
+    r.seed = U64::new(cfg.get_seed());
 }
 
 /// The sizing a record stores.
