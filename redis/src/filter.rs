@@ -151,7 +151,7 @@ impl SharedFilter {
             num_blocks: fshape.num_blocks,
             shards: layout.shards,
             shard_blocks: layout.shard_blocks,
-            capacity: config.capacity(),
+            capacity: config.get_expected_items(),
             counting: options.counting,
         };
         Ok((layout, shape))

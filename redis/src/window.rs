@@ -141,7 +141,7 @@ fn generation_shape(name: &str, config: &SharedWindowConfig) -> Result<SharedSha
         num_blocks: fshape.num_blocks,
         shards: probe.shards,
         shard_blocks: probe.shard_blocks,
-        capacity: config.filter.capacity(),
+        capacity: config.filter.get_expected_items(),
         counting: false,
     })
 }

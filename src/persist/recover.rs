@@ -443,5 +443,5 @@ fn report(
 
 /// The empty filter of a sizing.
 fn empty_filter(mode: FilterMode, sizing: &FilterConfig) -> Result<AnyFilter> {
-    AnyFilter::new(mode, sizing.shape()?, sizing.capacity())
+    AnyFilter::new(mode, sizing.shape()?, sizing.get_expected_items())
 }

@@ -25,8 +25,8 @@ pub(crate) fn set_settings(r: &mut TreeRecord, mode: FilterMode, cfg: &FilterCon
     };
     r.sizing_kind = U32::new(kind);
     r.sizing = U64::new(value.to_bits());
-    r.capacity = U64::new(cfg.capacity());
-    r.num_hashes = U32::new(cfg.num_hashes_override().unwrap_or(0));
+    r.capacity = U64::new(cfg.get_expected_items());
+    r.num_hashes = U32::new(cfg.get_num_hashes().unwrap_or(0));
     r.seed = U64::new(cfg.get_seed());
 }
 
