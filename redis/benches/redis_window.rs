@@ -19,7 +19,6 @@ mod common;
 #[path = "../tests/redis_support/mod.rs"]
 mod redis_support;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bloomsled::clock::ManualClock;
@@ -59,7 +58,7 @@ fn main() {
             FilterConfig::new((n / GENERATIONS as usize) as u64 + 1)
                 .false_positive_rate(0.01 / f64::from(GENERATIONS)),
         )
-        .clock(Arc::new(clock.clone())),
+        .clock(clock.clone()),
     )
     .unwrap();
     for (g, chunk) in present.chunks(n.div_ceil(GENERATIONS as usize)).enumerate() {

@@ -217,7 +217,7 @@ impl SharedWindow {
     /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn open(endpoint: &Endpoint, name: &str) -> Result<Self> {
-        Self::open_with_clock(endpoint, name, Arc::new(SystemClock))
+        Self::open_with_clock(endpoint, name, SystemClock)
     }
 
     /// Opens the existing window `name`, reading time from `clock`.
@@ -225,14 +225,18 @@ impl SharedWindow {
     /// ```no_run
     /// use bloomsled::clock::ManualClock;
     /// use bloomsled_redis::{Endpoint, SharedWindow};
-    /// use std::sync::Arc;
     /// let clock = ManualClock::starting_now();
     /// let ep = Endpoint::url("redis://127.0.0.1:6379/");
-    /// let w = SharedWindow::open_with_clock(&ep, "crawled", Arc::new(clock.clone()))?;
+    /// let w = SharedWindow::open_with_clock(&ep, "crawled", clock.clone())?;
     /// # let _ = w;
     /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
-    pub fn open_with_clock(endpoint: &Endpoint, name: &str, clock: Arc<dyn Clock>) -> Result<Self> {
+    pub fn open_with_clock(
+        endpoint: &Endpoint,
+        name: &str,
+        clock: impl Clock + 'static,
+    ) -> Result<Self> {
+        let clock: Arc<dyn Clock> = Arc::new(clock);
         check_window_name(name)?;
         let session = Arc::new(Session::open(endpoint)?);
         let key = window_key(name);

@@ -353,7 +353,7 @@ async fn the_async_window_shares_a_window_with_the_sync_one_and_reports_its_loss
     let ep = Endpoint::url(s.url());
     let clock = ManualClock::new(1_000_000_000);
     let config = SharedWindowConfig::new(Duration::from_secs(60), 3, FilterConfig::new(10_000))
-        .clock(Arc::new(clock.clone()));
+        .clock(clock.clone());
     let w = AsyncSharedWindow::create(&ep, "recent", &config)
         .await
         .unwrap();
@@ -374,7 +374,7 @@ async fn the_async_window_shares_a_window_with_the_sync_one_and_reports_its_loss
     let second = keys("second", 3_000);
     let (ep2, c2, k2) = (ep.clone(), clock.clone(), second.clone());
     let (incarnation, sees_first) = tokio::task::spawn_blocking(move || {
-        let sw = SharedWindow::open_with_clock(&ep2, "recent", Arc::new(c2)).unwrap();
+        let sw = SharedWindow::open_with_clock(&ep2, "recent", c2).unwrap();
         sw.insert_many(&k2).unwrap();
         let first = keys("first", 3_000);
         (sw.incarnation(), sw.contains_many(&first).unwrap())
@@ -408,7 +408,7 @@ async fn the_async_window_on_a_cluster_answers_across_rotations_and_reports_a_fl
     let ep = Endpoint::cluster(c.urls());
     let clock = ManualClock::new(1_000_000_000);
     let config = SharedWindowConfig::new(Duration::from_secs(60), 3, FilterConfig::new(20_000))
-        .clock(Arc::new(clock.clone()));
+        .clock(clock.clone());
     let w = Arc::new(
         AsyncSharedWindow::create(&ep, "cluster-recent", &config)
             .await
@@ -435,7 +435,7 @@ async fn the_async_window_on_a_cluster_answers_across_rotations_and_reports_a_fl
     let second = keys("second", 2_000);
     let (ep2, c2, k2) = (ep.clone(), clock.clone(), second.clone());
     let incarnation = tokio::task::spawn_blocking(move || {
-        let sw = SharedWindow::open_with_clock(&ep2, "cluster-recent", Arc::new(c2)).unwrap();
+        let sw = SharedWindow::open_with_clock(&ep2, "cluster-recent", c2).unwrap();
         sw.insert_many(&k2).unwrap();
         sw.incarnation()
     })

@@ -42,7 +42,7 @@ fn config(generations: u32, items: u64, clock: &ManualClock) -> SharedWindowConf
         generations,
         FilterConfig::new(items),
     )
-    .clock(Arc::new(clock.clone()))
+    .clock(clock.clone())
 }
 
 fn is_lost(e: &Error) -> bool {
@@ -87,7 +87,7 @@ fn keys_are_found_inside_the_horizon_and_forgotten_past_it() {
     let c = clock();
     let g = 4u32;
     let w = SharedWindow::create(&ep, "horizon", &config(g, 2_000, &c)).unwrap();
-    let reader = SharedWindow::open_with_clock(&ep, "horizon", Arc::new(c.clone())).unwrap();
+    let reader = SharedWindow::open_with_clock(&ep, "horizon", c.clone()).unwrap();
     let span = W * u64::from(g);
     // Keys added every quarter generation for three spans; after each step every key still
     // inside its horizon must be found, by the writer and by another client.
@@ -160,7 +160,7 @@ fn generations_nobody_wrote_to_are_not_errors_and_a_clock_stepping_back_hides_no
     // Three empty generations later the key is still inside the horizon.
     c.advance(Duration::from_millis(3 * W));
     assert!(w.contains_many(&a).unwrap().iter().all(|&b| b));
-    let fresh = SharedWindow::open_with_clock(&ep, "sparse", Arc::new(c.clone())).unwrap();
+    let fresh = SharedWindow::open_with_clock(&ep, "sparse", c.clone()).unwrap();
     assert!(fresh.contains_many(&a).unwrap().iter().all(|&b| b));
     assert_eq!(fresh.stats().unwrap().live.len(), 1);
     // A clock stepping back does not bring the window back in time for a handle.
@@ -227,7 +227,7 @@ fn concurrent_writers_across_rotations_end_with_one_ring_and_no_false_negative()
             let (ep, c, barrier) = (ep.clone(), c.clone(), barrier.clone());
             std::thread::spawn(move || {
                 // Each thread has its own handle and connection.
-                let w = SharedWindow::open_with_clock(&ep, "race", Arc::new(c.clone())).unwrap();
+                let w = SharedWindow::open_with_clock(&ep, "race", c.clone()).unwrap();
                 let mut incarnations = Vec::new();
                 for r in 0..rounds {
                     barrier.wait(); // all threads meet the new generation at once
@@ -250,7 +250,7 @@ fn concurrent_writers_across_rotations_end_with_one_ring_and_no_false_negative()
         let first = seen[0][r];
         assert!(seen.iter().all(|s| s[r] == first), "round {r}: {seen:?}");
     }
-    let w = SharedWindow::open_with_clock(&ep, "race", Arc::new(c.clone())).unwrap();
+    let w = SharedWindow::open_with_clock(&ep, "race", c.clone()).unwrap();
     // One ring: each generation's entry is the incarnation every thread used, and only one
     // config record exists per generation.
     let r = redis_support::window_ring(&s, &w);
@@ -291,7 +291,7 @@ fn a_writer_whose_clock_runs_ahead_is_still_read() {
     let behind = clock();
     let ahead = ManualClock::new(behind.now_ms() + W + W / 4);
     let w = SharedWindow::create(&ep, "skew", &config(3, 1_000, &behind)).unwrap();
-    let fast = SharedWindow::open_with_clock(&ep, "skew", Arc::new(ahead.clone())).unwrap();
+    let fast = SharedWindow::open_with_clock(&ep, "skew", ahead.clone()).unwrap();
     behind.advance(Duration::from_millis(W / 2));
     // The fast writer is already in the next generation; the slow reader is not.
     assert_eq!(fast.current_generation(), w.current_generation() + 1);
@@ -356,7 +356,7 @@ fn a_creator_that_died_mid_rotation_leaves_a_usable_window() {
         .arg(vec![0xffu8; 100])
         .exec(&mut cli)
         .unwrap();
-    let other = SharedWindow::open_with_clock(&ep, "dead", Arc::new(c.clone())).unwrap();
+    let other = SharedWindow::open_with_clock(&ep, "dead", c.clone()).unwrap();
     let k2 = keys("after-crash", 200);
     other.insert_many(&k2).unwrap();
     for h in [&w, &other] {
@@ -454,7 +454,7 @@ fn a_window_on_a_three_master_cluster() {
     let all = per.concat();
     assert!(w.contains_many(&all).unwrap().iter().all(|&b| b));
     assert!(w.contains(&per[0][3]).unwrap());
-    let reader = SharedWindow::open_with_clock(&ep, "cw", Arc::new(c.clone())).unwrap();
+    let reader = SharedWindow::open_with_clock(&ep, "cw", c.clone()).unwrap();
     assert!(reader.contains_many(&all).unwrap().iter().all(|&b| b));
     let fp = reader
         .contains_many(&keys("absent", 5_000))

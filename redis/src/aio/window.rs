@@ -90,7 +90,7 @@ impl AsyncSharedWindow {
     /// # }
     /// ```
     pub async fn open(endpoint: &Endpoint, name: &str) -> Result<Self> {
-        Self::open_with_clock(endpoint, name, Arc::new(bloomsled::clock::SystemClock)).await
+        Self::open_with_clock(endpoint, name, bloomsled::clock::SystemClock).await
     }
 
     /// [`SharedWindow::open_with_clock`], awaited: opens the existing window `name`, reading
@@ -99,11 +99,10 @@ impl AsyncSharedWindow {
     /// ```no_run
     /// use bloomsled::clock::ManualClock;
     /// use bloomsled_redis::{AsyncSharedWindow, Endpoint};
-    /// use std::sync::Arc;
     /// # async fn demo() -> bloomsled_redis::Result<()> {
     /// let clock = ManualClock::starting_now();
     /// let ep = Endpoint::url("redis://127.0.0.1:6379/");
-    /// let w = AsyncSharedWindow::open_with_clock(&ep, "crawled", Arc::new(clock.clone())).await?;
+    /// let w = AsyncSharedWindow::open_with_clock(&ep, "crawled", clock.clone()).await?;
     /// # let _ = w;
     /// # Ok(())
     /// # }
@@ -111,7 +110,7 @@ impl AsyncSharedWindow {
     pub async fn open_with_clock(
         endpoint: &Endpoint,
         name: &str,
-        clock: Arc<dyn Clock>,
+        clock: impl Clock + 'static,
     ) -> Result<Self> {
         let (endpoint, name) = (endpoint.clone(), name.to_owned());
         let window = off_the_runtime("AsyncSharedWindow::open", move || {
