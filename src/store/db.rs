@@ -78,7 +78,7 @@ impl fmt::Debug for Db {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Db")
             .field("default", &self.default)
-            .field("filter_config", &self.state.config.filter)
+            .field("filter", &self.state.config.filter)
             .finish()
     }
 }
