@@ -193,7 +193,7 @@ mod journal;
 mod journal_map;
 mod live;
 mod meta;
-mod recover;
+mod recovery;
 mod scan_pause;
 mod settings;
 mod tree_files;
@@ -218,7 +218,7 @@ pub use scan_pause::{pause_rebuild_scans_after, rebuild_scans_paused};
 
 pub(crate) use live::{filter_image, Persistence};
 pub(crate) use meta::Meta;
-pub(crate) use recover::{recover, Opening, Start};
+pub(crate) use recovery::{recover, Opening, Start};
 
 /// What `open` does with a snapshot it cannot trust.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,5 +1,5 @@
 //! The live persistence state of one open tree: the dirty mark before writes, the crash
-//! journal's appends, snapshots. Recovery at open (`recover.rs`) decides from the tree's
+//! journal's appends, snapshots. Recovery at open (`recovery.rs`) decides from the tree's
 //! record and files before this state exists, then hands them to [`Persistence::new`].
 
 use std::path::Path;
