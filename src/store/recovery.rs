@@ -2,6 +2,15 @@
 //! pass-all filter (every lookup goes to sled, so every answer is right) while its real
 //! filter is rebuilt under the online-rebuild protocol ([`super::rebuild`]), in the
 //! background by default; then the real filter is swapped in and snapshotted.
+//!
+//! Recovery at open, in order: `crate::persist`'s recovery reads the tree's record and
+//! judges its snapshot and journals (`src/persist/recovery.rs`); [`open`] turns its verdict
+//! into the tree's filter (`open_filter`); this file rebuilds what was not trusted;
+//! [`crate::store::ready`] says whether the filter is in use yet (it lives beside
+//! `TreeState`, which holds it); `report` is the `Tree` API over all of it.
+
+pub(super) mod open;
+mod report;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
