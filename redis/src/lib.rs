@@ -69,7 +69,7 @@ macro_rules! filter_getters {
                 self.shape
             }
 
-            /// The incarnation of this incarnation of the filter (random, non-zero, set at
+            /// The filter's incarnation tag (random, non-zero, set at
             /// creation): every handle of one filter, sync or async, has the same.
             ///
             /// ```no_run

@@ -18,7 +18,7 @@ pub struct SharedStats {
     pub name: String,
     /// Its shape.
     pub shape: SharedShape,
-    /// The incarnation of this incarnation.
+    /// The filter's incarnation tag: random, non-zero, chosen when it was created.
     pub incarnation: u64,
     /// Filter bits (tags excluded).
     pub num_bits: u64,

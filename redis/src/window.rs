@@ -117,8 +117,9 @@ fn window_key(name: &str) -> String {
     format!("bloomsled:{{{name}}}:window")
 }
 
-/// The name of the filter of generation `e` of the window `name` of incarnation `incarnation`: the
-/// incarnation keeps a window created again after a loss from adopting a lost one's leftovers.
+/// The name of the filter of generation `e` of the window `name` in its incarnation
+/// `incarnation`: the tag keeps a window created again after a loss from adopting a lost
+/// one's leftovers.
 fn gen_name(name: &str, incarnation: u64, e: u64) -> String {
     format!("{name}:w{incarnation:016x}:g{e}")
 }
@@ -421,7 +422,7 @@ impl SharedWindow {
         &self.name
     }
 
-    /// The incarnation of this incarnation of the window (random, non-zero, set at creation).
+    /// The window's incarnation tag (random, non-zero, set at creation).
     pub fn incarnation(&self) -> u64 {
         self.incarnation
     }

@@ -235,7 +235,7 @@ impl AsyncSharedWindow {
         self.window.name()
     }
 
-    /// The incarnation of this incarnation of the window (a sync handle of it has the same).
+    /// The window's incarnation tag (a sync handle of it has the same).
     ///
     /// ```no_run
     /// # use bloomsled_redis::AsyncSharedWindow;

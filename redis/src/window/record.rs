@@ -121,7 +121,8 @@ impl StoredWindowSettings {
     }
 }
 
-/// The `filter` field of a window of incarnation `incarnation`: a ready filter record (the shape).
+/// The `filter` field of the window incarnation `incarnation`: a ready filter record (the
+/// shape).
 pub(crate) fn encode_filter(shape: super::super::SharedShape, incarnation: u64) -> String {
     Record {
         shape,

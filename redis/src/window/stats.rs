@@ -28,7 +28,7 @@ pub struct GenerationStats {
 pub struct SharedWindowStats {
     /// The window's name.
     pub name: String,
-    /// The incarnation of this incarnation of the window.
+    /// The window's incarnation tag: random, non-zero, chosen when it was created.
     pub incarnation: u64,
     /// Span: `width × generations`.
     pub span: Duration,
