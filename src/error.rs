@@ -290,25 +290,25 @@ pub enum Distrust {
     /// The snapshot is not the one the tree's record names: an older or newer copy (a
     /// restored backup, a rolled-back file) or one whose completion never became durable.
     #[error(
-        "snapshot is not the current one (file generation {snapshot_generation}, \
-         record names generation {recorded_generation})"
+        "snapshot is not the current one (file sequence {snapshot_sequence}, \
+         record names sequence {recorded_sequence})"
     )]
     NotCurrent {
-        /// Generation in the file.
-        snapshot_generation: u64,
-        /// Generation the tree's record names.
-        recorded_generation: u64,
+        /// Sequence in the file.
+        snapshot_sequence: u64,
+        /// Sequence the tree's record names.
+        recorded_sequence: u64,
     },
     /// The tree was written after the snapshot was taken (or a crash left it marked so).
     #[error(
-        "stale snapshot: generation {snapshot_generation}, tree written after generation \
-         {dirty_generation}"
+        "stale snapshot: sequence {snapshot_sequence}, tree written after sequence \
+         {dirty_sequence}"
     )]
     Stale {
-        /// Generation of the snapshot.
-        snapshot_generation: u64,
-        /// Highest generation marked dirty.
-        dirty_generation: u64,
+        /// Sequence of the snapshot.
+        snapshot_sequence: u64,
+        /// Highest sequence marked dirty.
+        dirty_sequence: u64,
     },
     /// The snapshot holds a filter of another mode than the tree is opened with.
     #[error("snapshot holds a {snapshot} filter, the tree is opened in {configured} mode")]
@@ -336,14 +336,14 @@ pub enum Distrust {
     /// The tree was written after its snapshot (as [`Distrust::Stale`]) and the crash
     /// journal of those writes could not stand for them (see [`crate::persist`]).
     #[error(
-        "stale snapshot (generation {snapshot_generation}, written after generation \
-         {dirty_generation}) and its crash journal not usable: {fault}"
+        "stale snapshot (sequence {snapshot_sequence}, written after sequence \
+         {dirty_sequence}) and its crash journal not usable: {fault}"
     )]
     Journal {
-        /// Generation of the snapshot.
-        snapshot_generation: u64,
-        /// Highest generation marked dirty.
-        dirty_generation: u64,
+        /// Sequence of the snapshot.
+        snapshot_sequence: u64,
+        /// Highest sequence marked dirty.
+        dirty_sequence: u64,
         /// Why the journal was not replayed.
         fault: JournalFault,
     },
@@ -359,31 +359,31 @@ pub enum Distrust {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum JournalFault {
-    /// The journal of a generation the tree was written in is not there.
-    #[error("no journal for generation {generation}")]
+    /// The journal of a sequence the tree was written in is not there.
+    #[error("no journal for sequence {sequence}")]
     Missing {
-        /// The generation whose journal is missing.
-        generation: u64,
+        /// The sequence whose journal is missing.
+        sequence: u64,
     },
-    /// More generations were written since the snapshot than journals are kept for.
-    #[error("{generations} generations written since the snapshot")]
+    /// More sequences were written since the snapshot than journals are kept for.
+    #[error("{sequences} sequences written since the snapshot")]
     TooMany {
-        /// Generations the journals would have to cover.
-        generations: u64,
+        /// Sequences the journals would have to cover.
+        sequences: u64,
     },
     /// The header or a record does not decode (a flipped byte, an overwrite).
-    #[error("damaged journal of generation {generation}: {what}")]
+    #[error("damaged journal of sequence {sequence}: {what}")]
     Damaged {
-        /// The journal's generation.
-        generation: u64,
+        /// The journal's sequence.
+        sequence: u64,
         /// What failed.
         what: String,
     },
     /// The file is not as long as its header says (truncated or extended).
-    #[error("journal of generation {generation} is {got} bytes, its header says {expected}")]
+    #[error("journal of sequence {sequence} is {got} bytes, its header says {expected}")]
     Truncated {
-        /// The journal's generation.
-        generation: u64,
+        /// The journal's sequence.
+        sequence: u64,
         /// Bytes the header announces.
         expected: u64,
         /// Bytes found.
@@ -400,11 +400,11 @@ pub enum JournalFault {
     #[error("journal belongs to another tree")]
     OtherTree,
     /// Not a journal of the snapshot the tree's record names (another history, or a file
-    /// renamed to another generation).
-    #[error("journal of generation {generation} does not follow the recorded snapshot")]
+    /// renamed to another sequence).
+    #[error("journal of sequence {sequence} does not follow the recorded snapshot")]
     NotCurrent {
-        /// The generation it was read for.
-        generation: u64,
+        /// The sequence it was read for.
+        sequence: u64,
     },
     /// Its hashes were taken with another seed than the snapshot's filter uses.
     #[error("journal hashes use seed {journal}, the filter {filter}")]
@@ -415,43 +415,43 @@ pub enum JournalFault {
         filter: u64,
     },
     /// More writes than it has room for: the later ones were not journaled.
-    #[error("journal of generation {generation} overflowed")]
+    #[error("journal of sequence {sequence} overflowed")]
     Overflowed {
-        /// The journal's generation.
-        generation: u64,
+        /// The journal's sequence.
+        sequence: u64,
     },
     /// The file system had no room to grow the journal (a full disk): the writes from then
     /// on were not journaled (each still reached sled; the process was not stopped).
     ///
     /// ```
-    /// let f = bloomsled::JournalFault::NoSpace { generation: 3 };
+    /// let f = bloomsled::JournalFault::NoSpace { sequence: 3 };
     /// assert!(f.to_string().contains("no room"));
     /// ```
-    #[error("journal of generation {generation}: the file system had no room to grow it")]
+    #[error("journal of sequence {sequence}: the file system had no room to grow it")]
     NoSpace {
-        /// The journal's generation.
-        generation: u64,
+        /// The journal's sequence.
+        sequence: u64,
     },
     /// The journal's counter file (outside the database folder) is not there: a reboot
     /// cleared it, or it was deleted, or the journal is a copy from elsewhere.
-    #[error("journal of generation {generation}: its counter file is gone")]
+    #[error("journal of sequence {sequence}: its counter file is gone")]
     CountersMissing {
-        /// The journal's generation.
-        generation: u64,
+        /// The journal's sequence.
+        sequence: u64,
     },
     /// The journal is not the one its counter file counts for: an earlier incarnation of
-    /// the same tree's journal of that generation (a copy put back).
-    #[error("journal of generation {generation} is an earlier copy (another nonce)")]
+    /// the same tree's journal of that sequence (a copy put back).
+    #[error("journal of sequence {sequence} is an earlier copy (another nonce)")]
     OtherIncarnation {
-        /// The journal's generation.
-        generation: u64,
+        /// The journal's sequence.
+        sequence: u64,
     },
     /// Fewer intact records than writers finished: records were erased (or the journal
     /// is an earlier copy of itself).
-    #[error("journal of generation {generation}: {finished} records finished, {found} found")]
+    #[error("journal of sequence {sequence}: {finished} records finished, {found} found")]
     RecordsLost {
-        /// The journal's generation.
-        generation: u64,
+        /// The journal's sequence.
+        sequence: u64,
         /// Records writers finished.
         finished: u64,
         /// Intact records found.

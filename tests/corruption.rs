@@ -326,11 +326,11 @@ fn a_rolled_back_snapshot_is_not_trusted() {
         Err(Error::SnapshotRejected {
             fault:
                 Distrust::NotCurrent {
-                    snapshot_generation,
-                    recorded_generation,
+                    snapshot_sequence,
+                    recorded_sequence,
                 },
             ..
-        }) => assert!(recorded_generation > snapshot_generation),
+        }) => assert!(recorded_sequence > snapshot_sequence),
         other => panic!("{other:?}"),
     }
 }
@@ -360,7 +360,7 @@ fn a_missing_or_damaged_record_forces_a_rebuild() {
         Distrust::RecordUnreadable(DecodeError::HeaderChecksum { .. })
     ));
     // A record marked dirty (as a crash after a write leaves it) is stale, and a dirty mark
-    // this far past the snapshot is more generations than crash journals are kept for.
+    // this far past the snapshot is more sequences than crash journals are kept for.
     edit_meta(f.dir.path(), |m| {
         let mut r = m.get(b"t/t").unwrap().unwrap().to_vec();
         r[56..64].copy_from_slice(&u64::MAX.to_le_bytes());

@@ -430,7 +430,7 @@ enum Op {
     Remove(u16),
     Batch(Vec<u16>),
     Snapshot,
-    /// A snapshot whose file write fails (a full disk): the generation moves on without a
+    /// A snapshot whose file write fails (a full disk): the sequence moves on without a
     /// trusted snapshot, so the writes after it are in a second journal.
     FailedSnapshot,
     SnapshotAll,

@@ -107,7 +107,7 @@ fn a_snapshot_in_the_retired_layout_is_rejected_and_rebuilt_with_no_false_negati
         num_hashes: k,
         capacity: header.capacity.get(),
         items: header.items.get(),
-        generation: header.generation.get(),
+        sequence: header.sequence.get(),
     };
     let mut bytes = format::encode(&meta, &old, header.page_size.get());
     bytes[20..24].copy_from_slice(&HASH_KIND_XXH3_GOLDEN.to_le_bytes());

@@ -52,10 +52,10 @@ fn snapshot_generations_advance_and_reads_do_not_dirty() {
     {
         let db = Config::new().path(dir.path()).open().unwrap();
         db.insert("a", "1").unwrap();
-        g1 = db.snapshot().unwrap().generation;
+        g1 = db.snapshot().unwrap().sequence;
         db.insert("b", "2").unwrap();
         let g2 = db.snapshot().unwrap();
-        assert_eq!(g2.generation, g1 + 1);
+        assert_eq!(g2.sequence, g1 + 1);
         assert!(g2.bytes > 0 && g2.pages >= 1);
         // Nothing written since: closing writes nothing new, snapshot_all finds nothing.
         assert!(db.snapshot_all().unwrap().is_empty());
@@ -63,23 +63,23 @@ fn snapshot_generations_advance_and_reads_do_not_dirty() {
     {
         let db = Config::new().path(dir.path()).open().unwrap();
         assert!(db.recovery_report().loaded());
-        assert_eq!(db.recovery_report().generation, g1 + 1);
+        assert_eq!(db.recovery_report().sequence, g1 + 1);
         // Reads only: the snapshot stays valid for the next open.
         assert_eq!(db.get("zzz").unwrap(), None);
         assert!(db.get("a").unwrap().is_some());
     }
     let db = Config::new().path(dir.path()).open().unwrap();
     assert!(db.recovery_report().loaded());
-    assert_eq!(db.recovery_report().generation, g1 + 1);
+    assert_eq!(db.recovery_report().sequence, g1 + 1);
 }
 
-/// Generation of the snapshot file on disk, if there is one.
-fn generation_on_disk(path: &std::path::Path) -> Option<u64> {
+/// Sequence of the snapshot file on disk, if there is one.
+fn sequence_on_disk(path: &std::path::Path) -> Option<u64> {
     let bytes = std::fs::read(path).ok()?;
     Some(
         bloomsled::format::parse_header(&bytes)
             .unwrap()
-            .generation
+            .sequence
             .get(),
     )
 }
@@ -92,7 +92,7 @@ fn automatic_snapshots_by_write_count_and_by_interval() {
         .snapshot_every_writes(100)
         .open()
         .unwrap();
-    assert_eq!(db.recovery_report().generation, 0);
+    assert_eq!(db.recovery_report().sequence, 0);
     let snap = db.filter_snapshot_path().unwrap().to_path_buf();
     // A new tree has no snapshot file yet.
     assert!(!snap.exists());
@@ -100,7 +100,7 @@ fn automatic_snapshots_by_write_count_and_by_interval() {
         db.insert(key(i), "").unwrap();
     }
     // Automatic snapshots at the 100th and 200th write.
-    assert_eq!(generation_on_disk(&snap), Some(2));
+    assert_eq!(sequence_on_disk(&snap), Some(2));
     drop(db);
 
     let dir = tempfile::tempdir().unwrap();
@@ -113,21 +113,21 @@ fn automatic_snapshots_by_write_count_and_by_interval() {
     // The new tree's first periodic snapshot is of the empty filter: its record says so,
     // no file is written.
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(generation_on_disk(&snap), None);
+    assert_eq!(sequence_on_disk(&snap), None);
     db.insert("x", "y").unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while generation_on_disk(&snap).is_none() && Instant::now() < deadline {
+    while sequence_on_disk(&snap).is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let g = generation_on_disk(&snap).expect("no periodic snapshot was taken");
+    let g = sequence_on_disk(&snap).expect("no periodic snapshot was taken");
     // Clean again: no further snapshots while nothing is written.
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(generation_on_disk(&snap), Some(g));
+    assert_eq!(sequence_on_disk(&snap), Some(g));
     drop(db);
     // Both the empty snapshot and the written one load.
     let db = Config::new().path(dir.path()).open().unwrap();
     assert!(db.recovery_report().loaded());
-    assert_eq!(db.recovery_report().generation, g);
+    assert_eq!(db.recovery_report().sequence, g);
 }
 
 #[test]
@@ -183,7 +183,7 @@ fn writes_after_a_reload_make_the_snapshot_stale() {
     assert!(db.recovery_report().loaded());
     db.insert("new", "").unwrap();
     db.flush().unwrap();
-    let gen = db.recovery_report().generation;
+    let gen = db.recovery_report().sequence;
     std::mem::forget(db);
     // sled still holds its lock in this process, so copy the files elsewhere to reopen.
     let copy = tempfile::tempdir().unwrap();
@@ -198,8 +198,8 @@ fn writes_after_a_reload_make_the_snapshot_stale() {
         r.outcome,
         RecoveryOutcome::Rebuilt {
             reason: Distrust::Stale {
-                snapshot_generation: gen,
-                dirty_generation: gen
+                snapshot_sequence: gen,
+                dirty_sequence: gen
             }
         }
     );

@@ -243,7 +243,7 @@ struct Tally {
     failed: Vec<String>,
     sled: Vec<String>,
     /// Databases whose sled crash debris open repaired (a torn `conf` completed, a torn
-    /// snapshot moved aside: src/store/torn*.rs).
+    /// snapshot moved aside: src/store/repair/).
     repaired: u64,
 }
 

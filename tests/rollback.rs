@@ -3,7 +3,7 @@
 //! crash), replaced by another database's, swapped between trees, deleted, truncated or
 //! damaged, in random combinations, with and without a `kill -9` of a real child before
 //! the open. Held against what sled holds (read without the filter): every stored key must
-//! pass the filter, so no false negative whatever the files say (`src/persist/mod.rs`, "An
+//! pass the filter, so no false negative whatever the files say (`src/persist.rs`, "An
 //! earlier copy of a journal").
 
 mod common;

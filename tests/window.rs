@@ -15,7 +15,7 @@ use bloomsled::clock::ManualClock;
 use bloomsled::window::{RotationStep, WindowConfig};
 use bloomsled::{Config, Db, Error, TreeConfig};
 
-/// Generations of 1 s, 3 of them; times start far from 0 (real epochs are large).
+/// Generations of 1 s, 3 of them; times start far from 0 (real generation indexes are large).
 const W: u64 = 1_000;
 const G: u32 = 3;
 const T0: u64 = 1_700_000_000_000;
@@ -195,11 +195,11 @@ fn restart_keeps_the_ring_and_its_times() {
     assert_eq!(db.window_names().unwrap(), vec![sled::IVec::from("r")]);
     let w = db.open_window("r", window_config(&clock, 1_000)).unwrap();
     let s = w.stats();
-    let epochs: Vec<u64> = s.live.iter().map(|g| g.epoch).collect();
+    let indexes: Vec<u64> = s.live.iter().map(|g| g.index).collect();
     let e0 = T0 / W;
-    assert_eq!(epochs, vec![e0 + 2, e0 + 1, e0]);
+    assert_eq!(indexes, vec![e0 + 2, e0 + 1, e0]);
     for g in &s.live {
-        assert_eq!(g.expires_at_ms, (g.epoch + u64::from(G)) * W);
+        assert_eq!(g.expires_at_ms, (g.index + u64::from(G)) * W);
         assert_eq!(g.recovery.keys_scanned, 0, "{:?}", g.recovery);
     }
     for round in 0..3 {
@@ -237,7 +237,7 @@ fn a_clock_going_back_expires_nothing_and_writes_to_the_newest_generation() {
     assert!(w.contains_key("late").unwrap() && w.contains_key("early").unwrap());
     let s = w.stats();
     assert_eq!(s.live.len(), 1, "no generation made for the past");
-    assert_eq!(s.newest_epoch, (T0 + 10 * W) / W);
+    assert_eq!(s.newest_index, (T0 + 10 * W) / W);
     // Forward again, up to the newest generation's horizon: both kept until then.
     clock.set(T0 + 12 * W + W - 1);
     assert!(w.contains_key("late").unwrap() && w.contains_key("early").unwrap());
@@ -368,17 +368,17 @@ fn remove_takes_a_key_out_of_every_generation_and_get_returns_the_newest() {
 /// What a database folder holds for window `name` once closed, read with plain sled.
 #[derive(Debug)]
 struct Leftovers {
-    /// Generation trees in sled, by epoch.
+    /// Generation trees in sled, by index.
     trees: BTreeSet<u64>,
-    /// Trust records of generation trees, by epoch.
+    /// Trust records of generation trees, by index.
     records: BTreeSet<u64>,
     /// Snapshot files whose tree has no trust record, and temporary files.
     stray_files: Vec<String>,
-    /// The window's record: (live epochs, dropping epochs).
+    /// The window's record: (live indexes, dropping indexes).
     ring: Option<(Vec<u64>, Vec<u64>)>,
 }
 
-fn parse_epoch(tree: &[u8], window: &[u8]) -> Option<u64> {
+fn parse_index(tree: &[u8], window: &[u8]) -> Option<u64> {
     let rest = tree.strip_prefix(PREFIX)?;
     let want = format!("{}:", window.len());
     let rest = rest.strip_prefix(want.as_bytes())?.strip_prefix(window)?;
@@ -394,14 +394,14 @@ impl Leftovers {
         let trees = db
             .tree_names()
             .iter()
-            .filter_map(|n| parse_epoch(n, window))
+            .filter_map(|n| parse_index(n, window))
             .collect();
         let meta = db.open_tree(bloomsled::persist::META_TREE).unwrap();
         let mut records = BTreeSet::new();
         let mut ids = BTreeSet::new();
         for kv in meta.scan_prefix(b"t/") {
             let (k, v) = kv.unwrap();
-            if let Some(e) = parse_epoch(&k[2..], window) {
+            if let Some(e) = parse_index(&k[2..], window) {
                 records.insert(e);
             }
             if let Ok(r) = bloomsled::format::TreeRecord::decode(&v) {

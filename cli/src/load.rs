@@ -138,7 +138,7 @@ fn config_for(expected: Option<u64>) -> Config {
     let config = Config::new()
         .recovery(RecoveryPolicy::Repair)
         .background_recovery(false);
-    let default = config.filter_config().capacity();
+    let default = config.get_filter().get_expected_items();
     config.expected_items(expected.unwrap_or(default).max(1))
 }
 

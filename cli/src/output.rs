@@ -58,7 +58,7 @@ pub struct RecoveryRow {
     pub loaded: bool,
     pub keys_scanned: u64,
     pub bytes_verified: u64,
-    pub generation: u64,
+    pub sequence: u64,
     pub millis: f64,
     /// Set while the filter is being rebuilt in the background (lookups go to the store).
     pub rebuilding: Option<RebuildingRow>,
@@ -98,7 +98,7 @@ impl From<&RecoveryReport> for RecoveryRow {
             loaded: r.loaded(),
             keys_scanned: r.keys_scanned,
             bytes_verified: r.bytes_verified,
-            generation: r.generation,
+            sequence: r.sequence,
             millis: r.duration.as_secs_f64() * 1e3,
             rebuilding: r.rebuilding.as_ref().map(|p| RebuildingRow {
                 keys_scanned: p.keys_scanned,

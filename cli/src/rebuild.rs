@@ -27,9 +27,9 @@ struct RebuildRow {
     /// Items the filter was sized for before (`None` if the open rebuilt it).
     old_capacity: Option<u64>,
     capacity: u64,
-    /// Generation of the snapshot written (`None` if writing it failed; the next
+    /// Sequence of the snapshot written (`None` if writing it failed; the next
     /// snapshot retries).
-    generation: Option<u64>,
+    sequence: Option<u64>,
     millis: f64,
 }
 
@@ -73,7 +73,7 @@ fn rebuild_tree(tree: &Tree) -> CliResult<RebuildRow> {
             keys_scanned: report.keys_scanned,
             old_capacity: None,
             capacity: tree.stats().capacity,
-            generation: Some(report.generation),
+            sequence: Some(report.sequence),
             millis: report.duration.as_secs_f64() * 1e3,
         });
     }
@@ -85,7 +85,7 @@ fn rebuild_tree(tree: &Tree) -> CliResult<RebuildRow> {
         keys_scanned: r.keys_scanned,
         old_capacity: Some(r.old_capacity),
         capacity: r.capacity,
-        generation: r.snapshot.map(|s| s.generation),
+        sequence: r.snapshot.map(|s| s.sequence),
         millis: r.duration.as_secs_f64() * 1e3,
     })
 }

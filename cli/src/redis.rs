@@ -314,7 +314,7 @@ fn create_window(
                "generations": w.generations(),
                "generation_ms": w.width().as_millis() as u64,
                "blocks": s.num_blocks, "k": s.num_hashes, "shards": s.shards,
-               "capacity": s.capacity, "epoch": w.epoch()}),
+               "capacity": s.capacity, "incarnation": w.incarnation()}),
         || {
             format!(
                 "{}: window of {:?} in {} generations of {:?}; each {s}",
@@ -344,7 +344,7 @@ fn create_filter(
         json_mode,
         json!({"name": f.name(), "blocks": s.num_blocks, "k": s.num_hashes,
                "shards": s.shards, "capacity": s.capacity, "counting": s.counting,
-               "epoch": f.epoch()}),
+               "incarnation": f.incarnation()}),
         || format!("{}: {s}", f.name()),
     );
     Ok(())
@@ -441,17 +441,17 @@ fn stats(s: &SharedStats, json_mode: bool) {
             "name": s.name, "blocks": s.shape.num_blocks, "k": s.shape.num_hashes,
             "seed": s.shape.seed, "shards": s.shape.shards, "capacity": s.shape.capacity,
             "counting": s.shape.counting,
-            "epoch": s.epoch, "bits": s.num_bits, "ones": s.ones, "fill_ratio": s.fill_ratio,
+            "incarnation": s.incarnation, "bits": s.num_bits, "ones": s.ones, "fill_ratio": s.fill_ratio,
             "estimated_items": s.estimated_items, "estimated_fpr": s.estimated_fpr,
             "target_fpr": s.target_fpr, "redis_bytes": s.redis_bytes,
         }),
         || {
             format!(
-                "{}: {}\nepoch {:#x}, {} Redis bytes\nfill {:.4}, ~{} items, estimated FPR \
+                "{}: {}\nincarnation {:#x}, {} Redis bytes\nfill {:.4}, ~{} items, estimated FPR \
                  {:.5} (target {:.5} at capacity)",
                 s.name,
                 s.shape,
-                s.epoch,
+                s.incarnation,
                 s.redis_bytes,
                 s.fill_ratio,
                 s.estimated_items,
@@ -467,7 +467,7 @@ fn window_stats(s: &SharedWindowStats, json_mode: bool) {
         .live
         .iter()
         .map(|g| {
-            json!({"generation": g.generation, "starts_at_ms": g.starts_at_ms,
+            json!({"index": g.index, "starts_at_ms": g.starts_at_ms,
                    "expires_at_ms": g.expires_at_ms, "fill_ratio": g.filter.fill_ratio,
                    "estimated_items": g.filter.estimated_items,
                    "estimated_fpr": g.filter.estimated_fpr, "redis_bytes": g.filter.redis_bytes})
@@ -476,21 +476,21 @@ fn window_stats(s: &SharedWindowStats, json_mode: bool) {
     report(
         json_mode,
         json!({
-            "name": s.name, "window": true, "epoch": s.epoch,
+            "name": s.name, "window": true, "incarnation": s.incarnation,
             "window_ms": s.span.as_millis() as u64, "generation_ms": s.width.as_millis() as u64,
             "generations": s.generations, "grace_ms": s.grace.as_millis() as u64,
             "now_ms": s.now_ms, "current": s.current, "live": live,
         }),
         || {
             let mut text = format!(
-                "{}: window of {:?} in {} generations of {:?} (grace {:?}), epoch {:#x}\n\
+                "{}: window of {:?} in {} generations of {:?} (grace {:?}), incarnation {:#x}\n\
                  current generation {}; {} live generation(s) hold keys",
                 s.name,
                 s.span,
                 s.generations,
                 s.width,
                 s.grace,
-                s.epoch,
+                s.incarnation,
                 s.current,
                 s.live.len()
             );
@@ -498,7 +498,7 @@ fn window_stats(s: &SharedWindowStats, json_mode: bool) {
                 text.push_str(&format!(
                     "\n  generation {}: expires in {:.1}s, fill {:.4}, ~{} items, estimated \
                      FPR {:.5}",
-                    g.generation,
+                    g.index,
                     g.expires_at_ms.saturating_sub(s.now_ms) as f64 / 1000.0,
                     g.filter.fill_ratio,
                     g.filter.estimated_items,

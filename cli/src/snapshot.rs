@@ -14,7 +14,7 @@ use crate::output::{emit, lines};
 #[derive(Serialize)]
 struct SnapshotRow {
     tree: String,
-    generation: u64,
+    sequence: u64,
     bytes: u64,
     pages: u32,
     millis: f64,
@@ -27,7 +27,7 @@ pub fn run(path: &Path, json: bool) -> CliResult<ExitCode> {
         let info = t.snapshot()?;
         rows.push(SnapshotRow {
             tree: t.recovery_report().tree,
-            generation: info.generation,
+            sequence: info.sequence,
             bytes: info.bytes,
             pages: info.pages,
             millis: info.duration.as_secs_f64() * 1e3,
@@ -36,8 +36,8 @@ pub fn run(path: &Path, json: bool) -> CliResult<ExitCode> {
     emit(json, &rows, |rows| {
         lines(rows, |r| {
             format!(
-                "tree {:?}: generation {}, {} bytes",
-                r.tree, r.generation, r.bytes
+                "tree {:?}: sequence {}, {} bytes",
+                r.tree, r.sequence, r.bytes
             )
         })
     })?;

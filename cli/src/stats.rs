@@ -105,11 +105,11 @@ fn window_line(w: &bloomsled::window::Window) -> WindowLine {
         name: String::from_utf8_lossy(&s.name).into_owned(),
         span_ms: s.span.as_millis(),
         generations: s.generations,
-        newest: s.newest_epoch,
+        newest: s.newest_index,
         live: s
             .live
             .iter()
-            .map(|g| (g.epoch, String::from_utf8_lossy(&g.tree).into_owned()))
+            .map(|g| (g.index, String::from_utf8_lossy(&g.tree).into_owned()))
             .collect(),
     }
 }

@@ -15,8 +15,8 @@ use crate::output::{emit, lines};
 #[derive(Serialize)]
 #[serde(rename_all = "snake_case")]
 enum SnapshotCheck {
-    /// Every CRC passed; the snapshot's generation.
-    Generation(u64),
+    /// Every CRC passed; the snapshot's sequence.
+    Sequence(u64),
     /// Why the file failed.
     Fault(String),
 }
@@ -78,7 +78,7 @@ pub fn run(path: &Path, json: bool) -> CliResult<ExitCode> {
             keys_checked: r.keys_checked,
             false_negatives: r.false_negatives,
             snapshot: r.snapshot.map(|s| match s {
-                Ok(g) => SnapshotCheck::Generation(g),
+                Ok(g) => SnapshotCheck::Sequence(g),
                 Err(f) => SnapshotCheck::Fault(f.to_string()),
             }),
         });
@@ -87,7 +87,7 @@ pub fn run(path: &Path, json: bool) -> CliResult<ExitCode> {
     emit(json, &VerifyRow { ok, trees: rows }, |v| {
         let mut text = lines(&v.trees, |r| {
             let snapshot = match &r.snapshot {
-                Some(SnapshotCheck::Generation(g)) => format!("snapshot generation {g} verified"),
+                Some(SnapshotCheck::Sequence(g)) => format!("snapshot sequence {g} verified"),
                 Some(SnapshotCheck::Fault(f)) => format!("snapshot FAULT: {f}"),
                 None => "no snapshot".into(),
             };

@@ -147,7 +147,7 @@ fn separate_processes_rotating_at_once_end_with_one_ring() {
         let out = c.wait_with_output().unwrap();
         assert!(out.status.success(), "{out:?}");
     }
-    // Every generation the ring lists has exactly one filter, with the listed epoch.
+    // Every generation the ring lists has exactly one filter, with the listed incarnation.
     let w = SharedWindow::open(&Endpoint::url(&url), "procs").unwrap();
     let r = redis_support::window_ring(&s, &w);
     assert!(!r.is_empty());
@@ -156,16 +156,16 @@ fn separate_processes_rotating_at_once_end_with_one_ring() {
         .arg("bloomsled:{procs:w*}:config")
         .query(&mut cli)
         .unwrap();
-    for (e, epoch) in &r {
+    for (e, incarnation) in &r {
         let key = &w.generation_keys(*e).unwrap()[0];
         let text: Option<String> = redis::cmd("GET").arg(key).query(&mut cli).unwrap();
         let text = text.expect("a listed generation has its config record");
-        let listed = u64::from_str_radix(epoch.trim_start_matches("0x"), 16).unwrap();
+        let listed = u64::from_str_radix(incarnation.trim_start_matches("0x"), 16).unwrap();
         let stored = text
             .split_whitespace()
             .find_map(|f| f.strip_prefix("epoch=0x"))
             .and_then(|h| u64::from_str_radix(h, 16).ok());
-        assert_eq!(stored, Some(listed), "{text} vs {epoch}");
+        assert_eq!(stored, Some(listed), "{text} vs {incarnation}");
         assert!(text.contains("state=ready"), "{text}");
     }
     // No config record outside the ring (no orphan incarnation of a generation).

@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
             num_hashes: h.num_hashes.get(),
             capacity: h.capacity.get(),
             items: h.items.get(),
-            generation: h.generation.get(),
+            sequence: h.sequence.get(),
         };
         assert_eq!(format::encode(&meta, &words, h.page_size.get()), data);
     }

@@ -163,7 +163,7 @@ impl SharedFilter {
         let s = py.detach(|| self.f.stats()).py_err()?;
         let d = PyDict::new(py);
         d.set_item("name", &s.name)?;
-        d.set_item("epoch", s.epoch)?;
+        d.set_item("incarnation", s.incarnation)?;
         d.set_item("capacity", s.shape.capacity)?;
         d.set_item("num_hashes", s.shape.num_hashes)?;
         d.set_item("num_bits", s.num_bits)?;

@@ -322,7 +322,7 @@ fn report_dict<'py>(
     d.set_item("reason", reason)?;
     d.set_item("keys_scanned", r.keys_scanned)?;
     d.set_item("bytes_verified", r.bytes_verified)?;
-    d.set_item("generation", r.generation)?;
+    d.set_item("sequence", r.sequence)?;
     d.set_item("duration_s", r.duration.as_secs_f64())?;
     Ok(d)
 }

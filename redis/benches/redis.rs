@@ -5,7 +5,7 @@
 //! own on a free port without persistence and kills it at the end).
 //!
 //! Contenders, batched (1,000 keys per pipeline) and single-key (one round trip each):
-//! - bloomsled: `GETRANGE` of the key's block + epoch tag per key / one `BITFIELD` per shard
+//! - bloomsled: `GETRANGE` of the key's block + incarnation tag per key / one `BITFIELD` per shard
 //!   a batch touches (one tag `GET`, then k `SET u1` per key);
 //! - bloomsled counting: the same with `OVERFLOW SAT INCRBY u4` per cell, and removes (one
 //!   script per shard a batch touches);

@@ -8,7 +8,7 @@
 //! false-positive rate, 1%: the single filter sized for all of them, each of the window's 7
 //! generations for a seventh of them at 1/7 % (a lookup asks all 7). A clock the bench moves
 //! puts a seventh of the keys in each generation, so all 7 exist. A window lookup sends one
-//! `HMGET` of the record's epoch and ring entries plus one `GETRANGE` per key and
+//! `HMGET` of the record's incarnation and ring entries plus one `GETRANGE` per key and
 //! generation, in one pipeline; the single filter one `GETRANGE` per key. Present and
 //! absent keys; batched (`contains_many`, 1,000 keys per call) and one key at a time (one
 //! round trip each). Figures are medians over interleaved rounds; ratios are the median of
@@ -19,7 +19,6 @@ mod common;
 #[path = "../tests/redis_support/mod.rs"]
 mod redis_support;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bloomsled::clock::ManualClock;
@@ -59,7 +58,7 @@ fn main() {
             FilterConfig::new((n / GENERATIONS as usize) as u64 + 1)
                 .false_positive_rate(0.01 / f64::from(GENERATIONS)),
         )
-        .clock(Arc::new(clock.clone())),
+        .clock(clock.clone()),
     )
     .unwrap();
     for (g, chunk) in present.chunks(n.div_ceil(GENERATIONS as usize)).enumerate() {

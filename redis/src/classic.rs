@@ -7,7 +7,7 @@
 //! whether the key was new), `BITFIELD bucket GET u1 <o1> …` to test — and batches are
 //! pipelined. The bucket is one key, so on a cluster it lives on one slot.
 //!
-//! The PHP layout has no epoch: a bucket whose data was lost cannot be told from one that
+//! The PHP layout has no incarnation: a bucket whose data was lost cannot be told from one that
 //! never held these keys. What can be told is a bucket that does not exist at all; every
 //! lookup checks that in the same round trip and reports
 //! [`Error::SharedFilterNotFound`] rather than "absent". Prefer [`super::SharedFilter`] for

@@ -10,12 +10,12 @@
 //!   (a 20-byte SHA-1 fingerprint in 2^16 buckets is stored as its last 18 bytes); values
 //!   are empty. Two keys of at least 4 bytes share a bucket and a field only if they are
 //!   equal: the bucket fixes their first `b / 8` bytes, the field the rest.
-//! - **Keys**: bucket `j` is `<shard key>:x<epoch>:<j>`, carrying the hash tag of shard `j mod
+//! - **Keys**: bucket `j` is `<shard key>:x<incarnation>:<j>`, carrying the hash tag of shard `j mod
 //!   shards`: buckets spread over a cluster's masters as the shards do, and each lives in
-//!   the slot of a shard. The filter's epoch in the name means a recreated filter never
+//!   the slot of a shard. The filter's incarnation in the name means a recreated filter never
 //!   reads the record of an earlier incarnation.
 //! - **Check and add**: one pipeline carries the filter's `BITFIELD` (which sets the bits and
-//!   reads the shard's epoch tag, so a lost filter is still [`Error::SharedFilterLost`]) and
+//!   reads the shard's incarnation tag, so a lost filter is still [`Error::SharedFilterLost`]) and
 //!   one `HSETNX` per key. `HSETNX` is atomic: of two processes adding the same key, exactly
 //!   one is told "new".
 //!
@@ -60,11 +60,11 @@ impl SharedFilter {
 
     fn bucket_key(&self, j: u64) -> String {
         let shard = (j % self.layout.shards) as usize;
-        format!("{}:x{:x}:{j:x}", self.layout.key(shard), self.epoch)
+        format!("{}:x{:x}:{j:x}", self.layout.key(shard), self.incarnation)
     }
 
     /// Deletes every bucket of the exact record (their names follow from the shape and the
-    /// epoch: no scan), a pipeline of `DEL`s per [`DEL_KEYS`] buckets.
+    /// incarnation: no scan), a pipeline of `DEL`s per [`DEL_KEYS`] buckets.
     pub(super) fn destroy_exact(&self) -> Result<()> {
         let buckets = 1u64 << self.exact_bits();
         let mut j = 0;
@@ -109,7 +109,7 @@ impl SharedFilter {
                 Ok(replies) => {
                     let mut replies = replies.into_iter();
                     let bloom: Vec<Value> = replies.by_ref().take(batch.commands()).collect();
-                    // Checks every shard's epoch: a lost filter is an error, not an answer.
+                    // Checks every shard's incarnation: a lost filter is an error, not an answer.
                     self.read_add(&batch, bloom, &mut Vec::new())?;
                     for (bucket, _) in &slots {
                         let set = value::int(replies.next().unwrap_or(Value::Nil), bucket)?;

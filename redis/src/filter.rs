@@ -11,7 +11,7 @@ use bloomsled::FilterConfig;
 use super::conn::Endpoint;
 use super::init;
 use super::layout::{self, Cells, Layout};
-use super::record::{new_epoch, Record, SharedShape, State};
+use super::record::{new_incarnation, Record, SharedShape, State};
 use super::session::Session;
 
 /// Keys per pipeline in `add_many`/`contains_many`: bounds the memory of one batch while
@@ -37,7 +37,7 @@ pub struct SharedOptions {
 ///
 /// A lookup is one `GETRANGE` of the key's block, an add one `BITFIELD` that sets the
 /// key's bits and returns their old values; batches are pipelined. Each block carries the
-/// filter's epoch and every command reads it, so a filter that was lost or recreated is
+/// filter's incarnation and every command reads it, so a filter that was lost or recreated is
 /// an [`Error::SharedFilterLost`], never an "absent" answer.
 ///
 /// Methods take `&self` and serialize on one connection; for parallel throughput open one
@@ -58,7 +58,7 @@ pub struct SharedFilter {
     pub(super) session: Arc<Session>,
     pub(super) layout: Layout,
     pub(super) shape: SharedShape,
-    pub(super) epoch: u64,
+    pub(super) incarnation: u64,
 }
 
 impl SharedFilter {
@@ -151,7 +151,7 @@ impl SharedFilter {
             num_blocks: fshape.num_blocks,
             shards: layout.shards,
             shard_blocks: layout.shard_blocks,
-            capacity: config.capacity(),
+            capacity: config.get_expected_items(),
             counting: options.counting,
         };
         Ok((layout, shape))
@@ -173,7 +173,7 @@ impl SharedFilter {
             attempt += 1;
             let record = Record {
                 shape,
-                epoch: new_epoch(),
+                incarnation: new_incarnation(),
                 state: State::Init,
             };
             // The init record is a lease: it expires unless its creator renews it while it
@@ -186,7 +186,7 @@ impl SharedFilter {
                     session,
                     layout,
                     shape,
-                    epoch: record.epoch,
+                    incarnation: record.incarnation,
                 });
             }
             // Someone else created it (or is creating it): use theirs if it is ours.
@@ -231,7 +231,7 @@ impl SharedFilter {
             session,
             layout,
             shape: record.shape,
-            epoch: record.epoch,
+            incarnation: record.incarnation,
         })
     }
 

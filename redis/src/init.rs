@@ -1,4 +1,4 @@
-//! Creation: writing every block with the new epoch, then marking the record ready.
+//! Creation: writing every block with the new incarnation, then marking the record ready.
 
 use std::time::Duration;
 
@@ -30,7 +30,7 @@ pub(crate) const READY_WAIT: Duration = Duration::from_secs(120);
 /// The pause between two reads of a record that is still being created.
 pub(crate) const READY_PAUSE: Duration = Duration::from_millis(20);
 
-/// Writes every shard in full: zero bits and the epoch in every block's tag. The first
+/// Writes every shard in full: zero bits and the incarnation in every block's tag. The first
 /// write of a shard is a `SET`, which replaces whatever the key held (a stale shard of a
 /// lost incarnation, bits a late client set after a flush).
 pub(crate) fn write_blocks(session: &Session, layout: &Layout, record: &Record) -> Result<()> {
@@ -50,7 +50,7 @@ pub(crate) fn block_writes<'a>(
     let chunk = tagged_zeros(
         layout.cells.chunk_blocks().min(layout.shard_blocks),
         layout,
-        record.epoch,
+        record.incarnation,
     );
     let renew = redis::cmd("EVAL")
         .arg(RENEW_SCRIPT)
@@ -106,12 +106,12 @@ pub(crate) fn block_writes<'a>(
     })
 }
 
-/// `blocks` blocks of zero cells, each followed by the big-endian epoch.
-fn tagged_zeros(blocks: u64, layout: &Layout, epoch: u64) -> Vec<u8> {
+/// `blocks` blocks of zero cells, each followed by the big-endian incarnation.
+fn tagged_zeros(blocks: u64, layout: &Layout, incarnation: u64) -> Vec<u8> {
     let stride = layout.stride() as usize;
     let mut v = vec![0u8; blocks as usize * stride];
     for b in v.chunks_exact_mut(stride) {
-        b[stride - TAG_BYTES..].copy_from_slice(&epoch.to_be_bytes());
+        b[stride - TAG_BYTES..].copy_from_slice(&incarnation.to_be_bytes());
     }
     v
 }

@@ -1,4 +1,4 @@
-//! Where a block lives in Redis: shard keys, byte and bit offsets, the epoch tag.
+//! Where a block lives in Redis: shard keys, byte and bit offsets, the incarnation tag.
 //!
 //! A filter of `num_blocks` 512-bit blocks is cut into `shards` Redis strings of
 //! `shard_blocks` consecutive blocks each (the last one may be shorter). In its shard, block
@@ -7,7 +7,7 @@
 //! | bytes (bits / counting)  | content                                                  |
 //! |--------------------------|----------------------------------------------------------|
 //! | 0..64 / 0..256           | the block's cells, little-endian words, as the local filter holds them: 512 bits (`Filter`), or 512 4-bit counters (`CountingFilter`) |
-//! | 64..72 / 256..264        | the filter's epoch, big-endian (what `BITFIELD GET i64` reads) |
+//! | 64..72 / 256..264        | the filter's incarnation, big-endian (what `BITFIELD GET i64` reads) |
 //!
 //! Redis numbers bits from the most significant bit of byte 0 (`SETBIT`/`BITFIELD` offset
 //! 0 is `0x80` of byte 0), while the local filter's bit `p` of a block is bit `p % 8` counted
@@ -17,8 +17,8 @@
 //! odd, while a Redis `u4` at offset `4·q` is the high nibble of byte `q / 2` when `q` is
 //! even: [`redis_counter`] maps one onto the other.
 //!
-//! Every block carries the epoch, a random non-zero number chosen when the filter was
-//! created, so the one command that reads or writes a block also reads its epoch: a block
+//! Every block carries the incarnation, a random non-zero number chosen when the filter was
+//! created, so the one command that reads or writes a block also reads its incarnation: a block
 //! that is gone (key missing, zero-filled, recreated by another creator) cannot pass for an
 //! empty one.
 
@@ -27,7 +27,7 @@ use bloomsled::layout::BLOCK_WORDS;
 
 /// Bytes of filter bits in one block.
 pub(crate) const BLOCK_BYTES: usize = BLOCK_WORDS * 8;
-/// Bytes of the epoch tag that follows every block.
+/// Bytes of the incarnation tag that follows every block.
 pub(crate) const TAG_BYTES: usize = 8;
 
 /// What a block's cells are: a bit per position, or a 4-bit saturating counter per
@@ -116,13 +116,13 @@ impl BlockAddr {
         self.byte * 8 + redis_counter(p)
     }
 
-    /// Byte offset of the block's epoch tag.
+    /// Byte offset of the block's incarnation tag.
     #[inline]
     pub(crate) fn tag_byte(self) -> u64 {
         self.byte + self.payload
     }
 
-    /// Redis bit offset of the block's epoch tag.
+    /// Redis bit offset of the block's incarnation tag.
     #[inline]
     pub(crate) fn tag_bit(self) -> u64 {
         self.tag_byte() * 8

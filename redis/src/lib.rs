@@ -12,10 +12,10 @@
 //!   most 512 MiB each, whose hash tags fall in evenly spaced cluster slots, so a filter can
 //!   exceed one Redis string and spreads over every master of a cluster.
 //! - **Config record** at `bloomsled:{NAME}:config`: format version, layout, hash, seed,
-//!   `k`, blocks and shards, capacity, epoch. Creating with another shape is
+//!   `k`, blocks and shards, capacity, incarnation. Creating with another shape is
 //!   [`Error::RedisShapeMismatch`]; concurrent creators end with one filter
 //!   (`SET NX`).
-//! - **Never a silent false negative**: every block carries the filter's random epoch in an
+//! - **Never a silent false negative**: every block carries the filter's random incarnation in an
 //!   8-byte tag, read by the very `GETRANGE` or `BITFIELD` that uses the block. A shard that
 //!   was flushed, evicted, expired, lost in a restart or failover, deleted, or recreated by
 //!   another `create` answers [`Error::SharedFilterLost`], never "absent".
@@ -23,7 +23,7 @@
 //! See `layout` for the byte layout and the bit numbering.
 //!
 //! [`SharedWindow`] is a window of keys that expire: one shared filter per generation, each
-//! with its epoch tags and a Redis TTL a little past its horizon, and a ring record that
+//! with its incarnation tags and a Redis TTL a little past its horizon, and a ring record that
 //! tells a generation nobody wrote to (no keys, no error) from one that was lost (an error).
 //! A key added at `t` is found until at least `t + span − span/generations` and forgotten
 //! once `t + span` has passed.
@@ -42,7 +42,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// The getters and the `Debug` of a shared filter handle, sync or async: both hold the
-/// filter's `layout`, `shape` and `epoch` and a `session`, and answer these without Redis.
+/// filter's `layout`, `shape` and `incarnation` and a `session`, and answer these without Redis.
 /// One definition, so the two types cannot drift apart.
 macro_rules! filter_getters {
     ($ty:ident) => {
@@ -69,16 +69,16 @@ macro_rules! filter_getters {
                 self.shape
             }
 
-            /// The epoch of this incarnation of the filter (random, non-zero, set at
+            /// The filter's incarnation tag (random, non-zero, set at
             /// creation): every handle of one filter, sync or async, has the same.
             ///
             /// ```no_run
             #[doc = concat!("# fn demo(f: &bloomsled_redis::", stringify!($ty), ") {")]
-            /// assert_ne!(f.epoch(), 0);
+            /// assert_ne!(f.incarnation(), 0);
             /// # }
             /// ```
-            pub fn epoch(&self) -> u64 {
-                self.epoch
+            pub fn incarnation(&self) -> u64 {
+                self.incarnation
             }
 
             /// The Redis keys holding the blocks, shard by shard.
@@ -110,7 +110,7 @@ macro_rules! filter_getters {
                     .field("name", &self.layout.name)
                     .field("endpoint", &self.session.endpoint().urls())
                     .field("shape", &self.shape)
-                    .field("epoch", &format_args!("{:#x}", self.epoch))
+                    .field("incarnation", &format_args!("{:#x}", self.incarnation))
                     .finish()
             }
         }

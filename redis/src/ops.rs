@@ -19,7 +19,7 @@
 //! only ways a shard key loses its blocks are to vanish (flush, eviction, expiry, restart,
 //! failover, `DEL`) or to be replaced whole by a new `create` (a `SET` of fresh blocks).
 //! A vanished key reads as zeros wherever a late writer may have recreated it, and a
-//! replaced one carries the new epoch in every block: so the tag of any one block of the
+//! replaced one carries the new incarnation in every block: so the tag of any one block of the
 //! shard, read in the same command, tells whether all of them are this filter's.
 
 use redis::Value;
@@ -121,7 +121,7 @@ fn groups(plan: &[Probe], shards: usize) -> Vec<Group> {
 }
 
 /// One incarnation of a shared filter as the wire sees it: where its blocks live, its
-/// shape, and the epoch every block carries. What a key's commands are and what their
+/// shape, and the incarnation every block carries. What a key's commands are and what their
 /// replies mean depends on nothing else, so the sync [`SharedFilter`] and the async one
 /// (feature `tokio`) write and read the same bytes through it; they differ only in how
 /// the commands travel.
@@ -129,7 +129,7 @@ fn groups(plan: &[Probe], shards: usize) -> Vec<Group> {
 pub(crate) struct Incarnation<'a> {
     pub layout: &'a Layout,
     pub shape: SharedShape,
-    pub epoch: u64,
+    pub incarnation: u64,
 }
 
 impl Incarnation<'_> {
@@ -156,7 +156,7 @@ impl SharedFilter {
     /// [`Incarnation::add_may_have_run`] and `retry::Resend`): it is sent again only if it
     /// did not, else [`Error::RedisOutcomeUnknown`]. The async filter keeps the same rule.
     pub(super) fn add_batch<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut Vec<bool>) -> Result<()> {
-        let wire = self.incarnation();
+        let wire = self.wire();
         let batch = wire.add_plan(keys);
         let mut resend = self.session.endpoint().resends();
         loop {
@@ -173,7 +173,7 @@ impl SharedFilter {
     /// False if none of the batch's commands ran (see [`Incarnation::add_may_have_run`]).
     /// One lookup pipeline, retried like any read.
     pub(super) fn add_may_have_run(&self, batch: &AddBatch) -> Result<bool> {
-        let wire = self.incarnation();
+        let wire = self.wire();
         let found = self.session.run_fast(|w| wire.write_add_lookup(w, batch))?;
         wire.add_may_have_run(batch, found)
     }
@@ -247,7 +247,7 @@ impl Incarnation<'_> {
     }
 
     /// Reads the replies of [`SharedFilter::write_add`] (one per group, in order): checks
-    /// every shard's epoch and appends, per key, whether it was new.
+    /// every shard's incarnation and appends, per key, whether it was new.
     pub(super) fn read_add(
         &self,
         batch: &AddBatch,
@@ -297,7 +297,7 @@ impl SharedFilter {
         keys: &[K],
         out: &mut Vec<bool>,
     ) -> Result<()> {
-        let plan = self.incarnation().plan(keys);
+        let plan = self.wire().plan(keys);
         let replies = self
             .session
             .run_fast(|w| plan.iter().for_each(|p| self.write_getrange(w, p)))?;
@@ -319,7 +319,7 @@ impl Incarnation<'_> {
     }
 
     /// The cells of a block read by [`SharedFilter::write_getrange`], once its length and
-    /// epoch are checked.
+    /// incarnation are checked.
     fn block_cells(&self, p: &Probe, reply: Value) -> Result<Vec<u8>> {
         let key = self.layout.key(p.addr.shard);
         let mut bytes = value::bytes(reply, key)?;
@@ -361,25 +361,25 @@ impl Incarnation<'_> {
         Ok(counts)
     }
 
-    /// Checks a block's epoch tag: this incarnation's, or the error that says how the
+    /// Checks a block's incarnation tag: this incarnation's, or the error that says how the
     /// filter was lost (never "absent").
     pub(super) fn check_tag(&self, addr: BlockAddr, tag: &[u8]) -> Result<()> {
-        if tag == self.epoch.to_be_bytes() {
+        if tag == self.incarnation.to_be_bytes() {
             return Ok(());
         }
         let why = if tag.iter().all(|&b| b == 0) {
             format!(
-                "block at byte {} has no epoch: the filter's data was lost (flushed, evicted, \
+                "block at byte {} has no incarnation: the filter's data was lost (flushed, evicted, \
                  expired, restarted or failed over empty) and is gone",
                 addr.byte
             )
         } else {
             format!(
-                "block at byte {} belongs to epoch {:#x}, not {:#x}: the filter was deleted \
+                "block at byte {} belongs to incarnation {:#x}, not {:#x}: the filter was deleted \
                  and created again; reopen it",
                 addr.byte,
                 u64::from_be_bytes(tag.try_into().unwrap_or([0; 8])),
-                self.epoch
+                self.incarnation
             )
         };
         Err(self.lost(addr.shard, why))
@@ -398,7 +398,7 @@ impl Incarnation<'_> {
 impl SharedFilter {
     /// The counts of `key`'s cells, smallest first (counting filters; 15 means stuck).
     pub(super) fn counts_of(&self, key: &[u8]) -> Result<Vec<u8>> {
-        let wire = self.incarnation();
+        let wire = self.wire();
         let p = wire.probe(key);
         let reply = self
             .session
@@ -410,27 +410,27 @@ impl SharedFilter {
     }
 
     /// This filter's [`Incarnation`]: what its commands are and how replies are read.
-    pub(super) fn incarnation(&self) -> Incarnation<'_> {
+    pub(super) fn wire(&self) -> Incarnation<'_> {
         Incarnation {
             layout: &self.layout,
             shape: self.shape,
-            epoch: self.epoch,
+            incarnation: self.incarnation,
         }
     }
 
     /// The key's block and cells ([`Incarnation::probe`]).
     pub(super) fn probe(&self, key: &[u8]) -> Probe {
-        self.incarnation().probe(key)
+        self.wire().probe(key)
     }
 
     /// [`Incarnation::add_plan`].
     pub(super) fn add_plan<K: AsRef<[u8]>>(&self, keys: &[K]) -> AddBatch {
-        self.incarnation().add_plan(keys)
+        self.wire().add_plan(keys)
     }
 
     /// [`Incarnation::write_add`].
     pub(super) fn write_add(&self, w: &mut dyn Sink, batch: &AddBatch) {
-        self.incarnation().write_add(w, batch)
+        self.wire().write_add(w, batch)
     }
 
     /// [`Incarnation::read_add`].
@@ -440,17 +440,17 @@ impl SharedFilter {
         replies: impl IntoIterator<Item = Value>,
         out: &mut Vec<bool>,
     ) -> Result<()> {
-        self.incarnation().read_add(batch, replies, out)
+        self.wire().read_add(batch, replies, out)
     }
 
     /// [`Incarnation::write_getrange`].
     pub(super) fn write_getrange(&self, w: &mut dyn Sink, p: &Probe) {
-        self.incarnation().write_getrange(w, p)
+        self.wire().write_getrange(w, p)
     }
 
     /// [`Incarnation::check_block`].
     pub(super) fn check_block(&self, p: &Probe, reply: Value) -> Result<bool> {
-        self.incarnation().check_block(p, reply)
+        self.wire().check_block(p, reply)
     }
 }
 

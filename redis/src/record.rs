@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Everything but `epoch` and `state` is the filter's *shape*: two clients agree on a filter
-//! only if their shapes are equal. `epoch` identifies one incarnation of the filter (it is
+//! only if their shapes are equal. `epoch` (the field's stored name, kept from before the
+//! code called it the *incarnation*) identifies one incarnation of the filter (it is
 //! also written into every block, see [`super::layout`]); `state` is `init` while the creator
 //! writes the blocks and `ready` afterwards.
 
@@ -101,7 +102,7 @@ impl fmt::Display for SharedShape {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Record {
     pub shape: SharedShape,
-    pub epoch: u64,
+    pub incarnation: u64,
     pub state: State,
 }
 
@@ -114,7 +115,7 @@ impl Record {
         };
         format!(
             "{MAGIC} v={VERSION} {} epoch={:#x} state={state}",
-            self.shape, self.epoch
+            self.shape, self.incarnation
         )
     }
 
@@ -130,7 +131,7 @@ impl Record {
         let shard_blocks = fields.num("shard_blocks")?;
         let stride = fields.num("stride")?;
         let capacity = fields.num("capacity")?;
-        let epoch = fields.num("epoch")?;
+        let incarnation = fields.num("epoch")?;
         let state = match fields.take("state")? {
             "init" => State::Init,
             "ready" => State::Ready,
@@ -150,7 +151,7 @@ impl Record {
             && shard_blocks > 0
             && shards == num_blocks.div_ceil(shard_blocks)
             && capacity > 0
-            && epoch != 0;
+            && incarnation != 0;
         if !consistent {
             return Err(bad(format!("inconsistent fields in {text:?}")));
         }
@@ -164,7 +165,7 @@ impl Record {
                 capacity,
                 counting,
             },
-            epoch,
+            incarnation,
             state,
         })
     }
@@ -247,10 +248,10 @@ fn num<T: TryFrom<u64>>(s: &str) -> Option<T> {
     T::try_from(v).ok()
 }
 
-/// A random non-zero epoch from the operating system's generator, so two creators racing
+/// A random non-zero incarnation from the operating system's generator, so two creators racing
 /// in one process or across hosts differ. Should the generator fail (it does not on the
 /// platforms Redis runs on), the time and process id stand in, mixed by xxh3.
-pub(crate) fn new_epoch() -> u64 {
+pub(crate) fn new_incarnation() -> u64 {
     let mut b = [0u8; 8];
     if getrandom::fill(&mut b).is_ok() {
         return u64::from_le_bytes(b).max(1);
@@ -280,7 +281,7 @@ mod tests {
                 capacity: 100_000,
                 counting: false,
             },
-            epoch: 0xdead_beef,
+            incarnation: 0xdead_beef,
             state: State::Ready,
         }
     }
@@ -343,8 +344,8 @@ mod tests {
     }
 
     #[test]
-    fn epochs_are_nonzero_and_differ() {
-        let a: std::collections::HashSet<u64> = (0..1000).map(|_| new_epoch()).collect();
+    fn incarnations_are_nonzero_and_differ() {
+        let a: std::collections::HashSet<u64> = (0..1000).map(|_| new_incarnation()).collect();
         assert_eq!(a.len(), 1000);
         assert!(!a.contains(&0));
     }

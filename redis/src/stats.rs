@@ -18,8 +18,8 @@ pub struct SharedStats {
     pub name: String,
     /// Its shape.
     pub shape: SharedShape,
-    /// The epoch of this incarnation.
-    pub epoch: u64,
+    /// The filter's incarnation tag: random, non-zero, chosen when it was created.
+    pub incarnation: u64,
     /// Filter bits (tags excluded).
     pub num_bits: u64,
     /// Bits set (tags excluded).
@@ -32,7 +32,7 @@ pub struct SharedStats {
     pub estimated_fpr: f64,
     /// The model's rate at capacity: what the filter was sized for.
     pub target_fpr: f64,
-    /// Bytes of Redis strings holding the filter (bits and epoch tags).
+    /// Bytes of Redis strings holding the filter (bits and incarnation tags).
     pub redis_bytes: u64,
 }
 
@@ -47,7 +47,7 @@ pub(crate) fn items_estimate(ones: u64, bits: u64, shape: SharedShape) -> u64 {
 
 impl SharedFilter {
     /// Fill and estimates: the set bits of every shard are counted in Redis with `BITCOUNT`
-    /// (one pipeline), after checking each shard's length and the epoch of its first and
+    /// (one pipeline), after checking each shard's length and the incarnation of its first and
     /// last block.
     ///
     /// On a counting filter "bits set" are the non-zero counters, counted as the shards are
@@ -59,10 +59,10 @@ impl SharedFilter {
             Cells::Counters => {
                 let mut ones = 0u64;
                 self.read_blocks(|_, cells| ones += counters_set(cells))?;
-                (ones, self.incarnation().shard_bytes())
+                (ones, self.wire().shard_bytes())
             }
         };
-        Ok(self.incarnation().stats_of(ones, redis_bytes))
+        Ok(self.wire().stats_of(ones, redis_bytes))
     }
 }
 
@@ -90,7 +90,7 @@ impl Incarnation<'_> {
         SharedStats {
             name: self.layout.name.clone(),
             shape: self.shape,
-            epoch: self.epoch,
+            incarnation: self.incarnation,
             num_bits,
             ones,
             fill_ratio: ones as f64 / num_bits as f64,
@@ -133,7 +133,7 @@ impl Incarnation<'_> {
     /// [`Incarnation::bit_count_cmds`], once each shard's length and tags are checked.
     pub(super) fn read_bit_counts(&self, replies: Vec<Value>) -> Result<(u64, u64)> {
         let l = self.layout;
-        let tag_ones = u64::from(self.epoch.count_ones());
+        let tag_ones = u64::from(self.incarnation.count_ones());
         let mut ones = 0u64;
         let mut redis_bytes = 0u64;
         for (s, r) in replies.chunks_exact(4).enumerate() {
@@ -159,9 +159,9 @@ impl Incarnation<'_> {
 
 impl SharedFilter {
     /// Set bits and bytes of a plain filter, by `BITCOUNT` of every shard (one pipeline),
-    /// after checking each shard's length and the epoch of its first and last block.
+    /// after checking each shard's length and the incarnation of its first and last block.
     fn count_bits(&self) -> Result<(u64, u64)> {
-        let wire = self.incarnation();
+        let wire = self.wire();
         let cmds = wire.bit_count_cmds();
         wire.read_bit_counts(self.session.run(|| cmds.clone())?)
     }

@@ -1,7 +1,7 @@
 //! Push and pull: copying cells between a local filter and a shared one.
 //!
 //! Both are byte copies: a shard holds each block's little-endian bytes as the local filter
-//! does, plus the 8-byte epoch tag after each block. Both stream: at most one pipeline of
+//! does, plus the 8-byte incarnation tag after each block. Both stream: at most one pipeline of
 //! about 16 MiB is in memory besides the local filter.
 
 use redis::Value;
@@ -19,7 +19,7 @@ use super::ops::Incarnation;
 use super::{lost, value};
 
 /// ORs the temporary copy into the shard, but only if the shard's first block still
-/// carries our epoch: a lost shard is reported, never resurrected with pushed bits only.
+/// carries our incarnation: a lost shard is reported, never resurrected with pushed bits only.
 /// The copy has zero tags, so `BITOP OR` leaves the shard's tags as they were.
 const PUSH_SCRIPT: &str = "\
 local t = redis.call('GETRANGE', KEYS[1], ARGV[1], ARGV[2]) \
@@ -31,7 +31,7 @@ return 1";
 impl SharedFilter {
     /// ORs every bit of `local` into the shared filter (never clears a bit), shard by shard:
     /// the bits go to a temporary key in the shard's slot, then one script checks the
-    /// shard's epoch and ORs them in with `BITOP`, atomically with respect to concurrent
+    /// shard's incarnation and ORs them in with `BITOP`, atomically with respect to concurrent
     /// adds. `local` must have the same blocks, `k` and seed
     /// ([`Error::RedisShapeMismatch`] otherwise). Returns the number of shards written.
     ///
@@ -56,7 +56,7 @@ impl SharedFilter {
     }
 
     /// [`Self::push`] of shard `s`: its blocks of `local` into a temporary key, pipelined,
-    /// then ORed in by the script if the shard's epoch is still this handle's. `false` if
+    /// then ORed in by the script if the shard's incarnation is still this handle's. `false` if
     /// `local` has no bit in the shard (nothing sent).
     fn push_shard(&self, local: &Filter, s: usize) -> Result<bool> {
         let stride = self.layout.stride() as usize;
@@ -68,7 +68,7 @@ impl SharedFilter {
             return Ok(false);
         }
         let shard = self.layout.key(s);
-        let tmp = format!("{shard}:push:{:x}", super::record::new_epoch());
+        let tmp = format!("{shard}:push:{:x}", super::record::new_incarnation());
         let mut cmds = Vec::new();
         let mut pending = 0u64;
         let mut at = 0u64;
@@ -103,7 +103,7 @@ impl SharedFilter {
                 .arg(&tmp)
                 .arg(tag)
                 .arg(tag + 7)
-                .arg(&self.epoch.to_be_bytes()[..])
+                .arg(&self.incarnation.to_be_bytes()[..])
                 .clone(),
         );
         let replies = self.session.run(|| cmds.clone())?;
@@ -119,7 +119,7 @@ impl SharedFilter {
 
     /// A local [`Filter`] bit-identical to the shared one (for a counting shared filter:
     /// its bits, set where a counter is non-zero, as [`CountingFilter::bits`] holds them),
-    /// read shard by shard with `GETRANGE`; every block's epoch is checked, so a filter lost
+    /// read shard by shard with `GETRANGE`; every block's incarnation is checked, so a filter lost
     /// in part is an error.
     pub fn pull(&self) -> Result<Filter> {
         let f = Filter::with_shape(self.local_shape(), self.shape.capacity)?;
@@ -176,9 +176,9 @@ impl SharedFilter {
 
     /// Calls `visit(global block, cells)` for every block in order, reading each shard with
     /// `GETRANGE`s of about 1 MiB in pipelines of about 16 MiB; checks every shard's
-    /// length and every block's epoch.
+    /// length and every block's incarnation.
     pub(super) fn read_blocks(&self, mut visit: impl FnMut(u64, &[u8])) -> Result<()> {
-        let wire = self.incarnation();
+        let wire = self.wire();
         for read in wire.block_reads() {
             let cmds = wire.block_read_cmds(&read);
             wire.visit_block_read(&read, self.session.run(|| cmds.clone())?, &mut visit)?;
@@ -267,7 +267,7 @@ impl Incarnation<'_> {
     }
 
     /// Reads the replies of [`Incarnation::block_read_cmds`]: checks that the shard has all
-    /// its bytes and every block its epoch, and calls `visit(global block, cells)` for each
+    /// its bytes and every block its incarnation, and calls `visit(global block, cells)` for each
     /// block in order.
     pub(super) fn visit_block_read(
         &self,

@@ -9,15 +9,15 @@
 //! found until at least `t + S − w` and forgotten once `t + S` has passed.
 //!
 //! **Loss is an error, never "absent".** Each generation is a [`SharedFilter`] with its own
-//! epoch in every block. The window's record (see `record`) holds the window's epoch and,
-//! per generation written to, the epoch of its filter (the *ring*). Every lookup reads the
-//! record's epoch and the live generations' ring entries in the same pipeline as the
+//! incarnation in every block. The window's record (see `record`) holds the window's incarnation and,
+//! per generation written to, the incarnation of its filter (the *ring*). Every lookup reads the
+//! record's incarnation and the live generations' ring entries in the same pipeline as the
 //! blocks, so:
 //! - a generation deleted, evicted, expired early or lost in a restart: its blocks read as
-//!   missing or untagged, or its filter has another epoch than the ring says
+//!   missing or untagged, or its filter has another incarnation than the ring says
 //!   ([`Error::SharedFilterLost`]);
 //! - the record deleted, or the whole server flushed or restarted empty: the record's
-//!   epoch is gone or new (lost, even for a handle that never saw a generation);
+//!   incarnation is gone or new (lost, even for a handle that never saw a generation);
 //! - a generation nobody wrote to has no ring entry and no filter: it holds no keys, which
 //!   is not an error.
 //!
@@ -48,17 +48,17 @@ use bloomsled::clock::{Clock, Generations, SystemClock};
 use super::conn::Endpoint;
 use super::filter::SharedFilter;
 use super::layout::{self, Cells, Layout};
-use super::record::{new_epoch, SharedShape};
+use super::record::{new_incarnation, SharedShape};
 use super::session::Session;
 use super::value;
 use config::default_grace;
-use record::{encode_filter, epoch_text, gen_field, StoredWindowSettings, CREATE_SCRIPT};
+use record::{encode_filter, gen_field, incarnation_text, StoredWindowSettings, CREATE_SCRIPT};
 use stored::{check_window_name, describe, Stored};
 
 /// Block reads per lookup pipeline (keys × generations read): bounds one batch's memory.
 const PIPELINE_READS: usize = 8192;
 
-/// Longest window name: a generation's filter is named `NAME:w<epoch>:g<generation>`,
+/// Longest window name: a generation's filter is named `NAME:w<incarnation>:g<generation>`,
 /// which must fit a shared filter's 200 bytes.
 const MAX_NAME: usize = 160;
 
@@ -101,7 +101,7 @@ pub struct SharedWindow {
     session: Arc<Session>,
     name: String,
     key: String,
-    epoch: u64,
+    incarnation: u64,
     config: StoredWindowSettings,
     shape: SharedShape,
     clock: Arc<dyn Clock>,
@@ -117,10 +117,11 @@ fn window_key(name: &str) -> String {
     format!("bloomsled:{{{name}}}:window")
 }
 
-/// The name of the filter of generation `e` of the window `name` of epoch `epoch`: the
-/// epoch keeps a window created again after a loss from adopting a lost one's leftovers.
-fn gen_name(name: &str, epoch: u64, e: u64) -> String {
-    format!("{name}:w{epoch:016x}:g{e}")
+/// The name of the filter of generation `e` of the window `name` in its incarnation
+/// `incarnation`: the tag keeps a window created again after a loss from adopting a lost
+/// one's leftovers.
+fn gen_name(name: &str, incarnation: u64, e: u64) -> String {
+    format!("{name}:w{incarnation:016x}:g{e}")
 }
 
 /// The shape of each generation's filter of the window `name`, as `config` asks.
@@ -141,7 +142,7 @@ fn generation_shape(name: &str, config: &SharedWindowConfig) -> Result<SharedSha
         num_blocks: fshape.num_blocks,
         shards: probe.shards,
         shard_blocks: probe.shard_blocks,
-        capacity: config.filter.capacity(),
+        capacity: config.filter.get_expected_items(),
         counting: false,
     })
 }
@@ -176,15 +177,15 @@ impl SharedWindow {
         let shape = generation_shape(name, config)?;
         let session = Arc::new(Session::open(endpoint)?);
         let key = window_key(name);
-        let epoch = new_epoch();
+        let incarnation = new_incarnation();
         let reply = session.one(
             redis::cmd("EVAL")
                 .arg(CREATE_SCRIPT)
                 .arg(1)
                 .arg(&key)
-                .arg(epoch_text(epoch))
+                .arg(incarnation_text(incarnation))
                 .arg(wc.encode())
-                .arg(encode_filter(shape, epoch))
+                .arg(encode_filter(shape, incarnation))
                 .clone(),
         )?;
         let stored =
@@ -217,7 +218,7 @@ impl SharedWindow {
     /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
     pub fn open(endpoint: &Endpoint, name: &str) -> Result<Self> {
-        Self::open_with_clock(endpoint, name, Arc::new(SystemClock))
+        Self::open_with_clock(endpoint, name, SystemClock)
     }
 
     /// Opens the existing window `name`, reading time from `clock`.
@@ -225,14 +226,18 @@ impl SharedWindow {
     /// ```no_run
     /// use bloomsled::clock::ManualClock;
     /// use bloomsled_redis::{Endpoint, SharedWindow};
-    /// use std::sync::Arc;
     /// let clock = ManualClock::starting_now();
     /// let ep = Endpoint::url("redis://127.0.0.1:6379/");
-    /// let w = SharedWindow::open_with_clock(&ep, "crawled", Arc::new(clock.clone()))?;
+    /// let w = SharedWindow::open_with_clock(&ep, "crawled", clock.clone())?;
     /// # let _ = w;
     /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
-    pub fn open_with_clock(endpoint: &Endpoint, name: &str, clock: Arc<dyn Clock>) -> Result<Self> {
+    pub fn open_with_clock(
+        endpoint: &Endpoint,
+        name: &str,
+        clock: impl Clock + 'static,
+    ) -> Result<Self> {
+        let clock: Arc<dyn Clock> = Arc::new(clock);
         check_window_name(name)?;
         let session = Arc::new(Session::open(endpoint)?);
         let key = window_key(name);
@@ -277,7 +282,7 @@ impl SharedWindow {
             session,
             name: name.into(),
             key: window_key(name),
-            epoch: s.epoch,
+            incarnation: s.incarnation,
             config: s.config,
             shape: s.shape,
             clock,
@@ -417,9 +422,9 @@ impl SharedWindow {
         &self.name
     }
 
-    /// The epoch of this incarnation of the window (random, non-zero, set at creation).
-    pub fn epoch(&self) -> u64 {
-        self.epoch
+    /// The window's incarnation tag (random, non-zero, set at creation).
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
     }
 
     /// The span: `width × generations`.
@@ -511,7 +516,7 @@ impl std::fmt::Debug for SharedWindow {
             .field("span", &self.span())
             .field("generations", &self.config.ring.generations())
             .field("shape", &self.shape)
-            .field("epoch", &format_args!("{:#x}", self.epoch))
+            .field("incarnation", &format_args!("{:#x}", self.incarnation))
             .finish()
     }
 }

@@ -88,7 +88,10 @@ async fn adds_lookups_and_batches_answer_and_tasks_share_one_handle() {
 
     // Open finds the same filter; create with another shape is refused.
     let again = AsyncSharedFilter::open(&ep, "urls").await.unwrap();
-    assert_eq!((again.epoch(), again.shape()), (f.epoch(), f.shape()));
+    assert_eq!(
+        (again.incarnation(), again.shape()),
+        (f.incarnation(), f.shape())
+    );
     assert!(again
         .contains_many(&added)
         .await
@@ -132,7 +135,7 @@ async fn a_sync_and_an_async_client_share_one_filter() {
         .await
         .unwrap();
     let sync = Arc::new(sync.await.unwrap());
-    assert_eq!(sync.epoch(), asy.epoch());
+    assert_eq!(sync.incarnation(), asy.incarnation());
     assert_eq!(sync.shape(), asy.shape());
     assert_eq!(sync.shard_keys(), asy.shard_keys());
     assert_eq!(sync.config_key(), asy.config_key());
@@ -185,7 +188,7 @@ async fn a_sync_and_an_async_client_share_one_filter() {
     })
     .await
     .unwrap();
-    assert_eq!(cs.epoch(), ca.epoch());
+    assert_eq!(cs.incarnation(), ca.incarnation());
     assert!(ca.insert(b"other").await.unwrap());
     assert_eq!(ca.counts(b"token").await.unwrap()[0], 2);
     assert!(ca.remove(b"token").await.unwrap());
@@ -291,13 +294,13 @@ async fn a_cluster_filter_answers_from_every_master_and_reports_a_flushed_one() 
 
     // The sync client on the same cluster sees the same filter and the same answers.
     let (ep2, k2) = (ep.clone(), absent.clone());
-    let (epoch, sync_answers) = tokio::task::spawn_blocking(move || {
+    let (incarnation, sync_answers) = tokio::task::spawn_blocking(move || {
         let s = SharedFilter::open(&ep2, "spread").unwrap();
-        (s.epoch(), s.contains_many(&k2).unwrap())
+        (s.incarnation(), s.contains_many(&k2).unwrap())
     })
     .await
     .unwrap();
-    assert_eq!(epoch, f.epoch());
+    assert_eq!(incarnation, f.incarnation());
     assert_eq!(f.contains_many(&absent).await.unwrap(), sync_answers);
 
     // One master flushed: the batch that reads its shards fails as lost.
@@ -350,7 +353,7 @@ async fn the_async_window_shares_a_window_with_the_sync_one_and_reports_its_loss
     let ep = Endpoint::url(s.url());
     let clock = ManualClock::new(1_000_000_000);
     let config = SharedWindowConfig::new(Duration::from_secs(60), 3, FilterConfig::new(10_000))
-        .clock(Arc::new(clock.clone()));
+        .clock(clock.clone());
     let w = AsyncSharedWindow::create(&ep, "recent", &config)
         .await
         .unwrap();
@@ -370,15 +373,15 @@ async fn the_async_window_shares_a_window_with_the_sync_one_and_reports_its_loss
     clock.advance(Duration::from_secs(20));
     let second = keys("second", 3_000);
     let (ep2, c2, k2) = (ep.clone(), clock.clone(), second.clone());
-    let (epoch, sees_first) = tokio::task::spawn_blocking(move || {
-        let sw = SharedWindow::open_with_clock(&ep2, "recent", Arc::new(c2)).unwrap();
+    let (incarnation, sees_first) = tokio::task::spawn_blocking(move || {
+        let sw = SharedWindow::open_with_clock(&ep2, "recent", c2).unwrap();
         sw.insert_many(&k2).unwrap();
         let first = keys("first", 3_000);
-        (sw.epoch(), sw.contains_many(&first).unwrap())
+        (sw.incarnation(), sw.contains_many(&first).unwrap())
     })
     .await
     .unwrap();
-    assert_eq!(epoch, w.epoch());
+    assert_eq!(incarnation, w.incarnation());
     assert!(sees_first.iter().all(|&b| b));
     assert!(w.contains_many(&second).await.unwrap().iter().all(|&b| b));
     assert!(w.contains(&second[0]).await.unwrap() && !w.insert(&second[0]).await.unwrap());
@@ -405,7 +408,7 @@ async fn the_async_window_on_a_cluster_answers_across_rotations_and_reports_a_fl
     let ep = Endpoint::cluster(c.urls());
     let clock = ManualClock::new(1_000_000_000);
     let config = SharedWindowConfig::new(Duration::from_secs(60), 3, FilterConfig::new(20_000))
-        .clock(Arc::new(clock.clone()));
+        .clock(clock.clone());
     let w = Arc::new(
         AsyncSharedWindow::create(&ep, "cluster-recent", &config)
             .await
@@ -431,14 +434,14 @@ async fn the_async_window_on_a_cluster_answers_across_rotations_and_reports_a_fl
     clock.advance(Duration::from_secs(20));
     let second = keys("second", 2_000);
     let (ep2, c2, k2) = (ep.clone(), clock.clone(), second.clone());
-    let epoch = tokio::task::spawn_blocking(move || {
-        let sw = SharedWindow::open_with_clock(&ep2, "cluster-recent", Arc::new(c2)).unwrap();
+    let incarnation = tokio::task::spawn_blocking(move || {
+        let sw = SharedWindow::open_with_clock(&ep2, "cluster-recent", c2).unwrap();
         sw.insert_many(&k2).unwrap();
-        sw.epoch()
+        sw.incarnation()
     })
     .await
     .unwrap();
-    assert_eq!(epoch, w.epoch());
+    assert_eq!(incarnation, w.incarnation());
     assert!(w.contains_many(&second).await.unwrap().iter().all(|&b| b));
     let first = keys("t0", 2_000);
     assert!(w.contains_many(&first).await.unwrap().iter().all(|&b| b));

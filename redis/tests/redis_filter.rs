@@ -119,20 +119,24 @@ fn one_shape_wins_a_create_race_and_other_shapes_are_refused() {
     let s = Server::start();
     let ep = Endpoint::url(s.url());
     let cfg = FilterConfig::new(200_000);
-    let epochs: Vec<u64> = std::thread::scope(|sc| {
+    let incarnations: Vec<u64> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..8)
             .map(|_| {
                 let ep = ep.clone();
                 let cfg = cfg.clone();
-                sc.spawn(move || SharedFilter::create(&ep, "race", &cfg).unwrap().epoch())
+                sc.spawn(move || {
+                    SharedFilter::create(&ep, "race", &cfg)
+                        .unwrap()
+                        .incarnation()
+                })
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert_eq!(
-        epochs.iter().collect::<HashSet<_>>().len(),
+        incarnations.iter().collect::<HashSet<_>>().len(),
         1,
-        "{epochs:x?}"
+        "{incarnations:x?}"
     );
     // Racing creators of different shapes: exactly one shape is recorded, the rest are
     // refused with a typed error.

@@ -159,9 +159,9 @@ fn a_deleted_config_stops_new_opens_and_a_recreate_stops_old_handles() {
     ));
     // The blocks are intact: the open handle still answers, correctly.
     assert_eq!(never_absent(&f, &k), 0);
-    // Created again (same shape, new epoch): the old handle's every command errs.
+    // Created again (same shape, new incarnation): the old handle's every command errs.
     let g = SharedFilter::create(&ep, "delconf", &FilterConfig::new(N as u64)).unwrap();
-    assert_ne!(g.epoch(), f.epoch());
+    assert_ne!(g.incarnation(), f.incarnation());
     all_lost(&f, &k);
     let msg = f.contains(&k[0]).unwrap_err().to_string();
     assert!(msg.contains("created again"), "{msg}");
@@ -200,7 +200,7 @@ fn with_appendfsync_always_every_acknowledged_add_survives_kill_9() {
     assert_eq!(never_absent(&f, &k), 0);
     assert_eq!(never_absent(&f, &more), 0);
     let reopened = SharedFilter::open(&Endpoint::url(s.url()), "aof").unwrap();
-    assert_eq!(reopened.epoch(), f.epoch());
+    assert_eq!(reopened.incarnation(), f.incarnation());
     assert!(reopened.contains_many(&more).unwrap().iter().all(|&b| b));
 }
 

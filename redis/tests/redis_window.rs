@@ -42,7 +42,7 @@ fn config(generations: u32, items: u64, clock: &ManualClock) -> SharedWindowConf
         generations,
         FilterConfig::new(items),
     )
-    .clock(Arc::new(clock.clone()))
+    .clock(clock.clone())
 }
 
 fn is_lost(e: &Error) -> bool {
@@ -87,7 +87,7 @@ fn keys_are_found_inside_the_horizon_and_forgotten_past_it() {
     let c = clock();
     let g = 4u32;
     let w = SharedWindow::create(&ep, "horizon", &config(g, 2_000, &c)).unwrap();
-    let reader = SharedWindow::open_with_clock(&ep, "horizon", Arc::new(c.clone())).unwrap();
+    let reader = SharedWindow::open_with_clock(&ep, "horizon", c.clone()).unwrap();
     let span = W * u64::from(g);
     // Keys added every quarter generation for three spans; after each step every key still
     // inside its horizon must be found, by the writer and by another client.
@@ -137,11 +137,8 @@ fn keys_are_found_inside_the_horizon_and_forgotten_past_it() {
     assert_eq!(st.current, cur);
     // The clock stands at the start of a generation nobody wrote to yet.
     assert_eq!(st.live.len(), g as usize - 1);
-    assert!(st.live[0].generation + 1 == cur);
-    assert!(st
-        .live
-        .windows(2)
-        .all(|p| p[0].generation == p[1].generation + 1));
+    assert!(st.live[0].index + 1 == cur);
+    assert!(st.live.windows(2).all(|p| p[0].index == p[1].index + 1));
     for gs in &st.live {
         // 4 steps of 100 keys per generation.
         let n = gs.filter.estimated_items;
@@ -163,7 +160,7 @@ fn generations_nobody_wrote_to_are_not_errors_and_a_clock_stepping_back_hides_no
     // Three empty generations later the key is still inside the horizon.
     c.advance(Duration::from_millis(3 * W));
     assert!(w.contains_many(&a).unwrap().iter().all(|&b| b));
-    let fresh = SharedWindow::open_with_clock(&ep, "sparse", Arc::new(c.clone())).unwrap();
+    let fresh = SharedWindow::open_with_clock(&ep, "sparse", c.clone()).unwrap();
     assert!(fresh.contains_many(&a).unwrap().iter().all(|&b| b));
     assert_eq!(fresh.stats().unwrap().live.len(), 1);
     // A clock stepping back does not bring the window back in time for a handle.
@@ -230,20 +227,20 @@ fn concurrent_writers_across_rotations_end_with_one_ring_and_no_false_negative()
             let (ep, c, barrier) = (ep.clone(), c.clone(), barrier.clone());
             std::thread::spawn(move || {
                 // Each thread has its own handle and connection.
-                let w = SharedWindow::open_with_clock(&ep, "race", Arc::new(c.clone())).unwrap();
-                let mut epochs = Vec::new();
+                let w = SharedWindow::open_with_clock(&ep, "race", c.clone()).unwrap();
+                let mut incarnations = Vec::new();
                 for r in 0..rounds {
                     barrier.wait(); // all threads meet the new generation at once
                     let mine = keys(&format!("r{r}-t{t}"), 500);
                     w.insert_many(&mine).unwrap();
                     let st = w.stats().unwrap();
-                    epochs.push((st.current, st.live[0].filter.epoch));
+                    incarnations.push((st.current, st.live[0].filter.incarnation));
                     barrier.wait();
                     if t == 0 {
                         c.advance(Duration::from_millis(W));
                     }
                 }
-                epochs
+                incarnations
             })
         })
         .collect();
@@ -253,14 +250,14 @@ fn concurrent_writers_across_rotations_end_with_one_ring_and_no_false_negative()
         let first = seen[0][r];
         assert!(seen.iter().all(|s| s[r] == first), "round {r}: {seen:?}");
     }
-    let w = SharedWindow::open_with_clock(&ep, "race", Arc::new(c.clone())).unwrap();
-    // One ring: each generation's entry is the epoch every thread used, and only one
+    let w = SharedWindow::open_with_clock(&ep, "race", c.clone()).unwrap();
+    // One ring: each generation's entry is the incarnation every thread used, and only one
     // config record exists per generation.
     let r = redis_support::window_ring(&s, &w);
-    for (e, epoch) in seen[0].iter().skip(rounds - g as usize) {
+    for (e, incarnation) in seen[0].iter().skip(rounds - g as usize) {
         assert_eq!(
             r.get(e).map(String::as_str),
-            Some(format!("{epoch:#018x}").as_str())
+            Some(format!("{incarnation:#018x}").as_str())
         );
     }
     let configs: Vec<String> = redis::cmd("KEYS")
@@ -294,7 +291,7 @@ fn a_writer_whose_clock_runs_ahead_is_still_read() {
     let behind = clock();
     let ahead = ManualClock::new(behind.now_ms() + W + W / 4);
     let w = SharedWindow::create(&ep, "skew", &config(3, 1_000, &behind)).unwrap();
-    let fast = SharedWindow::open_with_clock(&ep, "skew", Arc::new(ahead.clone())).unwrap();
+    let fast = SharedWindow::open_with_clock(&ep, "skew", ahead.clone()).unwrap();
     behind.advance(Duration::from_millis(W / 2));
     // The fast writer is already in the next generation; the slow reader is not.
     assert_eq!(fast.current_generation(), w.current_generation() + 1);
@@ -336,7 +333,7 @@ fn a_creator_that_died_mid_rotation_leaves_a_usable_window() {
     w.insert_many(&k).unwrap();
     assert_eq!(
         redis_support::window_ring(&s, &w)[&e],
-        format!("{:#018x}", orphan.epoch()),
+        format!("{:#018x}", orphan.incarnation()),
         "the orphan was adopted"
     );
     assert!(orphan.contains_many(&k).unwrap().iter().all(|&b| b));
@@ -359,7 +356,7 @@ fn a_creator_that_died_mid_rotation_leaves_a_usable_window() {
         .arg(vec![0xffu8; 100])
         .exec(&mut cli)
         .unwrap();
-    let other = SharedWindow::open_with_clock(&ep, "dead", Arc::new(c.clone())).unwrap();
+    let other = SharedWindow::open_with_clock(&ep, "dead", c.clone()).unwrap();
     let k2 = keys("after-crash", 200);
     other.insert_many(&k2).unwrap();
     for h in [&w, &other] {
@@ -382,7 +379,7 @@ fn create_checks_the_shape_and_bad_settings_are_typed_errors() {
     let c = clock();
     let a = SharedWindow::create(&ep, "shape", &config(4, 1_000, &c)).unwrap();
     let b = SharedWindow::create(&ep, "shape", &config(4, 1_000, &c)).unwrap();
-    assert_eq!(a.epoch(), b.epoch());
+    assert_eq!(a.incarnation(), b.incarnation());
     for other in [config(5, 1_000, &c), config(4, 2_000, &c)] {
         assert!(matches!(
             SharedWindow::create(&ep, "shape", &other),
@@ -457,7 +454,7 @@ fn a_window_on_a_three_master_cluster() {
     let all = per.concat();
     assert!(w.contains_many(&all).unwrap().iter().all(|&b| b));
     assert!(w.contains(&per[0][3]).unwrap());
-    let reader = SharedWindow::open_with_clock(&ep, "cw", Arc::new(c.clone())).unwrap();
+    let reader = SharedWindow::open_with_clock(&ep, "cw", c.clone()).unwrap();
     assert!(reader.contains_many(&all).unwrap().iter().all(|&b| b));
     let fp = reader
         .contains_many(&keys("absent", 5_000))

@@ -4,8 +4,7 @@
 //! Redis) that use it compute the same ring from the same times.
 //!
 //! With `G` generations over a span `S`, each generation covers `w = S / G` ms:
-//! - time `t` belongs to generation `e = floor(t / w)` (its index; "epoch" in
-//!   `bloomsled-redis` is something else, a filter's random incarnation tag);
+//! - time `t` belongs to generation `e = floor(t / w)`, its *index*;
 //! - at time `now`, with `cur = floor(now / w)`, the live generations are the `G` newest
 //!   indices `cur - G + 1 ..= cur`;
 //! - generation `e` is expired (dropped) once `cur >= e + G`, that is from time
@@ -185,9 +184,9 @@ impl Generations {
     ///
     /// ```
     /// let g = bloomsled::clock::Generations::new(std::time::Duration::from_secs(60), 6).unwrap();
-    /// assert_eq!(g.start_ms(2), 20_000);
+    /// assert_eq!(g.starts_at_ms(2), 20_000);
     /// ```
-    pub fn start_ms(&self, e: u64) -> u64 {
+    pub fn starts_at_ms(&self, e: u64) -> u64 {
         e.saturating_mul(self.width_ms)
     }
 
@@ -198,7 +197,7 @@ impl Generations {
     /// assert_eq!(g.expires_at_ms(2), 80_000);
     /// ```
     pub fn expires_at_ms(&self, e: u64) -> u64 {
-        self.start_ms(e.saturating_add(u64::from(self.generations)))
+        self.starts_at_ms(e.saturating_add(u64::from(self.generations)))
     }
 
     /// Milliseconds something of generation `e` should still live at `now_ms`: until the
@@ -241,7 +240,7 @@ mod tests {
         assert!(!e.is_expired(4, 10));
         assert!(e.is_expired(3, 10));
         assert_eq!(e.expires_at_ms(3), 10 * day);
-        assert_eq!(e.start_ms(3), 3 * day);
+        assert_eq!(e.starts_at_ms(3), 3 * day);
         // At a realistic time: just after midnight (UTC) of day 20000.
         let t = 20_000 * day + 5;
         assert_eq!(e.generation_of(t), 20_000);
@@ -348,10 +347,10 @@ mod tests {
 
         /// A time belongs to the generation whose interval holds it.
         #[test]
-        fn epoch_interval_holds_the_time(w in 1u64..100_000, t in 0u64..1 << 50) {
+        fn index_interval_holds_the_time(w in 1u64..100_000, t in 0u64..1 << 50) {
             let ep = Generations::from_parts(w, 3).unwrap();
             let e = ep.generation_of(t);
-            prop_assert!(ep.start_ms(e) <= t && t < ep.start_ms(e + 1));
+            prop_assert!(ep.starts_at_ms(e) <= t && t < ep.starts_at_ms(e + 1));
         }
     }
 }

@@ -97,13 +97,15 @@ impl FilterConfig {
         self
     }
 
-    /// The number of items the filter is sized for ([`FilterConfig::expected_items`]).
+    /// The number of items the filter is sized for, as set by
+    /// [`FilterConfig::expected_items`] (a built filter calls it its
+    /// [`capacity`](Filter::capacity)).
     ///
     /// ```
     /// let cfg = bloomsled::FilterConfig::new(5_000);
-    /// assert_eq!(cfg.capacity(), 5_000);
+    /// assert_eq!(cfg.get_expected_items(), 5_000);
     /// ```
-    pub fn capacity(&self) -> u64 {
+    pub fn get_expected_items(&self) -> u64 {
         self.capacity
     }
 
@@ -118,13 +120,14 @@ impl FilterConfig {
         self.sizing
     }
 
-    /// The hash seed ([`FilterConfig::seed`]).
+    /// The hash seed, as set by [`FilterConfig::seed`] (a builder getter is the setter's name
+    /// with `get_`, as in `std::process::Command`).
     ///
     /// ```
     /// let cfg = bloomsled::FilterConfig::new(5_000).seed(7);
-    /// assert_eq!(cfg.hash_seed(), 7);
+    /// assert_eq!(cfg.get_seed(), 7);
     /// ```
-    pub fn hash_seed(&self) -> u64 {
+    pub fn get_seed(&self) -> u64 {
         self.seed
     }
 
@@ -133,10 +136,10 @@ impl FilterConfig {
     ///
     /// ```
     /// let cfg = bloomsled::FilterConfig::new(5_000);
-    /// assert_eq!(cfg.num_hashes_override(), None);
-    /// assert_eq!(cfg.num_hashes(4).num_hashes_override(), Some(4));
+    /// assert_eq!(cfg.get_num_hashes(), None);
+    /// assert_eq!(cfg.num_hashes(4).get_num_hashes(), Some(4));
     /// ```
-    pub fn num_hashes_override(&self) -> Option<u32> {
+    pub fn get_num_hashes(&self) -> Option<u32> {
         self.num_hashes
     }
 

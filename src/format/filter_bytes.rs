@@ -1,5 +1,5 @@
 //! A standalone [`Filter`]'s bytes: the snapshot format of [`super::snapshot`] with one page
-//! (several past 1 GiB), no database, tree or snapshot ids and generation 0. One binary
+//! (several past 1 GiB), no database, tree or snapshot ids and sequence 0. One binary
 //! encoding for both uses, so one parser to fuzz and trust; serde goes through these bytes.
 
 use serde::{Deserialize, Serialize};
@@ -68,8 +68,8 @@ impl Filter {
         if h.db_id != [0; 16] || h.tree_id != [0; 16] || h.snapshot_id != [0; 16] {
             return bad("ids set: a tree's snapshot, not a standalone filter".into());
         }
-        if h.generation.get() != 0 {
-            return bad(format!("generation {}", h.generation.get()));
+        if h.sequence.get() != 0 {
+            return bad(format!("sequence {}", h.sequence.get()));
         }
         if u64::from(h.page_size.get()) != h.payload_len.get().min(MAX_PAGE) {
             return bad(format!("page size {}", h.page_size.get()));

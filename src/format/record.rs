@@ -18,8 +18,8 @@
 //!     12    4 filter_kind  1 = plain, 2 = counting
 //!     16   16 tree_id      random, chosen when the tree's filter was first created
 //!     32   16 snapshot_id  id of the current snapshot (zeros with FLAG_EMPTY)
-//!     48    8 snapshot_generation  generation of the current snapshot
-//!     56    8 dirty_generation     highest generation the tree was written after
+//!     48    8 snapshot_sequence  sequence of the current snapshot
+//!     56    8 dirty_sequence     highest sequence the tree was written after
 //!     64    8 capacity     items new and rebuilt filters are sized for
 //!     72    8 sizing       f64 bits: target false-positive rate or bits per key
 //!     80    4 sizing_kind  1 = false-positive rate, 2 = bits per key
@@ -82,10 +82,10 @@ pub struct TreeRecord {
     pub tree_id: [u8; 16],
     /// The current snapshot's id.
     pub snapshot_id: [u8; 16],
-    /// The current snapshot's generation.
-    pub snapshot_generation: U64,
-    /// Highest generation the tree was written after.
-    pub dirty_generation: U64,
+    /// The current snapshot's sequence.
+    pub snapshot_sequence: U64,
+    /// Highest sequence the tree was written after.
+    pub dirty_sequence: U64,
     /// Capacity of new and rebuilt filters.
     pub capacity: U64,
     /// `f64` bits of the rate or bits per key.
@@ -200,7 +200,7 @@ mod tests {
         let mut r = TreeRecord::new_zeroed();
         r.filter_kind = U32::new(1);
         r.tree_id = [7; 16];
-        r.snapshot_generation = U64::new(3);
+        r.snapshot_sequence = U64::new(3);
         r.sizing = U64::new(0.01f64.to_bits());
         r.sizing_kind = U32::new(1);
         r.capacity = U64::new(1000);
@@ -212,7 +212,7 @@ mod tests {
         assert_eq!(DB_RECORD_LEN, 36);
         assert_eq!(TREE_RECORD_LEN, 104);
         assert_eq!(std::mem::offset_of!(TreeRecord, snapshot_id), 32);
-        assert_eq!(std::mem::offset_of!(TreeRecord, dirty_generation), 56);
+        assert_eq!(std::mem::offset_of!(TreeRecord, dirty_sequence), 56);
         assert_eq!(std::mem::offset_of!(TreeRecord, flags), 96);
         assert_eq!(std::mem::offset_of!(DbRecord, db_id), 16);
     }

@@ -24,7 +24,7 @@
 //!     92    4 page_size    payload bytes per page (last page may be shorter)
 //!     96    8 capacity     items the filter is sized for
 //!    104    8 items        items inserted
-//!    112    8 generation   the snapshot's generation (see `persist`)
+//!    112    8 sequence   the snapshot's sequence (see `persist`)
 //!    120    8 payload_len  num_blocks · 64 (kind 1) or num_blocks · 256 (kind 2)
 //!    128    4 page_count   ⌈payload_len / page_size⌉
 //!    132    4 payload_crc  CRC32 of the whole payload, zero pages included as zeros
@@ -91,8 +91,8 @@ pub struct Header {
     pub capacity: U64,
     /// Items inserted.
     pub items: U64,
-    /// Snapshot generation.
-    pub generation: U64,
+    /// Snapshot sequence.
+    pub sequence: U64,
     /// Payload bytes.
     pub payload_len: U64,
     /// Number of pages.
@@ -148,13 +148,13 @@ pub struct SnapshotMeta {
     pub capacity: u64,
     /// Items inserted.
     pub items: u64,
-    /// Snapshot generation.
-    pub generation: u64,
+    /// Snapshot sequence.
+    pub sequence: u64,
 }
 
 impl SnapshotMeta {
     /// The parameters of `bits` (a filter's bits, or a counting filter's) as a snapshot of
-    /// `filter_kind` holding `items`, with no ids and generation 0 (persistence fills those in).
+    /// `filter_kind` holding `items`, with no ids and sequence 0 (persistence fills those in).
     pub fn of(bits: &crate::filter::Filter, filter_kind: u32, items: u64) -> SnapshotMeta {
         SnapshotMeta {
             filter_kind,
@@ -165,7 +165,7 @@ impl SnapshotMeta {
             num_hashes: bits.num_hashes(),
             capacity: bits.capacity(),
             items,
-            generation: 0,
+            sequence: 0,
         }
     }
 }
@@ -246,7 +246,7 @@ pub fn encode_to<W: Write + io::Seek>(
         page_size: U32::new(page_size),
         capacity: U64::new(meta.capacity),
         items: U64::new(meta.items),
-        generation: U64::new(meta.generation),
+        sequence: U64::new(meta.sequence),
         payload_len: U64::new(payload_len),
         page_count: U32::new(page_count as u32),
         payload_crc: U32::new(payload_crc.finalize()),
@@ -267,11 +267,11 @@ pub fn encode_to<W: Write + io::Seek>(
 /// use bloomsled::format::{self, SnapshotMeta, FILTER_KIND_BLOCKED};
 /// let meta = SnapshotMeta {
 ///     filter_kind: FILTER_KIND_BLOCKED, seed: 1, db_id: [1; 16], tree_id: [2; 16],
-///     snapshot_id: [3; 16], num_hashes: 7, capacity: 10, items: 0, generation: 1,
+///     snapshot_id: [3; 16], num_hashes: 7, capacity: 10, items: 0, sequence: 1,
 /// };
 /// let bytes = format::encode(&meta, &[0u64; 8], 64);
 /// let (header, words) = format::decode(&bytes)?;
-/// assert_eq!(header.generation.get(), 1);
+/// assert_eq!(header.sequence.get(), 1);
 /// assert_eq!(words, vec![0u64; 8]);
 /// # Ok::<(), bloomsled::format::DecodeError>(())
 /// ```

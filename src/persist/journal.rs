@@ -1,5 +1,5 @@
-//! The crash journal's bytes: `<db>/bloomsled/<tree id>.<generation>.jnl`, the key hashes a
-//! tree was written with in one generation, and its **counter file**, kept outside the
+//! The crash journal's bytes: `<db>/bloomsled/<tree id>.<sequence>.jnl`, the key hashes a
+//! tree was written with in one sequence, and its **counter file**, kept outside the
 //! database folder (see [`crate::persist`], "Crash journal"). Bytes in, bytes out: the live
 //! mappings that append to them are [`super::journal_map`].
 //!
@@ -12,18 +12,18 @@
 //! |     12 |    4 | zero                                                         |
 //! |     16 |   16 | database id                                                  |
 //! |     32 |   16 | tree id                                                      |
-//! |     48 |   16 | snapshot id of this generation's snapshot                    |
+//! |     48 |   16 | snapshot id of this sequence's snapshot                    |
 //! |     64 |   16 | base: the snapshot id the tree's record named at creation    |
 //! |     80 |   16 | boot id of the boot that wrote it                            |
 //! |     96 |   16 | nonce: random, made for this file when it was created        |
-//! |    112 |    8 | generation                                                   |
+//! |    112 |    8 | sequence                                                   |
 //! |    120 |    8 | hash seed of the hashes                                      |
 //! |    128 |    8 | capacity (records)                                           |
 //! |    136 |    4 | CRC32 of bytes 0..136                                        |
 //! |    140 |    4 | zero                                                         |
 //! |    256 | 16·n | records                                                      |
 //!
-//! The counter file `bloomsled-<database id>-<tree id>-<generation>.jctr` (in the counter
+//! The counter file `bloomsled-<database id>-<tree id>-<sequence>.jctr` (in the counter
 //! folder, `/dev/shm` by default: not in the database folder, cleared by a reboot):
 //!
 //! | offset | size | field                                                        |
@@ -34,7 +34,7 @@
 //! |     16 |   16 | database id                                                  |
 //! |     32 |   16 | tree id                                                      |
 //! |     48 |   16 | nonce of the journal it counts for                           |
-//! |     64 |    8 | generation                                                   |
+//! |     64 |    8 | sequence                                                   |
 //! |     72 |    4 | CRC32 of bytes 0..72                                         |
 //! |     76 |    4 | zero                                                         |
 //! |     80 |    8 | reserved: slots handed out to writers (may pass capacity)    |
@@ -42,7 +42,7 @@
 //! |     96 |    8 | `NOSPACE!` once the file system had no room to grow it       |
 //!
 //! A record is two little-endian words: the key's hash, then a check word
-//! `MARK << 40 | op << 32 | crc32(slot, generation, hash, op)`. A writer takes a slot from
+//! `MARK << 40 | op << 32 | crc32(slot, sequence, hash, op)`. A writer takes a slot from
 //! the counter file, stores the hash, then the check word, then counts the record finished
 //! in the counter file. A check word of zero is a slot never written (a writer killed
 //! before it got there); [`MARK`] has three non-zero bytes, so a zero-filled region never
@@ -102,7 +102,7 @@ pub(crate) struct JournalHeader {
     pub(crate) base_id: [u8; 16],
     pub(crate) boot_id: [u8; 16],
     pub(crate) nonce: [u8; 16],
-    pub(crate) generation: U64,
+    pub(crate) sequence: U64,
     pub(crate) seed: U64,
     pub(crate) capacity: U64,
     pub(crate) crc: U32,
@@ -125,7 +125,7 @@ pub(crate) struct CountersHeader {
     pub(crate) db_id: [u8; 16],
     pub(crate) tree_id: [u8; 16],
     pub(crate) nonce: [u8; 16],
-    pub(crate) generation: U64,
+    pub(crate) sequence: U64,
     pub(crate) crc: U32,
     pub(crate) zero2: U32,
 }
@@ -155,7 +155,7 @@ impl JournalHeader {
         c.db_id = self.db_id;
         c.tree_id = self.tree_id;
         c.nonce = self.nonce;
-        c.generation = self.generation;
+        c.sequence = self.sequence;
         c.crc = U32::new(checksum(&[&c.as_bytes()[..COUNTERS_CRC_AT]]));
         let mut bytes = vec![0u8; COUNTERS_LEN];
         bytes[..RESERVED_OFFSET].copy_from_slice(c.as_bytes());
@@ -175,10 +175,10 @@ pub(crate) fn file_len(capacity: u64) -> u64 {
 
 /// The check word of a record.
 #[inline]
-pub(crate) fn check_word(slot: u64, generation: u64, hash: u64, op: u8) -> u64 {
+pub(crate) fn check_word(slot: u64, sequence: u64, hash: u64, op: u8) -> u64 {
     let crc = checksum(&[
         &slot.to_le_bytes(),
-        &generation.to_le_bytes(),
+        &sequence.to_le_bytes(),
         &hash.to_le_bytes(),
         &[op],
     ]);
@@ -192,14 +192,14 @@ pub(crate) struct Decoded {
     pub(crate) records: Result<Vec<(u8, u64)>, JournalFault>,
 }
 
-fn damaged(generation: u64, what: impl Into<String>) -> JournalFault {
+fn damaged(sequence: u64, what: impl Into<String>) -> JournalFault {
     JournalFault::Damaged {
-        generation,
+        sequence,
         what: what.into(),
     }
 }
 
-/// Decodes the journal read for `generation`: its header (magic, version, CRC, length)
+/// Decodes the journal read for `sequence`: its header (magic, version, CRC, length)
 /// or the fault, then, against its counter file (`counters`: its bytes, or why there are
 /// none), its records (the counter file's own header, its nonce, overflow, a damaged
 /// record, erased records) into [`Decoded::records`], judged only once the header's
@@ -207,27 +207,27 @@ fn damaged(generation: u64, what: impl Into<String>) -> JournalFault {
 pub(crate) fn decode(
     bytes: &[u8],
     counters: Result<&[u8], JournalFault>,
-    generation: u64,
+    sequence: u64,
 ) -> Result<Decoded, JournalFault> {
     let (header, _) = JournalHeader::read_from_prefix(bytes)
-        .map_err(|_| damaged(generation, "shorter than its header"))?;
+        .map_err(|_| damaged(sequence, "shorter than its header"))?;
     if header.magic != MAGIC {
-        return Err(damaged(generation, "bad magic"));
+        return Err(damaged(sequence, "bad magic"));
     }
     if header.version.get() != VERSION {
-        return Err(damaged(generation, format!("version {}", header.version)));
+        return Err(damaged(sequence, format!("version {}", header.version)));
     }
     if checksum(&[&bytes[..CRC_AT]]) != header.crc.get() {
-        return Err(damaged(generation, "header checksum"));
+        return Err(damaged(sequence, "header checksum"));
     }
     let capacity = header.capacity.get();
     let expected = capacity
         .checked_mul(RECORD_LEN as u64)
         .and_then(|b| b.checked_add(RECORDS_OFFSET as u64))
-        .ok_or_else(|| damaged(generation, "capacity"))?;
+        .ok_or_else(|| damaged(sequence, "capacity"))?;
     if bytes.len() as u64 != expected {
         return Err(JournalFault::Truncated {
-            generation,
+            sequence,
             expected,
             got: bytes.len() as u64,
         });
@@ -242,29 +242,29 @@ pub(crate) fn decode(
 }
 
 /// The counters `(reserved, finished, no-space word)` of a counter file that belongs to
-/// the journal of `h`: its own header whole, for this database, tree and generation, and
+/// the journal of `h`: its own header whole, for this database, tree and sequence, and
 /// with the journal's nonce (else an earlier incarnation of the journal, from a copy).
 fn counted(c: &[u8], h: &JournalHeader) -> Result<(u64, u64, u64), JournalFault> {
-    let generation = h.generation.get();
+    let sequence = h.sequence.get();
     if c.len() != COUNTERS_LEN {
         return Err(damaged(
-            generation,
+            sequence,
             format!("counter file of {} bytes", c.len()),
         ));
     }
     let (ch, _) = CountersHeader::read_from_prefix(c)
-        .map_err(|_| damaged(generation, "counter file header"))?;
+        .map_err(|_| damaged(sequence, "counter file header"))?;
     if ch.magic != COUNTERS_MAGIC
         || ch.version.get() != COUNTERS_VERSION
         || checksum(&[&c[..COUNTERS_CRC_AT]]) != ch.crc.get()
     {
-        return Err(damaged(generation, "counter file header"));
+        return Err(damaged(sequence, "counter file header"));
     }
-    if ch.db_id != h.db_id || ch.tree_id != h.tree_id || ch.generation != h.generation {
-        return Err(damaged(generation, "counter file of another journal"));
+    if ch.db_id != h.db_id || ch.tree_id != h.tree_id || ch.sequence != h.sequence {
+        return Err(damaged(sequence, "counter file of another journal"));
     }
     if ch.nonce != h.nonce {
-        return Err(JournalFault::OtherIncarnation { generation });
+        return Err(JournalFault::OtherIncarnation { sequence });
     }
     Ok((
         word(c, RESERVED_OFFSET),
@@ -288,16 +288,16 @@ fn records(
     finished: u64,
     no_space: u64,
 ) -> Result<Vec<(u8, u64)>, JournalFault> {
-    let generation = h.generation.get();
+    let sequence = h.sequence.get();
     let capacity = h.capacity.get();
     if reserved > capacity {
         if no_space == NO_SPACE {
-            return Err(JournalFault::NoSpace { generation });
+            return Err(JournalFault::NoSpace { sequence });
         }
-        return Err(JournalFault::Overflowed { generation });
+        return Err(JournalFault::Overflowed { sequence });
     }
     if finished > reserved {
-        return Err(damaged(generation, "more records finished than reserved"));
+        return Err(damaged(sequence, "more records finished than reserved"));
     }
     let mut out = Vec::with_capacity(finished as usize);
     for slot in 0..capacity {
@@ -307,17 +307,17 @@ fn records(
             continue; // never written: a writer killed before its record (or no writer)
         }
         let op = (check >> 32) as u8;
-        if slot >= reserved || check != check_word(slot, generation, hash, op) {
-            return Err(damaged(generation, format!("record {slot}")));
+        if slot >= reserved || check != check_word(slot, sequence, hash, op) {
+            return Err(damaged(sequence, format!("record {slot}")));
         }
         if op != OP_INSERT && op != OP_REMOVE {
-            return Err(damaged(generation, format!("record {slot}: op {op}")));
+            return Err(damaged(sequence, format!("record {slot}: op {op}")));
         }
         out.push((op, hash));
     }
     if (out.len() as u64) < finished {
         return Err(JournalFault::RecordsLost {
-            generation,
+            sequence,
             finished,
             found: out.len() as u64,
         });
@@ -332,7 +332,7 @@ mod tests {
     /// A journal of `records` and its counter file.
     fn journal(records: &[(u8, u64)], capacity: u64) -> (Vec<u8>, Vec<u8>) {
         let mut h = JournalHeader::blank();
-        h.generation = U64::new(3);
+        h.sequence = U64::new(3);
         h.capacity = U64::new(capacity);
         h.nonce = [7; 16];
         let h = h.sealed();
@@ -378,12 +378,12 @@ mod tests {
         assert_eq!(
             decode(&earlier.0, Ok(&now.1), 3).unwrap().records,
             Err(JournalFault::RecordsLost {
-                generation: 3,
+                sequence: 3,
                 finished: 3,
                 found: 1
             })
         );
-        // A journal of the same tree and generation made by another process (another
+        // A journal of the same tree and sequence made by another process (another
         // nonce), even with as many records.
         let mut h = JournalHeader::read_from_prefix(&now.0).unwrap().0;
         h.nonce = [8; 16];
@@ -391,11 +391,11 @@ mod tests {
         other[..HEADER_LEN].copy_from_slice(h.sealed().as_bytes());
         assert_eq!(
             decode(&other, Ok(&now.1), 3).unwrap().records,
-            Err(JournalFault::OtherIncarnation { generation: 3 })
+            Err(JournalFault::OtherIncarnation { sequence: 3 })
         );
         // No counter file (a reboot cleared it, or it was deleted): refused as the reader
         // says (`CountersMissing`).
-        let missing = JournalFault::CountersMissing { generation: 3 };
+        let missing = JournalFault::CountersMissing { sequence: 3 };
         assert_eq!(
             decode(&now.0, Err(missing.clone()), 3).unwrap().records,
             Err(missing)
@@ -409,11 +409,11 @@ mod tests {
         j.1[RESERVED_OFFSET..RESERVED_OFFSET + 8].copy_from_slice(&(3u64 + 9).to_le_bytes());
         assert_eq!(
             records_of(&j),
-            Err(JournalFault::Overflowed { generation: 3 })
+            Err(JournalFault::Overflowed { sequence: 3 })
         );
         // ...and the no-space word.
         j.1[NO_SPACE_OFFSET..NO_SPACE_OFFSET + 8].copy_from_slice(&NO_SPACE.to_le_bytes());
-        assert_eq!(records_of(&j), Err(JournalFault::NoSpace { generation: 3 }));
+        assert_eq!(records_of(&j), Err(JournalFault::NoSpace { sequence: 3 }));
         assert_eq!(&NO_SPACE.to_le_bytes(), b"NOSPACE!", "as the file shows it");
     }
 
@@ -472,7 +472,7 @@ mod tests {
         c2[RESERVED_OFFSET] = 5;
         assert_eq!(
             decode(&good, Ok(&c2), 3).unwrap().records,
-            Err(JournalFault::Overflowed { generation: 3 })
+            Err(JournalFault::Overflowed { sequence: 3 })
         );
         // A written record zeroed: fewer intact records than finished.
         let mut bytes = good.clone();
@@ -481,12 +481,12 @@ mod tests {
         assert_eq!(
             run(&bytes).unwrap().records,
             Err(JournalFault::RecordsLost {
-                generation: 3,
+                sequence: 3,
                 finished: 3,
                 found: 2
             })
         );
-        // A counter file cut short, or of another generation.
+        // A counter file cut short, or of another sequence.
         assert!(matches!(
             decode(&good, Ok(&c[..50]), 3).unwrap().records,
             Err(JournalFault::Damaged { .. })

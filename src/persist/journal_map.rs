@@ -22,13 +22,13 @@ use super::journal::{
 };
 use crate::error::JournalFault;
 
-/// Records per journal: 16 MiB of file, sparse until written. A generation that writes
+/// Records per journal: 16 MiB of file, sparse until written. A sequence that writes
 /// more keys overflows its journal; the tree then takes a snapshot (see
 /// `Persistence::journal_filling`), and a crash before that snapshot rebuilds from a scan.
 pub(crate) const CAPACITY: u64 = 1 << 20;
 
-/// The most generations since the trusted snapshot that replay reads journals for.
-pub(crate) const MAX_GENERATIONS: u64 = 64;
+/// The most sequences since the trusted snapshot that replay reads journals for.
+pub(crate) const MAX_JOURNALS: u64 = 64;
 
 /// The environment variable naming the folder for journals' counter files (empty: keep no
 /// crash journal).
@@ -51,7 +51,7 @@ pub(crate) fn counter_dir() -> Option<PathBuf> {
         .filter(|d| d.is_dir())
 }
 
-/// One generation's journal, mapped.
+/// One sequence's journal, mapped.
 ///
 /// A store into a page of a shared mapping that the file system cannot back (a hole of the
 /// sparse file on a full disk) is answered by `SIGBUS`, which would kill the process. So
@@ -63,7 +63,7 @@ pub(crate) fn counter_dir() -> Option<PathBuf> {
 /// as overflowed by older builds) before its sled write, which goes on unjournaled: a
 /// crash before the next snapshot rebuilds from a scan.
 pub(crate) struct Journal {
-    pub(crate) generation: u64,
+    pub(crate) sequence: u64,
     pub(crate) seed: u64,
     capacity: u64,
     /// Slots whose pages the file system has backed.
@@ -165,7 +165,7 @@ impl Journal {
             return Err(io::Error::other("counter file of the wrong length"));
         }
         Ok(Journal {
-            generation: header.generation.get(),
+            sequence: header.sequence.get(),
             seed: header.seed.get(),
             capacity,
             backed: AtomicU64::new(slots_in(first.len() as u64, capacity)),
@@ -240,7 +240,7 @@ impl Journal {
         }
         let at = RECORDS_OFFSET + slot as usize * RECORD_LEN;
         self.word(at).store(hash, Ordering::Relaxed);
-        let check = check_word(slot, self.generation, hash, op);
+        let check = check_word(slot, self.sequence, hash, op);
         self.word(at + 8).store(check, Ordering::Release);
         self.counter(FINISHED_OFFSET)
             .fetch_add(1, Ordering::Release);
@@ -278,10 +278,10 @@ impl Journal {
                 self.counter(RESERVED_OFFSET)
                     .fetch_add(self.capacity + 1, Ordering::Release);
                 log::warn!(
-                    "bloomsled: crash journal of generation {}: cannot grow it ({e}); \
+                    "bloomsled: crash journal of sequence {}: cannot grow it ({e}); \
                      the writes from now until the next snapshot are not journaled (a \
                      crash before it rebuilds the filter from a scan)",
-                    self.generation
+                    self.sequence
                 );
                 false
             }
@@ -308,7 +308,7 @@ impl Journal {
     }
 }
 
-/// The journals of one tree: the mapped ones writers append to (the current generation's
+/// The journals of one tree: the mapped ones writers append to (the current sequence's
 /// and, while a snapshot moves on, the previous one's), and the files on disk.
 pub(crate) struct Journals {
     dir: PathBuf,
@@ -316,7 +316,7 @@ pub(crate) struct Journals {
     /// The folder of the counter files (see [`counter_dir`]; `None`: no journal is made).
     counter_dir: Option<PathBuf>,
     /// `bloomsled-<database id>-<tree id>-`: the counter files' names before the
-    /// generation, so no two databases' or trees' counters collide.
+    /// sequence, so no two databases' or trees' counters collide.
     counter_stem: String,
     live: RwLock<Vec<Arc<Journal>>>,
 }
@@ -343,37 +343,37 @@ impl Journals {
         }
     }
 
-    fn path(&self, generation: u64) -> PathBuf {
-        self.dir.join(format!("{}.{generation}.jnl", self.stem))
+    fn path(&self, sequence: u64) -> PathBuf {
+        self.dir.join(format!("{}.{sequence}.jnl", self.stem))
     }
 
-    /// The counter file of `generation`'s journal (`None`: no counter folder).
-    fn counter_path(&self, generation: u64) -> Option<PathBuf> {
-        let name = format!("{}{generation}.jctr", self.counter_stem);
+    /// The counter file of `sequence`'s journal (`None`: no counter folder).
+    fn counter_path(&self, sequence: u64) -> Option<PathBuf> {
+        let name = format!("{}{sequence}.jctr", self.counter_stem);
         self.counter_dir.as_ref().map(|d| d.join(name))
     }
 
-    /// Creates the journal of `header`'s generation and makes it the one writers of that
-    /// generation append to. Older live journals stay live (a writer may still be about to
+    /// Creates the journal of `header`'s sequence and makes it the one writers of that
+    /// sequence append to. Older live journals stay live (a writer may still be about to
     /// append to one) until [`Journals::retire`].
     pub(crate) fn start(&self, header: JournalHeader) -> io::Result<()> {
         fs::create_dir_all(&self.dir)?;
-        let g = header.generation.get();
+        let g = header.sequence.get();
         let counters = self
             .counter_path(g)
             .ok_or_else(|| io::Error::other("no folder for the journal's counter file"))?;
         let j = Arc::new(Journal::create(&self.path(g), &counters, header)?);
         let mut live = self.live.write().unwrap_or_else(|p| p.into_inner());
-        live.retain(|l| l.generation != j.generation);
+        live.retain(|l| l.sequence != j.sequence);
         live.push(j);
         Ok(())
     }
 
-    /// The live journal of `generation`, if there is one.
+    /// The live journal of `sequence`, if there is one.
     #[inline]
-    pub(crate) fn with(&self, generation: u64, f: impl FnOnce(&Journal)) {
+    pub(crate) fn with(&self, sequence: u64, f: impl FnOnce(&Journal)) {
         let live = self.live.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(j) = live.iter().rev().find(|j| j.generation == generation) {
+        if let Some(j) = live.iter().rev().find(|j| j.sequence == sequence) {
             f(j);
         }
     }
@@ -384,39 +384,35 @@ impl Journals {
         live.last().is_some_and(|j| j.half_full())
     }
 
-    /// Reads and decodes the journal file of `generation` with its counter file.
-    pub(crate) fn read(&self, generation: u64) -> Result<Decoded, JournalFault> {
-        let counters = match self.counter_path(generation).map(fs::read) {
+    /// Reads and decodes the journal file of `sequence` with its counter file.
+    pub(crate) fn read(&self, sequence: u64) -> Result<Decoded, JournalFault> {
+        let counters = match self.counter_path(sequence).map(fs::read) {
             Some(Ok(bytes)) => Ok(bytes),
             Some(Err(e)) if e.kind() != io::ErrorKind::NotFound => Err(JournalFault::Damaged {
-                generation,
+                sequence,
                 what: format!("counter file: {e}"),
             }),
-            _ => Err(JournalFault::CountersMissing { generation }),
+            _ => Err(JournalFault::CountersMissing { sequence }),
         };
-        match fs::read(self.path(generation)) {
-            Ok(bytes) => decode(
-                &bytes,
-                counters.as_deref().map_err(Clone::clone),
-                generation,
-            ),
+        match fs::read(self.path(sequence)) {
+            Ok(bytes) => decode(&bytes, counters.as_deref().map_err(Clone::clone), sequence),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                Err(JournalFault::Missing { generation })
+                Err(JournalFault::Missing { sequence })
             }
             Err(e) => Err(JournalFault::Damaged {
-                generation,
+                sequence,
                 what: e.to_string(),
             }),
         }
     }
 
-    /// Deletes this tree's journal files and counter files whose generation is not in
+    /// Deletes this tree's journal files and counter files whose sequence is not in
     /// `keep`, and forgets the live ones outside it.
     pub(crate) fn retire(&self, keep: std::ops::RangeInclusive<u64>) {
         self.live
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|j| keep.contains(&j.generation));
+            .retain(|j| keep.contains(&j.sequence));
         remove_outside(&self.dir, &format!("{}.", self.stem), ".jnl", &keep);
         if let Some(dir) = &self.counter_dir {
             remove_outside(dir, &self.counter_stem, ".jctr", &keep);
@@ -424,7 +420,7 @@ impl Journals {
     }
 }
 
-/// Deletes the files `<prefix><generation><suffix>` in `dir` whose generation is not in
+/// Deletes the files `<prefix><sequence><suffix>` in `dir` whose sequence is not in
 /// `keep`.
 fn remove_outside(dir: &Path, prefix: &str, suffix: &str, keep: &std::ops::RangeInclusive<u64>) {
     let Ok(entries) = fs::read_dir(dir) else {
@@ -455,9 +451,9 @@ mod tests {
     use crate::persist::journal::{OP_INSERT, OP_REMOVE};
     use zerocopy::little_endian::U64;
 
-    fn header(generation: u64, capacity: u64) -> JournalHeader {
+    fn header(sequence: u64, capacity: u64) -> JournalHeader {
         let mut h = JournalHeader::blank();
-        h.generation = U64::new(generation);
+        h.sequence = U64::new(sequence);
         h.seed = U64::new(5);
         h.capacity = U64::new(capacity);
         h.db_id = [9; 16];
@@ -489,7 +485,7 @@ mod tests {
                 });
             }
         });
-        js.with(4, |_| panic!("no journal of generation 4"));
+        js.with(4, |_| panic!("no journal of sequence 4"));
         let mut got = js.read(3).unwrap().records.unwrap();
         got.sort_unstable();
         let mut want: Vec<(u8, u64)> = (0..4u64)
@@ -517,13 +513,13 @@ mod tests {
         for g in [1, 2] {
             assert_eq!(
                 js.read(g).unwrap().records,
-                Err(JournalFault::Overflowed { generation: g })
+                Err(JournalFault::Overflowed { sequence: g })
             );
         }
         js.retire(2..=2);
         assert_eq!(
             js.read(1).unwrap_err(),
-            JournalFault::Missing { generation: 1 }
+            JournalFault::Missing { sequence: 1 }
         );
         assert!(js.read(2).is_ok());
     }

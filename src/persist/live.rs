@@ -1,5 +1,5 @@
 //! The live persistence state of one open tree: the dirty mark before writes, the crash
-//! journal's appends, snapshots. Recovery at open (`recover.rs`) decides from the tree's
+//! journal's appends, snapshots. Recovery at open (`recovery.rs`) decides from the tree's
 //! record and files before this state exists, then hands them to [`Persistence::new`].
 
 use std::path::Path;
@@ -22,7 +22,7 @@ use crate::format::{self, SnapshotMeta, TreeRecord, FLAG_EMPTY};
 
 use zerocopy::little_endian::{U32, U64};
 
-/// What a snapshot copies from the filter: its parameters (ids and generation are filled
+/// What a snapshot copies from the filter: its parameters (ids and sequence are filled
 /// in here) and its words.
 pub(crate) type FilterImage = (SnapshotMeta, Vec<u64>);
 
@@ -38,25 +38,25 @@ pub(crate) struct Persistence {
     name: Vec<u8>,
     file: SnapshotFile,
     page_size: u32,
-    /// Generation of the latest snapshot copy (or of the loaded snapshot).
-    generation: AtomicU64,
-    /// Highest generation whose dirty mark is durable.
+    /// Sequence of the latest snapshot copy (or of the loaded snapshot).
+    sequence: AtomicU64,
+    /// Highest sequence whose dirty mark is durable.
     marked: AtomicU64,
     /// The tree's record as last written; every change writes it whole.
     record: Mutex<TreeRecord>,
     /// One snapshot at a time.
     snapshotting: Mutex<()>,
     /// Held (shared) by a transaction from its dirty mark to its end, taken (exclusive) by a
-    /// snapshot to move the generation on: a transaction's writes then never need a mark
+    /// snapshot to move the sequence on: a transaction's writes then never need a mark
     /// inside sled's transaction, where writing the record would deadlock on sled's own
-    /// transaction lock (see [`Persistence::hold_generation`]).
-    generation_hold: RwLock<()>,
+    /// transaction lock (see [`Persistence::hold_sequence`]).
+    sequence_hold: RwLock<()>,
     /// The tree was dropped: its record and file are gone and never written again.
     dropped: AtomicBool,
     /// The crash journals (`None`: switched off, or no boot id on this platform).
     journal: Option<TreeJournals>,
     /// Held (shared) by a counting-mode correction from its counter decrement to its
-    /// journal record, taken (exclusive) by a snapshot from the generation's move to the
+    /// journal record, taken (exclusive) by a snapshot from the sequence's move to the
     /// end of its copy: a decrement is in the copy iff its record is in an older journal.
     corrections: RwLock<()>,
     /// The filter was replayed from journals at open: it differs from the snapshot, so the
@@ -79,11 +79,11 @@ impl Persistence {
             meta,
             name: name.to_vec(),
             page_size,
-            generation: AtomicU64::new(record.snapshot_generation.get()),
-            marked: AtomicU64::new(record.dirty_generation.get()),
+            sequence: AtomicU64::new(record.snapshot_sequence.get()),
+            marked: AtomicU64::new(record.dirty_sequence.get()),
             record: Mutex::new(record),
             snapshotting: Mutex::new(()),
-            generation_hold: RwLock::new(()),
+            sequence_hold: RwLock::new(()),
             dropped: AtomicBool::new(false),
             journal: files.journals,
             corrections: RwLock::new(()),
@@ -108,12 +108,12 @@ impl Persistence {
             .tree_id
     }
 
-    /// Starts the journal of `generation`, for the snapshot `snapshot_id` of that
-    /// generation, whose hashes use `seed`; its base is the snapshot the record names now.
-    /// A journal that cannot be made is logged: that generation's writes are then not
+    /// Starts the journal of `sequence`, for the snapshot `snapshot_id` of that
+    /// sequence, whose hashes use `seed`; its base is the snapshot the record names now.
+    /// A journal that cannot be made is logged: that sequence's writes are then not
     /// journaled, and a crash before the next durable snapshot rebuilds from a scan
     /// (`JournalFault::Missing`).
-    pub(crate) fn start_journal(&self, generation: u64, snapshot_id: [u8; 16], seed: u64) {
+    pub(crate) fn start_journal(&self, sequence: u64, snapshot_id: [u8; 16], seed: u64) {
         let Some(j) = &self.journal else { return };
         let mut h = JournalHeader::blank();
         {
@@ -127,25 +127,25 @@ impl Persistence {
         h.nonce = match random_id() {
             Ok(nonce) => nonce,
             Err(e) => {
-                log::warn!("bloomsled: crash journal of generation {generation}: {e}");
+                log::warn!("bloomsled: crash journal of sequence {sequence}: {e}");
                 return;
             }
         };
-        h.generation = U64::new(generation);
+        h.sequence = U64::new(sequence);
         h.seed = U64::new(seed);
         h.capacity = U64::new(CAPACITY);
         if let Err(e) = j.journals.start(h.sealed()) {
-            log::warn!("bloomsled: crash journal of generation {generation}: {e}");
+            log::warn!("bloomsled: crash journal of sequence {sequence}: {e}");
         }
     }
 
-    /// After replaying journals at open: writes go on in `generation` (past every
-    /// generation replayed, whose journals stay until the next durable snapshot), in a
+    /// After replaying journals at open: writes go on in `sequence` (past every
+    /// sequence replayed, whose journals stay until the next durable snapshot), in a
     /// fresh journal, and the tree counts as dirty.
-    pub(crate) fn resume_after_replay(&self, generation: u64, seed: u64) -> Result<()> {
-        self.generation.store(generation, Ordering::SeqCst);
+    pub(crate) fn resume_after_replay(&self, sequence: u64, seed: u64) -> Result<()> {
+        self.sequence.store(sequence, Ordering::SeqCst);
         self.replayed.store(true, Ordering::SeqCst);
-        self.start_journal(generation, random_id()?, seed);
+        self.start_journal(sequence, random_id()?, seed);
         Ok(())
     }
 
@@ -157,7 +157,7 @@ impl Persistence {
                 .record
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .snapshot_generation
+                .snapshot_sequence
                 .get();
             j.journals.retire(from..=u64::MAX);
         }
@@ -169,7 +169,7 @@ impl Persistence {
     /// closed database leaves nothing in the counter folder.
     pub(crate) fn retire_journals_if_clean(&self) {
         let r = self.record.lock().unwrap_or_else(|p| p.into_inner());
-        let clean = r.dirty_generation.get() < r.snapshot_generation.get();
+        let clean = r.dirty_sequence.get() < r.snapshot_sequence.get();
         if let (true, false, Some(j)) = (clean, self.is_dirty(), &self.journal) {
             #[allow(clippy::reversed_empty_ranges)]
             j.journals.retire(1..=0);
@@ -183,12 +183,12 @@ impl Persistence {
         }
     }
 
-    /// Appends `hashes` (under `seed`) to the journal of `generation`, as keys counted in
+    /// Appends `hashes` (under `seed`) to the journal of `sequence`, as keys counted in
     /// before their sled write. Call after [`Persistence::before_write`] returned it.
     #[inline]
-    pub(crate) fn journal_inserts(&self, generation: u64, seed: u64, hashes: &[u64]) {
+    pub(crate) fn journal_inserts(&self, sequence: u64, seed: u64, hashes: &[u64]) {
         if let Some(j) = &self.journal {
-            j.journals.with(generation, |jr| {
+            j.journals.with(sequence, |jr| {
                 for &h in hashes {
                     jr.append(OP_INSERT, seed, h);
                 }
@@ -197,7 +197,7 @@ impl Persistence {
     }
 
     /// Runs a counting-mode correction (`release` counts a key out, after its sled write,
-    /// and returns `(seed, hash)`) and journals it as a remove in the generation current
+    /// and returns `(seed, hash)`) and journals it as a remove in the sequence current
     /// at that moment, with no snapshot copy in between (see `corrections`).
     #[inline]
     pub(crate) fn journal_release(&self, release: impl FnOnce() -> (u64, u64)) {
@@ -208,7 +208,7 @@ impl Persistence {
         let _held = self.corrections.read().unwrap_or_else(|p| p.into_inner());
         let (seed, h) = release();
         fence(Ordering::SeqCst);
-        let g = self.generation.load(Ordering::SeqCst);
+        let g = self.sequence.load(Ordering::SeqCst);
         j.journals.with(g, |jr| jr.append(OP_REMOVE, seed, h));
     }
 
@@ -217,9 +217,9 @@ impl Persistence {
         self.journal.as_ref().is_some_and(|j| j.journals.filling())
     }
 
-    /// The generation writers are in now (held still inside a transaction).
-    pub(crate) fn current_generation(&self) -> u64 {
-        self.generation.load(Ordering::SeqCst)
+    /// The sequence writers are in now (held still inside a transaction).
+    pub(crate) fn current_sequence(&self) -> u64 {
+        self.sequence.load(Ordering::SeqCst)
     }
 
     pub(crate) fn snapshot_path(&self) -> &Path {
@@ -233,17 +233,17 @@ impl Persistence {
         self.meta.write(&self.name, &mut r, true)
     }
 
-    /// Fully verifies the snapshot on disk against the tree's record: `Ok(generation)` if
+    /// Fully verifies the snapshot on disk against the tree's record: `Ok(sequence)` if
     /// it is the one open would load.
     /// Writes since the snapshot do not count against it here: it is checked as the
-    /// snapshot of the data at its generation. A tree never snapshotted yet has generation 0
+    /// snapshot of the data at its sequence. A tree never snapshotted yet has sequence 0
     /// and nothing to check.
     pub(crate) fn verify(&self, mode: FilterMode) -> std::result::Result<u64, Distrust> {
         let mut record = *self.record.lock().unwrap_or_else(|p| p.into_inner());
-        if record.snapshot_generation.get() == 0 {
+        if record.snapshot_sequence.get() == 0 {
             return Ok(0); // never snapshotted yet: nothing on disk to check
         }
-        record.dirty_generation = U64::new(0);
+        record.dirty_sequence = U64::new(0);
         let identity = Identity {
             db_id: self.meta.db_id(),
             mode,
@@ -255,7 +255,7 @@ impl Persistence {
                 .map_err(|e| Distrust::Io(e.to_string()))??;
             Ok(format::decode(&bytes)?.0)
         };
-        judge(&record, &identity, read, |h| h).map(|_| record.snapshot_generation.get())
+        judge(&record, &identity, read, |h| h).map(|_| record.snapshot_sequence.get())
     }
 
     /// The tree was dropped: delete its record and file, and never write them again
@@ -277,16 +277,16 @@ impl Persistence {
     pub(crate) fn is_dirty(&self) -> bool {
         !self.dropped.load(Ordering::Relaxed)
             && (self.replayed.load(Ordering::Relaxed)
-                || self.marked.load(Ordering::Acquire) >= self.generation.load(Ordering::SeqCst))
+                || self.marked.load(Ordering::Acquire) >= self.sequence.load(Ordering::SeqCst))
     }
 
     /// Must be called after a key's bits are set and before its sled write: makes sure the
-    /// tree's record durably says the current generation is dirty, and returns that
-    /// generation (whose journal the write's keys go to).
+    /// tree's record durably says the current sequence is dirty, and returns that
+    /// sequence (whose journal the write's keys go to).
     #[inline]
     pub(crate) fn before_write(&self) -> Result<u64> {
         fence(Ordering::SeqCst);
-        let g = self.generation.load(Ordering::SeqCst);
+        let g = self.sequence.load(Ordering::SeqCst);
         if self.marked.load(Ordering::Acquire) >= g {
             return Ok(g);
         }
@@ -294,27 +294,24 @@ impl Persistence {
         Ok(g)
     }
 
-    /// For a transaction: makes the dirty mark cover the current generation and keeps the
-    /// generation from moving on until the returned guard is dropped. sled runs a
+    /// For a transaction: makes the dirty mark cover the current sequence and keeps the
+    /// sequence from moving on until the returned guard is dropped. sled runs a
     /// transaction's closure under its global transaction lock, which every other sled write
     /// waits for, so the record cannot be written from inside it; with this guard held,
     /// [`Persistence::is_marked`] stays true for the whole transaction. Drop the guard before
     /// anything that may take a snapshot.
-    pub(crate) fn hold_generation(&self) -> Result<RwLockReadGuard<'_, ()>> {
-        let guard = self
-            .generation_hold
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
+    pub(crate) fn hold_sequence(&self) -> Result<RwLockReadGuard<'_, ()>> {
+        let guard = self.sequence_hold.read().unwrap_or_else(|p| p.into_inner());
         self.before_write()?;
         Ok(guard)
     }
 
-    /// True if the dirty mark covers the current generation (no write needed before a
+    /// True if the dirty mark covers the current sequence (no write needed before a
     /// write to sled).
     pub(crate) fn is_marked(&self) -> bool {
         fence(Ordering::SeqCst);
         self.dropped.load(Ordering::SeqCst)
-            || self.marked.load(Ordering::Acquire) >= self.generation.load(Ordering::SeqCst)
+            || self.marked.load(Ordering::Acquire) >= self.sequence.load(Ordering::SeqCst)
     }
 
     #[cold]
@@ -323,15 +320,15 @@ impl Persistence {
         if self.marked.load(Ordering::Acquire) >= g || self.dropped.load(Ordering::SeqCst) {
             return Ok(());
         }
-        r.dirty_generation = U64::new(r.dirty_generation.get().max(g));
+        r.dirty_sequence = U64::new(r.dirty_sequence.get().max(g));
         self.meta.write(&self.name, &mut r, true)?;
         self.marked.store(g, Ordering::Release);
         Ok(())
     }
 
-    /// Writes a snapshot as the next generation. Its journal (hashes under `seed`) is
+    /// Writes a snapshot as the next sequence. Its journal (hashes under `seed`) is
     /// started first; then, holding the gate from `enter`, no transaction and no
-    /// counting-mode correction in flight, the generation moves on and `copy` takes the
+    /// counting-mode correction in flight, the sequence moves on and `copy` takes the
     /// filter's parameters and words. With `durable`, the record naming the snapshot is
     /// flushed before this returns and older journals are deleted; without, the caller
     /// flushes sled later (one flush for many trees), then calls
@@ -349,30 +346,26 @@ impl Persistence {
             return Err(Error::Closed("the tree was dropped".into()));
         }
         let snapshot_id = random_id()?;
-        // Only snapshots (one at a time) move the generation: this is the next one.
-        self.start_journal(
-            self.generation.load(Ordering::SeqCst) + 1,
-            snapshot_id,
-            seed,
-        );
+        // Only snapshots (one at a time) move the sequence: this is the next one.
+        self.start_journal(self.sequence.load(Ordering::SeqCst) + 1, snapshot_id, seed);
         let start = Instant::now();
-        let (generation, image) = {
+        let (sequence, image) = {
             let gate = enter();
             let _corrections = self.corrections.write().unwrap_or_else(|p| p.into_inner());
-            let generation = {
+            let sequence = {
                 // No transaction is between its dirty mark and its end (see
-                // `hold_generation`).
+                // `hold_sequence`).
                 let _held = self
-                    .generation_hold
+                    .sequence_hold
                     .write()
                     .unwrap_or_else(|p| p.into_inner());
-                self.generation.fetch_add(1, Ordering::SeqCst) + 1
+                self.sequence.fetch_add(1, Ordering::SeqCst) + 1
             };
             fence(Ordering::SeqCst);
-            (generation, copy(&gate))
+            (sequence, copy(&gate))
         };
         let result =
-            image.and_then(|image| self.write_snapshot(generation, snapshot_id, image, durable));
+            image.and_then(|image| self.write_snapshot(sequence, snapshot_id, image, durable));
         match &result {
             Ok(_) => {
                 self.replayed.store(false, Ordering::SeqCst);
@@ -381,9 +374,9 @@ impl Persistence {
                 }
             }
             Err(_) => {
-                // The generation moved on without a snapshot: mark it dirty, so that the
+                // The sequence moved on without a snapshot: mark it dirty, so that the
                 // tree still counts as written since its last snapshot and close retries.
-                if let Err(e) = self.mark(generation) {
+                if let Err(e) = self.mark(sequence) {
                     log::warn!("bloomsled: dirty mark after a failed snapshot: {e}");
                 }
             }
@@ -396,7 +389,7 @@ impl Persistence {
 
     fn write_snapshot(
         &self,
-        generation: u64,
+        sequence: u64,
         snapshot_id: [u8; 16],
         (mut meta, words): FilterImage,
         durable: bool,
@@ -404,7 +397,7 @@ impl Persistence {
         meta.db_id = self.meta.db_id();
         meta.tree_id = self.tree_id();
         meta.snapshot_id = snapshot_id;
-        meta.generation = generation;
+        meta.sequence = sequence;
         // An empty filter (a tree never written) needs no file: its record says so.
         let empty = words.iter().all(|&w| w == 0);
         let (bytes, pages) = if empty {
@@ -423,13 +416,13 @@ impl Persistence {
             if self.dropped.load(Ordering::SeqCst) {
                 return Err(Error::Closed("the tree was dropped".into()));
             }
-            r.snapshot_generation = U64::new(generation);
+            r.snapshot_sequence = U64::new(sequence);
             r.snapshot_id = snapshot_id;
             r.flags = U32::new(if empty { FLAG_EMPTY } else { 0 });
             self.meta.write(&self.name, &mut r, durable)?;
         }
         Ok(SnapshotInfo {
-            generation,
+            sequence,
             bytes,
             pages,
             items: meta.items,

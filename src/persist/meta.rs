@@ -76,7 +76,7 @@ fn write_db_record(tree: &sled::Tree, log: Option<&std::fs::File>) -> Result<[u8
     Ok(id)
 }
 
-/// Marks every readable tree record stale (dirty at its snapshot's generation, not empty),
+/// Marks every readable tree record stale (dirty at its snapshot's sequence, not empty),
 /// durably, so that no snapshot is trusted again even if this open does not get to rebuild
 /// every tree before a crash. Unreadable records stay as they are (never trusted either).
 fn mark_every_tree_stale(tree: &sled::Tree, log: Option<&std::fs::File>) -> Result<()> {
@@ -85,8 +85,8 @@ fn mark_every_tree_stale(tree: &sled::Tree, log: Option<&std::fs::File>) -> Resu
         let Ok(mut record) = TreeRecord::decode(&bytes) else {
             continue;
         };
-        let g = record.snapshot_generation.get();
-        record.dirty_generation = U64::new(record.dirty_generation.get().max(g));
+        let g = record.snapshot_sequence.get();
+        record.dirty_sequence = U64::new(record.dirty_sequence.get().max(g));
         record.flags = U32::new(record.flags.get() & !FLAG_EMPTY);
         tree.insert(key, &record.encode()[..])?;
     }

@@ -7,7 +7,7 @@ use zerocopy::FromZeros;
 use crate::filter::{FilterConfig, FilterMode, Sizing};
 use crate::format::{self, TreeRecord};
 
-/// A fresh record of tree `tree_id` storing `mode` and `cfg` (generation 0, no snapshot,
+/// A fresh record of tree `tree_id` storing `mode` and `cfg` (sequence 0, no snapshot,
 /// never dirty).
 pub(crate) fn record_for(tree_id: [u8; 16], mode: FilterMode, cfg: &FilterConfig) -> TreeRecord {
     let mut r = TreeRecord::new_zeroed();
@@ -25,9 +25,9 @@ pub(crate) fn set_settings(r: &mut TreeRecord, mode: FilterMode, cfg: &FilterCon
     };
     r.sizing_kind = U32::new(kind);
     r.sizing = U64::new(value.to_bits());
-    r.capacity = U64::new(cfg.capacity());
-    r.num_hashes = U32::new(cfg.num_hashes_override().unwrap_or(0));
-    r.seed = U64::new(cfg.hash_seed());
+    r.capacity = U64::new(cfg.get_expected_items());
+    r.num_hashes = U32::new(cfg.get_num_hashes().unwrap_or(0));
+    r.seed = U64::new(cfg.get_seed());
 }
 
 /// The sizing a record stores.

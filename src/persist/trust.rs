@@ -1,7 +1,7 @@
 //! The trust decision, in one pure function: may this snapshot stand for this tree's keys?
 
 use super::journal::Decoded;
-use super::journal_map::MAX_GENERATIONS;
+use super::journal_map::MAX_JOURNALS;
 use crate::error::{DecodeError, Distrust, JournalFault};
 use crate::filter::FilterMode;
 use crate::format::{filter_kind, mode_of_kind, Header, TreeRecord, FLAG_EMPTY};
@@ -30,13 +30,13 @@ pub(crate) enum Trusted<T> {
 ///
 /// The rule, checked in this order:
 /// 1. the record's mode is the mode the tree is opened in, else [`Distrust::ModeChanged`];
-/// 2. the tree was not written after the recorded snapshot (`dirty < snapshot generation`),
+/// 2. the tree was not written after the recorded snapshot (`dirty < snapshot sequence`),
 ///    else [`Distrust::Stale`];
 /// 3. a record flagged empty stands for the empty filter: trusted without a file;
 /// 4. the file decodes (every CRC), else [`Distrust::Decode`] or [`Distrust::Missing`];
 /// 5. the file's database id is this database's, else [`Distrust::ForeignDatabase`];
 /// 6. its tree id is the record's, else [`Distrust::OtherTree`];
-/// 7. its snapshot id and generation are the ones the record names, else
+/// 7. its snapshot id and sequence are the ones the record names, else
 ///    [`Distrust::NotCurrent`];
 /// 8. its filter kind is the record's (a hand-made file could differ), else a decode fault.
 pub(crate) fn judge<T>(
@@ -52,11 +52,11 @@ pub(crate) fn judge<T>(
             configured: identity.mode.name(),
         });
     }
-    let generation = record.snapshot_generation.get();
-    if record.dirty_generation.get() >= generation {
+    let sequence = record.snapshot_sequence.get();
+    if record.dirty_sequence.get() >= sequence {
         return Err(Distrust::Stale {
-            snapshot_generation: generation,
-            dirty_generation: record.dirty_generation.get(),
+            snapshot_sequence: sequence,
+            dirty_sequence: record.dirty_sequence.get(),
         });
     }
     if record.flags.get() & FLAG_EMPTY != 0 {
@@ -70,10 +70,10 @@ pub(crate) fn judge<T>(
     if h.tree_id != record.tree_id {
         return Err(Distrust::OtherTree);
     }
-    if h.snapshot_id != record.snapshot_id || h.generation.get() != generation {
+    if h.snapshot_id != record.snapshot_id || h.sequence.get() != sequence {
         return Err(Distrust::NotCurrent {
-            snapshot_generation: h.generation.get(),
-            recorded_generation: generation,
+            snapshot_sequence: h.sequence.get(),
+            recorded_sequence: sequence,
         });
     }
     if h.filter_kind.get() != recorded_kind {
@@ -94,25 +94,25 @@ pub(crate) struct JournalIdentity {
     pub(crate) seed: u64,
 }
 
-/// The records of one generation's journal: `(op, hash)`.
+/// The records of one sequence's journal: `(op, hash)`.
 pub(crate) type Records = Vec<(u8, u64)>;
 
 /// Judges whether the crash journals can stand for the writes a stale `record` says were
 /// made after its snapshot, whose file [`judge`] trusts (judged with the dirty mark
-/// cleared). `read(g)` reads and decodes generation `g`'s journal. Returns the records of
-/// every generation from the snapshot's to the dirty mark, in order.
+/// cleared). `read(g)` reads and decodes sequence `g`'s journal. Returns the records of
+/// every sequence from the snapshot's to the dirty mark, in order.
 ///
 /// The rule, checked in this order:
-/// 1. at most `MAX_GENERATIONS` generations to cover, else [`JournalFault::TooMany`];
+/// 1. at most `MAX_JOURNALS` sequences to cover, else [`JournalFault::TooMany`];
 ///
-/// then for each generation `g` from the snapshot's to the dirty mark:
+/// then for each sequence `g` from the snapshot's to the dirty mark:
 /// 2. its journal is there and its header and length decode, else
 ///    [`JournalFault::Missing`], [`JournalFault::Damaged`] or [`JournalFault::Truncated`];
 /// 3. it was written in this boot, else [`JournalFault::OtherBoot`] (a power loss may
 ///    have dropped its pages while sled kept the keys);
 /// 4. by this database, else [`JournalFault::ForeignDatabase`];
 /// 5. for this tree, else [`JournalFault::OtherTree`];
-/// 6. for generation `g`, following the recorded snapshot: the snapshot's own journal
+/// 6. for sequence `g`, following the recorded snapshot: the snapshot's own journal
 ///    carries its snapshot id, a later one carries it as its base, else
 ///    [`JournalFault::NotCurrent`];
 /// 7. its hashes use the filter's seed, else [`JournalFault::Seed`];
@@ -127,11 +127,11 @@ pub(crate) fn judge_journals(
     identity: &JournalIdentity,
     mut read: impl FnMut(u64) -> Result<Decoded, JournalFault>,
 ) -> Result<Vec<Records>, JournalFault> {
-    let first = record.snapshot_generation.get();
-    let last = record.dirty_generation.get();
-    let generations = last.saturating_sub(first).saturating_add(1);
-    if generations > MAX_GENERATIONS {
-        return Err(JournalFault::TooMany { generations });
+    let first = record.snapshot_sequence.get();
+    let last = record.dirty_sequence.get();
+    let sequences = last.saturating_sub(first).saturating_add(1);
+    if sequences > MAX_JOURNALS {
+        return Err(JournalFault::TooMany { sequences });
     }
     let mut out = Vec::new();
     for g in first..=last {
@@ -146,8 +146,8 @@ pub(crate) fn judge_journals(
             return Err(JournalFault::OtherTree);
         }
         let link = if g == first { h.snapshot_id } else { h.base_id };
-        if h.generation.get() != g || link != record.snapshot_id {
-            return Err(JournalFault::NotCurrent { generation: g });
+        if h.sequence.get() != g || link != record.snapshot_id {
+            return Err(JournalFault::NotCurrent { sequence: g });
         }
         if h.seed.get() != identity.seed {
             return Err(JournalFault::Seed {
@@ -175,8 +175,8 @@ mod tests {
         r.filter_kind = U32::new(filter_kind(FilterMode::Plain));
         r.tree_id = TREE;
         r.snapshot_id = SNAP;
-        r.snapshot_generation = U64::new(5);
-        r.dirty_generation = U64::new(4);
+        r.snapshot_sequence = U64::new(5);
+        r.dirty_sequence = U64::new(4);
         r
     }
 
@@ -186,7 +186,7 @@ mod tests {
         h.db_id = DB;
         h.tree_id = TREE;
         h.snapshot_id = SNAP;
-        h.generation = U64::new(5);
+        h.sequence = U64::new(5);
         h
     }
 
@@ -217,16 +217,16 @@ mod tests {
         h.tree_id = [9; 16];
         assert_eq!(run(&record(), &plain, h), Err(Distrust::OtherTree));
         // An older snapshot (rolled back), a newer one whose record never became durable,
-        // and one of the same generation from another history are all not current.
+        // and one of the same sequence from another history are all not current.
         for (g, sid) in [(4, SNAP), (6, SNAP), (5, [9; 16])] {
             let mut h = header();
-            h.generation = U64::new(g);
+            h.sequence = U64::new(g);
             h.snapshot_id = sid;
             assert_eq!(
                 run(&record(), &plain, h),
                 Err(Distrust::NotCurrent {
-                    snapshot_generation: g,
-                    recorded_generation: 5
+                    snapshot_sequence: g,
+                    recorded_sequence: 5
                 })
             );
         }
@@ -249,7 +249,7 @@ mod tests {
     fn a_dirty_record_is_stale_without_reading_the_file() {
         for dirty in [5, 6, 100] {
             let mut r = record();
-            r.dirty_generation = U64::new(dirty);
+            r.dirty_sequence = U64::new(dirty);
             let got = judge(
                 &r,
                 &id(FilterMode::Plain),
@@ -259,8 +259,8 @@ mod tests {
             assert_eq!(
                 got,
                 Err(Distrust::Stale {
-                    snapshot_generation: 5,
-                    dirty_generation: dirty
+                    snapshot_sequence: 5,
+                    dirty_sequence: dirty
                 })
             );
         }
@@ -303,17 +303,17 @@ mod tests {
 
         fn stale() -> TreeRecord {
             let mut r = record();
-            r.dirty_generation = U64::new(6);
+            r.dirty_sequence = U64::new(6);
             r
         }
 
-        /// The journals of generations 5 (the snapshot's own) and 6 (a later one).
+        /// The journals of sequences 5 (the snapshot's own) and 6 (a later one).
         fn decoded(g: u64) -> Decoded {
             let mut h = JournalHeader::blank();
             h.db_id = DB;
             h.tree_id = TREE;
             h.boot_id = BOOT;
-            h.generation = U64::new(g);
+            h.sequence = U64::new(g);
             h.seed = U64::new(11);
             if g == 5 {
                 h.snapshot_id = SNAP;
@@ -346,12 +346,12 @@ mod tests {
         fn each_journal_fault_has_its_reason() {
             let missing = judge_journals(&stale(), &jid(), |g| {
                 if g == 6 {
-                    Err(JournalFault::Missing { generation: 6 })
+                    Err(JournalFault::Missing { sequence: 6 })
                 } else {
                     Ok(decoded(g))
                 }
             });
-            assert_eq!(missing, Err(JournalFault::Missing { generation: 6 }));
+            assert_eq!(missing, Err(JournalFault::Missing { sequence: 6 }));
             let fault = |f: fn(u64, &mut Decoded)| with(f).unwrap_err();
             assert_eq!(
                 fault(|_, d| d.header.boot_id = [0; 16]),
@@ -366,8 +366,8 @@ mod tests {
                 JournalFault::OtherTree
             );
             // A later journal that does not follow the recorded snapshot, the snapshot's
-            // own journal from another history, and a file renamed to another generation.
-            for (change, generation) in [
+            // own journal from another history, and a file renamed to another sequence.
+            for (change, sequence) in [
                 (
                     (|g, d: &mut Decoded| {
                         if g == 6 {
@@ -377,9 +377,9 @@ mod tests {
                     6,
                 ),
                 (|_, d| d.header.snapshot_id = [0; 16], 5),
-                (|g, d| d.header.generation = U64::new(g + 1), 5),
+                (|g, d| d.header.sequence = U64::new(g + 1), 5),
             ] {
-                assert_eq!(fault(change), JournalFault::NotCurrent { generation });
+                assert_eq!(fault(change), JournalFault::NotCurrent { sequence });
             }
             assert_eq!(
                 fault(|_, d| d.header.seed = U64::new(12)),
@@ -389,22 +389,22 @@ mod tests {
                 }
             );
             assert_eq!(
-                fault(|g, d| d.records = Err(JournalFault::Overflowed { generation: g })),
-                JournalFault::Overflowed { generation: 5 }
+                fault(|g, d| d.records = Err(JournalFault::Overflowed { sequence: g })),
+                JournalFault::Overflowed { sequence: 5 }
             );
         }
 
         #[test]
         fn too_many_generations_are_not_read() {
             let mut r = stale();
-            r.dirty_generation = U64::new(5 + MAX_GENERATIONS);
+            r.dirty_sequence = U64::new(5 + MAX_JOURNALS);
             let got = judge_journals(&r, &jid(), |_| -> Result<Decoded, JournalFault> {
                 panic!("journal read past the bound")
             });
             assert_eq!(
                 got,
                 Err(JournalFault::TooMany {
-                    generations: MAX_GENERATIONS + 1
+                    sequences: MAX_JOURNALS + 1
                 })
             );
         }

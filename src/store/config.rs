@@ -345,8 +345,13 @@ impl Config {
         Ok(self.sled.global_error()?)
     }
 
-    /// The filter settings.
-    pub fn filter_config(&self) -> &FilterConfig {
+    /// The filter settings, as set by `Config::filter` and the sizing setters.
+    ///
+    /// ```
+    /// let cfg = bloomsled::Config::new().expected_items(5_000);
+    /// assert_eq!(cfg.get_filter().get_expected_items(), 5_000);
+    /// ```
+    pub fn get_filter(&self) -> &FilterConfig {
         &self.filter
     }
 

@@ -1,4 +1,9 @@
-//! `Db`: a sled database whose trees each have a filter.
+//! `Db`: a sled database whose trees each have a filter; in `db/`, moving its contents
+//! (export, import), sled's database-wide facts, and the periodic snapshot thread.
+
+mod export;
+mod info;
+mod snapshotter;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -19,12 +24,12 @@ use super::config::TreeConfig;
 use super::holds::Hold;
 use super::rebuild::Rebuild;
 use super::recovery;
-use super::snapshotter::spawn_snapshotter;
+use super::recovery::open::open_filter;
 use super::state::TreeState;
-use super::tree_open::open_filter;
 use super::{Config, Tree};
 use crate::error::{Error, Result};
 use crate::persist::{self, Meta, RecoveryReport, SnapshotInfo, META_TREE};
+use snapshotter::spawn_snapshotter;
 
 /// Name sled gives the default tree.
 pub(super) const DEFAULT_TREE: &[u8] = b"__sled__default";
@@ -78,7 +83,7 @@ impl fmt::Debug for Db {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Db")
             .field("default", &self.default)
-            .field("filter_config", &self.state.config.filter)
+            .field("filter", &self.state.config.filter)
             .finish()
     }
 }
@@ -112,8 +117,8 @@ impl Db {
         // Validate before sled creates anything on disk.
         config.validate()?;
         if !config.temporary {
-            super::torn::set_aside_torn_snapshot(&config.path)?;
-            super::torn_conf::complete_torn_conf(
+            super::repair::torn_snapshot::set_aside_torn_snapshot(&config.path)?;
+            super::repair::torn_conf::complete_torn_conf(
                 &config.path,
                 config.sled.segment_size,
                 config.sled.use_compression,

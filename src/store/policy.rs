@@ -52,7 +52,7 @@ impl RebuildPolicy {
     /// Capacity for `live` keys: the configured capacity doubled until they fill at most
     /// three quarters of it.
     pub(crate) fn capacity_for(&self, live: u64) -> u64 {
-        let mut cap = self.base.capacity().max(1);
+        let mut cap = self.base.get_expected_items().max(1);
         while live as f64 > FILL_AFTER_REBUILD * cap as f64 {
             match cap.checked_mul(2) {
                 Some(c) => cap = c,

@@ -25,8 +25,8 @@ pub(crate) struct RecoveryState {
 pub(crate) struct Outcome {
     /// When a real filter became current, and the keys its scan read.
     pub(crate) in_use: Option<(Instant, u64)>,
-    /// Generation of the snapshot written after it.
-    pub(crate) generation: Option<u64>,
+    /// Sequence of the snapshot written after it.
+    pub(crate) sequence: Option<u64>,
     /// Why it ended without a filter (the tree closed, or an error); the tree keeps
     /// answering from sled.
     pub(crate) failed: Option<String>,
@@ -77,9 +77,9 @@ impl RecoveryState {
         self.changed.notify_all();
     }
 
-    /// The snapshot after the rebuild after open has this generation.
-    pub(crate) fn set_generation(&self, generation: u64) {
-        self.outcome_mut().generation = Some(generation);
+    /// The snapshot after the rebuild after open has this sequence.
+    pub(crate) fn set_sequence(&self, sequence: u64) {
+        self.outcome_mut().sequence = Some(sequence);
     }
 
     /// The rebuild after open ended without a filter.

@@ -2,6 +2,15 @@
 //! pass-all filter (every lookup goes to sled, so every answer is right) while its real
 //! filter is rebuilt under the online-rebuild protocol ([`super::rebuild`]), in the
 //! background by default; then the real filter is swapped in and snapshotted.
+//!
+//! Recovery at open, in order: `crate::persist`'s recovery reads the tree's record and
+//! judges its snapshot and journals (`src/persist/recovery.rs`); [`open`] turns its verdict
+//! into the tree's filter (`open_filter`); this file rebuilds what was not trusted;
+//! [`crate::store::ready`] says whether the filter is in use yet (it lives beside
+//! `TreeState`, which holds it); `report` is the `Tree` API over all of it.
+
+pub(super) mod open;
+mod report;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -46,7 +55,7 @@ fn run(s: &Arc<TreeState>) {
     match result {
         Ok(r) => {
             if let Some(info) = &r.snapshot {
-                s.recovery.set_generation(info.generation);
+                s.recovery.set_sequence(info.sequence);
             }
             log::info!(
                 "bloomsled: tree {:?}: filter back in use, rebuilt from {} keys in {:?} ({:.0} \
@@ -87,8 +96,8 @@ pub(crate) fn report(s: &TreeState) -> RecoveryReport {
     } else if !s.recovery.is_ready() && o.failed.is_none() {
         r.rebuilding = progress(s);
     }
-    if let Some(g) = o.generation {
-        r.generation = g;
+    if let Some(g) = o.sequence {
+        r.sequence = g;
     }
     r
 }

@@ -26,7 +26,7 @@ pub(crate) fn build_filter(
     mode: FilterMode,
     policy: &RebuildPolicy,
 ) -> Result<(AnyFilter, u64)> {
-    let seed = policy.base.hash_seed();
+    let seed = policy.base.get_seed();
     let ranges = scan_ranges(tree, scan_threads())?;
     // sled decodes pages as it iterates: scanning key ranges on all cores scales the
     // rebuild with them. The ranges cover the whole key space wherever they are cut.

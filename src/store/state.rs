@@ -84,8 +84,8 @@ impl TreeState {
         })
     }
 
-    /// Makes sure the dirty marker covers the current generation (see [`crate::persist`]);
-    /// returns that generation (`None` for a temporary database).
+    /// Makes sure the dirty marker covers the current sequence (see [`crate::persist`]);
+    /// returns that sequence (`None` for a temporary database).
     #[inline]
     pub(crate) fn mark_dirty(&self) -> Result<Option<u64>> {
         match &self.persist {
@@ -145,9 +145,9 @@ impl TreeState {
         )?;
         self.counters.snapshot_written();
         log::debug!(
-            "snapshot of {:?}: generation {}, {} bytes in {:?}",
+            "snapshot of {:?}: sequence {}, {} bytes in {:?}",
             self.report.tree,
-            info.generation,
+            info.sequence,
             info.bytes,
             info.duration
         );

@@ -6,16 +6,16 @@
 //! staged, so a commit can never publish a key the filter denies.
 //!
 //! Before sled's transaction starts, each tree's dirty mark is made to cover the current
-//! generation, and the generation is held still until the transaction ends
-//! (`Persistence::hold_generation`): sled runs the closure under a global lock that every
+//! sequence, and the sequence is held still until the transaction ends
+//! (`Persistence::hold_sequence`): sled runs the closure under a global lock that every
 //! other sled write waits for, so the record cannot be written from inside it (it would wait
-//! for itself). A snapshot that wants to move the generation on waits for the transaction.
+//! for itself). A snapshot that wants to move the sequence on waits for the transaction.
 //!
 //! A transaction holds the gate of each of its trees (in a fixed order, so two transactions
-//! never wait on each other) for its whole run, and keeps a journal per tree: the keys it
+//! never wait on each other) for its whole run, and keeps a write log per tree: the keys it
 //! counted in (at most once each, across sled's retries) and, for the last attempt, whether
 //! each key existed before and after. Once sled has committed or the closure aborted, the
-//! journal settles: in counting mode every key ends up counted exactly once if it is in the
+//! write log settles: in counting mode every key ends up counted exactly once if it is in the
 //! store and zero times if not; in plain mode committed removes are counted stale. After a
 //! storage error the outcome is unknown, so nothing counted in is taken back (at worst a
 //! false positive).
@@ -40,7 +40,7 @@ use super::{Batch, Tree};
 
 /// What one tree's part of a transaction did to the filter.
 #[derive(Default)]
-struct Journal {
+struct WriteLog {
     /// Keys counted in so far, over all attempts.
     counted: HashSet<IVec>,
     /// Per key touched by the current attempt: (existed before, exists after).
@@ -50,20 +50,20 @@ struct Journal {
 /// One tree of a running transaction.
 struct TxTree {
     state: Arc<TreeState>,
-    journal: Mutex<Journal>,
+    write_log: Mutex<WriteLog>,
     /// The closure asked for a flush after the commit ([`TransactionalTree::flush`]).
     flush: AtomicBool,
 }
 
 impl TxTree {
-    fn journal(&self) -> std::sync::MutexGuard<'_, Journal> {
-        self.journal.lock().unwrap_or_else(|p| p.into_inner())
+    fn write_log(&self) -> std::sync::MutexGuard<'_, WriteLog> {
+        self.write_log.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Notes that this attempt wrote `k`: whether it existed before (kept from the first
     /// write of `k` in the attempt) and whether it exists now.
     fn record(&self, k: IVec, existed: bool, exists: bool) {
-        self.journal()
+        self.write_log()
             .attempt
             .entry(k)
             .or_insert((existed, exists))
@@ -94,12 +94,12 @@ impl TransactionalTree {
         V: Into<IVec>,
     {
         let k = IVec::from(key.as_ref());
-        if !self.ctx.journal().counted.contains(&k) {
+        if !self.ctx.write_log().counted.contains(&k) {
             // Nested in the transaction's own hold of the gate: no lock is taken here.
             let w = Writing::new(&self.ctx.state);
             w.count_in(&k);
             w.check_marked().map_err(storage)?;
-            self.ctx.journal().counted.insert(k.clone());
+            self.ctx.write_log().counted.insert(k.clone());
         }
         let old = self.inner.insert(key, value)?;
         self.ctx.record(k, old.is_some(), true);
@@ -184,13 +184,13 @@ enum Outcome {
     Unknown,
 }
 
-/// The trees of one transaction: their gates held, their journals.
+/// The trees of one transaction: their gates held, their write logs.
 struct Run<'t> {
     /// One per distinct tree, in gate order.
     holds: Vec<Writing<'t>>,
-    /// The trees' generations held still from their dirty marks to the transaction's end
-    /// (see the module docs); released before the journals settle, which may snapshot.
-    generations: Vec<std::sync::RwLockReadGuard<'t, ()>>,
+    /// The trees' sequences held still from their dirty marks to the transaction's end
+    /// (see the module docs); released before the write logs settle, which may snapshot.
+    sequences: Vec<std::sync::RwLockReadGuard<'t, ()>>,
     distinct: Vec<Arc<TxTree>>,
     /// One per tree as the caller listed them (a tree may appear twice).
     views: Vec<Arc<TxTree>>,
@@ -203,10 +203,10 @@ impl<'t> Run<'t> {
         order.sort_by_key(|t| id(t));
         order.dedup_by_key(|t| id(t));
         let holds = order.iter().map(|t| Writing::new(&t.state)).collect();
-        let mut generations = Vec::new();
+        let mut sequences = Vec::new();
         for t in &order {
             if let Some(p) = &t.state.persist {
-                generations.push(p.hold_generation()?);
+                sequences.push(p.hold_sequence()?);
             }
         }
         let distinct: Vec<Arc<TxTree>> = order
@@ -214,7 +214,7 @@ impl<'t> Run<'t> {
             .map(|t| {
                 Arc::new(TxTree {
                     state: t.state.clone(),
-                    journal: Mutex::default(),
+                    write_log: Mutex::default(),
                     flush: AtomicBool::new(false),
                 })
             })
@@ -228,7 +228,7 @@ impl<'t> Run<'t> {
             .collect();
         Ok(Run {
             holds,
-            generations,
+            sequences,
             distinct,
             views,
         })
@@ -237,7 +237,7 @@ impl<'t> Run<'t> {
     /// sled is (re)running the closure: forget what the previous attempt did.
     fn new_attempt(&self) {
         for t in &self.distinct {
-            t.journal().attempt.clear();
+            t.write_log().attempt.clear();
         }
     }
 
@@ -245,7 +245,7 @@ impl<'t> Run<'t> {
         TransactionalTree::wrap(tx, &self.views[i])
     }
 
-    /// Settles every journal (see the module docs), ends the writes and, if the closure
+    /// Settles every write log (see the module docs), ends the writes and, if the closure
     /// asked for a flush and the transaction committed, fsyncs sled's log (sled flushed at
     /// the commit) before the result is returned.
     fn finish<A, E>(self, result: TransactionResult<A, E>) -> TransactionResult<A, E> {
@@ -264,16 +264,16 @@ impl<'t> Run<'t> {
         }
     }
 
-    /// Settles every journal (see the module docs) and ends the writes.
+    /// Settles every write log (see the module docs) and ends the writes.
     fn settle<A, E>(mut self, result: &TransactionResult<A, E>) {
-        self.generations.clear();
+        self.sequences.clear();
         let outcome = match result {
             Ok(_) => Outcome::Committed,
             Err(TransactionError::Abort(_)) => Outcome::Aborted,
             Err(TransactionError::Storage(_)) => Outcome::Unknown,
         };
         for (t, hold) in self.distinct.iter().zip(self.holds) {
-            let j = std::mem::take(&mut *t.journal());
+            let j = std::mem::take(&mut *t.write_log());
             let mut written = 0;
             if outcome != Outcome::Unknown {
                 let mut keys: HashSet<&IVec> = j.counted.iter().collect();
@@ -288,7 +288,7 @@ impl<'t> Run<'t> {
                         _ => (false, false),
                     };
                     // Counted in `counted` times; the store gained `after - before`. A key
-                    // the transaction removed is counted out (never journaled: see
+                    // the transaction removed is counted out (never in the crash journal: see
                     // `Writing::count_out`), the other surplus count-ins are taken back.
                     let removed = before && !after;
                     let surplus = counted - (i32::from(after) - i32::from(before));

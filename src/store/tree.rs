@@ -1,4 +1,16 @@
-//! `Tree`: a sled tree with its filter in front.
+//! `Tree`: a sled tree with its filter in front. Its methods are grouped by job in the
+//! files of `tree/`: writes, ordered reads, statistics, snapshots, verification, rebuilds;
+//! with the types its methods return (`Batch`, `Iter`, `Subscriber`).
+
+pub(super) mod batch;
+pub(super) mod iter;
+mod order;
+mod rebuild;
+mod snapshot;
+mod stats;
+pub(super) mod subscriber;
+mod verify;
+mod write;
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,8 +19,8 @@ use sled::IVec;
 
 use super::filters::Filters;
 use super::state::TreeState;
-use super::Iter;
 use crate::error::Result;
+use iter::Iter;
 
 pub use sled::CompareAndSwapError;
 

@@ -55,7 +55,7 @@ impl<'a> Writing<'a> {
         Ok(())
     }
 
-    /// Journals the keys counted in so far in generation `g`'s journal.
+    /// Journals the keys counted in so far in sequence `g`'s journal.
     #[inline]
     fn journal(&self, g: u64) {
         let (Some(p), Some(h)) = (&self.state.persist, self.first.take()) else {
@@ -70,17 +70,17 @@ impl<'a> Writing<'a> {
     }
 
     /// Inside a transaction, whose trees' marks were made before it started and whose
-    /// generations are held still (see [`super::transaction`]): confirms the mark covers the
-    /// current generation, and journals the keys counted in. Never writes to sled, since
+    /// sequences are held still (see [`super::transaction`]): confirms the mark covers the
+    /// current sequence, and journals the keys counted in. Never writes to sled, since
     /// sled's transaction lock is held; an error means the write must not be made.
     pub(crate) fn check_marked(&self) -> Result<()> {
         match &self.state.persist {
             Some(p) if !p.is_marked() => Err(crate::error::Error::ReportableBug(format!(
-                "tree {:?}: a transaction's write found the dirty mark behind the generation",
+                "tree {:?}: a transaction's write found the dirty mark behind the sequence",
                 self.state.report.tree
             ))),
             Some(p) => {
-                self.journal(p.current_generation());
+                self.journal(p.current_sequence());
                 Ok(())
             }
             None => Ok(()),

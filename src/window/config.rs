@@ -88,7 +88,7 @@ impl WindowConfig {
     }
 
     /// The partition, checked.
-    pub(crate) fn epochs(&self) -> Result<Generations> {
+    pub(crate) fn generations(&self) -> Result<Generations> {
         if let Some(t) = &self.tree {
             t.validate()?;
         }

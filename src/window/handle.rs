@@ -51,7 +51,7 @@ pub struct Window {
 pub(crate) struct WindowState {
     pub(super) db: Db,
     pub(super) name: IVec,
-    pub(super) epochs: Generations,
+    pub(super) generations: Generations,
     tree: Option<TreeConfig>,
     clock: Arc<dyn Clock>,
     hook: Option<Arc<dyn Fn(RotationStep) + Send + Sync>>,
@@ -65,8 +65,8 @@ impl fmt::Debug for Window {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Window")
             .field("name", &String::from_utf8_lossy(&self.state.name))
-            .field("width_ms", &self.state.epochs.width_ms())
-            .field("generations", &self.state.epochs.generations())
+            .field("width_ms", &self.state.generations.width_ms())
+            .field("generations", &self.state.generations.generations())
             .finish()
     }
 }
@@ -107,7 +107,7 @@ impl Window {
         if name.is_empty() {
             return Err(Error::config("a window's name must not be empty"));
         }
-        let epochs = config.epochs()?;
+        let generations = config.generations()?;
         #[cfg(feature = "metrics")]
         crate::store::telemetry::also_record(super::telemetry::record_windows_of);
         let mut open = lock(&OPEN);
@@ -117,12 +117,12 @@ impl Window {
             .find(|(db_id, n, _)| *db_id == db.identity() && n == name)
             .and_then(|(_, _, w)| w.upgrade());
         if let Some(state) = found {
-            if state.epochs != epochs {
+            if state.generations != generations {
                 return Err(Error::config(format!(
                     "window {:?} is open with {} generations of {} ms",
                     String::from_utf8_lossy(name),
-                    state.epochs.generations(),
-                    state.epochs.width_ms()
+                    state.generations.generations(),
+                    state.generations.width_ms()
                 )));
             }
             return Ok(Window { state });
@@ -132,7 +132,7 @@ impl Window {
         let site = Site {
             db,
             name,
-            epochs: &epochs,
+            generations: &generations,
             tree: &config.tree,
             hook: hook.as_deref().unwrap_or(&no_hook),
         };
@@ -152,15 +152,15 @@ impl Window {
             .copied()
             .filter(|e| !live.contains(e) && !dropping.contains(e))
             .collect();
-        let now = epochs.generation_of(config.clock.now_ms());
-        let t = ring::target(&epochs, newest, &live, &dropping, &orphans, now);
+        let now = generations.generation_of(config.clock.now_ms());
+        let t = ring::target(&generations, newest, &live, &dropping, &orphans, now);
         let ring = site.record_and_create(&t, &[])?;
         site.drop_expired(&t)?;
         let ring = Arc::new(ring);
         let state = Arc::new(WindowState {
             db: db.clone(),
             name: IVec::from(name),
-            epochs,
+            generations,
             tree: config.tree,
             clock: config.clock,
             hook,
@@ -185,7 +185,7 @@ impl Window {
             if now_ms < ring.ends_ms {
                 return Ok(ring);
             }
-            let now = self.state.epochs.generation_of(now_ms);
+            let now = self.state.generations.generation_of(now_ms);
             if now <= ring.newest {
                 return Ok(ring);
             }
@@ -205,7 +205,7 @@ impl Window {
             let newest = ring.newest;
             return (ring, newest);
         }
-        let now = self.state.epochs.generation_of(now_ms);
+        let now = self.state.generations.generation_of(now_ms);
         if now <= ring.newest {
             let newest = ring.newest;
             return (ring, newest);
@@ -239,12 +239,12 @@ impl Window {
         let site = Site {
             db: &st.db,
             name: &st.name,
-            epochs: &st.epochs,
+            generations: &st.generations,
             tree: &st.tree,
             hook: st.hook.as_deref().unwrap_or(&no_hook),
         };
-        let live: Vec<u64> = old.gens.iter().rev().map(|g| g.epoch).collect();
-        let t = ring::target(&st.epochs, old.newest, &live, &pending, &[], to);
+        let live: Vec<u64> = old.gens.iter().rev().map(|g| g.index).collect();
+        let t = ring::target(&st.generations, old.newest, &live, &pending, &[], to);
         // 1, 2: recorded durably, then the newest generation's tree created.
         let new = Arc::new(site.record_and_create(&t, &old.gens)?);
         // 3: published; taking each write lock waits for the operations on the old ring.
@@ -295,7 +295,7 @@ impl Window {
         self.state.counters.removed(1);
         let mut newest = None;
         // A generation whose filter rules the key out does not hold it.
-        Self::lookup(&ring, &self.state.epochs, ring.newest, key, |g| {
+        Self::lookup(&ring, &self.state.generations, ring.newest, key, |g| {
             let old = g.tree.remove(key)?;
             newest = newest.take().or(old);
             Ok(None::<()>)
@@ -317,12 +317,12 @@ impl Window {
 
     /// The span of the window.
     pub fn span(&self) -> Duration {
-        Duration::from_millis(self.state.epochs.span_ms())
+        Duration::from_millis(self.state.generations.span_ms())
     }
 
     /// The number of generations.
     pub fn generations(&self) -> u32 {
-        self.state.epochs.generations()
+        self.state.generations.generations()
     }
 
     /// The live generations' trees, newest first: read-only access to what a generation
@@ -332,7 +332,7 @@ impl Window {
         Ok(ring
             .gens
             .iter()
-            .map(|g| (g.epoch, g.tree.clone()))
+            .map(|g| (g.index, g.tree.clone()))
             .collect())
     }
 

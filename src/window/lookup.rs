@@ -71,12 +71,12 @@ impl Window {
     #[inline(always)]
     pub(super) fn lookup<R>(
         ring: &Ring,
-        epochs: &Generations,
+        generations: &Generations,
         newest: u64,
         key: &[u8],
         mut visit: impl FnMut(&Gen) -> Result<Option<R>>,
     ) -> Result<Option<R>> {
-        let live = Self::live(ring, epochs, newest);
+        let live = Self::live(ring, generations, newest);
         let (seed, h) = (ring.hasher.seed(), ring.hasher.hash(key));
         // Most lookups of a window are of keys no generation holds: one validated probe of
         // every filter at once answers those (see `Window::may_contain`).
@@ -137,7 +137,7 @@ impl Window {
         self.state.counters.lookup();
         let c = &self.state.counters;
         let mut passed = false;
-        let found = Self::lookup(&ring, &self.state.epochs, newest, key, |g| {
+        let found = Self::lookup(&ring, &self.state.generations, newest, key, |g| {
             if !std::mem::replace(&mut passed, true) {
                 c.passed_on();
             }
@@ -165,7 +165,7 @@ impl Window {
     pub fn may_contain<K: AsRef<[u8]>>(&self, key: K) -> bool {
         let key = key.as_ref();
         let (ring, newest) = self.ring_for_lookup();
-        let live = Self::live(&ring, &self.state.epochs, newest);
+        let live = Self::live(&ring, &self.state.generations, newest);
         let (seed, h) = (ring.hasher.seed(), ring.hasher.hash(key));
         // Every generation's filter probed in one call: the key's draws computed once, each
         // filter's block tested with no branch on what another's held, so the blocks' loads
@@ -198,7 +198,7 @@ impl Window {
 
     /// The live generations of `ring` when the newest is `newest`, newest first.
     #[inline(always)]
-    pub(super) fn live<'r>(ring: &'r Ring, epochs: &Generations, newest: u64) -> &'r [Gen] {
+    pub(super) fn live<'r>(ring: &'r Ring, generations: &Generations, newest: u64) -> &'r [Gen] {
         if newest == ring.newest {
             return &ring.gens; // a ring holds the live generations of its newest
         }
@@ -206,7 +206,7 @@ impl Window {
         let n = ring
             .gens
             .iter()
-            .take_while(|g| !epochs.is_expired(g.epoch, newest))
+            .take_while(|g| !generations.is_expired(g.index, newest))
             .count();
         &ring.gens[..n]
     }
@@ -214,7 +214,7 @@ impl Window {
     /// The filters' answer for many keys: one pass that hashes each key once and probes
     /// every live generation's filter, their blocks prefetched together.
     fn probe_many<K: AsRef<[u8]>>(&self, ring: &Ring, newest: u64, keys: &[K]) -> Vec<bool> {
-        let gens: Vec<&Gen> = Self::live(ring, &self.state.epochs, newest)
+        let gens: Vec<&Gen> = Self::live(ring, &self.state.generations, newest)
             .iter()
             .collect();
         if gens.is_empty() {
@@ -334,7 +334,7 @@ impl Window {
     ) -> Result<Option<IVec>> {
         let c = &self.state.counters;
         let mut passed = !count_passed;
-        Self::lookup(ring, &self.state.epochs, newest, key, |g| {
+        Self::lookup(ring, &self.state.generations, newest, key, |g| {
             if !std::mem::replace(&mut passed, true) {
                 c.passed_on();
             }
@@ -388,7 +388,7 @@ mod tests {
             w.insert(key(1, i), &b"v"[..]).unwrap();
         }
         let (ring, newest) = w.ring_for_lookup();
-        let live = Window::live(&ring, &w.state.epochs, newest);
+        let live = Window::live(&ring, &w.state.generations, newest);
         let seeds: Vec<u64> = live
             .iter()
             .map(|g| g.tree.filters().pinned().1.unwrap().seed())

@@ -1,6 +1,6 @@
 //! The names of a window's generation trees: the reserved prefix, the window name with its
-//! length before it (a window name may hold any bytes, `:` and `/` included), and the epoch:
-//! `__bloomsled_window:<name length>:<name>:<epoch>`, lengths and epochs in decimal. One name
+//! length before it (a window name may hold any bytes, `:` and `/` included), and the index:
+//! `__bloomsled_window:<name length>:<name>:<index>`, lengths and indexes in decimal. One name
 //! decodes one way, and a window's name can never make another window's generation names.
 
 use crate::store::RESERVED_TREE_PREFIX;
@@ -9,16 +9,16 @@ use crate::store::RESERVED_TREE_PREFIX;
 /// layers above it.
 const GENERATION_PREFIX: &[u8] = RESERVED_TREE_PREFIX;
 
-/// The tree name of generation `epoch` of window `window`.
-pub(crate) fn generation_name(window: &[u8], epoch: u64) -> Vec<u8> {
+/// The tree name of generation `index` of window `window`.
+pub(crate) fn generation_name(window: &[u8], index: u64) -> Vec<u8> {
     let mut n = GENERATION_PREFIX.to_vec();
     n.extend_from_slice(format!("{}:", window.len()).as_bytes());
     n.extend_from_slice(window);
-    n.extend_from_slice(format!(":{epoch}").as_bytes());
+    n.extend_from_slice(format!(":{index}").as_bytes());
     n
 }
 
-/// The window and epoch a generation tree name encodes; `None` for any other name.
+/// The window and index a generation tree name encodes; `None` for any other name.
 pub(crate) fn parse_generation_name(tree: &[u8]) -> Option<(&[u8], u64)> {
     let rest = tree.strip_prefix(GENERATION_PREFIX)?;
     let colon = rest.iter().position(|&b| b == b':')?;
@@ -27,8 +27,8 @@ pub(crate) fn parse_generation_name(tree: &[u8]) -> Option<(&[u8], u64)> {
     if rest.len() < len + 1 || rest[len] != b':' {
         return None;
     }
-    let epoch = decimal(&rest[len + 1..])?;
-    Some((&rest[..len], epoch))
+    let index = decimal(&rest[len + 1..])?;
+    Some((&rest[..len], index))
 }
 
 /// A canonical decimal number (no sign, no leading zero unless it is 0).

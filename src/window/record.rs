@@ -10,10 +10,10 @@
 //!     16    8 width_ms     milliseconds each generation covers
 //!     24    8 newest       the newest generation the window has reached (its high-water
 //!                          mark: a clock that goes back never moves it back)
-//!     32    4 live         number of live generation epochs that follow
-//!     36    4 dropping     number of expired generation epochs that follow them
-//!     40  8*n live epochs, ascending, each in newest - G + 1 ..= newest
-//!      .  8*d dropping epochs, ascending: expired, being dropped (their trees may remain)
+//!     32    4 live         number of live generation indexes that follow
+//!     36    4 dropping     number of expired generation indexes that follow them
+//!     40  8*n live indexes, ascending, each in newest - G + 1 ..= newest
+//!      .  8*d dropping indexes, ascending: expired, being dropped (their trees may remain)
 //!      .    4 crc          CRC32 of every byte before it
 //! ```
 
@@ -24,9 +24,9 @@ use crate::persist::Meta;
 /// First bytes of a [`WindowRecord`].
 pub const WINDOW_RECORD_MAGIC: [u8; 8] = *b"BLMSWNDW";
 const FIXED_LEN: usize = 44;
-/// Most epochs a record may list (live and dropping together): a bound on the bytes a
+/// Most indexes a record may list (live and dropping together): a bound on the bytes a
 /// damaged count could make a parser expect.
-const MAX_EPOCHS: u32 = 1 << 20;
+const MAX_INDEXES: u32 = 1 << 20;
 
 /// A window's ring: its partition, its newest generation, the generations that exist and
 /// those being dropped.
@@ -86,7 +86,7 @@ impl WindowRecord {
             });
         }
         let (n_live, n_dropping) = (u32_at(32), u32_at(36));
-        if n_live.saturating_add(n_dropping) > MAX_EPOCHS {
+        if n_live.saturating_add(n_dropping) > MAX_INDEXES {
             return Err(DecodeError::Inconsistent(format!(
                 "a window record listing {n_live} + {n_dropping} generations"
             )));
@@ -106,11 +106,11 @@ impl WindowRecord {
                 got: computed,
             });
         }
-        let epochs = |from: usize, n: u32| -> Vec<u64> {
+        let indexes = |from: usize, n: u32| -> Vec<u64> {
             (0..n as usize).map(|i| u64_at(from + 8 * i)).collect()
         };
-        let live = epochs(40, n_live);
-        let dropping = epochs(40 + 8 * n_live as usize, n_dropping);
+        let live = indexes(40, n_live);
+        let dropping = indexes(40 + 8 * n_live as usize, n_dropping);
         let r = WindowRecord {
             generations: u32_at(12),
             width_ms: u64_at(16),
@@ -131,7 +131,7 @@ impl WindowRecord {
         }
         let ascending = |v: &[u64]| v.windows(2).all(|p| p[0] < p[1]);
         if !ascending(&self.live) || !ascending(&self.dropping) {
-            return Err("generation epochs are not strictly ascending".into());
+            return Err("generation indexes are not strictly ascending".into());
         }
         let oldest_live = self.newest.saturating_sub(u64::from(self.generations) - 1);
         if let Some(e) = self

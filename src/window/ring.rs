@@ -16,7 +16,7 @@ use crate::store::{Db, Tree, TreeConfig};
 
 /// One live generation.
 pub(crate) struct Gen {
-    pub(crate) epoch: u64,
+    pub(crate) index: u64,
     pub(crate) tree: Tree,
 }
 
@@ -47,7 +47,7 @@ pub(crate) struct Target {
 /// `live` that are still live, plus the newest; everything else to drop (`dropping`, the
 /// expired ones of `live`, and `orphans`: trees the record does not list).
 pub(crate) fn target(
-    epochs: &Generations,
+    generations: &Generations,
     newest: u64,
     live: &[u64],
     dropping: &[u64],
@@ -55,8 +55,9 @@ pub(crate) fn target(
     now: u64,
 ) -> Target {
     let newest = newest.max(now);
-    let (keep, expired): (Vec<u64>, Vec<u64>) =
-        live.iter().partition(|&&e| !epochs.is_expired(e, newest));
+    let (keep, expired): (Vec<u64>, Vec<u64>) = live
+        .iter()
+        .partition(|&&e| !generations.is_expired(e, newest));
     let live: BTreeSet<u64> = keep.into_iter().chain([newest]).collect();
     let dropping: BTreeSet<u64> = dropping
         .iter()
@@ -76,7 +77,7 @@ pub(crate) fn target(
 pub(crate) struct Site<'a> {
     pub(crate) db: &'a Db,
     pub(crate) name: &'a [u8],
-    pub(crate) epochs: &'a Generations,
+    pub(crate) generations: &'a Generations,
     pub(crate) tree: &'a Option<TreeConfig>,
     pub(crate) hook: &'a dyn Fn(RotationStep),
 }
@@ -91,8 +92,8 @@ impl Site<'_> {
         match record::read(meta, self.name)? {
             None => Ok(None),
             Some(Ok(r)) => {
-                if r.width_ms != self.epochs.width_ms()
-                    || r.generations != self.epochs.generations()
+                if r.width_ms != self.generations.width_ms()
+                    || r.generations != self.generations.generations()
                 {
                     return Err(Error::config(format!(
                         "window {:?} was created with {} generations of {} ms; opening it with \
@@ -100,8 +101,8 @@ impl Site<'_> {
                         String::from_utf8_lossy(self.name),
                         r.generations,
                         r.width_ms,
-                        self.epochs.generations(),
-                        self.epochs.width_ms()
+                        self.generations.generations(),
+                        self.generations.width_ms()
                     )));
                 }
                 Ok(Some(r))
@@ -117,7 +118,7 @@ impl Site<'_> {
         }
     }
 
-    /// The epochs of this window's generation trees that sled holds.
+    /// The indexes of this window's generation trees that sled holds.
     pub(crate) fn trees_on_disk(&self) -> Vec<u64> {
         self.db
             .sled_tree_names()
@@ -134,8 +135,8 @@ impl Site<'_> {
             return Ok(());
         };
         let record = WindowRecord {
-            generations: self.epochs.generations(),
-            width_ms: self.epochs.width_ms(),
+            generations: self.generations.generations(),
+            width_ms: self.generations.width_ms(),
             newest: t.newest,
             live: t.live.clone(),
             dropping: if dropping { t.dropping.clone() } else { vec![] },
@@ -157,11 +158,11 @@ impl Site<'_> {
         (self.hook)(RotationStep::Recorded);
         let mut gens = Vec::with_capacity(t.live.len());
         for &e in t.live.iter().rev() {
-            let tree = match have.iter().find(|g| g.epoch == e) {
+            let tree = match have.iter().find(|g| g.index == e) {
                 Some(g) => g.tree.clone(),
                 None => self.open_generation(e)?,
             };
-            gens.push(Gen { epoch: e, tree });
+            gens.push(Gen { index: e, tree });
         }
         (self.hook)(RotationStep::Created);
         let seed = match gens.first() {
@@ -171,18 +172,18 @@ impl Site<'_> {
         Ok(Ring {
             newest: t.newest,
             gens,
-            ends_ms: self.epochs.start_ms(t.newest.saturating_add(1)),
+            ends_ms: self.generations.starts_at_ms(t.newest.saturating_add(1)),
             hasher: SeededHash::new(seed),
         })
     }
 
     /// Step 4 (after the new ring is published, so no operation uses the old trees): the
     /// trees of `dropping` dropped whole, each with its record and snapshot file; then
-    /// the record lists none. Returns the epochs whose drop failed (kept for a retry).
+    /// the record lists none. Returns the indexes whose drop failed (kept for a retry).
     pub(crate) fn drop_expired(&self, t: &Target) -> Result<()> {
         for &e in &t.dropping {
             self.db.drop_tree_inner(&generation_name(self.name, e))?;
-            (self.hook)(RotationStep::Dropped { epoch: e });
+            (self.hook)(RotationStep::Dropped { index: e });
         }
         self.write(t, false, false)?;
         (self.hook)(RotationStep::Done);

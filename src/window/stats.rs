@@ -11,10 +11,10 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct GenerationStats {
-    /// The generation's index: it covers `epoch * width` to `(epoch + 1) * width` ms.
-    pub epoch: u64,
+    /// The generation's index: it covers `index * width` to `(index + 1) * width` ms.
+    pub index: u64,
     /// When the generation starts, in ms since the Unix epoch.
-    pub start_ms: u64,
+    pub starts_at_ms: u64,
     /// When it expires (is dropped), in ms since the Unix epoch.
     pub expires_at_ms: u64,
     /// Its tree's name (reserved: see [`crate::window`]).
@@ -36,7 +36,7 @@ pub struct WindowStats {
     /// The number of generations.
     pub generations: u32,
     /// The newest generation the window has reached.
-    pub newest_epoch: u64,
+    pub newest_index: u64,
     /// Lookups (`get`, `contains_key`, `contains_many`, `get_many`; per key).
     pub lookups: u64,
     /// Lookups every generation's filter answered "absent".
@@ -63,22 +63,22 @@ impl Window {
     /// ```
     pub fn stats(&self) -> WindowStats {
         let (ring, newest) = self.ring_for_lookup();
-        let ep = &self.state.epochs;
+        let ep = &self.state.generations;
         let (lookups, skipped) = self.state.counters.lookups_and_skipped();
         WindowStats {
             name: self.state.name.clone(),
             span: self.span(),
             generations: ep.generations(),
-            newest_epoch: newest,
+            newest_index: newest,
             lookups,
             store_lookups_skipped: skipped,
             false_positives: self.state.counters.false_positives(),
             live: Self::live(&ring, ep, newest)
                 .iter()
                 .map(|g| GenerationStats {
-                    epoch: g.epoch,
-                    start_ms: ep.start_ms(g.epoch),
-                    expires_at_ms: ep.expires_at_ms(g.epoch),
+                    index: g.index,
+                    starts_at_ms: ep.starts_at_ms(g.index),
+                    expires_at_ms: ep.expires_at_ms(g.index),
                     tree: g.tree.name(),
                     stats: g.tree.stats(),
                     recovery: g.tree.recovery_report(),

@@ -38,15 +38,15 @@ pub fn copy_dir(from: &Path, to: &Path) {
 
 /// The counter file of the crash journal at `jnl` (`src/persist/journal.rs`): in
 /// `$BLOOMSLED_JOURNAL_COUNTER_DIR`, else `/dev/shm`, named by the database id, tree id and
-/// generation its header holds.
+/// sequence its header holds.
 pub fn journal_counter_file(jnl: &Path) -> std::path::PathBuf {
     let mut h = [0u8; 144];
     std::io::Read::read_exact(&mut fs::File::open(jnl).unwrap(), &mut h).unwrap();
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-    let generation = u64::from_le_bytes(h[112..120].try_into().unwrap());
+    let sequence = u64::from_le_bytes(h[112..120].try_into().unwrap());
     let dir = std::env::var_os("BLOOMSLED_JOURNAL_COUNTER_DIR").unwrap_or("/dev/shm".into());
     Path::new(&dir).join(format!(
-        "bloomsled-{}-{}-{generation}.jctr",
+        "bloomsled-{}-{}-{sequence}.jctr",
         hex(&h[16..32]),
         hex(&h[32..48])
     ))

@@ -36,7 +36,7 @@ pub fn sled_flush_survives_a_power_cut() -> Result<(), String> {
     .expect("the run");
     let flushed = last_flushed(&run.lines).ok_or("the child never flushed")?;
     // bloomsled's open, which completes sled's torn `conf` (sled's other power-cut bug,
-    // src/store/torn_conf.rs), so that this shows the flush bug alone.
+    // src/store/repair/torn_conf.rs), so that this shows the flush bug alone.
     let db = config(&base.path().join("data/db"), Kind::Plain)
         .open()
         .map_err(|e| format!("open: {e}"))?;

@@ -12,7 +12,7 @@ use super::{config, key, Kind, CHILD_ENV};
 /// before): the child died inside its first open,
 /// between sled's two writes of `conf` (its lines, then their CRC) and before sled made its
 /// log `db`. sled 0.34.7 refuses that folder forever (`Read corrupted data at file offset
-/// None`); bloomsled's open completes `conf` (src/store/torn_conf.rs). The same folder, made
+/// None`); bloomsled's open completes `conf` (src/store/repair/torn_conf.rs). The same folder, made
 /// here byte for byte, so this needs no FUSE and no luck.
 pub(crate) fn a_kill_inside_sleds_creation_of_conf_does_not_brick_the_folder() -> Result<(), String>
 {

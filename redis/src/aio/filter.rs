@@ -12,7 +12,7 @@ use super::super::conn::Endpoint;
 use super::super::filter::{SharedFilter, SharedOptions, CREATE_ATTEMPTS, PIPELINE_KEYS};
 use super::super::layout::{self, Layout};
 use super::super::ops::Incarnation;
-use super::super::record::{new_epoch, Record, SharedShape, State};
+use super::super::record::{new_incarnation, Record, SharedShape, State};
 use super::super::resp::Cmds;
 use super::super::{init, one};
 use super::session::AsyncSession;
@@ -23,7 +23,7 @@ use super::session::AsyncSession;
 ///
 /// Everything about the filter is the sync type's: the Redis keys and layout (a sync and an
 /// async client share one filter), one `GETRANGE` per lookup and one `BITFIELD` per shard
-/// per add batch, the epoch tag read by every command (a flushed, evicted, restarted or
+/// per add batch, the incarnation tag read by every command (a flushed, evicted, restarted or
 /// recreated filter is [`Error::SharedFilterLost`], never "absent"), creation by one of
 /// several racing processes, and the retries: within the endpoint's retry window
 /// ([`Endpoint::retry_for`]) lookups and idempotent writes are sent again while Redis is
@@ -53,7 +53,7 @@ pub struct AsyncSharedFilter {
     session: Arc<AsyncSession>,
     layout: Layout,
     shape: SharedShape,
-    epoch: u64,
+    incarnation: u64,
 }
 
 impl AsyncSharedFilter {
@@ -106,7 +106,7 @@ impl AsyncSharedFilter {
             attempt += 1;
             let record = Record {
                 shape,
-                epoch: new_epoch(),
+                incarnation: new_incarnation(),
                 state: State::Init,
             };
             // The init record is a lease, renewed while the blocks are written (see
@@ -121,7 +121,7 @@ impl AsyncSharedFilter {
                     session,
                     layout,
                     shape,
-                    epoch: record.epoch,
+                    incarnation: record.incarnation,
                 });
             }
             // Someone else created it (or is creating it): use theirs if it is ours.
@@ -174,15 +174,15 @@ impl AsyncSharedFilter {
             session,
             layout: init::layout_of(name, &record)?,
             shape: record.shape,
-            epoch: record.epoch,
+            incarnation: record.incarnation,
         })
     }
 
-    fn incarnation(&self) -> Incarnation<'_> {
+    fn wire(&self) -> Incarnation<'_> {
         Incarnation {
             layout: &self.layout,
             shape: self.shape,
-            epoch: self.epoch,
+            incarnation: self.incarnation,
         }
     }
 
@@ -247,7 +247,7 @@ impl AsyncSharedFilter {
     /// the keys the lost attempt set). A lookup of its keys tells whether it ran; it is sent
     /// again only if it certainly did not, else [`Error::RedisOutcomeUnknown`].
     async fn add_batch<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut Vec<bool>) -> Result<()> {
-        let wire = self.incarnation();
+        let wire = self.wire();
         let batch = wire.add_plan(keys);
         let mut resend = self.session.endpoint().resends();
         loop {
@@ -285,7 +285,7 @@ impl AsyncSharedFilter {
     }
 
     async fn lookup_all<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        let wire = self.incarnation();
+        let wire = self.wire();
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(PIPELINE_KEYS) {
             let plan = wire.plan(chunk);
@@ -341,7 +341,7 @@ impl AsyncSharedFilter {
                 self.layout.name
             )));
         }
-        let wire = self.incarnation();
+        let wire = self.wire();
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(PIPELINE_KEYS) {
             let batch = wire.remove_plan(chunk);
@@ -375,7 +375,7 @@ impl AsyncSharedFilter {
                 self.layout.name
             )));
         }
-        let wire = self.incarnation();
+        let wire = self.wire();
         let p = wire.probe(key);
         let mut cmds = Cmds::default();
         wire.write_getrange(&mut cmds, &p);
@@ -400,7 +400,7 @@ impl AsyncSharedFilter {
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub async fn record_metrics(&self) -> Result<()> {
-        let wire = self.incarnation();
+        let wire = self.wire();
         let stats = if self.shape.counting {
             self.counting_stats().await.map(Some)
         } else {
@@ -421,10 +421,10 @@ impl AsyncSharedFilter {
     }
 
     /// The stats of a counting filter: its non-zero counters, counted as the shards are
-    /// read through (every block's epoch checked).
+    /// read through (every block's incarnation checked).
     #[cfg(feature = "metrics")]
     async fn counting_stats(&self) -> Result<crate::SharedStats> {
-        let wire = self.incarnation();
+        let wire = self.wire();
         let mut ones = 0u64;
         for read in wire.block_reads() {
             let replies = self.session.run(wire.block_read_cmds(&read)).await?;

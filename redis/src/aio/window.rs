@@ -90,7 +90,7 @@ impl AsyncSharedWindow {
     /// # }
     /// ```
     pub async fn open(endpoint: &Endpoint, name: &str) -> Result<Self> {
-        Self::open_with_clock(endpoint, name, Arc::new(bloomsled::clock::SystemClock)).await
+        Self::open_with_clock(endpoint, name, bloomsled::clock::SystemClock).await
     }
 
     /// [`SharedWindow::open_with_clock`], awaited: opens the existing window `name`, reading
@@ -99,11 +99,10 @@ impl AsyncSharedWindow {
     /// ```no_run
     /// use bloomsled::clock::ManualClock;
     /// use bloomsled_redis::{AsyncSharedWindow, Endpoint};
-    /// use std::sync::Arc;
     /// # async fn demo() -> bloomsled_redis::Result<()> {
     /// let clock = ManualClock::starting_now();
     /// let ep = Endpoint::url("redis://127.0.0.1:6379/");
-    /// let w = AsyncSharedWindow::open_with_clock(&ep, "crawled", Arc::new(clock.clone())).await?;
+    /// let w = AsyncSharedWindow::open_with_clock(&ep, "crawled", clock.clone()).await?;
     /// # let _ = w;
     /// # Ok(())
     /// # }
@@ -111,7 +110,7 @@ impl AsyncSharedWindow {
     pub async fn open_with_clock(
         endpoint: &Endpoint,
         name: &str,
-        clock: Arc<dyn Clock>,
+        clock: impl Clock + 'static,
     ) -> Result<Self> {
         let (endpoint, name) = (endpoint.clone(), name.to_owned());
         let window = off_the_runtime("AsyncSharedWindow::open", move || {
@@ -214,7 +213,7 @@ impl AsyncSharedWindow {
     /// # use bloomsled_redis::AsyncSharedWindow;
     /// # async fn demo(w: &AsyncSharedWindow) -> bloomsled_redis::Result<()> {
     /// for g in w.stats().await?.live {
-    ///     println!("generation {}: ~{} keys", g.generation, g.filter.estimated_items);
+    ///     println!("generation {}: ~{} keys", g.index, g.filter.estimated_items);
     /// }
     /// # Ok(())
     /// # }
@@ -236,16 +235,16 @@ impl AsyncSharedWindow {
         self.window.name()
     }
 
-    /// The epoch of this incarnation of the window (a sync handle of it has the same).
+    /// The window's incarnation tag (a sync handle of it has the same).
     ///
     /// ```no_run
     /// # use bloomsled_redis::AsyncSharedWindow;
     /// # fn demo(w: &AsyncSharedWindow) {
-    /// assert_ne!(w.epoch(), 0);
+    /// assert_ne!(w.incarnation(), 0);
     /// # }
     /// ```
-    pub fn epoch(&self) -> u64 {
-        self.window.epoch()
+    pub fn incarnation(&self) -> u64 {
+        self.window.incarnation()
     }
 
     /// The span: `width × generations`.

@@ -13,7 +13,7 @@ use crate::value;
 use super::{groups, Group, Incarnation, Probe};
 
 /// The remove script. KEYS: the shard, a marker key in the same slot. ARGV: the byte offset
-/// of the first key's tag, the epoch (8 bytes), then per key the number of its counters and
+/// of the first key's tag, the incarnation (8 bytes), then per key the number of its counters and
 /// their `u4` bit offsets. Returns `L<tag>` if the shard is not this filter's, else `R`
 /// followed by `1` (removed) or `0` (a counter was zero: not in the filter, nothing changed)
 /// per key, which it keeps in the marker for an hour so that a replay returns it again.
@@ -58,11 +58,11 @@ impl SharedFilter {
         keys: &[K],
         out: &mut Vec<bool>,
     ) -> Result<()> {
-        let batch = self.incarnation().remove_plan(keys);
+        let batch = self.wire().remove_plan(keys);
         let replies = self
             .session
-            .run_fast(|w| self.incarnation().write_remove(w, &batch))?;
-        self.incarnation().read_remove(&batch, replies, out)
+            .run_fast(|w| self.wire().write_remove(w, &batch))?;
+        self.wire().read_remove(&batch, replies, out)
     }
 }
 
@@ -85,7 +85,7 @@ impl Incarnation<'_> {
                 format!(
                     "{}:rm:{:016x}",
                     self.layout.key(g.shard),
-                    crate::record::new_epoch()
+                    crate::record::new_incarnation()
                 )
             })
             .collect();
@@ -99,7 +99,7 @@ impl Incarnation<'_> {
     /// Writes the remove scripts of a batch: one per group.
     pub(crate) fn write_remove(&self, w: &mut dyn Sink, batch: &RemoveBatch) {
         let (plan, groups) = (&batch.plan, &batch.groups);
-        let epoch = self.epoch.to_be_bytes();
+        let incarnation = self.incarnation.to_be_bytes();
         for (g, marker) in groups.iter().zip(&batch.markers) {
             w.command(7 + g.keys.len() + g.cells);
             w.arg(b"EVAL");
@@ -108,7 +108,7 @@ impl Incarnation<'_> {
             w.arg(self.layout.key(g.shard).as_bytes());
             w.arg(marker.as_bytes());
             w.uint(plan[g.keys[0]].addr.tag_byte());
-            w.arg(&epoch);
+            w.arg(&incarnation);
             for &i in &g.keys {
                 let p = &plan[i];
                 w.uint(p.cells() as u64);

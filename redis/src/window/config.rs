@@ -93,15 +93,14 @@ impl SharedWindowConfig {
     /// use bloomsled::clock::ManualClock;
     /// use bloomsled_redis::SharedWindowConfig;
     /// use bloomsled::FilterConfig;
-    /// use std::sync::Arc;
     /// use std::time::Duration;
     /// let clock = ManualClock::new(0);
     /// let c = SharedWindowConfig::new(Duration::from_secs(60), 2, FilterConfig::new(10))
-    ///     .clock(Arc::new(clock.clone()));
+    ///     .clock(clock.clone());
     /// # let _ = c;
     /// ```
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
         self
     }
 

@@ -3,14 +3,14 @@
 //!
 //! | field     | value                                                                  |
 //! |-----------|------------------------------------------------------------------------|
-//! | `epoch`   | the window's random epoch, hexadecimal: one incarnation of the window  |
+//! | `epoch`   | the window's random incarnation tag, hexadecimal (the stored field's name) |
 //! | `config`  | `bloomsled-window v=1 width_ms=W generations=G grace_ms=X`             |
 //! | `filter`  | every generation's filter record (shape), as a shared filter's config  |
-//! | `g:<e>`   | generation `e` exists, and this is its filter's epoch (hexadecimal)    |
+//! | `g:<e>`   | generation `e` exists, and this is its filter's incarnation (hexadecimal) |
 //!
 //! The `g:<e>` fields are the *ring*. A field is written once (by [`RECORD_SCRIPT`], only
 //! while `epoch` is the writer's) and never changed: a generation whose filter is later
-//! found with another epoch, or missing, was lost. A generation without a field was never
+//! found with another incarnation, or missing, was lost. A generation without a field was never
 //! written to, which is not an error. Every lookup reads `epoch` and the live generations'
 //! fields in the same pipeline as the blocks, so a window that was flushed, restarted
 //! empty, deleted or recreated is an error even for a client that knows no generation.
@@ -28,9 +28,9 @@ pub(crate) fn gen_field(e: u64) -> String {
     format!("g:{e}")
 }
 
-/// Creates the window record unless the key exists; returns the stored `epoch`, `config`
+/// Creates the window record unless the key exists; returns the stored `epoch` (incarnation), `config`
 /// and `filter` (the caller's own when it created the record).
-/// KEYS: the window key. ARGV: epoch, config, filter.
+/// KEYS: the window key. ARGV: incarnation, config, filter.
 pub(crate) const CREATE_SCRIPT: &str = "\
 if redis.call('EXISTS', KEYS[1]) == 0 then \
   redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'config', ARGV[2], 'filter', ARGV[3]) \
@@ -39,10 +39,10 @@ local v = redis.call('HMGET', KEYS[1], 'epoch', 'config', 'filter') \
 for i = 1, 3 do if not v[i] then v[i] = '' end end \
 return v";
 
-/// Records generation `ARGV[2]` (a `g:<e>` field) with filter epoch `ARGV[3]`, only if the
-/// window's epoch is still `ARGV[1]` and the field is not set yet; drops the fields of
-/// generations below `ARGV[4]`. Returns `{'W', epoch-or-empty}` if the window is not the
-/// writer's, `{'E', epoch}` if the field was already set, `{'N', epoch}` if it set it.
+/// Records generation `ARGV[2]` (a `g:<e>` field) with filter incarnation `ARGV[3]`, only if the
+/// window's incarnation is still `ARGV[1]` and the field is not set yet; drops the fields of
+/// generations below `ARGV[4]`. Returns `{'W', incarnation-or-empty}` if the window is not the
+/// writer's, `{'E', incarnation}` if the field was already set, `{'N', incarnation}` if it set it.
 pub(crate) const RECORD_SCRIPT: &str = "\
 local w = redis.call('HGET', KEYS[1], 'epoch') \
 if w ~= ARGV[1] then return {'W', w or ''} end \
@@ -121,26 +121,27 @@ impl StoredWindowSettings {
     }
 }
 
-/// The `filter` field of a window of epoch `epoch`: a ready filter record (the shape).
-pub(crate) fn encode_filter(shape: super::super::SharedShape, epoch: u64) -> String {
+/// The `filter` field of the window incarnation `incarnation`: a ready filter record (the
+/// shape).
+pub(crate) fn encode_filter(shape: super::super::SharedShape, incarnation: u64) -> String {
     Record {
         shape,
-        epoch,
+        incarnation,
         state: State::Ready,
     }
     .encode()
 }
 
-/// A hexadecimal epoch as stored in the record; `None` if it is not one (or zero).
-pub(crate) fn parse_epoch(text: &[u8]) -> Option<u64> {
+/// A hexadecimal incarnation as stored in the record; `None` if it is not one (or zero).
+pub(crate) fn parse_incarnation(text: &[u8]) -> Option<u64> {
     let s = std::str::from_utf8(text).ok()?;
     u64::from_str_radix(s.strip_prefix("0x")?, 16)
         .ok()
         .filter(|&e| e != 0)
 }
 
-/// An epoch as stored in the record.
-pub(crate) fn epoch_text(e: u64) -> String {
+/// An incarnation as stored in the record.
+pub(crate) fn incarnation_text(e: u64) -> String {
     format!("{e:#018x}")
 }
 
@@ -186,14 +187,14 @@ mod tests {
     }
 
     #[test]
-    fn epochs_print_and_parse() {
+    fn incarnations_print_and_parse() {
         for e in [1, 0xdead_beef, u64::MAX] {
-            assert_eq!(parse_epoch(epoch_text(e).as_bytes()), Some(e));
+            assert_eq!(parse_incarnation(incarnation_text(e).as_bytes()), Some(e));
         }
-        assert_eq!(epoch_text(1), "0x0000000000000001");
-        assert_eq!(parse_epoch(b"0x0"), None);
-        assert_eq!(parse_epoch(b"12"), None);
-        assert_eq!(parse_epoch(b"0xzz"), None);
-        assert_eq!(parse_epoch(b""), None);
+        assert_eq!(incarnation_text(1), "0x0000000000000001");
+        assert_eq!(parse_incarnation(b"0x0"), None);
+        assert_eq!(parse_incarnation(b"12"), None);
+        assert_eq!(parse_incarnation(b"0xzz"), None);
+        assert_eq!(parse_incarnation(b""), None);
     }
 }

@@ -14,7 +14,7 @@ use crate::layout::Layout;
 use crate::resp::Sink;
 use crate::value;
 
-use super::record::{epoch_text, gen_field, parse_epoch, RECORD_SCRIPT};
+use super::record::{gen_field, incarnation_text, parse_incarnation, RECORD_SCRIPT};
 use super::{gen_name, SharedWindow};
 
 impl SharedWindow {
@@ -35,19 +35,19 @@ impl SharedWindow {
 
     pub(super) fn gen_layout(&self, e: u64) -> Result<Layout> {
         Layout::new(
-            &gen_name(&self.name, self.epoch, e),
+            &gen_name(&self.name, self.incarnation, e),
             self.shape.num_blocks,
             self.shape.shards,
             self.shape.cells(),
         )
     }
 
-    pub(super) fn gen_handle(&self, e: u64, epoch: u64) -> Result<Arc<SharedFilter>> {
+    pub(super) fn gen_handle(&self, e: u64, incarnation: u64) -> Result<Arc<SharedFilter>> {
         Ok(Arc::new(SharedFilter {
             session: self.session.clone(),
             layout: self.gen_layout(e)?,
             shape: self.shape,
-            epoch,
+            incarnation,
         }))
     }
 
@@ -59,7 +59,7 @@ impl SharedWindow {
         }
     }
 
-    /// `HMGET record epoch <fields>`.
+    /// `HMGET record epoch <fields>` (`epoch`: the stored field of the incarnation tag).
     pub(super) fn write_ring_read(&self, w: &mut dyn Sink, fields: &[String]) {
         w.command(3 + fields.len());
         w.arg(b"HMGET");
@@ -70,8 +70,8 @@ impl SharedWindow {
         }
     }
 
-    /// Checks the record's epoch in a [`SharedWindow::write_ring_read`] reply and returns
-    /// the ring entries of `gens`: each generation and its filter's epoch, if it exists.
+    /// Checks the record's incarnation in a [`SharedWindow::write_ring_read`] reply and returns
+    /// the ring entries of `gens`: each generation and its filter's incarnation, if it exists.
     pub(super) fn read_ring(
         &self,
         reply: Value,
@@ -95,14 +95,14 @@ impl SharedWindow {
             }
             Some(v) => {
                 let text = value::bytes(v, key)?;
-                if parse_epoch(&text) != Some(self.epoch) {
+                if parse_incarnation(&text) != Some(self.incarnation) {
                     return Err(self.lost(
                         key,
                         format!(
-                            "the window record has epoch {}, not {}: the window was deleted \
+                            "the window record has incarnation {}, not {}: the window was deleted \
                              and created again; reopen it",
                             String::from_utf8_lossy(&text),
-                            epoch_text(self.epoch)
+                            incarnation_text(self.incarnation)
                         ),
                     ));
                 }
@@ -110,11 +110,11 @@ impl SharedWindow {
         }
         let mut out = Vec::new();
         for e in gens {
-            let epoch = match items.next() {
+            let incarnation = match items.next() {
                 Some(Value::Nil) => None,
                 Some(v) => {
                     let text = value::bytes(v, key)?;
-                    Some(parse_epoch(&text).ok_or_else(|| {
+                    Some(parse_incarnation(&text).ok_or_else(|| {
                         Error::Corrupt(format!(
                             "shared window {:?}: ring entry of generation {e} is {:?}",
                             self.name,
@@ -124,27 +124,27 @@ impl SharedWindow {
                 }
                 None => return Err(value::unexpected(key, "a short HMGET reply")),
             };
-            out.push((e, epoch));
+            out.push((e, incarnation));
         }
         Ok(out)
     }
 
     /// Brings the known generations in line with the ring: adopts the ones it lists that
     /// this handle did not know, and reports a known generation that the ring no longer
-    /// lists or lists with another epoch as lost. Returns the adopted ones.
+    /// lists or lists with another incarnation as lost. Returns the adopted ones.
     pub(super) fn reconcile(&self, ring: &[(u64, Option<u64>)]) -> Result<Vec<Arc<SharedFilter>>> {
         let mut gens = self.gens.lock().unwrap_or_else(|p| p.into_inner());
         let mut fresh = Vec::new();
         for &(e, listed) in ring {
             match (gens.get(&e), listed) {
-                (Some(g), Some(x)) if g.epoch == x => {}
+                (Some(g), Some(x)) if g.incarnation == x => {}
                 (Some(g), Some(x)) => {
                     return Err(self.lost(
                         &g.config_key(),
                         format!(
-                            "generation {e} was lost and created again (the ring says epoch \
+                            "generation {e} was lost and created again (the ring says incarnation \
                              {x:#x}, this handle wrote to {:#x})",
-                            g.epoch
+                            g.incarnation
                         ),
                     ))
                 }
@@ -152,9 +152,9 @@ impl SharedWindow {
                     return Err(self.lost(
                         &self.key,
                         format!(
-                            "the ring no longer lists generation {e} (filter epoch {:#x}), \
+                            "the ring no longer lists generation {e} (filter incarnation {:#x}), \
                              which is still live: its entry was deleted",
-                            g.epoch
+                            g.incarnation
                         ),
                     ))
                 }
@@ -270,8 +270,8 @@ impl SharedWindow {
         })
     }
 
-    /// Records generation `e` with `made`'s epoch in the ring (once: a generation recorded
-    /// with another epoch was lost and created again, which is an error).
+    /// Records generation `e` with `made`'s incarnation in the ring (once: a generation recorded
+    /// with another incarnation was lost and created again, which is an error).
     pub(super) fn record(&self, e: u64, made: &SharedFilter) -> Result<()> {
         let floor = e.saturating_sub(u64::from(self.config.ring.generations()));
         let reply = self.session.one(
@@ -279,9 +279,9 @@ impl SharedWindow {
                 .arg(RECORD_SCRIPT)
                 .arg(1)
                 .arg(&self.key)
-                .arg(epoch_text(self.epoch))
+                .arg(incarnation_text(self.incarnation))
                 .arg(gen_field(e))
-                .arg(epoch_text(made.epoch))
+                .arg(incarnation_text(made.incarnation))
                 .arg(floor)
                 .clone(),
         )?;
@@ -306,21 +306,21 @@ impl SharedWindow {
                         .into()
                 } else {
                     format!(
-                        "the window record has epoch {}, not {}: the window was deleted and \
+                        "the window record has incarnation {}, not {}: the window was deleted and \
                          created again; reopen it",
                         String::from_utf8_lossy(&text),
-                        epoch_text(self.epoch)
+                        incarnation_text(self.incarnation)
                     )
                 },
             )),
-            b"N" | b"E" if parse_epoch(&text) == Some(made.epoch) => Ok(()),
+            b"N" | b"E" if parse_incarnation(&text) == Some(made.incarnation) => Ok(()),
             b"E" => Err(self.lost(
                 &made.config_key(),
                 format!(
-                    "generation {e} was lost: the ring lists it with epoch {}, but its filter \
-                     is gone and was created again with epoch {:#x}",
+                    "generation {e} was lost: the ring lists it with incarnation {}, but its filter \
+                     is gone and was created again with incarnation {:#x}",
                     String::from_utf8_lossy(&text),
-                    made.epoch
+                    made.incarnation
                 ),
             )),
             _ => Err(value::unexpected(

@@ -13,8 +13,8 @@ use super::SharedWindow;
 /// One live generation in [`SharedWindowStats`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerationStats {
-    /// The generation number: `floor(t / width)` for the times `t` it covers.
-    pub generation: u64,
+    /// The generation's index: `floor(t / width)` for the times `t` it covers.
+    pub index: u64,
     /// When it began (ms since the Unix epoch).
     pub starts_at_ms: u64,
     /// When it stops being live (ms since the Unix epoch).
@@ -28,8 +28,8 @@ pub struct GenerationStats {
 pub struct SharedWindowStats {
     /// The window's name.
     pub name: String,
-    /// The epoch of this incarnation of the window.
-    pub epoch: u64,
+    /// The window's incarnation tag: random, non-zero, chosen when it was created.
+    pub incarnation: u64,
     /// Span: `width × generations`.
     pub span: Duration,
     /// Width of one generation.
@@ -54,7 +54,7 @@ impl SharedWindow {
     /// # use bloomsled_redis::{Endpoint, SharedWindow};
     /// # let w = SharedWindow::open(&Endpoint::url("redis://127.0.0.1:6379/"), "crawled")?;
     /// for g in w.stats()?.live {
-    ///     println!("generation {}: ~{} keys", g.generation, g.filter.estimated_items);
+    ///     println!("generation {}: ~{} keys", g.index, g.filter.estimated_items);
     /// }
     /// # Ok::<(), bloomsled_redis::Error>(())
     /// ```
@@ -73,15 +73,15 @@ impl SharedWindow {
         let mut live = Vec::new();
         for (e, g) in self.known(&read).into_iter().rev() {
             live.push(GenerationStats {
-                generation: e,
-                starts_at_ms: self.config.ring.start_ms(e),
+                index: e,
+                starts_at_ms: self.config.ring.starts_at_ms(e),
                 expires_at_ms: self.config.ring.expires_at_ms(e),
                 filter: g.stats()?,
             });
         }
         Ok(SharedWindowStats {
             name: self.name.clone(),
-            epoch: self.epoch,
+            incarnation: self.incarnation,
             span: self.span(),
             width: self.width(),
             generations: u64::from(self.config.ring.generations()),

@@ -7,18 +7,18 @@ use crate::layout;
 use crate::record::{Record, SharedShape};
 use crate::value;
 
-use super::record::{parse_epoch, StoredWindowSettings};
+use super::record::{parse_incarnation, StoredWindowSettings};
 use super::MAX_NAME;
 
-/// The window record as stored: epoch, settings and filter shape.
+/// The window record as stored: incarnation, settings and filter shape.
 pub(super) struct Stored {
-    pub(super) epoch: u64,
+    pub(super) incarnation: u64,
     pub(super) config: StoredWindowSettings,
     pub(super) shape: SharedShape,
 }
 
 impl Stored {
-    /// Reads `[epoch, config, filter]` (nil or empty: no record).
+    /// Reads `[incarnation, config, filter]` (nil or empty: no record).
     pub(super) fn from_reply(name: &str, key: &str, reply: Value) -> Result<Option<Stored>> {
         let items = match reply {
             Value::Array(v) if v.len() == 3 => v,
@@ -40,14 +40,14 @@ impl Stored {
                 "shared window {name:?}: the record at {key:?} has a bad {what} field"
             ))
         };
-        let epoch = parse_epoch(&fields[0]).ok_or_else(|| bad("epoch"))?;
+        let incarnation = parse_incarnation(&fields[0]).ok_or_else(|| bad("incarnation"))?;
         let config = StoredWindowSettings::decode(&fields[1])?;
         let shape = Record::decode(&fields[2])?.shape;
         if shape.counting {
             return Err(bad("filter"));
         }
         Ok(Some(Stored {
-            epoch,
+            incarnation,
             config,
             shape,
         }))

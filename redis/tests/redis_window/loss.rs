@@ -32,7 +32,7 @@ fn a_deleted_or_early_expired_generation_is_an_error_never_absent() {
     let c = clock();
     let (w, per) = three_generations(&s, "del", &c);
     let all: Vec<Vec<u8>> = per.concat();
-    let fresh = SharedWindow::open_with_clock(&ep, "del", Arc::new(c.clone())).unwrap();
+    let fresh = SharedWindow::open_with_clock(&ep, "del", c.clone()).unwrap();
     // Delete the middle generation's keys (its config and shards).
     let middle = w.current_generation() - 1;
     let mut cli = s.client();
@@ -42,7 +42,7 @@ fn a_deleted_or_early_expired_generation_is_an_error_never_absent() {
     // The writer, a handle that never read it, and a new handle: all lost.
     all_lost(&w, &all);
     all_lost(&fresh, &all);
-    let late = SharedWindow::open_with_clock(&ep, "del", Arc::new(c.clone())).unwrap();
+    let late = SharedWindow::open_with_clock(&ep, "del", c.clone()).unwrap();
     all_lost(&late, &per[0]);
     assert!(is_lost(&late.stats().unwrap_err()));
     // Adds still go to the intact current generation.
@@ -82,15 +82,15 @@ fn a_generation_lost_and_recreated_is_an_error_for_every_client() {
     }
     // ... and a client that never saw it writes: it must not start a new incarnation
     // that readers would take for the generation.
-    let other = SharedWindow::open_with_clock(&ep, "recreate", Arc::new(c.clone())).unwrap();
+    let other = SharedWindow::open_with_clock(&ep, "recreate", c.clone()).unwrap();
     let err = other.insert(b"x").unwrap_err();
     assert!(is_lost(&err), "{err}");
     all_lost(&w, &per.concat());
     all_lost(&other, &per.concat());
-    // The ring entry is written once: still the original epoch.
+    // The ring entry is written once: still the original incarnation.
     let e = w.current_generation();
     let st_before = redis_support::window_ring(&s, &w)[&e].clone();
-    let late = SharedWindow::open_with_clock(&ep, "recreate", Arc::new(c.clone())).unwrap();
+    let late = SharedWindow::open_with_clock(&ep, "recreate", c.clone()).unwrap();
     assert!(is_lost(&late.insert(b"y").unwrap_err()));
     assert_eq!(redis_support::window_ring(&s, &w)[&e], st_before);
     // Once the lost generation ages out, the window works again.
@@ -118,7 +118,7 @@ fn a_lost_ring_entry_or_record_is_an_error() {
     all_lost(&w, &all);
     // The whole record deleted (the generations intact): every handle errs, none opens.
     let (w2, per2) = three_generations(&s, "record", &c);
-    let never_looked = SharedWindow::open_with_clock(&ep, "record", Arc::new(c.clone())).unwrap();
+    let never_looked = SharedWindow::open_with_clock(&ep, "record", c.clone()).unwrap();
     redis::cmd("DEL")
         .arg(w2.record_key())
         .exec(&mut cli)
@@ -131,9 +131,9 @@ fn a_lost_ring_entry_or_record_is_an_error() {
         SharedWindow::open(&ep, "record"),
         Err(Error::SharedFilterNotFound { .. })
     ));
-    // Created again: a new epoch, and the old handles still err.
+    // Created again: a new incarnation, and the old handles still err.
     let again = SharedWindow::create(&ep, "record", &config(4, 2_000, &c)).unwrap();
-    assert_ne!(again.epoch(), w2.epoch());
+    assert_ne!(again.incarnation(), w2.incarnation());
     all_lost(&w2, &per2.concat());
     assert_eq!(
         again
@@ -155,7 +155,7 @@ fn flushall_and_a_restart_without_persistence_are_errors() {
     let c = clock();
     let (w, per) = three_generations(&s, "flush", &c);
     // A handle that has not looked at any generation yet: only the record can tell.
-    let idle = SharedWindow::open_with_clock(&ep, "flush", Arc::new(c.clone())).unwrap();
+    let idle = SharedWindow::open_with_clock(&ep, "flush", c.clone()).unwrap();
     redis::cmd("FLUSHALL").exec(&mut s.client()).unwrap();
     all_lost(&w, &per.concat());
     all_lost(&idle, &per.concat());
@@ -165,7 +165,7 @@ fn flushall_and_a_restart_without_persistence_are_errors() {
     assert_eq!(n, 0, "a lost window's add created keys");
 
     let (w2, per2) = three_generations(&s, "restart", &c);
-    let idle2 = SharedWindow::open_with_clock(&ep, "restart", Arc::new(c.clone())).unwrap();
+    let idle2 = SharedWindow::open_with_clock(&ep, "restart", c.clone()).unwrap();
     s.restart(); // kill -9, start empty
     all_lost(&w2, &per2.concat());
     all_lost(&idle2, &per2.concat());

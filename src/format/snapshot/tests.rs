@@ -12,7 +12,7 @@ fn sample(words: usize, page_size: u32) -> (SnapshotMeta, Vec<u64>, Vec<u8>) {
         num_hashes: 6,
         capacity: 1000,
         items: 123,
-        generation: 5,
+        sequence: 5,
     };
     let w: Vec<u64> = (1..=words as u64)
         .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
@@ -30,7 +30,7 @@ fn layout_matches_the_documented_offsets() {
     assert_eq!(std::mem::offset_of!(Header, tree_id), 48);
     assert_eq!(std::mem::offset_of!(Header, snapshot_id), 64);
     assert_eq!(std::mem::offset_of!(Header, num_blocks), 80);
-    assert_eq!(std::mem::offset_of!(Header, generation), 112);
+    assert_eq!(std::mem::offset_of!(Header, sequence), 112);
     assert_eq!(std::mem::offset_of!(Header, page_count), 128);
     assert_eq!(std::mem::offset_of!(Header, header_crc), 140);
     let (_, w, b) = sample(64, 128);
@@ -48,7 +48,7 @@ fn round_trip_with_partial_last_page() {
     let (meta, w, b) = sample(8 * 10, 8 * 24);
     let (h, got) = decode(&b).unwrap();
     assert_eq!(got, w);
-    assert_eq!(h.generation.get(), meta.generation);
+    assert_eq!(h.sequence.get(), meta.sequence);
     assert_eq!(h.page_count.get(), 4);
     assert_eq!(h.items.get(), 123);
 }

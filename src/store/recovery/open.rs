@@ -4,20 +4,23 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::config::TreeConfig;
-use super::policy::RebuildPolicy;
-use super::ready::RecoveryState;
-use super::rebuild::Rebuild;
-use super::recovery;
-use super::scan::build_filter;
-use super::state::TreeState;
-use super::Config;
 use crate::error::Result;
 use crate::filter::any::AnyFilter;
 use crate::persist::{self, Meta, Opening, RecoveryOutcome, RecoveryReport, Start};
+use crate::store::config::TreeConfig;
+use crate::store::policy::RebuildPolicy;
+use crate::store::ready::RecoveryState;
+use crate::store::rebuild::Rebuild;
+use crate::store::recovery;
+use crate::store::scan::build_filter;
+use crate::store::state::TreeState;
+use crate::store::Config;
 
 /// The rebuild policy of a configuration, for a tree of sizing `base`.
-pub(super) fn policy(config: &Config, base: crate::filter::FilterConfig) -> RebuildPolicy {
+pub(in crate::store) fn policy(
+    config: &Config,
+    base: crate::filter::FilterConfig,
+) -> RebuildPolicy {
     RebuildPolicy {
         auto: config.auto_rebuild,
         bound: config.rebuild_fpr,
@@ -27,7 +30,7 @@ pub(super) fn policy(config: &Config, base: crate::filter::FilterConfig) -> Rebu
 
 /// Gives a tree its filter at open: its snapshot if it can be trusted, else a rebuild from
 /// the keys (then a fresh snapshot), or an error in strict mode (see [`crate::persist`]).
-pub(super) fn open_filter(
+pub(in crate::store) fn open_filter(
     tree: &sled::Tree,
     config: &Config,
     meta: Option<&Arc<Meta>>,
@@ -101,7 +104,7 @@ fn open_in_memory(
         outcome: RecoveryOutcome::InMemory,
         keys_scanned: scanned,
         bytes_verified: 0,
-        generation: 0,
+        sequence: 0,
         duration: start.elapsed(),
         rebuilding: None,
     };

@@ -152,7 +152,7 @@ fn decide(
         Ok(found) => (found, None),
         Err(stale @ Distrust::Stale { .. }) if files.journals.is_some() => {
             let mut clean = record; // written since: the snapshot alone, then its journals
-            clean.dirty_generation = U64::new(0);
+            clean.dirty_sequence = U64::new(0);
             match trusted_filter(&files.snapshot, &clean, &identity, mode)? {
                 Ok(found) => (found, Some(stale)),
                 Err(_) => return distrusted(stale, Some(record)),
@@ -167,8 +167,8 @@ fn decide(
                 Ok(records) => Some(records),
                 Err(fault) => {
                     let fault = Distrust::Journal {
-                        snapshot_generation: record.snapshot_generation.get(),
-                        dirty_generation: record.dirty_generation.get(),
+                        snapshot_sequence: record.snapshot_sequence.get(),
+                        dirty_sequence: record.dirty_sequence.get(),
                         fault,
                     };
                     return distrusted(fault, Some(record));
@@ -185,7 +185,7 @@ fn decide(
     }))
 }
 
-/// The journals of every generation the tree was written in since its snapshot, if
+/// The journals of every sequence the tree was written in since its snapshot, if
 /// [`judge_journals`] trusts them.
 fn journals_for(
     tree: &TreeJournals,
@@ -249,7 +249,7 @@ fn trusted_filter(
     }
 }
 
-/// A new (or never written) tree: the empty filter. Its record (generation 0, no snapshot
+/// A new (or never written) tree: the empty filter. Its record (sequence 0, no snapshot
 /// yet: stale by construction, so a crash before the first snapshot rebuilds with the
 /// tree's sizing) needs no flush, and its first writes need no dirty mark; the first
 /// snapshot makes it trusted.
@@ -272,7 +272,7 @@ fn create(
 
 /// A trusted snapshot: the filter it holds serves at once, with the crash journals of the
 /// writes since replayed over it. Writers then start a fresh journal: of the snapshot's
-/// generation if there was nothing to replay, else of the generation past every one
+/// sequence if there was nothing to replay, else of the sequence past every one
 /// replayed (whose journals stay until the next durable snapshot).
 fn load(
     meta: &Arc<Meta>,
@@ -292,10 +292,10 @@ fn load(
         persistence.set_settings(mode, at.sizing)?;
     }
     let seed = filter.bits().seed();
-    let generation = record.snapshot_generation.get();
+    let sequence = record.snapshot_sequence.get();
     let outcome = match replay {
         None => {
-            persistence.start_journal(generation, record.snapshot_id, seed);
+            persistence.start_journal(sequence, record.snapshot_id, seed);
             RecoveryOutcome::Loaded
         }
         Some(journals) => {
@@ -308,7 +308,7 @@ fn load(
                 }
                 records += 1;
             }
-            let next = record.dirty_generation.get() + 1;
+            let next = record.dirty_sequence.get() + 1;
             persistence.resume_after_replay(next, seed)?;
             RecoveryOutcome::Replayed {
                 journals: journals.len() as u64,
@@ -316,14 +316,14 @@ fn load(
             }
         }
     };
-    persistence.retire_journals_outside(generation..=persistence.current_generation());
-    let r = report(at, outcome, bytes, generation, start);
+    persistence.retire_journals_outside(sequence..=persistence.current_sequence());
+    let r = report(at, outcome, bytes, sequence, start);
     log::info!(
-        "bloomsled: tree {:?}: filter {:?} from snapshot generation {} ({} bytes verified) \
+        "bloomsled: tree {:?}: filter {:?} from snapshot sequence {} ({} bytes verified) \
          in {:?}",
         r.tree,
         r.outcome,
-        r.generation,
+        r.sequence,
         r.bytes_verified,
         r.duration
     );
@@ -337,7 +337,7 @@ fn load(
 }
 
 /// Starts the tree over: a new record (same tree id if the old one was readable: its file
-/// is then overwritten, not orphaned), marked dirty at a generation past every one seen and
+/// is then overwritten, not orphaned), marked dirty at a sequence past every one seen and
 /// made durable before anything else happens, so nothing older is ever trusted again, and
 /// the rebuild's own snapshot is the next one trusted.
 fn restart(
@@ -352,18 +352,18 @@ fn restart(
         Some(old) => {
             let sizing = sizing_of(at, &old);
             let own = own_file_header(&SnapshotFile::new(at.db_dir, &old.tree_id), meta, &old);
-            let file_generation = own.map_or(0, |h| h.generation.get());
+            let file_sequence = own.map_or(0, |h| h.sequence.get());
             let mut fresh = record_for(old.tree_id, mode, &sizing);
-            // Past every generation seen; a corrupt record's huge generation would only
+            // Past every sequence seen; a corrupt record's huge sequence would only
             // make every later snapshot stale (rebuilds), never trusted.
             let base = old
-                .snapshot_generation
+                .snapshot_sequence
                 .get()
-                .max(old.dirty_generation.get())
-                .max(file_generation)
+                .max(old.dirty_sequence.get())
+                .max(file_sequence)
                 .min(u64::MAX / 2);
-            fresh.snapshot_generation = U64::new(base);
-            fresh.dirty_generation = U64::new(base);
+            fresh.snapshot_sequence = U64::new(base);
+            fresh.dirty_sequence = U64::new(base);
             (fresh, sizing, own.map(|h| h.items.get()))
         }
         None => (
@@ -376,7 +376,7 @@ fn restart(
         record.tree_id = random_id()?;
     }
     meta.write(at.name, &mut record, true)?;
-    let generation = record.snapshot_generation.get();
+    let sequence = record.snapshot_sequence.get();
     let persistence = live_state(meta, at, record);
     // Nothing is trusted until the rebuild's snapshot, which starts the next journal.
     #[allow(clippy::reversed_empty_ranges)]
@@ -389,7 +389,7 @@ fn restart(
             at,
             RecoveryOutcome::Rebuilt { reason: fault },
             0,
-            generation,
+            sequence,
             start,
         ),
         sizing,
@@ -403,7 +403,7 @@ fn live_state(meta: &Arc<Meta>, at: &Opening<'_>, record: TreeRecord) -> Persist
 }
 
 /// The header of the snapshot file, if it is intact and was written for the tree of
-/// `record` in this database (a foreign file's fields mean nothing here). Its generation
+/// `record` in this database (a foreign file's fields mean nothing here). Its sequence
 /// and item count are hints only: it is not trusted for what it holds.
 fn own_file_header(
     file: &SnapshotFile,
@@ -427,7 +427,7 @@ fn report(
     at: &Opening<'_>,
     outcome: RecoveryOutcome,
     bytes_verified: u64,
-    generation: u64,
+    sequence: u64,
     start: Instant,
 ) -> RecoveryReport {
     RecoveryReport {
@@ -435,7 +435,7 @@ fn report(
         outcome,
         keys_scanned: 0,
         bytes_verified,
-        generation,
+        sequence,
         duration: start.elapsed(),
         rebuilding: None,
     }
@@ -443,5 +443,5 @@ fn report(
 
 /// The empty filter of a sizing.
 fn empty_filter(mode: FilterMode, sizing: &FilterConfig) -> Result<AnyFilter> {
-    AnyFilter::new(mode, sizing.shape()?, sizing.capacity())
+    AnyFilter::new(mode, sizing.shape()?, sizing.get_expected_items())
 }

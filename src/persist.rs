@@ -3,32 +3,32 @@
 //! # What is stored where
 //! - **In sled**, in bloomsled's own tree [`META_TREE`] (the only tree bloomsled hides):
 //!   the database id (random, made once) and, per filtered tree, a trust record keyed by the
-//!   tree's *full* name: the tree's random id, the id and generation of its current
-//!   snapshot, the highest generation it was written after (`dirty`), and its sizing and
+//!   tree's *full* name: the tree's random id, the id and sequence of its current
+//!   snapshot, the highest sequence it was written after (`dirty`), and its sizing and
 //!   mode.
 //! - **In files**, `<db>/bloomsled/<tree id>.snap`: each tree's snapshot
 //!   (`src/format`), whose header repeats the database id, the tree id, the snapshot id
-//!   and the generation, all under CRC32.
+//!   and the sequence, all under CRC32.
 //!
 //! # When a snapshot is trusted (`trust::judge`, the one place that decides)
 //! At open, a tree's snapshot is used only if (1) the tree is opened in the mode its
 //! record stores, (2) the record says the tree was not written after the snapshot
-//! (`dirty < generation`), (3) every CRC of the file passes, (4) the file's database id is
-//! this database's, (5) its tree id is the record's, and (6) its snapshot id and generation
+//! (`dirty < sequence`), (3) every CRC of the file passes, (4) the file's database id is
+//! this database's, (5) its tree id is the record's, and (6) its snapshot id and sequence
 //! are the ones the record names. Otherwise the filter is rebuilt from a scan of the keys
 //! (or, under [`RecoveryPolicy::Strict`], open fails with the reason), and the
 //! [`RecoveryReport`] says why.
 //!
 //! # Why a trusted snapshot holds every stored key
-//! - *Writes.* A writer sets its key's bits, then (SeqCst fence) reads the generation *g*;
+//! - *Writes.* A writer sets its key's bits, then (SeqCst fence) reads the sequence *g*;
 //!   if the record does not yet say `dirty ≥ g`, it writes that and flushes sled **before**
-//!   its own sled write. A snapshot first moves the generation to *g* (fence), then copies
+//!   its own sled write. A snapshot first moves the sequence to *g* (fence), then copies
 //!   the bits. The fences make the two orders exclusive: either the writer reads *g* (and
 //!   the record durably says *g* is dirty before its key can be durable, so snapshot *g* is
-//!   never trusted), or it read an older generation, and then its bits were set before the
+//!   never trusted), or it read an older sequence, and then its bits were set before the
 //!   copy, which holds them.
 //! - *The record names exactly one file.* A snapshot writes its file (temp, fsync, rename,
-//!   fsync dir) and only then points the record at it (new random snapshot id + generation)
+//!   fsync dir) and only then points the record at it (new random snapshot id + sequence)
 //!   and flushes sled. A crash in between leaves the record naming the previous snapshot,
 //!   which the new file does not match: rebuild.
 //! - *Files cannot vouch for themselves.* The record lives in sled with the data, so
@@ -55,22 +55,22 @@
 //! record, a window's ring record) is sled's flush *and then an fsync of sled's log file*
 //! (whose name is made durable by an fsync of its folder at open): the mark is on the
 //! platter before the key's write starts, with no reliance on how sled recovers its log.
-//! The cost is one fsync per generation, paid by the first write after a snapshot. The
+//! The cost is one fsync per sequence, paid by the first write after a snapshot. The
 //! snapshot file is fsynced with its folder before the record names it, so a recovered
 //! record never names a missing file. `tests/power_cut.rs` holds this to a file system
 //! that drops every unsynced write (`powercut/`), across every kind of writer.
 //!
 //! # Crash journal (`journal.rs`, `journal_map.rs`; the rule is `trust::judge_journals`)
-//! A stale record (`dirty ≥ generation`) used to mean a scan. Each tree also keeps, per
-//! generation *g*, a journal `<tree id>.<g>.jnl`: a shared file mapping to which every
+//! A stale record (`dirty ≥ sequence`) used to mean a scan. Each tree also keeps, per
+//! sequence *g*, a journal `<tree id>.<g>.jnl`: a shared file mapping to which every
 //! write appends its keys' hashes, with no syscall and no fsync. At open, a stale record
 //! whose snapshot passes `judge` (dirty mark aside) is replayed from the journals of
-//! generations `snapshot..=dirty` if `judge_journals` accepts all of them; else it is
+//! sequences `snapshot..=dirty` if `judge_journals` accepts all of them; else it is
 //! rebuilt as before, with [`Distrust::Journal`] saying why.
 //! - *Which writes each journal holds.* A writer sets its key's bits, reads *g* (the fence
 //!   above), makes the mark `dirty ≥ g` durable, appends the hash to journal *g*, and only
 //!   then writes to sled. A snapshot creates journal *g+1* **before** it moves the
-//!   generation to *g+1*. A write that read *g < G* set its bits before the move to *G*,
+//!   sequence to *g+1*. A write that read *g < G* set its bits before the move to *G*,
 //!   so snapshot *G*'s copy holds them; one that read *g ≥ G* is in journal *g*, and its
 //!   durable mark makes `dirty ≥ g`, so replay reads that journal. Hence snapshot ∪
 //!   journals `G..=dirty` ⊇ every stored key. Journal *G* names snapshot *G*'s id; a later
@@ -78,10 +78,10 @@
 //!   needs each link to be the recorded snapshot's id, so no journal of another history,
 //!   database or tree is replayed. A write that finds no live journal for its *g* (none
 //!   could be made) leaves it missing: rebuild. Transactions journal each key as it is
-//!   counted in (the generation is held still), so a re-run adds only duplicates.
+//!   counted in (the sequence is held still), so a re-run adds only duplicates.
 //! - *Concurrent and killed writers.* Each append takes a fresh slot (an atomic add on the
 //!   journal's counter file, see "An earlier copy of a journal" below), stores
-//!   the hash, then a check word (a CRC of slot, generation, hash and op, under a marker
+//!   the hash, then a check word (a CRC of slot, sequence, hash and op, under a marker
 //!   with three non-zero bytes), then counts itself finished. A slot whose check word is
 //!   zero was never completed; its writer died before its sled write (journal before
 //!   sled), so skipping it loses nothing. Any other record that fails its check, a record
@@ -129,20 +129,20 @@
 //! check on the file alone can tell it from the journal itself, so what it is checked
 //! against lives where a restore of the folder does not reach:
 //! - *Counters outside the folder.* A journal's `reserved` and `finished` counts live in a
-//!   counter file `bloomsled-<database id>-<tree id>-<generation>.jctr` in a memory file
+//!   counter file `bloomsled-<database id>-<tree id>-<sequence>.jctr` in a memory file
 //!   system (`/dev/shm`, else `$XDG_RUNTIME_DIR`, or `$BLOOMSLED_JOURNAL_COUNTER_DIR`),
 //!   mapped shared like the journal: the slot reservation's atomic add just moves there
 //!   (same cost). It survives a process crash, is cleared by a reboot (when the journal
 //!   is refused anyway) and is removed when its journal is retired. Each journal file gets
 //!   a random 128-bit nonce at creation, repeated in its counter file.
 //! - *The check.* Replay needs the counter file (missing: `CountersMissing`, refused), of
-//!   the same nonce (another incarnation of the same generation's journal, from a copy:
+//!   the same nonce (another incarnation of the same sequence's journal, from a copy:
 //!   `OtherIncarnation`), and at least as many intact records as it says finished. A
 //!   copy of the same incarnation taken earlier (after a clean close, mid-run, even while
 //!   the process still runs) holds a prefix of its records: `RecordsLost`, refused.
 //!   Refused means rebuilt from a scan, never a false negative.
 //! - *Collisions.* Counter files are named by the random database and tree ids and the
-//!   generation: no two databases share one. A copy of the whole database folder opened
+//!   sequence: no two databases share one. A copy of the whole database folder opened
 //!   in the same boot shares its original's counters: it can only make either side's
 //!   journals fail the checks (rebuild), never pass one they would not.
 //! - *Left over.* Someone who rolls back the counter file **and** the journal to the same
@@ -153,14 +153,14 @@
 //!   crash journal (its log is its data).
 //! - *Cost.* One tmpfs page (4 KiB) per live journal (one or two per open tree, plus the
 //!   replayed ones until the next snapshot): 16,000 journals fill Docker's default 64 MiB
-//!   `/dev/shm`; a counter file that cannot be made means no journal for that generation
+//!   `/dev/shm`; a counter file that cannot be made means no journal for that sequence
 //!   (a crash rebuilds). A clean close removes a tree's counter files; a database killed
 //!   and then deleted without being opened again leaves its own until the next reboot.
 //!
 //! # Why serving before the filter is rebuilt never gives a false negative
 //! A tree whose snapshot is not trusted opens with a *stand-in* filter whose every bit is
 //! set (every counter stuck at its maximum, in counting mode, so no remove clears one), and
-//! its record is first made durable as stale (`dirty = generation`, past every generation
+//! its record is first made durable as stale (`dirty = sequence`, past every sequence
 //! seen). Then:
 //! - *While the stand-in is current* every lookup answers "maybe" and goes to sled: no
 //!   false negative, whatever sled holds.
@@ -193,7 +193,7 @@ mod journal;
 mod journal_map;
 mod live;
 mod meta;
-mod recover;
+mod recovery;
 mod scan_pause;
 mod settings;
 mod tree_files;
@@ -218,7 +218,7 @@ pub use scan_pause::{pause_rebuild_scans_after, rebuild_scans_paused};
 
 pub(crate) use live::{filter_image, Persistence};
 pub(crate) use meta::Meta;
-pub(crate) use recover::{recover, Opening, Start};
+pub(crate) use recovery::{recover, Opening, Start};
 
 /// What `open` does with a snapshot it cannot trust.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -248,7 +248,7 @@ pub enum RecoveryOutcome {
     /// (by a process that crashed in this boot of the machine) replayed over it: no key was
     /// scanned, and the filter served from the start.
     Replayed {
-        /// Journals read (one per generation written since the snapshot).
+        /// Journals read (one per sequence written since the snapshot).
         journals: u64,
         /// Records replayed (a key written twice, or by a transaction that retried, may
         /// count more than once).
@@ -271,8 +271,8 @@ pub struct RecoveryReport {
     pub keys_scanned: u64,
     /// Snapshot bytes read and CRC-verified.
     pub bytes_verified: u64,
-    /// Generation of the filter after open.
-    pub generation: u64,
+    /// Sequence of the filter after open.
+    pub sequence: u64,
     /// Time the load or rebuild took (while rebuilding: the time the open took).
     pub duration: Duration,
     /// Set while the filter is being rebuilt in the background after open: until then the
@@ -352,8 +352,8 @@ impl RecoveryReport {
 /// What a snapshot wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotInfo {
-    /// Generation of the snapshot.
-    pub generation: u64,
+    /// Sequence of the snapshot.
+    pub sequence: u64,
     /// Bytes written.
     pub bytes: u64,
     /// Pages of the bitset.
@@ -371,7 +371,7 @@ pub struct VerifyReport {
     pub keys_checked: u64,
     /// Stored keys the filter denied (always 0 unless an invariant broke).
     pub false_negatives: u64,
-    /// The snapshot file on disk: `Ok(generation)` if every CRC passed, the fault otherwise;
+    /// The snapshot file on disk: `Ok(sequence)` if every CRC passed, the fault otherwise;
     /// `None` for a temporary database.
     pub snapshot: Option<Result<u64, Distrust>>,
 }

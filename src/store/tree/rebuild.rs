@@ -1,9 +1,9 @@
 //! Rebuilding a tree's filter on demand, on [`Tree`]: rebuild now, or wait for a rebuild
-//! under way (the machinery is [`super::rebuild`]'s).
+//! under way (the machinery is [`crate::store::rebuild`]'s).
 
-use super::rebuild::{Rebuild, RebuildReport};
 use super::Tree;
 use crate::error::Result;
+use crate::store::rebuild::{Rebuild, RebuildReport};
 
 impl Tree {
     /// Rebuilds the filter from the keys now, while reads and writes go on, and returns

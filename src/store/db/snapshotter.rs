@@ -5,7 +5,7 @@ use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::Duration;
 
-use super::state::TreeState;
+use crate::store::state::TreeState;
 
 /// Background snapshots every `every`, until the database `db` is dropped; `trees` lists
 /// its open trees.

@@ -3,10 +3,10 @@
 
 use std::sync::atomic::Ordering;
 
-use super::recovery;
 use super::Tree;
 use crate::filter::Filter;
 use crate::stats::Stats;
+use crate::store::recovery;
 
 impl Tree {
     /// Filter and lookup statistics. Reads every filter word: O(filter size).

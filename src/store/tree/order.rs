@@ -5,10 +5,11 @@ use std::ops::RangeBounds;
 
 use sled::IVec;
 
-use super::tree::Tree;
-use super::write::Writing;
-use super::{Iter, Subscriber};
+use super::iter::Iter;
+use super::subscriber::Subscriber;
+use super::Tree;
 use crate::error::Result;
+use crate::store::write::Writing;
 
 impl Tree {
     /// Subscribes to writes of keys starting with `prefix` (sled's `watch_prefix`).

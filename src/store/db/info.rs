@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 
-use super::db::Db;
+use crate::store::db::Db;
 
 impl Db {
     /// A monotonic id, unique across restarts (sled's `generate_id`).

@@ -6,12 +6,12 @@ use std::cell::Cell;
 
 use sled::{IVec, MergeOperator};
 
-use super::transaction::{self, TransactionalTree};
-use super::tree::{CompareAndSwapError, CompareAndSwapResult, Tree};
-use super::write::Writing;
-use super::Batch;
+use super::batch::Batch;
+use super::{CompareAndSwapError, CompareAndSwapResult, Tree};
 use crate::error::{Error, Result};
 use crate::filter::any::FilterMode;
+use crate::store::transaction::{self, TransactionalTree};
+use crate::store::write::Writing;
 
 thread_local! {
     /// Whether the key existed before the last merge this thread made: set by the wrapper

@@ -2,7 +2,7 @@
 //! [`AsyncSharedWindow`].
 //!
 //! The commands and the reading of their replies are the sync filter's own (the filter's
-//! `Incarnation`: which block a key uses, the `BITFIELD` and `GETRANGE` it sends, the epoch
+//! `Incarnation`: which block a key uses, the `BITFIELD` and `GETRANGE` it sends, the incarnation
 //! check that turns a lost filter into an error), so a sync and an async client interoperate
 //! on one filter. Only the transport differs: redis-rs's `MultiplexedConnection` to one
 //! server, its async `ClusterConnection` to a cluster, and tokio timers for every wait.

@@ -1,12 +1,12 @@
 //! How a tree's filter came back at open, on [`Tree`]: the recovery report, and waiting
-//! for a filter still being rebuilt after open (the machinery is [`super::recovery`]'s).
+//! for a filter still being rebuilt after open (the machinery is [`crate::store::recovery`]'s).
 
 use std::time::Duration;
 
-use super::recovery;
-use super::Tree;
 use crate::error::Result;
 use crate::persist::RecoveryReport;
+use crate::store::recovery;
+use crate::store::Tree;
 
 impl Tree {
     /// How this tree's filter was obtained when it was opened: loaded from its snapshot, or

@@ -117,8 +117,8 @@ mod rotation_step {
         Published,
         /// One expired generation was dropped.
         Dropped {
-            /// Its epoch.
-            epoch: u64,
+            /// Its index.
+            index: u64,
         },
         /// The record lists no generation being dropped.
         Done,

@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::persist::META_TREE;
 
-use super::db::{Db, DEFAULT_TREE, RESERVED_TREE_PREFIX};
+use crate::store::db::{Db, DEFAULT_TREE, RESERVED_TREE_PREFIX};
 
 impl Db {
     /// Every tree's entries in sled's version-agnostic export format: `(collection type,

@@ -14,7 +14,7 @@ impl Tree {
     /// let db = bloomsled::open("my_db")?;
     /// db.insert("k", "v")?;
     /// let info = db.snapshot()?;
-    /// println!("generation {} written, {} bytes", info.generation, info.bytes);
+    /// println!("sequence {} written, {} bytes", info.sequence, info.bytes);
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     ///
