@@ -9,7 +9,10 @@ use crate::keys::{all_bytes, bytes_of, collect};
 /// A Bloom filter in memory: the crate's blocked filter, one cache line per key.
 #[pyclass(frozen, module = "bloomsled._bloomsled")]
 pub struct Filter {
-    f: bloomsled::Filter,
+    /// Boxed: the filter's counters are aligned to 128 bytes (one stripe per pair of cache
+    /// lines), and Python allocates objects 16-byte aligned, so held inline it would sit
+    /// misaligned in the Python object (undefined behaviour; a debug build aborts on it).
+    f: Box<bloomsled::Filter>,
 }
 
 /// Adds `key` to `f`; true if the key was new to the filter (this add set a bit).
@@ -25,7 +28,7 @@ impl Filter {
     #[pyo3(signature = (expected_items, fpr = 0.01))]
     fn new(expected_items: u64, fpr: f64) -> PyResult<Self> {
         Ok(Filter {
-            f: bloomsled::Filter::new(expected_items, fpr).py_err()?,
+            f: Box::new(bloomsled::Filter::new(expected_items, fpr).py_err()?),
         })
     }
 
@@ -75,7 +78,7 @@ impl Filter {
     #[classmethod]
     fn from_bytes(_cls: &Bound<'_, PyType>, py: Python<'_>, data: &[u8]) -> PyResult<Self> {
         let f = py.detach(|| bloomsled::Filter::from_bytes(data)).py_err()?;
-        Ok(Filter { f })
+        Ok(Filter { f: Box::new(f) })
     }
 
     /// Sizing and fill as a dict.

@@ -16,12 +16,14 @@ use crate::keys::{all_bytes, bytes_of, collect};
 /// An exact set of fixed-width fingerprints on disk, with a Bloom filter in memory.
 #[pyclass(frozen, module = "bloomsled._bloomsled")]
 pub struct FingerprintSet {
-    set: RwLock<Option<bloomsled_fpset::FingerprintSet>>,
+    /// Boxed: the set's counters are 128-byte aligned, more than the 16 bytes Python
+    /// aligns objects to (see `filter::Filter`).
+    set: RwLock<Option<Box<bloomsled_fpset::FingerprintSet>>>,
     path: String,
 }
 
 impl FingerprintSet {
-    fn read(&self) -> RwLockReadGuard<'_, Option<bloomsled_fpset::FingerprintSet>> {
+    fn read(&self) -> RwLockReadGuard<'_, Option<Box<bloomsled_fpset::FingerprintSet>>> {
         self.set.read().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -30,7 +32,7 @@ impl FingerprintSet {
         f: impl FnOnce(&bloomsled_fpset::FingerprintSet) -> PyResult<T>,
     ) -> PyResult<T> {
         let guard = self.read();
-        f(guard.as_ref().ok_or_else(closed)?)
+        f(guard.as_deref().ok_or_else(closed)?)
     }
 }
 
@@ -61,7 +63,7 @@ impl FingerprintSet {
         }
         let set = py.detach(|| config.open()).py_err()?;
         Ok(FingerprintSet {
-            set: RwLock::new(Some(set)),
+            set: RwLock::new(Some(Box::new(set))),
             path: path.to_string_lossy().into_owned(),
         })
     }

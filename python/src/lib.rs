@@ -15,6 +15,19 @@ mod keys;
 mod shared;
 mod store;
 
+// Python allocates objects 16-byte aligned (pymalloc's alignment; PyO3 places the Rust
+// value inside the object), so a class whose value needs more would sit misaligned:
+// undefined behaviour. Over-aligned state is boxed (see `filter::Filter`); this keeps it so.
+const _: () = {
+    const PYTHON_ALIGN: usize = 16;
+    assert!(std::mem::align_of::<store::Tree>() <= PYTHON_ALIGN);
+    assert!(std::mem::align_of::<store::Db>() <= PYTHON_ALIGN);
+    assert!(std::mem::align_of::<store::KeyIter>() <= PYTHON_ALIGN);
+    assert!(std::mem::align_of::<filter::Filter>() <= PYTHON_ALIGN);
+    assert!(std::mem::align_of::<fpset::FingerprintSet>() <= PYTHON_ALIGN);
+    assert!(std::mem::align_of::<shared::SharedFilter>() <= PYTHON_ALIGN);
+};
+
 #[pymodule]
 fn _bloomsled(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
