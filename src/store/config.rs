@@ -491,7 +491,10 @@ macro_rules! sizing_setters {
                 self
             }
 
-            /// Hash seed of new filters (default [`crate::hash::DEFAULT_SEED`]).
+            /// Fixes the hash seed of new filters. Unset (the default), each new tree draws a
+            /// secret seed from the operating system, stored in its record, so that its false
+            /// positives cannot be computed offline from its keys; an existing tree keeps the
+            /// seed its record stores unless this fixes another.
             ///
             /// ```
             #[doc = concat!("let cfg = bloomsled::", stringify!($builder), "::new().seed(42);")]
