@@ -8,6 +8,7 @@ mod db;
 mod db_export;
 mod db_info;
 mod filters;
+mod fp_memory;
 mod holds;
 mod iter;
 mod policy;
@@ -35,7 +36,7 @@ mod tree_write;
 mod write;
 
 pub use batch::Batch;
-pub use config::{Config, TreeConfig};
+pub use config::{Config, TreeConfig, DEFAULT_FALSE_POSITIVE_MEMORY};
 pub(crate) use db::RESERVED_TREE_PREFIX;
 pub use db::{open, Db};
 pub(crate) use filters::{read_any as read_any_filter, Filters};

@@ -82,6 +82,7 @@ pub(super) fn open_filter(
         every,
         policy,
         recovery,
+        config.false_positive_memory,
     );
     if rebuild {
         log_rebuild(&state, config.background_recovery);
@@ -122,6 +123,7 @@ fn open_in_memory(
         config.snapshot_every_writes,
         policy,
         RecoveryState::ready(),
+        config.false_positive_memory,
     ))
 }
 
