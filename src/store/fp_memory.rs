@@ -107,11 +107,13 @@ pub(crate) enum Recall {
     Unknown(Option<Ticket>),
 }
 
-/// The sets a write guard has begun writing in, ended when it is dropped.
+/// The sets a write guard has begun writing in, ended when it is dropped: the first inline
+/// (a single-key write allocates nothing), the others in a bitmap over the sets (a batch
+/// finds whether it began a set in constant time).
 #[derive(Debug, Default)]
 pub(crate) struct Pending {
     first: Option<usize>,
-    more: Vec<usize>,
+    more: Vec<u64>,
 }
 
 /// A tree's false-positive memory (see the module docs). Off (no sets) when sized 0.
@@ -242,7 +244,7 @@ impl FpMemory {
         let h = nonzero(h);
         let i = self.set_of(h);
         let set = &self.sets[i];
-        if pending.borrow_mut().add(i) {
+        if pending.borrow_mut().add(i, self.sets.len()) {
             let mut spins = 0u32;
             loop {
                 let w = set.word.load(Ordering::Relaxed);
@@ -279,30 +281,36 @@ impl FpMemory {
 
     /// The writes of `pending` reached the store (or failed): their sets may record again.
     pub(crate) fn end(&self, pending: &mut Pending) {
-        for i in pending
-            .first
-            .take()
-            .into_iter()
-            .chain(pending.more.drain(..))
-        {
+        let more = pending.more.iter().enumerate().flat_map(|(w, &bits)| {
+            (0..64)
+                .filter(move |b| (bits >> b) & 1 == 1)
+                .map(move |b| w * 64 + b)
+        });
+        for i in pending.first.into_iter().chain(more) {
             self.sets[i].word.fetch_sub(WRITER, Ordering::Release);
         }
+        pending.first = None;
+        pending.more.clear();
     }
 }
 
 impl Pending {
-    /// Adds set `i`; false if it was there.
-    fn add(&mut self, i: usize) -> bool {
+    /// Adds set `i` of `sets`; false if it was there.
+    fn add(&mut self, i: usize, sets: usize) -> bool {
         match self.first {
             None => {
                 self.first = Some(i);
                 true
             }
             Some(f) if f == i => false,
-            Some(_) if self.more.contains(&i) => false,
             Some(_) => {
-                self.more.push(i);
-                true
+                if self.more.is_empty() {
+                    self.more.resize(sets.div_ceil(64), 0);
+                }
+                let (w, bit) = (i / 64, 1u64 << (i % 64));
+                let new = self.more[w] & bit == 0;
+                self.more[w] |= bit;
+                new
             }
         }
     }

@@ -103,11 +103,16 @@ fn a_memory_sized_zero_is_off() {
 
 #[test]
 fn a_batch_begins_each_set_once_and_ends_them_all() {
-    let m = FpMemory::new(WAYS * 4, SEED);
+    let m = FpMemory::new(WAYS * 100, SEED); // more sets than a bitmap word
     let pending = RefCell::new(Pending::default());
-    for i in 0..100 {
+    for i in 0..2_000 {
         m.forget(h(format!("b{i}").as_bytes()), &pending);
     }
+    let begun = m
+        .sets
+        .iter()
+        .filter(|s| s.word.load(Ordering::Relaxed) & WRITERS == WRITER);
+    assert_eq!(begun.count(), 100, "every set begun, once each");
     m.end(&mut pending.borrow_mut());
     for set in m.sets.iter() {
         assert_eq!(set.word.load(Ordering::Relaxed) & (WRITERS | LOCK), 0);
