@@ -20,9 +20,11 @@ fn keys(prefix: &str, n: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// A local counting filter of the shared filter's shape.
+/// A local counting filter of the shared filter's shape (and its seed, secret unless `cfg`
+/// fixed it).
 fn local_twin(f: &SharedFilter, cfg: &FilterConfig) -> CountingFilter {
-    CountingFilter::with_shape(cfg.shape().unwrap(), f.shape().capacity).unwrap()
+    let shape = cfg.clone().seed(f.shape().seed).shape().unwrap();
+    CountingFilter::with_shape(shape, f.shape().capacity).unwrap()
 }
 
 /// `a` and `b` set the same bits: equal counts of ones, and their union adds none.
