@@ -221,10 +221,7 @@ impl FilterConfig {
                 math::blocked_optimal_k((num_blocks * BLOCK_BITS) as f64 / self.capacity as f64)
             }
         };
-        let seed = match self.seed {
-            Some(s) => s,
-            None => crate::hash::secret_seed()?,
-        };
+        let seed = self.seed.map_or_else(crate::hash::secret_seed, Ok)?;
         Ok(FilterShape {
             num_blocks,
             num_hashes: k,
