@@ -64,8 +64,12 @@ pub enum Error {
         what: String,
     },
 
-    /// Two filters were combined (`union`) but differ in shape or seed.
-    #[error("filters have different shapes: {ours} vs {theirs}")]
+    /// Two filters were combined (`union`) but differ in shape or seed. Filters built apart
+    /// each draw a secret seed unless `FilterConfig::seed` fixes one for both.
+    #[error(
+        "filters have different shapes: {ours} vs {theirs} (filters built apart share a seed \
+         only if FilterConfig::seed fixed the same one for both)"
+    )]
     ShapeMismatch {
         /// Shape of the filter being modified.
         ours: FilterShape,

@@ -273,7 +273,19 @@ impl Filter {
     }
 
     /// Merges `other` into `self`, so that `self` contains every key of both. The two must
-    /// have the same shape and seed.
+    /// have the same shape and seed: filters built apart draw secret seeds of their own, so
+    /// build both from one [`FilterConfig`] with a fixed [`FilterConfig::seed`] (or clone one);
+    /// otherwise this is [`Error::ShapeMismatch`], never a filter that misses keys.
+    ///
+    /// ```
+    /// use bloomsled::FilterConfig;
+    /// let cfg = FilterConfig::new(1_000).seed(11);
+    /// let (a, b) = (cfg.build()?, cfg.build()?);
+    /// b.insert(b"k");
+    /// a.union(&b)?;
+    /// assert!(a.contains(b"k"));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn union(&self, other: &Filter) -> Result<()> {
         if self.shape() != other.shape() {
             return Err(Error::ShapeMismatch {

@@ -65,9 +65,34 @@ impl SeededHash {
     }
 }
 
-/// The default seed of a new filter when none is configured: a fixed, documented value so that
-/// filters built by different processes from the same keys are identical (and can be `union`ed).
+/// The seed every filter had when none was configured, before seeds were secret: a fixed,
+/// public value ("bloomsld"). Trees made then keep it (their records store it); new
+/// filters draw a [`secret_seed`] unless one is fixed. Public, so anyone can compute the
+/// false positives of a filter with this seed from its keys: use it only where
+/// reproducibility matters more than a chosen-key flood (tests, golden files).
+///
+/// ```
+/// let old = bloomsled::FilterConfig::new(1_000).seed(bloomsled::hash::DEFAULT_SEED);
+/// assert_eq!(old.get_seed(), Some(bloomsled::hash::DEFAULT_SEED));
+/// ```
 pub const DEFAULT_SEED: u64 = 0x626c_6f6f_6d73_6c64; // "bloomsld"
+
+/// A seed from the operating system's random source (`getrandom`), as every new tree,
+/// window, shared filter and unseeded [`crate::FilterConfig`] gets: secret, so nobody can
+/// compute the filter's false positives from its keys.
+///
+/// ```
+/// let a = bloomsled::hash::secret_seed()?;
+/// let b = bloomsled::hash::secret_seed()?;
+/// assert_ne!(a, b); // 2^-64 odds of a tie
+/// # Ok::<(), bloomsled::Error>(())
+/// ```
+pub fn secret_seed() -> crate::error::Result<u64> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b)
+        .map_err(|e| crate::error::Error::Io(std::io::Error::other(e.to_string())))?;
+    Ok(u64::from_le_bytes(b))
+}
 
 // Which block and bits a hash selects is the block layout, in `crate::filter::layout`.
 

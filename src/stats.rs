@@ -18,7 +18,7 @@ use crate::counters::Counters;
 /// for the `metrics` feature's counters (see `crate::telemetry`).
 #[derive(Default)]
 pub(crate) struct LookupCounters(
-    Counters<7>,
+    Counters<8>,
     AtomicU64,
     /// What the last recording of metrics handed to the facade.
     #[cfg(feature = "metrics")]
@@ -32,6 +32,7 @@ const STALE: usize = 3;
 const INSERTS: usize = 4;
 const REMOVES: usize = 5;
 const SNAPSHOTS: usize = 6;
+const REMEMBERED: usize = 7;
 
 impl LookupCounters {
     /// One lookup, before the filter answers.
@@ -69,6 +70,17 @@ impl LookupCounters {
     #[inline]
     pub(crate) fn inserted(&self, n: u64) {
         self.0.add(INSERTS, n);
+    }
+
+    /// The filter said "maybe" and the false-positive memory said "absent" (no store read).
+    #[inline]
+    pub(crate) fn remembered(&self) {
+        self.0.add(REMEMBERED, 1);
+    }
+
+    /// Lookups the false-positive memory answered.
+    pub(crate) fn remembered_total(&self) -> u64 {
+        self.0.sum(REMEMBERED)
     }
 
     /// `n` keys removed (or asked to be removed, inside a plain-mode batch).
@@ -157,6 +169,13 @@ pub struct Stats {
     pub store_lookups_skipped: u64,
     /// Lookups where the filter said "maybe" and the store said no.
     pub false_positives: u64,
+    /// Lookups where the filter said "maybe" and the false-positive memory answered
+    /// "absent" without the store: known false positives paid again for nothing (see
+    /// [`crate::Config::false_positive_memory`]). Store reads of lookups are
+    /// `lookups - store_lookups_skipped - false_positives_remembered`.
+    pub false_positives_remembered: u64,
+    /// False positives the tree can remember (0: the memory is off).
+    pub false_positive_memory: usize,
     /// Keys removed from the store whose bits stay in the filter (plain mode; counted since
     /// the filter was last rebuilt; removes inside a plain-mode batch are counted whether or
     /// not the key existed).
@@ -195,7 +214,9 @@ impl Stats {
         }
     }
 
-    /// False positives seen over lookups of keys that were absent (0 when none).
+    /// False positives seen over lookups of keys that were absent (0 when none); lookups
+    /// the false-positive memory answered are not counted (the filter's rate, not the
+    /// memory's).
     pub fn observed_fpr(&self) -> f64 {
         let absent = self.store_lookups_skipped + self.false_positives;
         if absent == 0 {

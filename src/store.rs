@@ -5,6 +5,7 @@ mod aio;
 mod config;
 mod db;
 mod filters;
+mod fp_memory;
 mod holds;
 mod policy;
 mod ready;
@@ -19,7 +20,7 @@ pub mod transaction;
 mod tree;
 mod write;
 
-pub use config::{Config, TreeConfig};
+pub use config::{Config, TreeConfig, DEFAULT_FALSE_POSITIVE_MEMORY};
 pub(crate) use db::RESERVED_TREE_PREFIX;
 pub use db::{open, Db};
 pub(crate) use filters::{read_any as read_any_filter, Filters};

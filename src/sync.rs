@@ -7,8 +7,12 @@
 pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 #[cfg(bloomsled_loom)]
 pub(crate) use loom::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+#[cfg(bloomsled_loom)]
+pub(crate) use loom::thread::yield_now;
 
 #[cfg(not(bloomsled_loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(bloomsled_loom))]
 pub(crate) use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+#[cfg(not(bloomsled_loom))]
+pub(crate) use std::thread::yield_now;

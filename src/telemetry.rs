@@ -32,6 +32,7 @@
 //! | `bloomsled_filter_answers_total` | counter | lookups the filter answered "absent" alone |
 //! | `bloomsled_store_lookups_total` | counter | lookups passed on to sled |
 //! | `bloomsled_false_positives_total` | counter | store lookups that found nothing |
+//! | `bloomsled_false_positives_remembered_total` | counter | lookups the filter passed that the false-positive memory answered "absent" without sled |
 //! | `bloomsled_inserts_total` | counter | keys written (inserts, overwrites, batch and transaction writes) |
 //! | `bloomsled_removes_total` | counter | keys removed |
 //! | `bloomsled_rebuilds_total` | counter | filter rebuilds from the keys |
@@ -88,6 +89,9 @@ pub const FILTER_ANSWERS: &str = "bloomsled_filter_answers_total";
 pub const STORE_LOOKUPS: &str = "bloomsled_store_lookups_total";
 /// Store lookups that found nothing: false positives (counter).
 pub const FALSE_POSITIVES: &str = "bloomsled_false_positives_total";
+/// Lookups the filter passed that the tree's false-positive memory answered "absent"
+/// without the store (counter; see `Config::false_positive_memory`).
+pub const FALSE_POSITIVES_REMEMBERED: &str = "bloomsled_false_positives_remembered_total";
 /// Keys written (counter).
 pub const INSERTS: &str = "bloomsled_inserts_total";
 /// Keys removed (counter).
@@ -114,11 +118,12 @@ pub const REBUILD_PROGRESS: &str = "bloomsled_rebuild_progress";
 pub const SECONDS_SINCE_SNAPSHOT: &str = "bloomsled_seconds_since_snapshot";
 
 /// Every per-tree series, counters first.
-pub const TREE_SERIES: [&str; 16] = [
+pub const TREE_SERIES: [&str; 17] = [
     LOOKUPS,
     FILTER_ANSWERS,
     STORE_LOOKUPS,
     FALSE_POSITIVES,
+    FALSE_POSITIVES_REMEMBERED,
     INSERTS,
     REMOVES,
     REBUILDS,
@@ -160,10 +165,10 @@ pub const WINDOW_SERIES: [&str; 13] = [
 /// recorded.counters(("tree", "t"), &[(bloomsled::telemetry::LOOKUPS, 3)]);
 /// ```
 #[derive(Default, Debug)]
-pub struct Recorded(Mutex<[u64; 8]>);
+pub struct Recorded(Mutex<[u64; 12]>);
 
 impl Recorded {
-    /// Records `values` (at most 8, in the same order every time) as counters labelled
+    /// Records `values` (at most 12, in the same order every time) as counters labelled
     /// `label`: each grows by what its value gained since the last call.
     ///
     /// ```

@@ -153,3 +153,90 @@ fn shared_filter_across_threads_has_no_false_negatives() {
         assert!(f.contains_many(&keys).into_iter().all(|b| b));
     }
 }
+
+/// Readers look up the keys just ahead of each writer, which a crowded filter (20%
+/// false positives) passes and the store does not hold yet, so the false-positive memory
+/// records them, while writers insert them through every write path. The memory is one set
+/// (7 keys): every record, eviction and forget meets every other. A key whose insert
+/// returned before a lookup began is found by it.
+#[test]
+fn lookups_recording_keys_about_to_be_written_never_miss_them() {
+    let db = Config::new()
+        .temporary(true)
+        .auto_rebuild(false)
+        .expected_items(1_000)
+        .false_positive_rate(0.2)
+        .false_positive_memory(7)
+        .open()
+        .unwrap();
+    let tree = db.open_tree("ahead").unwrap();
+    const N: usize = 3_000;
+    let progress: Arc<Vec<AtomicUsize>> = Arc::new((0..2).map(|_| AtomicUsize::new(0)).collect());
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let (tree, progress) = (tree.clone(), progress.clone());
+            thread::spawn(move || {
+                for i in 0..N {
+                    let k = key(w, i);
+                    match i % 4 {
+                        0 => drop(tree.insert(&k, &b"v"[..]).unwrap()),
+                        1 => tree
+                            .compare_and_swap(&k, None::<&[u8]>, Some(&b"v"[..]))
+                            .unwrap()
+                            .unwrap(),
+                        2 => drop(tree.update_and_fetch(&k, |_| Some(b"v".to_vec())).unwrap()),
+                        _ => tree
+                            .transaction(|tx| {
+                                tx.insert(&k[..], &b"v"[..])?;
+                                Ok::<_, bloomsled::transaction::ConflictableTransactionError<()>>(())
+                            })
+                            .unwrap(),
+                    }
+                    progress[w].store(i + 1, Ordering::Release);
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (tree, progress) = (tree.clone(), progress.clone());
+            thread::spawn(move || {
+                let (mut rng, mut checked) = (Rng(100 + r as u64), 0u64);
+                loop {
+                    let mut all_done = true;
+                    for w in 0..2 {
+                        let published = progress[w].load(Ordering::Acquire);
+                        all_done &= published == N;
+                        // Mostly keys not yet written (recorded as false positives), some
+                        // just written.
+                        let i = (published + rng.index(12)).saturating_sub(3).min(N - 1);
+                        let found = tree.get(key(w, i)).unwrap().is_some();
+                        assert!(
+                            found || i >= published,
+                            "false negative: writer {w} key {i}"
+                        );
+                        checked += u64::from(i < published);
+                    }
+                    if all_done {
+                        return checked;
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let checked: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    for w in 0..2 {
+        for i in 0..N {
+            assert!(tree.get(key(w, i)).unwrap().is_some());
+        }
+    }
+    let s = tree.stats();
+    println!("{checked} lookups of written keys; {s:?}");
+    assert!(
+        s.false_positives > 0,
+        "the readers met false positives: {s:?}"
+    );
+}

@@ -125,6 +125,7 @@ fn every_tree_series_with_the_values_its_operations_imply() {
         counter(&s, telemetry::FALSE_POSITIVES),
         stats.false_positives
     );
+    assert_eq!(counter(&s, telemetry::FALSE_POSITIVES_REMEMBERED), 0);
     assert!(stats.store_lookups_skipped >= 1_990, "{stats:?}");
     assert_eq!(counter(&s, telemetry::INSERTS), 100);
     assert_eq!(counter(&s, telemetry::REMOVES), 10);

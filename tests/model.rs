@@ -173,6 +173,13 @@ fn apply(tree: &Tree, model: &mut SledModel, op: &Op) {
 }
 
 fn run(counting: bool, ops: &[Op]) -> Result<(), TestCaseError> {
+    run_with_memory(counting, bloomsled::DEFAULT_FALSE_POSITIVE_MEMORY, ops)
+}
+
+/// [`run`] with a false-positive memory of `memory` keys; after every operation, every key
+/// is looked up (so false positives are remembered, and a remembered key written since
+/// would show as a false negative against the model).
+fn run_with_memory(counting: bool, memory: usize, ops: &[Op]) -> Result<(), TestCaseError> {
     // A tiny filter (32 items, 4 bits/key) so that bits collide and false positives
     // happen, and automatic rebuilds run in the background: the invariant must hold in the
     // crowded regime and across swaps too.
@@ -181,6 +188,7 @@ fn run(counting: bool, ops: &[Op]) -> Result<(), TestCaseError> {
         .expected_items(32)
         .bits_per_key(4.0)
         .counting(counting)
+        .false_positive_memory(memory)
         .open()
         .unwrap();
     let tree = db.open_tree("t").unwrap();
@@ -189,6 +197,18 @@ fn run(counting: bool, ops: &[Op]) -> Result<(), TestCaseError> {
     for op in ops {
         apply(&tree, &mut model, op);
         model.check_filter(&tree, op)?;
+        if memory > 0 {
+            for k in 0u8..48 {
+                let got = tree.get(key(k)).unwrap().map(|v| v.to_vec());
+                prop_assert_eq!(
+                    got,
+                    model.map.get(&key(k)).cloned(),
+                    "key {} after {:?}",
+                    k,
+                    op
+                );
+            }
+        }
         if counting {
             prop_assert_eq!(
                 tree.stats().items,
@@ -242,5 +262,22 @@ proptest! {
     #[test]
     fn counting_mode_stays_exact(ops in prop::collection::vec(op(), 1..120)) {
         run(true, &ops)?;
+    }
+
+    /// A memory of one set (7 entries): every key shares it, so records, evictions and
+    /// forgets by writes of other keys interleave in every order.
+    #[test]
+    fn a_one_set_false_positive_memory_never_denies_a_stored_key(
+        ops in prop::collection::vec(op(), 1..120),
+        counting in any::<bool>(),
+    ) {
+        run_with_memory(counting, 7, &ops)?;
+    }
+
+    #[test]
+    fn plain_mode_without_a_false_positive_memory_matches_hashmap(
+        ops in prop::collection::vec(op(), 1..120)
+    ) {
+        run_with_memory(false, 0, &ops)?;
     }
 }

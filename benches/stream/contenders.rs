@@ -143,6 +143,11 @@ fn add_store_gets<'a>(c: &mut Contenders<'a>, s: &'a Setup, tag: &str, keys: &'a
     c.add(format!("get/{tag}"), move || {
         ns_per(q, || count(&keys[..q], |k| db.get(k).unwrap().is_some()))
     });
+    if let Some(nm) = &s.nomemory {
+        c.add(format!("get_nomemory/{tag}"), move || {
+            ns_per(q, || count(&keys[..q], |k| nm.get(k).unwrap().is_some()))
+        });
+    }
     c.add(format!("sled_get/{tag}"), move || {
         ns_per(Q_SLED, || {
             count(&keys[..Q_SLED], |k| raw.get(k).unwrap().is_some())

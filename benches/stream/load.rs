@@ -36,11 +36,12 @@ pub fn load_stores(n: u64, bpk: f64) -> (bloomsled::Db, sled::Db) {
 
 /// An empty bloomsled store sized for `n` keys at `bpk` bits per key (0: the default rate,
 /// as `Config::new()` sizes a tree).
-fn open_store(n: u64, bpk: f64) -> bloomsled::Db {
+fn open_store(n: u64, bpk: f64, fp_memory: usize) -> bloomsled::Db {
     let config = Config::new()
         .temporary(true)
         .cache_capacity(4 << 30)
         .expected_items(n)
+        .false_positive_memory(fp_memory)
         .auto_rebuild(false);
     let config = if bpk > 0.0 {
         config.bits_per_key(bpk)
@@ -53,7 +54,12 @@ fn open_store(n: u64, bpk: f64) -> bloomsled::Db {
 /// A bloomsled store sized for `n` keys at `bpk` bits per key holding the keys `0..n`,
 /// read once.
 pub fn load_bloomsled(n: u64, bpk: f64) -> bloomsled::Db {
-    let db = open_store(n, bpk);
+    load_bloomsled_with(n, bpk, bloomsled::DEFAULT_FALSE_POSITIVE_MEMORY)
+}
+
+/// [`load_bloomsled`] with a false-positive memory of `fp_memory` keys (0: off).
+pub fn load_bloomsled_with(n: u64, bpk: f64, fp_memory: usize) -> bloomsled::Db {
+    let db = open_store(n, bpk, fp_memory);
     load_chunks(n, CHUNK, |ids, buf| {
         let mut b = bloomsled::Batch::default();
         for i in ids {
@@ -123,7 +129,7 @@ pub fn load_window(n: u64, bpk: f64) -> (bloomsled::Db, Window) {
 /// rate), holding `keys`.
 pub fn load_sized(n: u64, bpk: f64, keys: &[Vec<u8>]) -> bloomsled::Db {
     let t = Instant::now();
-    let db = open_store(n, bpk);
+    let db = open_store(n, bpk, bloomsled::DEFAULT_FALSE_POSITIVE_MEMORY);
     for chunk in keys.chunks(CHUNK as usize) {
         let mut b = bloomsled::Batch::default();
         for k in chunk {

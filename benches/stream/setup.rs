@@ -62,6 +62,8 @@ pub struct Setup {
     pub sized: Option<bloomsled::Db>,
     /// Stores at more bits per key, measured in the same rounds as the 10 bits/key one.
     pub denser: Vec<(u64, bloomsled::Db)>,
+    /// A second bloomsled store of the same keys with its false-positive memory off.
+    pub nomemory: Option<bloomsled::Db>,
     /// The window of [`crate::GENERATIONS`] generations holding the same keys.
     pub window: Option<(bloomsled::Db, Window)>,
     pub f: Filter,
@@ -102,6 +104,7 @@ impl Setup {
                 .collect(),
             false => Vec::new(),
         };
+        let nomemory = with_store.then(|| load::load_bloomsled_with(n, 10.0, 0));
         let window = with_store.then(|| load::load_window(n, 10.0));
         let (f, fb, bf) = filters(n);
         let bits = f.num_bits() as usize;
@@ -123,6 +126,7 @@ impl Setup {
             stores,
             sized,
             denser,
+            nomemory,
             window,
             f,
             fb,

@@ -172,7 +172,7 @@ fn get_rows(m: &Measured) -> Vec<Row> {
             median_ratio(sled, ours)
         )
     };
-    vec![
+    let mut rows = vec![
         Row {
             what: "sled's `get` on bloomsled's store (`Tree::get_unfiltered`)".into(),
             cells: vec![cell(own_abs, None), cell(own_pre, None), String::new()],
@@ -195,7 +195,23 @@ fn get_rows(m: &Measured) -> Vec<Row> {
                 String::new(),
             ],
         },
-    ]
+    ];
+    if let (Some(off_abs), Some(off_pre)) =
+        (get("get_nomemory/absent"), get("get_nomemory/present"))
+    {
+        rows.push(Row {
+            what: "`Tree::get` with the false-positive memory off, a second store of the same \
+                   keys (ratio: `Tree::get` with it on, the default, to it; the stream \
+                   repeats every round, so its false positives are remembered after the first)"
+                .into(),
+            cells: vec![
+                vs_sled(off_abs, get_abs),
+                vs_sled(off_pre, get_pre),
+                String::new(),
+            ],
+        });
+    }
+    rows
 }
 
 /// `Tree::get` on the absent keys the filter rejects, against `may_contain` on them:

@@ -126,7 +126,13 @@ impl SharedFilter {
         options: &SharedOptions,
     ) -> Result<Self> {
         let (layout, shape) = Self::shaped(name, config, options)?;
-        Self::create_in(Arc::new(Session::open(endpoint)?), layout, shape)
+        let seed_fixed = config.get_seed().is_some();
+        Self::create_in(
+            Arc::new(Session::open(endpoint)?),
+            layout,
+            shape,
+            seed_fixed,
+        )
     }
 
     /// The layout and shape of the filter `name` that `config` and `options` describe.
@@ -159,11 +165,14 @@ impl SharedFilter {
 
     /// Creates the filter of `layout` and `shape` through `session` (or opens it if it
     /// exists with exactly this shape): the body of [`SharedFilter::create_with`], also
-    /// used for the generations of a shared window, which share one session.
+    /// used for the generations of a shared window, which share one session. Unless
+    /// `seed_fixed`, `shape`'s seed is a secret one drawn for this creation: a filter that
+    /// exists already keeps its own.
     pub(super) fn create_in(
         session: Arc<Session>,
         layout: Layout,
         shape: SharedShape,
+        seed_fixed: bool,
     ) -> Result<Self> {
         let name = layout.name.clone();
         let name = name.as_str();
@@ -192,7 +201,7 @@ impl SharedFilter {
             // Someone else created it (or is creating it): use theirs if it is ours.
             match Self::wait_ready(&session, name) {
                 Ok(r) => {
-                    init::check_same_shape(name, shape, r.shape)?;
+                    init::check_same_shape(name, shape, r.shape, seed_fixed)?;
                     return Self::from_record(session, name, r);
                 }
                 // The record vanished while we waited: its creator died (the lease ran

@@ -203,8 +203,17 @@ pub(crate) fn ready_record(
 }
 
 /// A filter that exists with `found` when `asked` was created: the same filter, or
-/// [`Error::RedisShapeMismatch`].
-pub(crate) fn check_same_shape(name: &str, asked: SharedShape, found: SharedShape) -> Result<()> {
+/// [`Error::RedisShapeMismatch`]. Unless `seed_fixed`, the seed of `asked` is a secret one
+/// drawn for a filter that turned out to exist: the existing filter's seed is the one to use.
+pub(crate) fn check_same_shape(
+    name: &str,
+    mut asked: SharedShape,
+    found: SharedShape,
+    seed_fixed: bool,
+) -> Result<()> {
+    if !seed_fixed {
+        asked.seed = found.seed;
+    }
     if asked == found {
         return Ok(());
     }

@@ -174,7 +174,7 @@ impl SharedWindow {
                 .grace
                 .map_or_else(|| default_grace(width_ms), |g| g.as_millis() as u64),
         };
-        let shape = generation_shape(name, config)?;
+        let mut shape = generation_shape(name, config)?;
         let session = Arc::new(Session::open(endpoint)?);
         let key = window_key(name);
         let incarnation = new_incarnation();
@@ -193,6 +193,10 @@ impl SharedWindow {
                 name: name.into(),
                 why: format!("the window record at {key:?} vanished while it was created"),
             })?;
+        if config.filter.get_seed().is_none() {
+            // No seed asked for: the window's own secret one, whoever drew it.
+            shape.seed = stored.shape.seed;
+        }
         if stored.config.ring != ring || stored.shape != shape {
             return Err(Error::RedisShapeMismatch {
                 name: name.into(),

@@ -20,9 +20,11 @@ fn keys(prefix: &str, n: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// A local counting filter of the shared filter's shape.
+/// A local counting filter of the shared filter's shape (and its seed, secret unless `cfg`
+/// fixed it).
 fn local_twin(f: &SharedFilter, cfg: &FilterConfig) -> CountingFilter {
-    CountingFilter::with_shape(cfg.shape().unwrap(), f.shape().capacity).unwrap()
+    let shape = cfg.clone().seed(f.shape().seed).shape().unwrap();
+    CountingFilter::with_shape(shape, f.shape().capacity).unwrap()
 }
 
 /// `a` and `b` set the same bits: equal counts of ones, and their union adds none.
@@ -250,7 +252,13 @@ fn counting_and_plain_are_different_shapes_and_misuse_is_a_typed_error() {
         plain.pull_counting(),
         Err(Error::InvalidConfig { .. })
     ));
-    let local = Filter::with_shape(cfg.shape().unwrap(), 1_000).unwrap();
+    // The counting filter's own seed (each creation draws a secret one): only the variant
+    // differs.
+    let local = Filter::with_shape(
+        cfg.clone().seed(counting.shape().seed).shape().unwrap(),
+        1_000,
+    )
+    .unwrap();
     local.insert(b"x");
     assert!(matches!(
         counting.push(&local),

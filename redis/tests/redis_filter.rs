@@ -70,7 +70,8 @@ fn push_and_pull_are_byte_copies_of_the_local_filter() {
     require_redis!();
     let s = Server::start();
     let ep = Endpoint::url(s.url());
-    let cfg = FilterConfig::new(5_000).false_positive_rate(0.01);
+    // A fixed seed: the local filters built apart must hash as the shared one does.
+    let cfg = FilterConfig::new(5_000).false_positive_rate(0.01).seed(5);
     let shared = SharedFilter::create_sharded(&ep, "pp", &cfg, Some(7)).unwrap();
     assert_eq!(shared.shard_keys().len(), 7);
     // Keys added remotely appear in the pulled filter, bit for bit as a local add sets them.

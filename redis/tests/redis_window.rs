@@ -324,7 +324,7 @@ fn a_creator_that_died_mid_rotation_leaves_a_usable_window() {
     let orphan = bloomsled_redis::SharedFilter::create_sharded(
         &ep,
         &gen_name(&config_key),
-        &FilterConfig::new(1_000), // as the window's generations
+        &FilterConfig::new(1_000).seed(shape.seed), // as the window's generations
         Some(shape.shards),
     )
     .unwrap();

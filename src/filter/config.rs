@@ -2,7 +2,6 @@
 
 use super::{math, Filter, BLOCK_BITS, MAX_BITS, MAX_HASHES};
 use crate::error::{Error, FilterShape, Result};
-use crate::hash::DEFAULT_SEED;
 
 /// How a filter is sized: by target false-positive rate or by bits per key.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -26,7 +25,9 @@ pub struct FilterConfig {
     capacity: u64,
     sizing: Sizing,
     num_hashes: Option<u32>,
-    seed: u64,
+    /// `None`: a secret seed is drawn from the OS when a filter is made (see
+    /// [`FilterConfig::seed`]).
+    seed: Option<u64>,
 }
 
 /// The false-positive rate filters are sized for unless told otherwise: 0.1%.
@@ -51,7 +52,7 @@ impl Default for FilterConfig {
             capacity: 1_000_000,
             sizing: Sizing::FalsePositiveRate(DEFAULT_FALSE_POSITIVE_RATE),
             num_hashes: None,
-            seed: DEFAULT_SEED,
+            seed: None,
         }
     }
 }
@@ -90,10 +91,23 @@ impl FilterConfig {
         self
     }
 
-    /// Sets the hash seed (default [`crate::hash::DEFAULT_SEED`]). Filters can only be
-    /// combined with [`Filter::union`] when their seeds agree.
+    /// Fixes the hash seed. Unset (the default), every filter made from this configuration
+    /// gets its own secret seed from the operating system's random source, so that nobody
+    /// who knows the keys can compute its false positives offline (a chosen-key flood, the
+    /// HashDoS of filters). Fix it for reproducible filters: golden files, tests, or filters
+    /// built apart to be combined with [`Filter::union`], which needs equal seeds.
+    ///
+    /// ```
+    /// use bloomsled::FilterConfig;
+    /// let a = FilterConfig::new(1_000).seed(7).build()?;
+    /// let b = FilterConfig::new(1_000).seed(7).build()?;
+    /// a.union(&b)?; // same shape and seed
+    /// let secret = FilterConfig::new(1_000).build()?;
+    /// assert!(a.union(&secret).is_err()); // a secret seed differs from every other
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
+        self.seed = Some(seed);
         self
     }
 
@@ -120,15 +134,23 @@ impl FilterConfig {
         self.sizing
     }
 
-    /// The hash seed, as set by [`FilterConfig::seed`] (a builder getter is the setter's name
-    /// with `get_`, as in `std::process::Command`).
+    /// The hash seed if [`FilterConfig::seed`] fixed one; `None` if each filter made from
+    /// this configuration draws a secret one (a builder getter is the setter's name with
+    /// `get_`, as in `std::process::Command`).
     ///
     /// ```
-    /// let cfg = bloomsled::FilterConfig::new(5_000).seed(7);
-    /// assert_eq!(cfg.get_seed(), 7);
+    /// let cfg = bloomsled::FilterConfig::new(5_000);
+    /// assert_eq!(cfg.get_seed(), None);
+    /// assert_eq!(cfg.seed(7).get_seed(), Some(7));
     /// ```
-    pub fn get_seed(&self) -> u64 {
+    pub fn get_seed(&self) -> Option<u64> {
         self.seed
+    }
+
+    /// This configuration with its seed fixed: the one set, else `seed`.
+    pub(crate) fn seed_or(mut self, seed: u64) -> Self {
+        self.seed.get_or_insert(seed);
+        self
     }
 
     /// The number of bits set per key, if [`FilterConfig::num_hashes`] overrides the
@@ -143,7 +165,14 @@ impl FilterConfig {
         self.num_hashes
     }
 
-    /// Checks every setting and computes the shape; the errors `build` would return.
+    /// Checks every setting and computes the shape; the errors `build` would return. With
+    /// no seed set, the shape's seed is a secret one drawn now (each call draws another).
+    ///
+    /// ```
+    /// let shape = bloomsled::FilterConfig::new(1_000).seed(3).shape()?;
+    /// assert_eq!(shape.seed, 3);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     pub fn shape(&self) -> Result<FilterShape> {
         if self.capacity == 0 {
             return Err(Error::config(
@@ -195,14 +224,16 @@ impl FilterConfig {
                 math::blocked_optimal_k((num_blocks * BLOCK_BITS) as f64 / self.capacity as f64)
             }
         };
+        let seed = self.seed.map_or_else(crate::hash::secret_seed, Ok)?;
         Ok(FilterShape {
             num_blocks,
             num_hashes: k,
-            seed: self.seed,
+            seed,
         })
     }
 
-    /// Validates the configuration and allocates the filter.
+    /// Validates the configuration and allocates the filter (with a secret seed unless
+    /// [`FilterConfig::seed`] fixed one).
     pub fn build(&self) -> Result<Filter> {
         let shape = self.shape()?;
         Filter::with_shape(shape, self.capacity)

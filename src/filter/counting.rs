@@ -400,7 +400,13 @@ mod tests {
 
     #[test]
     fn counters_saturate_and_stick() {
-        let f = CountingFilter::new(10, 0.01).unwrap();
+        // A fixed seed whose k positions for "k" are k distinct counters.
+        let shape = FilterConfig::new(10)
+            .false_positive_rate(0.01)
+            .seed(crate::hash::DEFAULT_SEED)
+            .shape()
+            .unwrap();
+        let f = CountingFilter::with_shape(shape, 10).unwrap();
         for _ in 0..20 {
             f.insert(b"k");
         }

@@ -38,8 +38,12 @@ pub(crate) struct Opening<'a> {
     pub(crate) mode: Option<FilterMode>,
     /// The sizing: used for a new tree, or for every tree if `override_sizing`.
     pub(crate) sizing: &'a FilterConfig,
-    /// True if `sizing` replaces the sizing the tree's record stores.
+    /// True if `sizing` replaces the sizing the tree's record stores (its seed only if it
+    /// fixes one: a tree keeps its seed otherwise).
     pub(crate) override_sizing: bool,
+    /// The seed of a new tree's filter when `sizing` fixes none: secret, drawn from the
+    /// operating system (a window's generations share their window's).
+    pub(crate) new_seed: u64,
     /// `Strict` turns a reason to rebuild into an error.
     pub(crate) recovery: RecoveryPolicy,
     /// The database directory.
@@ -259,14 +263,15 @@ fn create(
     mode: FilterMode,
     start: Instant,
 ) -> Result<Recovered> {
-    let mut record = record_for(random_id()?, mode, at.sizing);
+    let sizing = at.sizing.clone().seed_or(at.new_seed);
+    let mut record = record_for(random_id()?, mode, &sizing);
     meta.write(at.name, &mut record, false)?;
     Ok(Recovered {
-        start: Start::Ready(Box::new(empty_filter(mode, at.sizing)?)),
+        start: Start::Ready(Box::new(empty_filter(mode, &sizing)?)),
         mode,
         persistence: live_state(meta, at, record),
         report: report(at, RecoveryOutcome::Created, 0, 0, start),
-        sizing: at.sizing.clone(),
+        sizing,
     })
 }
 
@@ -366,11 +371,10 @@ fn restart(
             fresh.dirty_sequence = U64::new(base);
             (fresh, sizing, own.map(|h| h.items.get()))
         }
-        None => (
-            record_for(random_id()?, mode, at.sizing),
-            at.sizing.clone(),
-            None,
-        ),
+        None => {
+            let sizing = at.sizing.clone().seed_or(at.new_seed);
+            (record_for(random_id()?, mode, &sizing), sizing, None)
+        }
     };
     if record.tree_id == [0; 16] {
         record.tree_id = random_id()?;
@@ -414,10 +418,11 @@ fn own_file_header(
     (h.db_id == meta.db_id() && h.tree_id == record.tree_id).then_some(h)
 }
 
-/// The sizing of a tree with `record`: the record's, unless the caller overrides it.
+/// The sizing of a tree with `record`: the record's, unless the caller overrides it (the
+/// record's seed unless the caller fixes one).
 fn sizing_of(at: &Opening<'_>, record: &TreeRecord) -> FilterConfig {
     if at.override_sizing {
-        at.sizing.clone()
+        at.sizing.clone().seed_or(record.seed.get())
     } else {
         settings_of(record)
     }

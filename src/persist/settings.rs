@@ -8,7 +8,7 @@ use crate::filter::{FilterConfig, FilterMode, Sizing};
 use crate::format::{self, TreeRecord};
 
 /// A fresh record of tree `tree_id` storing `mode` and `cfg` (sequence 0, no snapshot,
-/// never dirty).
+/// never dirty). `cfg`'s seed must be fixed (a new tree's is drawn before).
 pub(crate) fn record_for(tree_id: [u8; 16], mode: FilterMode, cfg: &FilterConfig) -> TreeRecord {
     let mut r = TreeRecord::new_zeroed();
     r.tree_id = tree_id;
@@ -27,7 +27,11 @@ pub(crate) fn set_settings(r: &mut TreeRecord, mode: FilterMode, cfg: &FilterCon
     r.sizing = U64::new(value.to_bits());
     r.capacity = U64::new(cfg.get_expected_items());
     r.num_hashes = U32::new(cfg.get_num_hashes().unwrap_or(0));
-    r.seed = U64::new(cfg.get_seed());
+    // A configuration that fixes no seed keeps the stored one: a tree's seed never changes
+    // unless its owner asks (and then its filter is rebuilt with it, as for any shape).
+    if let Some(seed) = cfg.get_seed() {
+        r.seed = U64::new(seed);
+    }
 }
 
 /// The sizing a record stores.

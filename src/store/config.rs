@@ -46,6 +46,8 @@ pub struct Config {
     pub(crate) filter_mode: Option<FilterMode>,
     pub(crate) auto_rebuild: bool,
     pub(crate) rebuild_fpr: Option<f64>,
+    /// False positives each tree remembers (0: none).
+    pub(crate) false_positive_memory: usize,
     /// Record every open tree's and window's metrics this often (feature `metrics`).
     #[cfg(feature = "metrics")]
     pub(crate) metrics_interval: Option<Duration>,
@@ -68,6 +70,7 @@ impl Default for Config {
             filter_mode: None,
             auto_rebuild: true,
             rebuild_fpr: None,
+            false_positive_memory: DEFAULT_FALSE_POSITIVE_MEMORY,
             #[cfg(feature = "metrics")]
             metrics_interval: None,
         }
@@ -216,6 +219,27 @@ impl Config {
         } else {
             FilterMode::Plain
         });
+        self
+    }
+
+    /// How many false positives each tree (and so each window generation) remembers
+    /// (default [`DEFAULT_FALSE_POSITIVE_MEMORY`]; 0 turns the memory off).
+    ///
+    /// A key the filter passes and the store does not hold is remembered, by two 64-bit
+    /// hashes, in a small table (16 bytes an entry; CLOCK eviction): its next lookups answer
+    /// "absent" without the store, until a write of the key takes it out, which every write
+    /// does before the store holds the key. A flood that repeats a few missing ids (bots
+    /// retrying, or an attacker replaying false positives found by probing) then costs one
+    /// store read per id, not one per request. Keys the filter rejects never reach it, and
+    /// [`crate::Stats::false_positives_remembered`] counts the lookups it answered.
+    ///
+    /// ```
+    /// let db = bloomsled::Config::new().temporary(true).false_positive_memory(0).open()?;
+    /// assert_eq!(db.stats().false_positive_memory, 0);
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn false_positive_memory(mut self, entries: usize) -> Config {
+        self.false_positive_memory = entries;
         self
     }
 
@@ -420,6 +444,14 @@ impl Config {
     }
 }
 
+/// False positives a tree remembers unless [`Config::false_positive_memory`] says otherwise:
+/// 4,096 (rounded up to whole sets of 7; about 75 KiB per tree).
+///
+/// ```
+/// assert_eq!(bloomsled::DEFAULT_FALSE_POSITIVE_MEMORY, 4_096);
+/// ```
+pub const DEFAULT_FALSE_POSITIVE_MEMORY: usize = 4_096;
+
 /// How long [`Config::open`] waits for a held database lock.
 const LOCK_WAIT: Duration = Duration::from_millis(500);
 
@@ -496,7 +528,10 @@ macro_rules! sizing_setters {
                 self
             }
 
-            /// Hash seed of new filters (default [`crate::hash::DEFAULT_SEED`]).
+            /// Fixes the hash seed of new filters. Unset (the default), each new tree draws a
+            /// secret seed from the operating system, stored in its record, so that its false
+            /// positives cannot be computed offline from its keys; an existing tree keeps the
+            /// seed its record stores unless this fixes another.
             ///
             /// ```
             #[doc = concat!("let cfg = bloomsled::", stringify!($builder), "::new().seed(42);")]

@@ -130,7 +130,7 @@ impl Db {
         } else {
             Some(Meta::open(&inner, &config.path, config.recovery)?)
         };
-        let default_state = open_filter(&inner, &config, meta.as_ref(), DEFAULT_TREE, None)?;
+        let default_state = open_filter(&inner, &config, meta.as_ref(), DEFAULT_TREE, None, None)?;
         let default = Tree::new(inner.deref().clone(), default_state.clone());
         let mut trees = HashMap::new();
         trees.insert(IVec::from(DEFAULT_TREE), default_state);
@@ -270,7 +270,7 @@ impl Db {
     /// ```
     pub fn open_tree<V: AsRef<[u8]>>(&self, name: V) -> Result<Tree> {
         check_user_name(name.as_ref())?;
-        self.open_tree_inner(name.as_ref(), None)
+        self.open_tree_inner(name.as_ref(), None, None)
     }
 
     /// [`Db::open_tree`] with the tree's own filter settings: its expected items, rate or
@@ -292,11 +292,18 @@ impl Db {
     /// ```
     pub fn open_tree_with<V: AsRef<[u8]>>(&self, name: V, config: TreeConfig) -> Result<Tree> {
         check_user_name(name.as_ref())?;
-        self.open_tree_inner(name.as_ref(), Some(config))
+        self.open_tree_inner(name.as_ref(), Some(config), None)
     }
 
     /// Opens a tree without the check of user names: for the reserved trees of windows.
-    pub(crate) fn open_tree_inner(&self, name: &[u8], config: Option<TreeConfig>) -> Result<Tree> {
+    /// A new tree's filter gets `new_seed` unless `config` fixes a seed (`None`: a secret
+    /// seed of its own).
+    pub(crate) fn open_tree_inner(
+        &self,
+        name: &[u8],
+        config: Option<TreeConfig>,
+        new_seed: Option<u64>,
+    ) -> Result<Tree> {
         if let Some(c) = &config {
             c.validate()?;
         }
@@ -314,6 +321,7 @@ impl Db {
             self.state.meta.as_ref(),
             name,
             config.as_ref(),
+            new_seed,
         )?;
         trees.insert(IVec::from(name), state.clone());
         Ok(Tree::new(inner, state))

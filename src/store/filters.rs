@@ -28,8 +28,10 @@
 //! the scan never depends on how sled's iterators behave under concurrent writes.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::{OnceLock, TryLockError};
 
+use super::fp_memory::{FpMemory, Pending};
 use super::scan::Cursor;
 use crate::error::{Error, Result};
 use crate::filter::any::AnyFilter;
@@ -75,6 +77,10 @@ struct View {
     current: usize,
     building: Option<usize>,
     cursor: Cursor,
+    /// The false-positive memory's sets the hold's writes began in (see
+    /// [`super::fp_memory`]): shared by nested holds, ended by the outermost one, after
+    /// the store writes of everything nested in it (a transaction's commit included).
+    pending: Rc<RefCell<Pending>>,
 }
 
 #[cfg(not(bloomsled_loom))]
@@ -100,10 +106,22 @@ pub(crate) struct Filters {
     gate: RwLock<Gate>,
     /// Writers blocked on the gate: the rebuild lets them in between chunks.
     waiting: AtomicUsize,
+    /// The tree's memory of false positives (see [`super::fp_memory`]).
+    memory: FpMemory,
 }
 
 impl Filters {
+    /// Filters with no false-positive memory.
+    #[cfg(test)]
     pub(crate) fn new(first: AnyFilter) -> Filters {
+        Filters::with_memory(first, 0)
+    }
+
+    /// Filters starting with `first`, and a false-positive memory of about `memory` keys
+    /// (0: none) hashed with `first`'s seed (a tree's seed never changes while it is open:
+    /// rebuilds keep it).
+    pub(crate) fn with_memory(first: AnyFilter, memory: usize) -> Filters {
+        let memory = FpMemory::new(memory, first.bits().seed());
         let slots: [OnceLock<Box<AnyFilter>>; MAX_SLOTS] = std::array::from_fn(|_| OnceLock::new());
         let _ = slots[0].set(Box::new(first));
         // Taken from the slot, after the box moved into it (a pointer taken from the box
@@ -117,7 +135,14 @@ impl Filters {
             },
             gate: RwLock::new(Gate::default()),
             waiting: AtomicUsize::new(0),
+            memory,
         }
+    }
+
+    /// The tree's false-positive memory, for lookups the filter passed.
+    #[inline(always)]
+    pub(crate) fn memory(&self) -> &FpMemory {
+        &self.memory
     }
 
     /// The filter in slot `i`, where `i < MAX_SLOTS` (every index `state` holds is one:
@@ -269,6 +294,7 @@ impl Filters {
             } else {
                 Cursor::default()
             },
+            pending: Rc::default(),
         };
         HELD.with(|h| h.borrow_mut().push((key, view.clone())));
         Entered {
@@ -465,10 +491,19 @@ impl Entered<'_> {
         h
     }
 
-    /// Counts `key` in (before its sled write); returns its hash under [`Entered::seed`].
+    /// Counts `key` in (before its sled write), and takes it out of the false-positive
+    /// memory until the hold ends; returns its hash under [`Entered::seed`].
     #[inline]
     pub(crate) fn admit(&self, key: &[u8]) -> u64 {
-        self.each(key, AnyFilter::admit_hash)
+        let h = self.each(key, AnyFilter::admit_hash);
+        let memory = &self.filters.memory;
+        let hm = if self.seed() == memory.seed() {
+            h
+        } else {
+            crate::hash::hash_key(key, memory.seed())
+        };
+        memory.forget(hm, &self.view.pending);
+        h
     }
 
     /// Counts `key` out (after sled removed it); only counting filters act on it. Returns
@@ -488,6 +523,8 @@ impl Entered<'_> {
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
         if let Some(key) = self.key {
+            // The outermost hold: every write under it reached the store (or failed).
+            self.filters.memory.end(&mut self.view.pending.borrow_mut());
             HELD.with(|h| {
                 let mut h = h.borrow_mut();
                 if let Some(pos) = h.iter().rposition(|(k, _)| *k == key) {

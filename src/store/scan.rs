@@ -26,7 +26,11 @@ pub(crate) fn build_filter(
     mode: FilterMode,
     policy: &RebuildPolicy,
 ) -> Result<(AnyFilter, u64)> {
-    let seed = policy.base.get_seed();
+    // A tree's sizing always fixes its seed (its record's, or the one drawn at creation).
+    let seed = match policy.base.get_seed() {
+        Some(s) => s,
+        None => crate::hash::secret_seed()?,
+    };
     let ranges = scan_ranges(tree, scan_threads())?;
     // sled decodes pages as it iterates: scanning key ranges on all cores scales the
     // rebuild with them. The ranges cover the whole key space wherever they are cut.
@@ -53,7 +57,12 @@ pub(crate) fn build_filter(
         hashes.append(&mut part?);
     }
     let capacity = policy.capacity_for(hashes.len() as u64);
-    let shape = policy.base.clone().expected_items(capacity).shape()?;
+    let shape = policy
+        .base
+        .clone()
+        .expected_items(capacity)
+        .seed(seed)
+        .shape()?;
     let filter = AnyFilter::new(mode, shape, capacity)?;
     for &h in &hashes {
         filter.admit_hash(h);

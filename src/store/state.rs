@@ -7,6 +7,7 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use super::filters::Filters;
+use super::fp_memory::{Recall, Ticket};
 use super::holds::Holds;
 use super::policy::{RebuildPolicy, RebuildState};
 use super::ready::RecoveryState;
@@ -55,6 +56,7 @@ impl TreeState {
         every_writes: u64,
         policy: RebuildPolicy,
         recovery: RecoveryState,
+        fp_memory: usize,
     ) -> Arc<Self> {
         let mode = filter.mode();
         let limit = policy.items_limit(&filter);
@@ -66,7 +68,7 @@ impl TreeState {
             rebuild.start_progress(recovery.expected_keys);
         }
         Arc::new_cyclic(|me| TreeState {
-            filters: Filters::new(filter),
+            filters: Filters::with_memory(filter, fp_memory),
             mode,
             sled,
             counters: LookupCounters::default(),
@@ -224,9 +226,29 @@ impl TreeState {
         maybe
     }
 
+    /// For a lookup the filter passed, before its store read: `None` if `key` is a
+    /// remembered false positive (absent; counted), else the ticket for
+    /// [`TreeState::store_missed`] (see [`super::fp_memory`]).
     #[inline]
-    pub(crate) fn note_store_miss(&self) {
+    pub(crate) fn recall(&self, key: &[u8]) -> Option<Option<Ticket>> {
+        if self.dropped.load(Ordering::Relaxed) {
+            return Some(None); // sled answers: `CollectionNotFound`
+        }
+        match self.filters.memory().recall(key) {
+            Recall::Absent => {
+                self.counters.remembered();
+                None
+            }
+            Recall::Unknown(t) => Some(t),
+        }
+    }
+
+    /// The store did not hold `key`, read after [`TreeState::recall`] gave `ticket`: a
+    /// false positive, counted and remembered.
+    #[inline]
+    pub(crate) fn store_missed(&self, ticket: Option<Ticket>, key: &[u8]) {
         self.counters.false_positive();
+        self.filters.memory().record(ticket, key);
     }
 
     /// Removes counted stale since the filter was last rebuilt.

@@ -34,8 +34,15 @@ impl Tree {
             &[
                 (t::LOOKUPS, lookups),
                 (t::FILTER_ANSWERS, skipped),
-                (t::STORE_LOOKUPS, lookups - skipped),
+                (
+                    t::STORE_LOOKUPS,
+                    lookups - skipped - stats.false_positives_remembered,
+                ),
                 (t::FALSE_POSITIVES, stats.false_positives),
+                (
+                    t::FALSE_POSITIVES_REMEMBERED,
+                    stats.false_positives_remembered,
+                ),
                 (t::INSERTS, inserts),
                 (t::REMOVES, removes),
                 (t::REBUILDS, s.rebuild.rebuilds.load(Ordering::Relaxed)),

@@ -58,8 +58,8 @@ impl fmt::Debug for Tree {
 }
 
 /// The store's front door for the layer above (windows): the filters' validated-read
-/// protocol and sled's tree for the reads a filter lets through. Nothing above the store
-/// reads a `Tree`'s fields.
+/// protocol, and [`Tree::get_passed`] / [`Tree::contains_passed`] for the reads a filter
+/// lets through. Nothing above the store reads a `Tree`'s fields.
 impl Tree {
     /// The tree's filters: [`Filters::probe_racy`], [`Filters::pinned`],
     /// [`Filters::still`] and [`Filters::contains_many`] read them with the same validation
@@ -67,13 +67,6 @@ impl Tree {
     #[inline(always)]
     pub(crate) fn filters(&self) -> &Filters {
         &self.state.filters
-    }
-
-    /// sled's tree, for a read the filter let through (never for a write: writes go
-    /// through the tree's own methods, which set the filter's bits first).
-    #[inline(always)]
-    pub(crate) fn sled_tree(&self) -> &sled::Tree {
-        &self.inner
     }
 }
 
@@ -106,11 +99,44 @@ impl Tree {
     /// to inline into the caller's loop, and a rejected key pays no prologue for sled's call.
     #[inline(never)]
     pub(super) fn get_from_store(&self, key: &[u8]) -> Result<Option<IVec>> {
+        let Some(ticket) = self.state.recall(key) else {
+            return Ok(None); // a remembered false positive
+        };
         let v = self.inner.get(key)?;
         if v.is_none() {
-            self.state.note_store_miss();
+            self.state.store_missed(ticket, key);
         }
         Ok(v)
+    }
+
+    /// [`Tree::get`] of a key the caller's probe of this tree's filter passed: the
+    /// false-positive memory, then the store (a window's lookup of one generation). The
+    /// second value is true if the store was read and missed (a false positive).
+    #[inline]
+    pub(crate) fn get_passed(&self, key: &[u8]) -> Result<(Option<IVec>, bool)> {
+        let Some(ticket) = self.state.recall(key) else {
+            return Ok((None, false));
+        };
+        let v = self.inner.get(key)?;
+        if v.is_none() {
+            self.state.filters.memory().record(ticket, key);
+            return Ok((None, true));
+        }
+        Ok((v, false))
+    }
+
+    /// [`Tree::get_passed`] for [`Tree::contains_key`]: whether the tree holds `key`, and
+    /// whether the store was read and missed.
+    #[inline]
+    pub(crate) fn contains_passed(&self, key: &[u8]) -> Result<(bool, bool)> {
+        let Some(ticket) = self.state.recall(key) else {
+            return Ok((false, false));
+        };
+        if self.inner.contains_key(key)? {
+            return Ok((true, false));
+        }
+        self.state.filters.memory().record(ticket, key);
+        Ok((false, true))
     }
 
     /// True if the tree holds `key`; filter first, then the store.
@@ -136,9 +162,12 @@ impl Tree {
     /// The store's part of [`Tree::contains_key`] (see [`Tree::get_from_store`]).
     #[inline(never)]
     pub(super) fn contains_in_store(&self, key: &[u8]) -> Result<bool> {
+        let Some(ticket) = self.state.recall(key) else {
+            return Ok(false); // a remembered false positive
+        };
         let found = self.inner.contains_key(key)?;
         if !found {
-            self.state.note_store_miss();
+            self.state.store_missed(ticket, key);
         }
         Ok(found)
     }
@@ -195,10 +224,7 @@ impl Tree {
         self.count_batch(&out);
         for (key, maybe) in keys.iter().zip(out.iter_mut()) {
             if *maybe {
-                *maybe = self.inner.contains_key(key)?;
-                if !*maybe {
-                    self.state.note_store_miss();
-                }
+                *maybe = self.contains_in_store(key.as_ref())?;
             }
         }
         Ok(out)
@@ -225,11 +251,7 @@ impl Tree {
                 if !maybe {
                     return Ok(None);
                 }
-                let v = self.inner.get(key)?;
-                if v.is_none() {
-                    self.state.note_store_miss();
-                }
-                Ok(v)
+                self.get_from_store(key.as_ref())
             })
             .collect()
     }

@@ -141,10 +141,13 @@ impl Window {
             if !std::mem::replace(&mut passed, true) {
                 c.passed_on();
             }
-            if g.tree.sled_tree().contains_key(key)? {
+            let (found, missed) = g.tree.contains_passed(key)?;
+            if found {
                 return Ok(Some(()));
             }
-            c.false_positive();
+            if missed {
+                c.false_positive();
+            }
             Ok(None)
         })?;
         Ok(found.is_some())
@@ -338,8 +341,9 @@ impl Window {
             if !std::mem::replace(&mut passed, true) {
                 c.passed_on();
             }
-            let v = g.tree.sled_tree().get(key)?;
-            if v.is_none() {
+            // The generation's false-positive memory first (its writes forget the key).
+            let (v, missed) = g.tree.get_passed(key)?;
+            if missed {
                 c.false_positive();
             }
             Ok(v)

@@ -144,10 +144,11 @@ impl Site<'_> {
         record::write(meta, self.name, &record, durable)
     }
 
-    /// Opens (creating if needed) generation `e`'s tree.
-    pub(crate) fn open_generation(&self, e: u64) -> Result<Tree> {
+    /// Opens (creating if needed) generation `e`'s tree; a new one gets `seed` unless the
+    /// window's tree configuration fixes one.
+    pub(crate) fn open_generation(&self, e: u64, seed: Option<u64>) -> Result<Tree> {
         self.db
-            .open_tree_inner(&generation_name(self.name, e), self.tree.clone())
+            .open_tree_inner(&generation_name(self.name, e), self.tree.clone(), seed)
     }
 
     /// Steps 1 and 2 of a transition: the target recorded durably, then the trees of its
@@ -156,11 +157,18 @@ impl Site<'_> {
     pub(crate) fn record_and_create(&self, t: &Target, have: &[Gen]) -> Result<Ring> {
         self.write(t, true, true)?;
         (self.hook)(RotationStep::Recorded);
-        let mut gens = Vec::with_capacity(t.live.len());
+        let mut gens: Vec<Gen> = Vec::with_capacity(t.live.len());
+        // One seed for every generation, so a lookup hashes a key once: a new generation
+        // takes the newest existing one's (the first opened here, newest first, if the ring
+        // had none), and the window's first generation a secret one of its own.
+        let seed_of = |g: &Gen| g.tree.filters().pinned().1.map(|f| f.seed());
         for &e in t.live.iter().rev() {
             let tree = match have.iter().find(|g| g.index == e) {
                 Some(g) => g.tree.clone(),
-                None => self.open_generation(e)?,
+                None => {
+                    let seed = have.first().or(gens.first()).and_then(seed_of);
+                    self.open_generation(e, seed)?
+                }
             };
             gens.push(Gen { index: e, tree });
         }

@@ -5,8 +5,13 @@
 //! also gives how long the service was down and how long until it was back at full speed.
 //!
 //! ```text
-//! flood-load ADDR ITEMS SECONDS REQUESTS [CONNECTIONS] [ABSENT_PERCENT]
+//! flood-load ADDR ITEMS SECONDS REQUESTS [CONNECTIONS] [ABSENT_PERCENT] [SHAPE]
 //! ```
+//!
+//! SHAPE says how absent ids are drawn: `uniform` (default: each a new random id),
+//! `zipf` (from a million absent ids with Zipf skew 1.0, as real floods repeat: bots
+//! retrying the same missing ids), or `replay:FILE` (uniformly from the ids in FILE, one a
+//! line: false positives found by probing, replayed; `flood-service false-positives`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -23,10 +28,57 @@ type Failure = Box<dyn std::error::Error + Send + Sync>;
 /// Buckets of the timeline of answers.
 const BUCKET: Duration = Duration::from_millis(10);
 
+/// How absent ids are drawn (see the crate docs).
+enum Shape {
+    Uniform,
+    Zipf,
+    Replay(Vec<String>),
+}
+
+/// Absent ids a `zipf` flood draws from.
+const ZIPF_IDS: f64 = 1_000_000.0;
+
+impl Shape {
+    fn parse(s: &str) -> Result<Shape, Failure> {
+        Ok(match s {
+            "uniform" => Shape::Uniform,
+            "zipf" => Shape::Zipf,
+            _ => match s.strip_prefix("replay:") {
+                Some(file) => {
+                    let ids: Vec<String> = std::fs::read_to_string(file)?
+                        .lines()
+                        .map(str::to_owned)
+                        .collect();
+                    if ids.is_empty() {
+                        return Err(format!("{file}: no ids").into());
+                    }
+                    Shape::Replay(ids)
+                }
+                None => return Err(format!("unknown shape {s:?}").into()),
+            },
+        })
+    }
+
+    /// An absent id from the random number `r`.
+    fn absent(&self, r: u64) -> String {
+        match self {
+            Shape::Uniform => absent_id(r >> 8),
+            // Zipf with skew 1 over ranks 1..=N, by inverting its continuous CDF: rank
+            // (N + 1)^u for u uniform in [0, 1), so P(rank) is about 1 / (rank ln N).
+            Shape::Zipf => {
+                let u = (r >> 11) as f64 / (1u64 << 53) as f64;
+                absent_id((ZIPF_IDS + 1.0).powf(u) as u64)
+            }
+            Shape::Replay(ids) => ids[((r >> 8) % ids.len() as u64) as usize].clone(),
+        }
+    }
+}
+
 struct Run {
     addr: SocketAddr,
     items: u64,
     absent_percent: u64,
+    shape: Shape,
     deadline: Instant,
     left: AtomicU64,
     start: Instant,
@@ -39,7 +91,10 @@ struct Run {
 fn main() -> Result<(), Failure> {
     let a: Vec<String> = std::env::args().skip(1).collect();
     if a.len() < 4 {
-        eprintln!("usage: flood-load ADDR ITEMS SECONDS REQUESTS [CONNECTIONS] [ABSENT_PERCENT]");
+        eprintln!(
+            "usage: flood-load ADDR ITEMS SECONDS REQUESTS [CONNECTIONS] [ABSENT_PERCENT] \
+             [uniform|zipf|replay:FILE]"
+        );
         std::process::exit(2);
     }
     let seconds: f64 = a[2].parse()?;
@@ -49,6 +104,7 @@ fn main() -> Result<(), Failure> {
         addr: a[0].parse()?,
         items: a[1].parse()?,
         absent_percent: a.get(5).map_or(Ok(90), |v| v.parse())?,
+        shape: Shape::parse(a.get(6).map_or("uniform", String::as_str))?,
         deadline: start + Duration::from_secs_f64(seconds),
         left: AtomicU64::new(a[3].parse()?),
         start,
@@ -87,7 +143,7 @@ async fn flood(run: Arc<Run>, seed: u64) -> Vec<u32> {
         rng = bloomsled_flood::mix(rng);
         let absent = rng % 100 < run.absent_percent;
         let id = if absent {
-            absent_id(rng >> 8)
+            run.shape.absent(rng)
         } else {
             present_id((rng >> 8) % run.items)
         };

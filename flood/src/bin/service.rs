@@ -4,10 +4,18 @@
 //! files (`--mode sled`: every request reads the store). `GET /metrics` is the Prometheus
 //! text format: bloomsled's series, recorded when scraped, and `flood_store_reads_total`.
 //!
+//! `--mode filter-nomemory` is `filter` with the tree's false-positive memory off
+//! (`Config::false_positive_memory(0)`): every replay of a false positive reads the store.
+//!
 //! ```text
 //! flood-service load  DIR ITEMS [VALUE_BYTES]       fill DIR with ITEMS items, then exit
-//! flood-service serve DIR ADDR filter|sled [CACHE_MB]
+//! flood-service serve DIR ADDR filter|filter-nomemory|sled [CACHE_MB]
+//! flood-service false-positives DIR N               print N absent ids the filter passes
 //! ```
+//!
+//! `false-positives` stands in for an attacker who found them by probing the service (each
+//! one's store read gives it away by its latency): the load generator's `replay` shape
+//! replays them.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,7 +25,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use bloomsled_flood::{key, present_id, TREE};
+use bloomsled_flood::{absent_id, key, present_id, TREE};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 type Failure = Box<dyn std::error::Error + Send + Sync>;
@@ -25,7 +33,8 @@ type Failure = Box<dyn std::error::Error + Send + Sync>;
 fn usage() -> ! {
     eprintln!(
         "usage: flood-service load DIR ITEMS [VALUE_BYTES]\n       \
-         flood-service serve DIR ADDR filter|sled [CACHE_MB]"
+         flood-service serve DIR ADDR filter|filter-nomemory|sled [CACHE_MB]\n       \
+         flood-service false-positives DIR N"
     );
     std::process::exit(2)
 }
@@ -44,8 +53,28 @@ fn main() -> Result<(), Failure> {
             &args[3],
             args.get(4).map_or(Ok(32), |v| v.parse())?,
         ),
+        Some("false-positives") if args.len() >= 3 => false_positives(&args[1], args[2].parse()?),
         _ => usage(),
     }
+}
+
+/// Prints `n` absent ids (of `bloomsled_flood::absent_id`) the filter passes.
+fn false_positives(dir: &str, n: usize) -> Result<(), Failure> {
+    let db = bloomsled::Config::new().path(dir).open()?;
+    let tree = db.open_tree(TREE)?;
+    tree.wait_for_filter(std::time::Duration::from_secs(600))?;
+    let mut found = 0;
+    for i in 0.. {
+        let id = absent_id(i);
+        if tree.may_contain(key(&id)) {
+            println!("{id}");
+            found += 1;
+            if found == n {
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Fills the store with `items` items of `value_bytes` bytes, snapshots and closes.
@@ -93,11 +122,12 @@ fn serve(dir: &str, addr: &str, mode: &str, cache_mb: u64) -> Result<(), Failure
     let prometheus = PrometheusBuilder::new().install_recorder()?;
     let cache = cache_mb << 20;
     let store = match mode {
-        "filter" => {
-            let db = bloomsled::Config::new()
-                .path(dir)
-                .cache_capacity(cache)
-                .open()?;
+        "filter" | "filter-nomemory" => {
+            let mut config = bloomsled::Config::new().path(dir).cache_capacity(cache);
+            if mode == "filter-nomemory" {
+                config = config.false_positive_memory(0);
+            }
+            let db = config.open()?;
             let tree = db.open_tree(TREE)?;
             Store::Filter(db, tree)
         }

@@ -127,7 +127,7 @@ impl AsyncSharedFilter {
             // Someone else created it (or is creating it): use theirs if it is ours.
             match Self::wait_ready(&session, name).await {
                 Ok(r) => {
-                    init::check_same_shape(name, shape, r.shape)?;
+                    init::check_same_shape(name, shape, r.shape, config.get_seed().is_some())?;
                     return Self::from_record(session, name, r);
                 }
                 // The record vanished while we waited (its creator died, or it was

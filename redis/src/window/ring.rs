@@ -250,8 +250,12 @@ impl SharedWindow {
         if ring[0].1.is_some() {
             self.reconcile(&ring)?;
         } else {
-            let made =
-                SharedFilter::create_in(self.session.clone(), self.gen_layout(e)?, self.shape)?;
+            let made = SharedFilter::create_in(
+                self.session.clone(),
+                self.gen_layout(e)?,
+                self.shape,
+                true,
+            )?;
             // The TTL before the ring entry: a recorded generation always expires.
             self.expire(&made, e, now);
             self.record(e, &made)?;

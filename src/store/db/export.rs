@@ -88,7 +88,7 @@ impl Db {
             } else if name.starts_with(RESERVED_TREE_PREFIX) {
                 // A layer's tree (a window's generation): the layer adopts it when it is
                 // next opened.
-                self.open_tree_inner(&name, None)?
+                self.open_tree_inner(&name, None, None)?
             } else {
                 self.open_tree(&name)?
             };

@@ -18,7 +18,9 @@ const KEY: &[u8] = b"a stored key";
 fn tiny() -> Result<AnyFilter> {
     AnyFilter::new(
         FilterMode::Plain,
-        FilterConfig::new(1).num_hashes(1).shape()?,
+        // One fixed seed: the trees and rebuilt filters of a model share it, as a tree's
+        // filters and a window's generations do.
+        FilterConfig::new(1).num_hashes(1).seed(1).shape()?,
         1,
     )
 }

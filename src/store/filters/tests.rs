@@ -5,7 +5,9 @@ use crate::filter::any::FilterMode;
 use crate::filter::FilterConfig;
 
 fn small() -> Result<AnyFilter> {
-    AnyFilter::new(FilterMode::Plain, FilterConfig::new(1_000).shape()?, 1_000)
+    // One fixed seed: the trees of one test share it, as a window's generations do.
+    let c = FilterConfig::new(1_000).seed(crate::hash::DEFAULT_SEED);
+    AnyFilter::new(FilterMode::Plain, c.shape()?, 1_000)
 }
 
 /// Single lookups find the current filter through the pointer `swap` publishes, batched
@@ -115,7 +117,7 @@ fn h(key: &[u8]) -> u64 {
 #[test]
 fn read_any_answers_as_the_filters_one_by_one() {
     let shape = |k: u32| {
-        let c = FilterConfig::new(1_000);
+        let c = FilterConfig::new(1_000).seed(crate::hash::DEFAULT_SEED);
         let c = if k == 0 { c } else { c.num_hashes(k) };
         AnyFilter::new(FilterMode::Plain, c.shape().unwrap(), 1_000).unwrap()
     };

@@ -36,14 +36,22 @@ pub(in crate::store) fn open_filter(
     meta: Option<&Arc<Meta>>,
     name: &[u8],
     tree_config: Option<&TreeConfig>,
+    new_seed: Option<u64>,
 ) -> Result<Arc<TreeState>> {
     let every = config.snapshot_every_writes;
+    // A new tree's secret seed, unless the configuration fixes one (or the tree is a
+    // window's generation, whose seed is its window's).
+    let new_seed = match new_seed {
+        Some(s) => s,
+        None => crate::hash::secret_seed()?,
+    };
     let mode = tree_config
         .and_then(|c| c.filter_mode)
         .or(config.filter_mode);
     let sizing = tree_config.map_or(&config.filter, |c| &c.filter);
     let Some(meta) = meta else {
-        return open_in_memory(tree, config, mode.unwrap_or_default(), sizing, name);
+        let sizing = sizing.clone().seed_or(new_seed);
+        return open_in_memory(tree, config, mode.unwrap_or_default(), &sizing, name);
     };
     let at = Opening {
         name,
@@ -51,6 +59,7 @@ pub(in crate::store) fn open_filter(
         mode,
         sizing,
         override_sizing: tree_config.is_some(),
+        new_seed,
         recovery: config.recovery,
         db_dir: &config.path,
         page_size: config.page_size,
@@ -76,6 +85,7 @@ pub(in crate::store) fn open_filter(
         every,
         policy,
         recovery,
+        config.false_positive_memory,
     );
     if rebuild {
         log_rebuild(&state, config.background_recovery);
@@ -116,6 +126,7 @@ fn open_in_memory(
         config.snapshot_every_writes,
         policy,
         RecoveryState::ready(),
+        config.false_positive_memory,
     ))
 }
 

@@ -40,6 +40,8 @@ impl Tree {
             lookups,
             store_lookups_skipped,
             false_positives: s.counters.false_positives(),
+            false_positives_remembered: s.counters.remembered_total(),
+            false_positive_memory: s.filters.memory().capacity(),
             stale_entries: s.stale(),
             mode: s.mode,
             stuck_counters: current.stuck_counters(),

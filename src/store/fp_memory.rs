@@ -1,0 +1,324 @@
+//! A tree's memory of its false positives: keys its filter passed and its store did not
+//! hold, so that a false positive found once (by chance, or by someone probing for them)
+//! is paid once, not on every lookup of the same key.
+//!
+//! ## What it holds
+//! A set-associative table of `(hash, tag)` pairs: the key's 64-bit filter hash (which
+//! writers already have in hand) and a second 64-bit hash of the key under another seed,
+//! compared only when the first matches. A "remembered" answer therefore needs both 64-bit
+//! hashes of a stored key to equal a remembered absent key's. Sets of [`WAYS`] entries
+//! fill one 128-byte pair of cache lines (the adjacent-line prefetcher fetches both), so a
+//! lookup the filter passed pays at most one more cache miss; a set's entries are evicted
+//! by CLOCK. Keys the filter rejects never come here. Lossy by design: a record that
+//! races another is dropped, never waited for.
+//!
+//! ## No false negatives: the set's word
+//! The danger is a reader that reads the store just before a writer stores the key, and
+//! records the key as absent just after: from then on the key would be answered "absent"
+//! though the store holds it. Each set has one word: a version, the number of writers in
+//! flight, and a lock bit.
+//! - A **writer** ([`FpMemory::forget`], from the write guard, before the store write)
+//!   waits while the set is locked, then raises the version and its in-flight count in one
+//!   compare-and-swap, removes any entry with the key's hash, writes the store, and only
+//!   then ([`FpMemory::end`], when the write guard is dropped) lowers its count.
+//! - A **reader** reads the word *before* it reads the store ([`FpMemory::recall`]), and
+//!   does not record if a writer was in flight then. To record ([`FpMemory::record`]) it
+//!   swaps that exact word for the same word locked, writes the entry, and unlocks by
+//!   raising the version.
+//!
+//! All changes to a word are read-modify-writes, so they have one order. If a reader's lock
+//! succeeded, no writer began between its read of the word and its lock (a begin changes
+//! the version), and none was in flight at the read: any writer of the key either ended
+//! before the read, so the reader's store read (after its acquiring load of the word,
+//! which read the writer's releasing end) saw the key and no record is made, or begins
+//! after the lock: it waits for the unlock, whose release publishes the entry, and removes
+//! it before its store write. A lookup answers "remembered" only if the word is unlocked,
+//! with no writer in flight, and the same after the entries were read (a seqlock read):
+//! an entry is only ever written under the lock or by a writer in flight, so the pair read
+//! is one that was recorded, and no write of the key ended before the first read of the
+//! word that did not remove it. The loom model (`fp_memory/loom_model.rs`) checks every
+//! interleaving of a writer with two readers.
+
+use std::cell::RefCell;
+
+use crate::hash::{hash_key, SeededHash};
+use crate::sync::{fence, AtomicU64, Ordering};
+
+/// Entries per set: with the set's word and CLOCK word, 128 bytes.
+#[cfg(not(bloomsled_loom))]
+pub(crate) const WAYS: usize = 7;
+/// Under loom, two: the protocol does not depend on the number of ways, and each relaxed
+/// load multiplies the values loom must try.
+#[cfg(bloomsled_loom)]
+pub(crate) const WAYS: usize = 2;
+
+const LOCK: u64 = 1;
+const WRITER: u64 = 1 << 1;
+/// Writers in flight on one set: at most one per thread holding a tree's write gate.
+const WRITERS: u64 = ((1 << 20) - 1) << 1;
+const VERSION: u64 = 1 << 21;
+
+/// A hash of 0 marks an empty entry; a key whose filter hash is 0 is remembered as 1 (a
+/// stored key of hash 1 is then removed by writers of either).
+#[inline(always)]
+fn nonzero(h: u64) -> u64 {
+    h | u64::from(h == 0)
+}
+
+/// The salt of the tag's seed: the tag is xxh3 of the key under another seed than the
+/// filter's.
+const TAG_SALT: u64 = 0x9e37_79b9_7f4a_7c15;
+
+#[repr(align(128))]
+struct Set {
+    /// Version, writers in flight, lock (see the module docs).
+    word: AtomicU64,
+    /// CLOCK: a referenced bit per way (bits 0..WAYS) and the hand (bits 8..16).
+    clock: AtomicU64,
+    /// `(hash, tag)`; hash 0: empty.
+    ways: [[AtomicU64; 2]; WAYS],
+}
+
+impl Set {
+    fn new() -> Set {
+        Set {
+            word: AtomicU64::new(0),
+            clock: AtomicU64::new(0),
+            ways: std::array::from_fn(|_| [AtomicU64::new(0), AtomicU64::new(0)]),
+        }
+    }
+}
+
+/// A lookup's place in the memory, taken before its store read (see [`FpMemory::recall`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ticket {
+    set: usize,
+    word: u64,
+    h: u64,
+}
+
+/// [`FpMemory::recall`]'s answer.
+#[derive(Debug)]
+pub(crate) enum Recall {
+    /// The key is a remembered false positive: absent, without a store read.
+    Absent,
+    /// Not remembered: read the store, then [`FpMemory::record`] a miss with the ticket
+    /// (`None`: a miss cannot be recorded, the memory is off or a writer is in flight).
+    Unknown(Option<Ticket>),
+}
+
+/// The sets a write guard has begun writing in, ended when it is dropped: the first inline
+/// (a single-key write allocates nothing), the others in a bitmap over the sets (a batch
+/// finds whether it began a set in constant time).
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    first: Option<usize>,
+    more: Vec<u64>,
+}
+
+/// A tree's false-positive memory (see the module docs). Off (no sets) when sized 0.
+pub(crate) struct FpMemory {
+    sets: Box<[Set]>,
+    hasher: SeededHash,
+    tag_seed: u64,
+}
+
+impl FpMemory {
+    /// A memory of about `entries` false positives (rounded up to whole sets; 0: off) of a
+    /// filter with hash seed `seed`.
+    pub(crate) fn new(entries: usize, seed: u64) -> FpMemory {
+        let n = entries.div_ceil(WAYS);
+        FpMemory {
+            sets: (0..n).map(|_| Set::new()).collect(),
+            hasher: SeededHash::new(seed),
+            tag_seed: seed ^ TAG_SALT,
+        }
+    }
+
+    /// False positives it can hold (0: off).
+    pub(crate) fn capacity(&self) -> usize {
+        self.sets.len() * WAYS
+    }
+
+    /// The seed its hashes are taken with (the tree's filter's).
+    pub(crate) fn seed(&self) -> u64 {
+        self.hasher.seed()
+    }
+
+    #[inline(always)]
+    fn set_of(&self, h: u64) -> usize {
+        // The low half of the hash (the filter's block takes the high bits).
+        (((h & 0xffff_ffff) * self.sets.len() as u64) >> 32) as usize
+    }
+
+    #[inline(always)]
+    fn tag(&self, key: &[u8]) -> u64 {
+        hash_key(key, self.tag_seed)
+    }
+
+    /// Whether `key` (which the filter passed) is a remembered false positive; if not, the
+    /// ticket to record it with after a store read that finds nothing.
+    #[inline]
+    pub(crate) fn recall(&self, key: &[u8]) -> Recall {
+        if self.sets.is_empty() {
+            return Recall::Unknown(None);
+        }
+        let h = nonzero(self.hasher.hash(key));
+        let i = self.set_of(h);
+        let set = &self.sets[i];
+        let word = set.word.load(Ordering::Acquire);
+        if word & (LOCK | WRITERS) != 0 {
+            return Recall::Unknown(None);
+        }
+        for (w, way) in set.ways.iter().enumerate() {
+            if way[0].load(Ordering::Relaxed) == h
+                && way[1].load(Ordering::Relaxed) == self.tag(key)
+            {
+                fence(Ordering::Acquire);
+                if set.word.load(Ordering::Relaxed) == word {
+                    let bit = 1 << w;
+                    if set.clock.load(Ordering::Relaxed) & bit == 0 {
+                        set.clock.fetch_or(bit, Ordering::Relaxed);
+                    }
+                    return Recall::Absent;
+                }
+                return Recall::Unknown(None);
+            }
+        }
+        Recall::Unknown(Some(Ticket { set: i, word, h }))
+    }
+
+    /// Remembers `key` as a false positive: the store did not hold it when read after
+    /// `ticket` was taken. Dropped if a writer began on its set since (or another record).
+    pub(crate) fn record(&self, ticket: Option<Ticket>, key: &[u8]) {
+        let Some(t) = ticket else { return };
+        let set = &self.sets[t.set];
+        if set
+            .word
+            .compare_exchange(t.word, t.word | LOCK, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        // The lock before the entry's stores, for lookups reading the entry (seqlock).
+        fence(Ordering::Release);
+        let victim = self.clock_victim(set);
+        set.ways[victim][0].store(t.h, Ordering::Relaxed);
+        set.ways[victim][1].store(self.tag(key), Ordering::Relaxed);
+        set.word
+            .store(t.word.wrapping_add(VERSION), Ordering::Release);
+    }
+
+    /// The way a new entry takes (under the set's lock): an empty one, else CLOCK's.
+    fn clock_victim(&self, set: &Set) -> usize {
+        if let Some(w) = set
+            .ways
+            .iter()
+            .position(|way| way[0].load(Ordering::Relaxed) == 0)
+        {
+            return w;
+        }
+        let c = set.clock.load(Ordering::Relaxed);
+        let (mut refs, mut hand) = (c & 0xff, ((c >> 8) & 0xff) as usize % WAYS);
+        // Referenced entries get a second chance; within one turn an unreferenced one is
+        // found.
+        while refs & (1 << hand) != 0 {
+            refs &= !(1 << hand);
+            hand = (hand + 1) % WAYS;
+        }
+        let cleared = (c & 0xff) & !refs;
+        set.clock.fetch_and(!(cleared | 0xff00), Ordering::Relaxed);
+        set.clock
+            .fetch_or((((hand + 1) % WAYS) as u64) << 8, Ordering::Relaxed);
+        hand
+    }
+
+    /// Takes the key of filter hash `h` (under [`FpMemory::seed`]) out of the memory,
+    /// **before** its store write, and keeps its set from recording until
+    /// [`FpMemory::end`] with `pending` (after the store write).
+    #[inline]
+    pub(crate) fn forget(&self, h: u64, pending: &RefCell<Pending>) {
+        if self.sets.is_empty() {
+            return;
+        }
+        let h = nonzero(h);
+        let i = self.set_of(h);
+        let set = &self.sets[i];
+        if pending.borrow_mut().add(i, self.sets.len()) {
+            let mut spins = 0u32;
+            loop {
+                let w = set.word.load(Ordering::Relaxed);
+                if w & LOCK == 0
+                    && set
+                        .word
+                        .compare_exchange_weak(
+                            w,
+                            w.wrapping_add(VERSION + WRITER),
+                            Ordering::AcqRel,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok()
+                {
+                    break;
+                }
+                // A record holds the lock for a few stores.
+                spins += 1;
+                if spins < 64 && !cfg!(bloomsled_loom) {
+                    std::hint::spin_loop();
+                } else {
+                    crate::sync::yield_now();
+                }
+            }
+            // The begin before the removals, for lookups reading the entries (seqlock).
+            fence(Ordering::Release);
+        }
+        for way in &set.ways {
+            if way[0].load(Ordering::Relaxed) == h {
+                way[0].store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The writes of `pending` reached the store (or failed): their sets may record again.
+    pub(crate) fn end(&self, pending: &mut Pending) {
+        let more = pending.more.iter().enumerate().flat_map(|(w, &bits)| {
+            (0..64)
+                .filter(move |b| (bits >> b) & 1 == 1)
+                .map(move |b| w * 64 + b)
+        });
+        for i in pending.first.into_iter().chain(more) {
+            self.sets[i].word.fetch_sub(WRITER, Ordering::Release);
+        }
+        pending.first = None;
+        pending.more.clear();
+    }
+}
+
+impl Pending {
+    /// Adds set `i` of `sets`; false if it was there.
+    fn add(&mut self, i: usize, sets: usize) -> bool {
+        match self.first {
+            None => {
+                self.first = Some(i);
+                true
+            }
+            Some(f) if f == i => false,
+            Some(_) => {
+                if self.more.is_empty() {
+                    self.more.resize(sets.div_ceil(64), 0);
+                }
+                let (w, bit) = (i / 64, 1u64 << (i % 64));
+                let new = self.more[w] & bit == 0;
+                self.more[w] |= bit;
+                new
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// The record/forget protocol under loom (see its file).
+#[cfg(all(test, bloomsled_loom))]
+mod loom_model;

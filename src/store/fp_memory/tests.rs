@@ -1,0 +1,122 @@
+use super::*;
+
+const SEED: u64 = 0x5eed;
+
+fn h(key: &[u8]) -> u64 {
+    hash_key(key, SEED)
+}
+
+/// A write of `key`: forgotten before the store write, ended after it.
+fn write(m: &FpMemory, key: &[u8]) {
+    let pending = RefCell::new(Pending::default());
+    m.forget(h(key), &pending);
+    m.end(&mut pending.borrow_mut());
+}
+
+fn remember(m: &FpMemory, key: &[u8]) {
+    match m.recall(key) {
+        Recall::Unknown(t) => m.record(t, key),
+        Recall::Absent => {}
+    }
+}
+
+fn remembered(m: &FpMemory, key: &[u8]) -> bool {
+    matches!(m.recall(key), Recall::Absent)
+}
+
+#[test]
+fn a_recorded_miss_is_recalled_until_a_write_of_the_key_forgets_it() {
+    let m = FpMemory::new(64, SEED);
+    assert!(!remembered(&m, b"k"));
+    remember(&m, b"k");
+    assert!(remembered(&m, b"k"));
+    assert!(!remembered(&m, b"other"));
+    write(&m, b"k");
+    assert!(!remembered(&m, b"k"));
+}
+
+#[test]
+fn a_miss_read_before_a_write_began_is_not_recorded_after_it() {
+    let m = FpMemory::new(64, SEED);
+    let Recall::Unknown(ticket) = m.recall(b"k") else {
+        panic!("nothing recorded yet")
+    };
+    assert!(ticket.is_some());
+    // A writer of the key begins and ends between the reader's store read and its record.
+    write(&m, b"k");
+    m.record(ticket, b"k");
+    assert!(!remembered(&m, b"k"));
+}
+
+#[test]
+fn no_miss_is_recorded_while_a_write_is_in_flight_on_its_set() {
+    let m = FpMemory::new(1, SEED); // one set: every key shares it
+    let pending = RefCell::new(Pending::default());
+    m.forget(h(b"k"), &pending);
+    assert!(matches!(m.recall(b"k"), Recall::Unknown(None)));
+    // Another key's lookup in the same set: no ticket either, and no answer from memory.
+    assert!(matches!(m.recall(b"other"), Recall::Unknown(None)));
+    m.end(&mut pending.borrow_mut());
+    remember(&m, b"other");
+    assert!(remembered(&m, b"other"));
+}
+
+#[test]
+fn a_write_forgets_only_its_key() {
+    let m = FpMemory::new(1, SEED);
+    remember(&m, b"a");
+    remember(&m, b"b");
+    write(&m, b"a");
+    assert!(!remembered(&m, b"a"));
+    assert!(remembered(&m, b"b"));
+}
+
+#[test]
+fn the_memory_is_bounded_and_clock_keeps_referenced_entries() {
+    let m = FpMemory::new(WAYS, SEED); // one set
+    assert_eq!(m.capacity(), WAYS);
+    let keys: Vec<Vec<u8>> = (0..WAYS + 1)
+        .map(|i| format!("k{i}").into_bytes())
+        .collect();
+    for k in &keys[..WAYS] {
+        remember(&m, k);
+    }
+    assert!(
+        keys[..WAYS].iter().all(|k| remembered(&m, k)),
+        "all referenced now"
+    );
+    // Every entry referenced: CLOCK clears each once, then evicts the one at its hand.
+    remember(&m, &keys[WAYS]);
+    assert!(remembered(&m, &keys[WAYS]));
+    let held = keys.iter().filter(|k| remembered(&m, k)).count();
+    assert_eq!(held, WAYS, "one evicted, never more than the set holds");
+}
+
+#[test]
+fn a_memory_sized_zero_is_off() {
+    let m = FpMemory::new(0, SEED);
+    assert_eq!(m.capacity(), 0);
+    remember(&m, b"k");
+    assert!(!remembered(&m, b"k"));
+    write(&m, b"k");
+}
+
+#[test]
+fn a_batch_begins_each_set_once_and_ends_them_all() {
+    let m = FpMemory::new(WAYS * 100, SEED); // more sets than a bitmap word
+    let pending = RefCell::new(Pending::default());
+    for i in 0..2_000 {
+        m.forget(h(format!("b{i}").as_bytes()), &pending);
+    }
+    let begun = m
+        .sets
+        .iter()
+        .filter(|s| s.word.load(Ordering::Relaxed) & WRITERS == WRITER);
+    assert_eq!(begun.count(), 100, "every set begun, once each");
+    m.end(&mut pending.borrow_mut());
+    for set in m.sets.iter() {
+        assert_eq!(set.word.load(Ordering::Relaxed) & (WRITERS | LOCK), 0);
+    }
+    remember(&m, b"after");
+    assert!(remembered(&m, b"after"));
+}
