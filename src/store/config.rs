@@ -337,32 +337,6 @@ impl Config {
         self
     }
 
-    /// sled: does nothing (deprecated by sled 0.31); kept so sled code compiles unchanged.
-    /// bloomsled's own filter snapshots are set with [`Config::snapshot_every_writes`].
-    #[deprecated(since = "0.1.0", note = "a no-op in sled 0.34 too")]
-    pub fn snapshot_after_ops(self, _ops: u64) -> Config {
-        self
-    }
-
-    /// sled: does nothing (deprecated by sled 0.31); kept so sled code compiles unchanged.
-    /// bloomsled's filter snapshots live in the database directory.
-    #[deprecated(since = "0.1.0", note = "a no-op in sled 0.34 too")]
-    pub fn snapshot_path<P>(self, _path: P) -> Config {
-        self
-    }
-
-    /// sled: does nothing (deprecated by sled 0.31); kept so sled code compiles unchanged.
-    #[deprecated(since = "0.1.0", note = "a no-op in sled 0.34 too")]
-    pub fn segment_cleanup_skew(self, _skew: usize) -> Config {
-        self
-    }
-
-    /// sled: does nothing (deprecated by sled 0.31); kept so sled code compiles unchanged.
-    #[deprecated(since = "0.1.0", note = "a no-op in sled 0.34 too")]
-    pub fn segment_cleanup_threshold(self, _threshold: u8) -> Config {
-        self
-    }
-
     /// sled: the error sled's background flusher hit, if any, for a database opened from
     /// this config (sled's `Config::global_error`). After one, sled refuses writes.
     pub fn global_error(&self) -> Result<()> {
