@@ -6,6 +6,7 @@
 //! `RUSTFLAGS="--cfg bloomsled_loom" cargo test --release --lib loom` (see `.ci/run`).
 
 use super::*;
+use crate::sync::loom_model as model;
 use loom::sync::atomic::AtomicBool;
 use loom::sync::Arc;
 
@@ -26,26 +27,6 @@ fn lookup(m: &FpMemory, stored: &AtomicBool) -> bool {
             }
         }
     }
-}
-
-/// Runs `body` under loom with a preemption bound of 3 unless `LOOM_MAX_PREEMPTIONS` says
-/// otherwise; prints how many interleavings ran.
-fn model(what: &str, body: impl Fn() + Sync + Send + 'static) {
-    use std::sync::atomic::{AtomicUsize as Count, Ordering::Relaxed};
-    let runs = std::sync::Arc::new(Count::new(0));
-    let counted = runs.clone();
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(3);
-    }
-    builder.check(move || {
-        counted.fetch_add(1, Relaxed);
-        body();
-    });
-    println!(
-        "loom: {} interleavings of {what}, no false negative",
-        runs.load(Relaxed)
-    );
 }
 
 /// A key remembered as a false positive is then written while two readers look it up (and
