@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::error::{FilterShape, Result};
 use crate::filter::any::AnyFilter;
 use crate::filter::{math, FilterConfig};
 
@@ -60,6 +61,16 @@ impl RebuildPolicy {
             }
         }
         cap
+    }
+
+    /// The shape of a rebuilt filter: the configured sizing at `capacity` keys, hashed with
+    /// `seed` (the tree's: a rebuild never changes it).
+    pub(crate) fn shape_for(&self, capacity: u64, seed: u64) -> Result<FilterShape> {
+        self.base
+            .clone()
+            .expected_items(capacity)
+            .seed(seed)
+            .shape()
     }
 }
 

@@ -270,12 +270,7 @@ impl Rebuild<'_> {
             (f.bits().seed(), self.live_estimate(f))
         };
         let capacity = policy.capacity_for(live.unwrap_or(estimate));
-        let shape = policy
-            .base
-            .clone()
-            .expected_items(capacity)
-            .seed(seed)
-            .shape()?;
+        let shape = policy.shape_for(capacity, seed)?;
         let mode = self.mode;
         let slot = self.filters.prepare(
             |f| f.same_kind(mode, &shape, capacity),

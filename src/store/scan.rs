@@ -57,12 +57,7 @@ pub(crate) fn build_filter(
         hashes.append(&mut part?);
     }
     let capacity = policy.capacity_for(hashes.len() as u64);
-    let shape = policy
-        .base
-        .clone()
-        .expected_items(capacity)
-        .seed(seed)
-        .shape()?;
+    let shape = policy.shape_for(capacity, seed)?;
     let filter = AnyFilter::new(mode, shape, capacity)?;
     for &h in &hashes {
         filter.admit_hash(h);
