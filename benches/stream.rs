@@ -58,8 +58,11 @@
 //! 2,000,000; empty: no table) and each probe kernel of `BLOOMSLED_STREAM_KERNELS` (default
 //! `scalar,avx2,avx512`), a child process of this bench run with `BLOOMSLED_KERNEL` set to
 //! it measures fastbloom + xxh3, `Filter::contains` and `Tree::may_contain` on absent and
-//! present keys (a kernel the CPU cannot run says so). Written between the
-//! `bench-stream-kernels` markers.
+//! present keys (a kernel the CPU cannot run says so); and, on a tree at default settings
+//! holding the keys (its false-positive memory on, then off), each absent lookup (`get`,
+//! `contains_key`) beside its parts: that tree's `may_contain` plus the share of keys its
+//! filter passes times sled's own `get` on the same store, measured in the same rounds (issue
+//! 46's bound: ≤ 1.15×). Written between the `bench-stream-kernels` markers.
 //!
 //! ```text
 //! # every kernel at 2M and 50M keys, nothing else:

@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use bloomsled::hash::hash_key;
-use bloomsled::Filter;
+use bloomsled::{Filter, DEFAULT_FALSE_POSITIVE_MEMORY as MEMORY};
 
 use crate::common::rounds::{cpu_ns_per, fmt_ns, interleave, median, ns_per, spread};
 use crate::common::{key, load_chunks, size_label, splitmix64, write_key};
@@ -39,6 +39,9 @@ pub const KERNEL_CHILD: &str = "BLOOMSLED_STREAM_KERNEL_CHILD";
 struct ChildRows {
     ran: String,
     per: Vec<(String, Vec<f64>)>,
+    /// Per default tree (`on`, `off`: its false-positive memory), the share of the absent
+    /// keys its filter passes on to sled.
+    rates: Vec<(String, f64)>,
 }
 
 impl ChildRows {
@@ -49,6 +52,15 @@ impl ChildRows {
             .iter()
             .find(|(x, _)| x == name)
             .expect("a measured row")
+            .1
+    }
+
+    /// The pass rate of the default tree `tag` (`on`, `off`).
+    fn rate(&self, tag: &str) -> f64 {
+        self.rates
+            .iter()
+            .find(|(x, _)| x == tag)
+            .expect("a measured rate")
             .1
     }
 }
@@ -72,7 +84,7 @@ pub fn kernel_table(sizes: &[u64], rounds: usize) -> String {
          in brackets the median per-round ratio to fastbloom 0.17 + xxh3-64 measured in the \
          same rounds, and its min–max. `Tree::may_contain`: a tree whose filter is sized for \
          the keys (the same bytes), holding the present query keys. Absent `get`: \
-         `Tree::get` of absent keys on a tree at default settings (0.1% FPR) holding the same \
+         `Tree::get` of absent keys on a tree at default settings (0.1% FPR) holding all the \
          keys, against sled's own `get` on that store (`Tree::get_unfiltered`): in a stream \
          (each its own pass over the keys, in the interleaved rounds), and in alternating \
          chunks of 1,024 of the same keys (each `get` chunk right after 1,024 of sled's \
@@ -85,6 +97,7 @@ pub fn kernel_table(sizes: &[u64], rounds: usize) -> String {
         cpu_model(),
         cpu_features()
     );
+    let mut parts = parts_header(rounds, clock);
     for &n in sizes {
         for kernel in kernels.split(',').map(str::trim).filter(|k| !k.is_empty()) {
             let t = Instant::now();
@@ -95,9 +108,66 @@ pub fn kernel_table(sizes: &[u64], rounds: usize) -> String {
                 t.elapsed()
             );
             out += &kernel_row(n, kernel, &child);
+            parts += &parts_rows(n, kernel, &child);
         }
     }
-    out
+    out + "\n" + &parts
+}
+
+/// The header of the parts table: each absent lookup beside what its parts cost.
+fn parts_header(rounds: usize, clock: &str) -> String {
+    format!(
+        "#### The absent lookup at the cost of its parts, per kernel\n\n\
+         A tree at default settings (0.1% FPR) sized for and holding the keys (loaded in \
+         batches of 10,000), with the false-positive memory on (the default) and off; the same absent keys through each \
+         call, each its own pass in the interleaved rounds ({rounds}, medians, timed in \
+         {clock}). Parts: the tree's `may_contain` plus the share of the keys its filter \
+         passes times sled's own absent `get` on that store (`Tree::get_unfiltered`), both \
+         measured in the same round; in brackets each call's median per-round ratio to its \
+         parts, and its min–max. (With the memory on, the false positives are remembered \
+         after their first `get`, and later rounds skip their sled reads: the bound still \
+         counts them.)\n\n\
+         | keys | kernel | false-positive memory | `may_contain` | sled's absent `get` \
+         | passed to sled | parts | absent `get` (÷ parts) | absent `contains_key` (÷ parts) |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|\n"
+    )
+}
+
+/// The parts table's rows of one child (memory on and off), or that the CPU cannot run
+/// `kernel`.
+fn parts_rows(n: u64, kernel: &str, child: &ChildRows) -> String {
+    if !child.ran.eq_ignore_ascii_case(kernel) {
+        return format!(
+            "| {} | {kernel} | not on this CPU (it ran {}) | | | | | | |\n",
+            size_label(n),
+            child.ran
+        );
+    }
+    let mut rows = String::new();
+    for tag in ["on", "off"] {
+        let (may, sled, rate) = (
+            child.get(&format!("may/{tag}")),
+            child.get(&format!("sled/{tag}")),
+            child.rate(tag),
+        );
+        let parts: Vec<f64> = may.iter().zip(sled).map(|(m, s)| m + rate * s).collect();
+        rows += &format!(
+            "| {} | **{kernel}** | {tag} | {} | {} | {:.3}% | {} |",
+            size_label(n),
+            fmt_ns(median(may.to_vec())),
+            fmt_ns(median(sled.to_vec())),
+            rate * 100.0,
+            fmt_ns(median(parts.clone())),
+        );
+        for call in ["get", "contains_key"] {
+            rows += &format!(
+                " {} |",
+                cell(child.get(&format!("{call}/{tag}")), Some(&parts))
+            );
+        }
+        rows += "\n";
+    }
+    rows
 }
 
 /// The CPU's model name, from /proc/cpuinfo.
@@ -127,9 +197,13 @@ fn run_child(n: u64, kernel: &str, rounds: usize) -> ChildRows {
     let text = String::from_utf8_lossy(&child.stdout);
     let mut ran = None;
     let mut per: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut rates = Vec::new();
     for line in text.lines() {
         if let Some(k) = line.strip_prefix("kernel\t") {
             ran = Some(k.to_string());
+        } else if let Some(rest) = line.strip_prefix("rate\t") {
+            let (tag, r) = rest.split_once('\t').expect("tag and rate");
+            rates.push((tag.to_string(), r.parse().expect("a rate")));
         } else if let Some(rest) = line.strip_prefix("row\t") {
             let (name, values) = rest.split_once('\t').expect("name and values");
             let v = values.split(',').map(|x| x.parse().expect("ns")).collect();
@@ -137,7 +211,7 @@ fn run_child(n: u64, kernel: &str, rounds: usize) -> ChildRows {
         }
     }
     let ran = ran.expect("the child names its kernel");
-    ChildRows { ran, per }
+    ChildRows { ran, per, rates }
 }
 
 /// The table row of one child: its medians and ratios, or that the CPU cannot run `kernel`.
@@ -160,10 +234,7 @@ fn kernel_row(n: u64, kernel: &str, child: &ChildRows) -> String {
             );
         }
     }
-    for (get, sled) in [
-        ("get_stream/absent", "sled_get_stream/absent"),
-        ("get/absent", "sled_get/absent"),
-    ] {
+    for (get, sled) in [("get/on", "sled/on"), ("get/absent", "sled_get/absent")] {
         let (get, sled) = (child.get(get), child.get(sled));
         let faster: Vec<f64> = sled.iter().zip(get).map(|(s, g)| s / g).collect();
         let (lo, hi) = spread(&faster);
@@ -203,8 +274,14 @@ pub fn kernel_child(n: u64, rounds: usize) {
     let present: Vec<Vec<u8>> = (0..Q as u64)
         .map(|j| key(splitmix64(j ^ 0xA5A5_5A5A) % n))
         .collect();
-    let tree = load::load_sized(n, 10.0, &present);
-    let default_tree = load::load_sized(n, 0.0, &present);
+    let tree = load::load_sized(n, 10.0, &present, MEMORY);
+    // The tree users run: default settings (0.1%, the false-positive memory on), sized for
+    // and holding the keys `0..n` (the present query keys are drawn from them), loaded in
+    // batches; and the same without the memory, where every false positive reads sled.
+    let trees = [
+        ("on", load::load_bloomsled_with(n, 0.0, MEMORY)),
+        ("off", load::load_bloomsled_with(n, 0.0, 0)),
+    ];
     let f = Filter::with_bits_per_key(n, 10.0).expect("filter");
     let mut fb =
         fastbloom::BloomFilter::with_num_bits(f.num_bits() as usize).hashes(f.num_hashes());
@@ -235,32 +312,42 @@ pub fn kernel_child(n: u64, rounds: usize) {
             per_key(Q, || count(keys, |k| tree.may_contain(k)))
         });
     }
-    // The absent `get` at default settings in a stream of absent keys, as users run it (the
-    // filter answers nearly every key, so sled's `get` runs for 0.1% of them), and sled's
-    // own `get` of the same keys in its own pass, both in the interleaved rounds.
-    {
-        let (absent, dt) = (&absent, &default_tree);
-        c.add("get_stream/absent", move || {
-            per_key(Q, || count(absent, |k| dt.get(k).unwrap().is_some()))
+    // Each default tree's absent lookups in a stream of absent keys, as users run them (the
+    // filter answers nearly every key; sled is read for the ~0.1% it passes), each its own
+    // pass over the same keys in the interleaved rounds: `get`, `contains_key`, and their
+    // parts, `may_contain` and sled's own `get` on that store (`Tree::get_unfiltered`).
+    for (tag, db) in &trees {
+        let absent = &absent;
+        c.add(format!("get/{tag}"), move || {
+            per_key(Q, || count(absent, |k| db.get(k).unwrap().is_some()))
         });
-        c.add("sled_get_stream/absent", move || {
+        c.add(format!("contains_key/{tag}"), move || {
+            per_key(Q, || count(absent, |k| db.contains_key(k).unwrap()))
+        });
+        c.add(format!("may/{tag}"), move || {
+            per_key(Q, || count(absent, |k| db.may_contain(k)))
+        });
+        c.add(format!("sled/{tag}"), move || {
             per_key(Q_SLED, || {
                 count(&absent[..Q_SLED], |k| {
-                    dt.get_unfiltered(k).unwrap().is_some()
+                    db.get_unfiltered(k).unwrap().is_some()
                 })
             })
         });
+        // The share of the absent keys the filter passes on to sled.
+        let passed = count(absent, |k| db.may_contain(k));
+        println!("rate\t{tag}\t{}", passed as f64 / Q as f64);
+        // sled's first reads of the absent keys' leaves are slower by up to 10× (measured:
+        // 47, 29, 14, 5.3, 4.5 µs in five rounds without this pass): read them once, untimed.
+        count(&absent[..Q_SLED], |k| {
+            db.get_unfiltered(k).unwrap().is_some()
+        });
     }
-    // sled's first reads of the absent keys' leaves are slower by up to 10× (measured: 47,
-    // 29, 14, 5.3, 4.5 µs in five rounds without this pass): read them once, untimed.
-    count(&absent[..Q_SLED], |k| {
-        default_tree.get_unfiltered(k).unwrap().is_some()
-    });
     let (names, mut runs) = c.into_parts();
     let mut refs: Vec<&mut dyn FnMut() -> f64> = runs.iter_mut().map(|b| &mut **b as _).collect();
     let mut per = interleave(rounds, &mut refs);
     let mut names = names;
-    let (get, sled) = absent_gets(&default_tree, &absent[..Q_SLED], rounds);
+    let (get, sled) = absent_gets(&trees[0].1, &absent[..Q_SLED], rounds);
     names.extend(["get/absent".to_string(), "sled_get/absent".to_string()]);
     per.extend([get, sled]);
     for (name, v) in names.iter().zip(&per) {

@@ -126,10 +126,10 @@ pub fn load_window(n: u64, bpk: f64) -> (bloomsled::Db, Window) {
 }
 
 /// A bloomsled tree whose filter is sized for `n` keys at `bpk` bits/key (0: the default
-/// rate), holding `keys`.
-pub fn load_sized(n: u64, bpk: f64, keys: &[Vec<u8>]) -> bloomsled::Db {
+/// rate), holding `keys`, with a false-positive memory of `fp_memory` keys (0: off).
+pub fn load_sized(n: u64, bpk: f64, keys: &[Vec<u8>], fp_memory: usize) -> bloomsled::Db {
     let t = Instant::now();
-    let db = open_store(n, bpk, bloomsled::DEFAULT_FALSE_POSITIVE_MEMORY);
+    let db = open_store(n, bpk, fp_memory);
     for chunk in keys.chunks(CHUNK as usize) {
         let mut b = bloomsled::Batch::default();
         for k in chunk {
@@ -139,7 +139,8 @@ pub fn load_sized(n: u64, bpk: f64, keys: &[Vec<u8>]) -> bloomsled::Db {
     }
     assert!(keys.iter().all(|k| db.may_contain(k)), "false negative");
     eprintln!(
-        "[{}] tree with a filter sized for {} keys ({}), {} keys in it, loaded in {:.1?}",
+        "[{}] tree with a filter sized for {} keys ({}, false-positive memory {}), {} keys \
+         in it, loaded in {:.1?}",
         size_label(n),
         size_label(n),
         if bpk > 0.0 {
@@ -147,6 +148,7 @@ pub fn load_sized(n: u64, bpk: f64, keys: &[Vec<u8>]) -> bloomsled::Db {
         } else {
             "default rate".into()
         },
+        if fp_memory > 0 { "on" } else { "off" },
         keys.len(),
         t.elapsed()
     );

@@ -87,7 +87,14 @@ impl Setup {
     /// The store, then the filters, loaded with the keys `0..n`.
     pub fn load(n: u64, with_store: bool, bpk_extra: &[u64], q: &Queries) -> Self {
         let stores = with_store.then(|| load::load_stores(n, 10.0));
-        let sized = (!with_store).then(|| load::load_sized(n, 10.0, &q.present));
+        let sized = (!with_store).then(|| {
+            load::load_sized(
+                n,
+                10.0,
+                &q.present,
+                bloomsled::DEFAULT_FALSE_POSITIVE_MEMORY,
+            )
+        });
         let denser: Vec<(u64, bloomsled::Db)> = match with_store {
             true => bpk_extra
                 .iter()
