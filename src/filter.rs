@@ -230,12 +230,9 @@ impl Filter {
         self.probe(h, block_index(h, self.blocks.len() as u64))
     }
 
-    /// Tests hash `h` against block `i`: all `k` bits read and ANDed, no early exit (see
-    /// [`layout::all_set_k`]), by the copy of the probe compiled for this filter's `k`
-    /// (`filter::kernel`). With no branch on what the loads return, consecutive keys'
-    /// cache misses overlap, which an early exit at the first unset bit would prevent.
     /// [`Filter::contains`] for a caller that branches on the answer (`Tree::get`): the same
-    /// answer, with the early exit of `Kernel::contains_early`.
+    /// answer, by `Kernel::contains_early` (the scalar kind's early exit, a vector kind's
+    /// vector probe).
     #[inline]
     pub(crate) fn contains_early(&self, key: &[u8]) -> bool {
         let h = self.hash(key);
@@ -243,6 +240,10 @@ impl Filter {
         self.kernel.contains_early(self.blocks.block(i), h)
     }
 
+    /// Tests hash `h` against block `i`: all `k` bits read and ANDed, no early exit (see
+    /// [`layout::all_set_k`]), by the copy of the probe compiled for this filter's `k`
+    /// (`filter::kernel`). With no branch on what the loads return, consecutive keys'
+    /// cache misses overlap, which an early exit at the first unset bit would prevent.
     #[inline(always)]
     fn probe(&self, h: u64, i: usize) -> bool {
         self.kernel.contains(self.blocks.block(i), h)

@@ -16,11 +16,14 @@
 //! after checking the CPU. Inserts are scalar in every kind.
 //!
 //! A lookup that branches on the answer anyway (`Tree::get`, `Tree::contains_key`, which go
-//! on to the store on a "maybe") probes with [`Kernel::contains_early`]: the scalar probe of
-//! `k` > 4 then tests four draws, branches once on them, and only then the rest
-//! (`layout::all_set_k_early`), which spares an absent key most of its draws; with every
-//! kind, since it beat the vector probes there too. Callers that count answers without
-//! branching keep the branch-free [`Kernel::contains`] of their kind.
+//! on to the store on a "maybe") probes with [`Kernel::contains_early`]: in the scalar kind,
+//! the probe of `k` > 4 that tests four draws, branches once on them, and only then the rest
+//! (`layout::all_set_k_early`), which spares an absent key most of its draws; in the vector
+//! kinds, their vector probe, which beats that early exit there (issue 46, measured in
+//! `Tree::get` of absent keys at the default 0.1%, 1M keys, tenth percentiles of 64K-key
+//! passes: scalar 25.0 ns with the branch-free probe against 17.5 early; AVX2 15.2 vector
+//! against 17.3 early, AVX-512 13.6–14.3 against 16.6–21.0). Callers that count answers
+//! without branching keep the branch-free [`Kernel::contains`] of their kind.
 //!
 //! Inserts ([`Kernel::insert`]) first run the probe: a key whose bits are all set writes
 //! nothing, and never takes the line away from other cores. Otherwise every draw's bit gets
@@ -53,9 +56,10 @@ type ContainsAnyFn = unsafe fn(&[&Block], u64) -> bool;
 #[derive(Clone, Copy)]
 pub(crate) struct Kernel {
     contains: ContainsFn,
-    /// The probe for a caller that branches on the answer: the scalar early-exit one in every
-    /// kind (see [`Kernel::contains_early`]).
-    contains_early: fn(&Block, u64) -> bool,
+    /// The probe for a caller that branches on the answer (see [`Kernel::contains_early`]):
+    /// the scalar early-exit one in the scalar kind, the vector probe in the others.
+    /// `unsafe` as `contains`.
+    contains_early: ContainsFn,
     /// The probe of one key in the blocks of several filters (a window's generations): one
     /// call for all of them, no early exit, so their loads overlap.
     contains_any: ContainsAnyFn,
@@ -160,6 +164,7 @@ impl Kernel {
         Some(match vector(kind, k) {
             Some((contains, contains_any)) => Kernel {
                 contains,
+                contains_early: contains,
                 contains_any,
                 ..scalar
             },
@@ -174,6 +179,7 @@ impl Kernel {
         let (contains, contains_any) = vector(kind, k)?;
         Some(Kernel {
             contains,
+            contains_early: contains,
             contains_any,
             ..Kernel::for_scalar(k)?
         })
@@ -192,13 +198,19 @@ impl Kernel {
     }
 
     /// [`Kernel::contains`] for a caller that branches on the answer (a lookup that goes on
-    /// to the store): the same answer; the scalar probe of `k` > 4 tests the first four
-    /// draws, branches once, then the rest (`layout::all_set_k_early`). Every kind uses this
-    /// scalar probe here: in a stream of absent `get`s at `k` = 10 it beat the vector probes
-    /// (2M keys: AVX2 44.5 → 36.6 ns, AVX-512 40.0 → 37.0 ns per `get`, issue 37).
+    /// to the store): the same answer. The scalar kind's tests the first four draws of
+    /// `k` > 4, branches once, then the rest (`layout::all_set_k_early`); a vector kind's is
+    /// its vector probe (see the module docs for the measurements; issue 37 had found the
+    /// early exit faster with every kind, in a `get` that also paid a store-forwarding stall
+    /// on its answer, since removed).
     #[inline(always)]
     pub(crate) fn contains_early(&self, b: &Block, h: u64) -> bool {
-        (self.contains_early)(b, h)
+        // SAFETY: as in `Kernel::contains`: a safe scalar probe, or the vector probe that
+        // `vector` handed out after checking the CPU.
+        #[allow(unsafe_code)]
+        unsafe {
+            (self.contains_early)(b, h)
+        }
     }
 
     /// True if some block of `blocks` (each its filter's block for `h`, filters of this
