@@ -86,7 +86,7 @@ pub fn kernel_table(sizes: &[u64], rounds: usize) -> String {
          the keys (the same bytes), holding the present query keys. Absent `get`: \
          `Tree::get` of absent keys on a tree at default settings (0.1% FPR) holding all the \
          keys, against sled's own `get` on that store (`Tree::get_unfiltered`): in a stream \
-         (each its own pass over the keys, in the interleaved rounds), and in alternating \
+         (the rounds of the parts table below, memory on), and in alternating \
          chunks of 1,024 of the same keys (each `get` chunk right after 1,024 of sled's \
          `get`s, whose reads evict the filter from the caches and the TLB); in brackets how \
          many times faster, median per round and min–max.\n\n\
@@ -119,17 +119,27 @@ fn parts_header(rounds: usize, clock: &str) -> String {
     format!(
         "#### The absent lookup at the cost of its parts, per kernel\n\n\
          A tree at default settings (0.1% FPR) sized for and holding the keys (loaded in \
-         batches of 10,000), with the false-positive memory on (the default) and off; the same absent keys through each \
-         call, each its own pass in the interleaved rounds ({rounds}, medians, timed in \
-         {clock}). Parts: the tree's `may_contain` plus the share of the keys its filter \
-         passes times sled's own absent `get` on that store (`Tree::get_unfiltered`), both \
-         measured in the same round; in brackets each call's median per-round ratio to its \
+         batches of 10,000), with the false-positive memory on (the default) and off. Per \
+         round ({rounds}, medians, timed in {clock}), the same 1M absent keys through \
+         `may_contain`, `get`, `contains_key` and the two parts composed by hand \
+         (`may_contain`, then sled's `get` for the keys it passes), sharing each chunk of \
+         65,536 keys in an order that rotates (each follows each as often), then sled's own \
+         absent `get` on that store (`Tree::get_unfiltered`) back to back over 65,536 of \
+         them. Parts: `may_contain` plus \
+         the share of the keys the filter passes times sled's `get`, both from the same \
+         round; in brackets each call's median per-round ratio to its \
          parts, and its min–max. (With the memory on, the false positives are remembered \
          after their first `get`, and later rounds skip their sled reads: the bound still \
-         counts them.)\n\n\
+         counts them; the parts composed by hand pay them every round.) The composition \
+         costs more than the formula when sled's lookups, spread through the stream, cost \
+         more than back to back: `get` adding nothing to its parts reads the composition's \
+         ratio. Present `get`: `Tree::get` of present keys against sled's own `get` \
+         on the same store, in alternating chunks of 1,024 of the same keys; in brackets the \
+         median per-round ratio and its min–max.\n\n\
          | keys | kernel | false-positive memory | `may_contain` | sled's absent `get` \
-         | passed to sled | parts | absent `get` (÷ parts) | absent `contains_key` (÷ parts) |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|\n"
+         | passed to sled | parts | absent `get` (÷ parts) | absent `contains_key` (÷ parts) \
+         | the parts composed by hand (÷ parts) | present `get` (÷ sled's) |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
 }
 
@@ -138,7 +148,7 @@ fn parts_header(rounds: usize, clock: &str) -> String {
 fn parts_rows(n: u64, kernel: &str, child: &ChildRows) -> String {
     if !child.ran.eq_ignore_ascii_case(kernel) {
         return format!(
-            "| {} | {kernel} | not on this CPU (it ran {}) | | | | | | |\n",
+            "| {} | {kernel} | not on this CPU (it ran {}) | | | | | | | | |\n",
             size_label(n),
             child.ran
         );
@@ -159,13 +169,19 @@ fn parts_rows(n: u64, kernel: &str, child: &ChildRows) -> String {
             rate * 100.0,
             fmt_ns(median(parts.clone())),
         );
-        for call in ["get", "contains_key"] {
+        for call in ["get", "contains_key", "composed"] {
             rows += &format!(
                 " {} |",
                 cell(child.get(&format!("{call}/{tag}")), Some(&parts))
             );
         }
-        rows += "\n";
+        rows += &format!(
+            " {} |\n",
+            cell(
+                child.get(&format!("present_get/{tag}")),
+                Some(child.get(&format!("present_sled/{tag}")))
+            )
+        );
     }
     rows
 }
@@ -312,32 +328,8 @@ pub fn kernel_child(n: u64, rounds: usize) {
             per_key(Q, || count(keys, |k| tree.may_contain(k)))
         });
     }
-    // Each default tree's absent lookups in a stream of absent keys, as users run them (the
-    // filter answers nearly every key; sled is read for the ~0.1% it passes), each its own
-    // pass over the same keys in the interleaved rounds: `get`, `contains_key`, and their
-    // parts, `may_contain` and sled's own `get` on that store (`Tree::get_unfiltered`).
-    for (tag, db) in &trees {
-        let absent = &absent;
-        c.add(format!("get/{tag}"), move || {
-            per_key(Q, || count(absent, |k| db.get(k).unwrap().is_some()))
-        });
-        c.add(format!("contains_key/{tag}"), move || {
-            per_key(Q, || count(absent, |k| db.contains_key(k).unwrap()))
-        });
-        c.add(format!("may/{tag}"), move || {
-            per_key(Q, || count(absent, |k| db.may_contain(k)))
-        });
-        c.add(format!("sled/{tag}"), move || {
-            per_key(Q_SLED, || {
-                count(&absent[..Q_SLED], |k| {
-                    db.get_unfiltered(k).unwrap().is_some()
-                })
-            })
-        });
-        // The share of the absent keys the filter passes on to sled.
-        let passed = count(absent, |k| db.may_contain(k));
-        println!("rate\t{tag}\t{}", passed as f64 / Q as f64);
-        // sled's first reads of the absent keys' leaves are slower by up to 10× (measured:
+    for (_, db) in &trees {
+        // Before the default trees' lookups (after the interleaved rounds): sled's first reads of the absent keys' leaves are slower by up to 10× (measured:
         // 47, 29, 14, 5.3, 4.5 µs in five rounds without this pass): read them once, untimed.
         count(&absent[..Q_SLED], |k| {
             db.get_unfiltered(k).unwrap().is_some()
@@ -347,19 +339,75 @@ pub fn kernel_child(n: u64, rounds: usize) {
     let mut refs: Vec<&mut dyn FnMut() -> f64> = runs.iter_mut().map(|b| &mut **b as _).collect();
     let mut per = interleave(rounds, &mut refs);
     let mut names = names;
-    let (get, sled) = absent_gets(&trees[0].1, &absent[..Q_SLED], rounds);
+    // Each default tree's absent lookups and their parts (see `absent_parts`).
+    for (tag, db) in &trees {
+        let passed = count(&absent, |k| db.may_contain(k));
+        println!("rate\t{tag}\t{}", passed as f64 / Q as f64);
+        for (call, v) in ["may", "get", "contains_key", "composed", "sled"]
+            .iter()
+            .zip(absent_parts(db, &absent, rounds))
+        {
+            names.push(format!("{call}/{tag}"));
+            per.push(v);
+        }
+    }
+    let (get, sled) = chunked_gets(&trees[0].1, &absent[..Q_SLED], rounds);
     names.extend(["get/absent".to_string(), "sled_get/absent".to_string()]);
     per.extend([get, sled]);
+    // Present `get` against sled's own on the same store, the same keys in alternating
+    // chunks: what the filter and the false-positive memory add to a lookup sled answers.
+    for (tag, db) in &trees {
+        let (get, sled) = chunked_gets(db, &present[..Q_SLED], rounds);
+        names.extend([format!("present_get/{tag}"), format!("present_sled/{tag}")]);
+        per.extend([get, sled]);
+    }
     for (name, v) in names.iter().zip(&per) {
         let v: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
         println!("row\t{name}\t{}", v.join(","));
     }
 }
 
+/// Per round, ns per key of `db`'s absent lookups as users make them, over all of `absent`
+/// (its filter answers nearly every key; sled is read for the ~0.1% it passes): in order,
+/// `Tree::may_contain`, `Tree::get`, `Tree::contains_key`, the two parts composed by hand
+/// (`may_contain`, then sled's `get` for the keys it passes), then sled's own `get` of the
+/// first [`Q_SLED`] keys (`Tree::get_unfiltered`, back to back). The first four share each
+/// chunk of 65,536 keys, in an order that rotates with the chunk and the round, so that each
+/// follows each as often and all see the same caches; sled's pass closes the round.
+fn absent_parts(db: &bloomsled::Db, absent: &[Vec<u8>], rounds: usize) -> [Vec<f64>; 5] {
+    const CALLS: usize = 4;
+    let mut per: [Vec<f64>; CALLS + 1] = Default::default();
+    for r in 0..rounds {
+        let mut t = [0.0; CALLS];
+        for (c, ks) in absent.chunks(1 << 16).enumerate() {
+            for j in 0..CALLS {
+                let call = (r + c + j) % CALLS;
+                t[call] += per_key(1, || match call {
+                    0 => count(ks, |k| db.may_contain(k)),
+                    1 => count(ks, |k| db.get(k).unwrap().is_some()),
+                    2 => count(ks, |k| db.contains_key(k).unwrap()),
+                    _ => count(ks, |k| {
+                        db.may_contain(k) && db.get_unfiltered(k).unwrap().is_some()
+                    }),
+                });
+            }
+        }
+        for (v, t) in per.iter_mut().zip(t) {
+            v.push(t / absent.len() as f64);
+        }
+        per[CALLS].push(per_key(Q_SLED, || {
+            count(&absent[..Q_SLED], |k| {
+                db.get_unfiltered(k).unwrap().is_some()
+            })
+        }));
+    }
+    per
+}
+
 /// Per round, ns per key of `Tree::get` and of sled's own `get` on the same store
-/// (`Tree::get_unfiltered`) for absent `keys`, in alternating chunks (as `crate::paired`
-/// does, by this table's clock): chunk `c` of round `r` goes to `get` if `c + r` is even.
-fn absent_gets(db: &bloomsled::Db, keys: &[Vec<u8>], rounds: usize) -> (Vec<f64>, Vec<f64>) {
+/// (`Tree::get_unfiltered`) for `keys`, in alternating chunks (as `crate::paired` does, by
+/// this table's clock): chunk `c` of round `r` goes to `get` if `c + r` is even.
+fn chunked_gets(db: &bloomsled::Db, keys: &[Vec<u8>], rounds: usize) -> (Vec<f64>, Vec<f64>) {
     const GET_CHUNK: usize = 1 << 10;
     let (mut get, mut sled) = (Vec::new(), Vec::new());
     for r in 0..rounds {
