@@ -2,7 +2,8 @@
 //! "`apply_batch` at sled's rate".
 //!
 //! Each variant opens a bloomsled database and a plain sled database in two folders of one
-//! temporary directory, sled with bloomsled's default `cache_capacity` (1 GiB), and loads
+//! temporary directory, both with the `cache_capacity` of `BLOOMSLED_LOAD_CACHE` (default
+//! bloomsled's, 1 GiB: then left unset on bloomsled), and loads
 //! both with the same URL-like keys (`common::write_key`, 40..=80 bytes, an 8-byte value)
 //! in batches of 10,000 keys, up to `BLOOMSLED_LOAD_KEYS` keys (default 5,000,000). The two
 //! loads are interleaved batch by batch so both see the same machine: batch `c` goes to
@@ -46,8 +47,8 @@ mod common;
 
 const CHUNK: u64 = 10_000;
 const VALUE: &[u8] = b"payload!";
-/// bloomsled's default `cache_capacity` (sled's), given to plain sled explicitly.
-const CACHE: u64 = 1 << 30;
+/// bloomsled's default `cache_capacity` (sled's).
+const DEFAULT_CACHE: u64 = 1 << 30;
 
 /// How a variant opens bloomsled, and whether sled is temporary too.
 #[derive(Clone, Copy)]
@@ -75,8 +76,14 @@ impl Variant {
         }
     }
 
-    fn open(self, dir: &std::path::Path, n: u64) -> (bloomsled::Db, sled::Db) {
+    fn open(self, dir: &std::path::Path, n: u64, cache: u64) -> (bloomsled::Db, sled::Db) {
         let config = bloomsled::Config::new().expected_items(n);
+        // Left at bloomsled's default unless the run asks for another.
+        let config = if cache == DEFAULT_CACHE {
+            config
+        } else {
+            config.cache_capacity(cache)
+        };
         let db = match self {
             Variant::Persistent => config.path(dir.join("bloomsled")),
             Variant::NoJournal => config.path(dir.join("bloomsled")).crash_journal(false),
@@ -84,7 +91,7 @@ impl Variant {
         }
         .open()
         .expect("bloomsled");
-        let sled_config = sled::Config::new().cache_capacity(CACHE);
+        let sled_config = sled::Config::new().cache_capacity(cache);
         let raw = match self {
             Variant::Temporary => sled_config.temporary(true),
             _ => sled_config.path(dir.join("sled")),
@@ -140,10 +147,10 @@ fn timed(f: impl FnOnce()) -> (Duration, Duration) {
 
 /// Loads both stores of `variant` with `n` keys; returns the table rows and the overall
 /// ratio line.
-fn run(variant: Variant, n: u64, slice: u64) -> String {
+fn run(variant: Variant, n: u64, slice: u64, cache: u64) -> String {
     let parent = std::env::var_os("BLOOMSLED_LOAD_DIR").map_or_else(std::env::temp_dir, Into::into);
     let dir = tempfile::tempdir_in(parent).expect("tempdir");
-    let (db, raw) = variant.open(dir.path(), n);
+    let (db, raw) = variant.open(dir.path(), n, cache);
     let mut slices: Vec<(Tally, Tally)> = Vec::new();
     let mut c = 0u64;
     load_chunks(n, CHUNK, |ids, buf| {
@@ -250,12 +257,13 @@ fn table(variant: Variant, n: u64, slice: u64, slices: &[(Tally, Tally)]) -> Str
 fn main() {
     let n = env_count("BLOOMSLED_LOAD_KEYS", 5_000_000);
     let slice = env_count("BLOOMSLED_LOAD_SLICE", 1_000_000).max(CHUNK);
+    let cache = env_count("BLOOMSLED_LOAD_CACHE", DEFAULT_CACHE);
     let variants = std::env::var("BLOOMSLED_LOAD_VARIANTS")
         .unwrap_or_else(|_| "persistent,nojournal,temporary".into());
     let mut report = String::new();
     for v in variants.split(',').filter(|s| !s.trim().is_empty()) {
         let t = Instant::now();
-        let part = run(Variant::parse(v), n, slice);
+        let part = run(Variant::parse(v), n, slice, cache);
         eprintln!("{part}[{v}] {:.1?}", t.elapsed());
         report += &part;
     }
