@@ -13,7 +13,7 @@
 //! is part of sled's cost: bloomsled's `Batch` builds it inside `apply_batch`), in wall
 //! time and in the calling thread's CPU time.
 //!
-//! The variants (`BLOOMSLED_LOAD_VARIANTS`, a comma list, default all three):
+//! The variants (`BLOOMSLED_LOAD_VARIANTS`, a comma list, default all four):
 //!
 //! * `persistent`: what users run. bloomsled on disk at its default settings except
 //!   `expected_items(n)`: the crash journal, the dirty mark and the automatic snapshot when
@@ -22,7 +22,9 @@
 //!   snapshot during the load): the journal's share of the cost;
 //! * `temporary`: both databases `temporary(true)`: bloomsled keeps no dirty mark, journal or
 //!   snapshot then (its tree has no persistence state), so only the filter's insert (and
-//!   the false-positive memory's forget) stands between the two.
+//!   the false-positive memory's forget) stands between the two;
+//! * `sled`: two plain sled databases on disk, the first in bloomsled's column: what the
+//!   ratio reads when the two stores do the same work (the measurement's own spread).
 //!
 //! For each slice of the load (`BLOOMSLED_LOAD_SLICE` keys, default 1,000,000) the table
 //! gives each store's keys/s (keys over the summed batch times), the ratio bloomsled/sled,
@@ -56,6 +58,52 @@ enum Variant {
     Persistent,
     NoJournal,
     Temporary,
+    SledTwice,
+}
+
+/// The first store of a variant: bloomsled, or a second plain sled (`sled`).
+enum Store {
+    Bloom(bloomsled::Db),
+    Sled(sled::Db),
+}
+
+impl Store {
+    /// Builds the store's batch of `keys` and applies it.
+    fn load(&self, keys: &[Vec<u8>]) {
+        match self {
+            Store::Bloom(db) => {
+                let mut b = bloomsled::Batch::default();
+                for k in keys {
+                    b.insert(&k[..], VALUE);
+                }
+                db.apply_batch(b).expect("bloomsled batch");
+            }
+            Store::Sled(db) => sled_load(db, keys),
+        }
+    }
+
+    fn flush(&self) {
+        match self {
+            Store::Bloom(db) => db.flush().map(drop).expect("flush"),
+            Store::Sled(db) => db.flush().map(drop).expect("flush"),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Store::Bloom(db) => db.len(),
+            Store::Sled(db) => db.len(),
+        }
+    }
+}
+
+/// Builds a `sled::Batch` of `keys` and applies it to `db`.
+fn sled_load(db: &sled::Db, keys: &[Vec<u8>]) {
+    let mut b = sled::Batch::default();
+    for k in keys {
+        b.insert(&k[..], VALUE);
+    }
+    db.apply_batch(b).expect("sled batch");
 }
 
 impl Variant {
@@ -64,7 +112,8 @@ impl Variant {
             "persistent" => Variant::Persistent,
             "nojournal" => Variant::NoJournal,
             "temporary" => Variant::Temporary,
-            other => panic!("unknown variant {other:?} (persistent, nojournal, temporary)"),
+            "sled" => Variant::SledTwice,
+            other => panic!("unknown variant {other:?} (persistent, nojournal, temporary, sled)"),
         }
     }
 
@@ -73,10 +122,11 @@ impl Variant {
             Variant::Persistent => "persistent",
             Variant::NoJournal => "nojournal",
             Variant::Temporary => "temporary",
+            Variant::SledTwice => "sled",
         }
     }
 
-    fn open(self, dir: &std::path::Path, n: u64, cache: u64) -> (bloomsled::Db, sled::Db) {
+    fn open(self, dir: &std::path::Path, n: u64, cache: u64) -> (Store, sled::Db) {
         let config = bloomsled::Config::new().expected_items(n);
         // Left at bloomsled's default unless the run asks for another.
         let config = if cache == DEFAULT_CACHE {
@@ -84,21 +134,33 @@ impl Variant {
         } else {
             config.cache_capacity(cache)
         };
+        // A fresh config each (sled's `path` panics on a config shared with a clone).
+        let sled_config = || sled::Config::new().cache_capacity(cache);
         let db = match self {
             Variant::Persistent => config.path(dir.join("bloomsled")),
             Variant::NoJournal => config.path(dir.join("bloomsled")).crash_journal(false),
             Variant::Temporary => config.temporary(true),
+            Variant::SledTwice => {
+                let db = sled_config().path(dir.join("sled-a")).open();
+                return (
+                    Store::Sled(db.expect("sled")),
+                    self.sled(dir, sled_config()),
+                );
+            }
         }
         .open()
         .expect("bloomsled");
-        let sled_config = sled::Config::new().cache_capacity(cache);
-        let raw = match self {
+        (Store::Bloom(db), self.sled(dir, sled_config()))
+    }
+
+    /// The plain sled store of the variant.
+    fn sled(self, dir: &std::path::Path, sled_config: sled::Config) -> sled::Db {
+        match self {
             Variant::Temporary => sled_config.temporary(true),
             _ => sled_config.path(dir.join("sled")),
         }
         .open()
-        .expect("sled");
-        (db, raw)
+        .expect("sled")
     }
 }
 
@@ -163,24 +225,8 @@ fn run(variant: Variant, n: u64, slice: u64, cache: u64) -> String {
             })
             .collect();
         // Each store's batch is built inside its timing: what a loader pays per batch.
-        let a = || {
-            timed(|| {
-                let mut b = bloomsled::Batch::default();
-                for k in &batch {
-                    b.insert(&k[..], VALUE);
-                }
-                db.apply_batch(b).expect("bloomsled batch");
-            })
-        };
-        let b = || {
-            timed(|| {
-                let mut b = sled::Batch::default();
-                for k in &batch {
-                    b.insert(&k[..], VALUE);
-                }
-                raw.apply_batch(b).expect("sled batch");
-            })
-        };
+        let a = || timed(|| db.load(&batch));
+        let b = || timed(|| sled_load(&raw, &batch));
         let (ta, tb) = if c.is_multiple_of(2) {
             let ta = a();
             (ta, b())
@@ -196,9 +242,7 @@ fn run(variant: Variant, n: u64, slice: u64, cache: u64) -> String {
         slices[s].1.add(keys, tb.0, tb.1);
         c += 1;
     });
-    let (fa, _) = timed(|| {
-        db.flush().expect("flush");
-    });
+    let (fa, _) = timed(|| db.flush());
     let (fb, _) = timed(|| {
         raw.flush().expect("flush");
     });
@@ -259,7 +303,7 @@ fn main() {
     let slice = env_count("BLOOMSLED_LOAD_SLICE", 1_000_000).max(CHUNK);
     let cache = env_count("BLOOMSLED_LOAD_CACHE", DEFAULT_CACHE);
     let variants = std::env::var("BLOOMSLED_LOAD_VARIANTS")
-        .unwrap_or_else(|_| "persistent,nojournal,temporary".into());
+        .unwrap_or_else(|_| "persistent,nojournal,temporary,sled".into());
     let mut report = String::new();
     for v in variants.split(',').filter(|s| !s.trim().is_empty()) {
         let t = Instant::now();
