@@ -246,6 +246,40 @@ impl Journal {
             .fetch_add(1, Ordering::Release);
     }
 
+    /// Appends a record of `op` for each of `hashes` (under `seed`), as [`Journal::append`]
+    /// would one by one, with one reservation of as many slots and one count of the records
+    /// finished (a batch's keys). Slots past the capacity are reserved but not written,
+    /// which marks the journal overflowed; with another seed than the journal's, or no room
+    /// on the disk, nothing is written (the journal is marked overflowed, or out of space).
+    #[inline]
+    pub(crate) fn append_all(&self, op: u8, seed: u64, hashes: &[u64]) {
+        if hashes.is_empty() {
+            return;
+        }
+        let reserved = self.counter(RESERVED_OFFSET);
+        if seed != self.seed {
+            reserved.fetch_add(self.capacity + 1, Ordering::Relaxed);
+            return;
+        }
+        let first = reserved.fetch_add(hashes.len() as u64, Ordering::Relaxed);
+        let end = (first + hashes.len() as u64).min(self.capacity);
+        if first >= end {
+            return;
+        }
+        // Backing the last slot's page backs every page before it.
+        if end > self.backed.load(Ordering::Acquire) && !self.back(end - 1) {
+            return;
+        }
+        for (slot, &hash) in (first..end).zip(hashes) {
+            let at = RECORDS_OFFSET + slot as usize * RECORD_LEN;
+            self.word(at).store(hash, Ordering::Relaxed);
+            let check = check_word(slot, self.sequence, hash, op);
+            self.word(at + 8).store(check, Ordering::Release);
+        }
+        self.counter(FINISHED_OFFSET)
+            .fetch_add(end - first, Ordering::Release);
+    }
+
     /// Backs the pages up to `slot`'s and beyond (see the type's docs); false if the file
     /// system had no room, and then the journal is marked [`JournalFault::NoSpace`].
     #[cold]
@@ -498,6 +532,34 @@ mod tests {
             .collect();
         want.sort_unstable();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn batched_appends_read_back_and_overflow_past_the_capacity() {
+        let dir = tempfile::tempdir().unwrap();
+        let js = Journals::new(dir.path(), &[9; 16], &[1; 16], Some(dir.path().into()));
+        // Past the first backed page, so that a batch backs more.
+        js.start(header(3, 2_000)).unwrap();
+        let hashes: Vec<u64> = (0..1_500).collect();
+        js.with(3, |j| j.append_all(OP_INSERT, 5, &hashes[..1_000]));
+        js.with(3, |j| j.append(OP_REMOVE, 5, 7));
+        js.with(3, |j| j.append_all(OP_INSERT, 5, &hashes[1_000..]));
+        js.with(3, |j| j.append_all(OP_INSERT, 5, &[]));
+        let mut want: Vec<(u8, u64)> = hashes.iter().map(|&h| (OP_INSERT, h)).collect();
+        want.insert(1_000, (OP_REMOVE, 7));
+        assert_eq!(js.read(3).unwrap().records, Ok(want));
+        // A batch running past the capacity: its slots within it are written, the journal
+        // reads as overflowed; one of another seed too.
+        js.start(header(4, 600)).unwrap();
+        js.with(4, |j| j.append_all(OP_INSERT, 5, &hashes[..601]));
+        js.start(header(5, 600)).unwrap();
+        js.with(5, |j| j.append_all(OP_INSERT, 6, &hashes[..1]));
+        for g in [4, 5] {
+            assert_eq!(
+                js.read(g).unwrap().records,
+                Err(JournalFault::Overflowed { sequence: g })
+            );
+        }
     }
 
     #[test]

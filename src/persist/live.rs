@@ -188,11 +188,8 @@ impl Persistence {
     #[inline]
     pub(crate) fn journal_inserts(&self, sequence: u64, seed: u64, hashes: &[u64]) {
         if let Some(j) = &self.journal {
-            j.journals.with(sequence, |jr| {
-                for &h in hashes {
-                    jr.append(OP_INSERT, seed, h);
-                }
-            });
+            j.journals
+                .with(sequence, |jr| jr.append_all(OP_INSERT, seed, hashes));
         }
     }
 

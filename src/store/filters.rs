@@ -484,18 +484,52 @@ impl Entered<'_> {
     #[inline]
     fn each(&self, key: &[u8], f: impl Fn(&AnyFilter, u64)) -> u64 {
         let h = self.current().bits().hash(key);
+        self.each_hashed(key, h, f);
+        h
+    }
+
+    /// [`Entered::each`] with `key`'s hash `h` under [`Entered::seed`] already known.
+    #[inline]
+    fn each_hashed(&self, key: &[u8], h: u64, f: impl Fn(&AnyFilter, u64)) {
         f(self.current(), h);
         if let Some(b) = self.building_for(key) {
             f(b, h);
         }
-        h
     }
 
     /// Counts `key` in (before its sled write), and takes it out of the false-positive
     /// memory until the hold ends; returns its hash under [`Entered::seed`].
     #[inline]
     pub(crate) fn admit(&self, key: &[u8]) -> u64 {
-        let h = self.each(key, AnyFilter::admit_hash);
+        let h = self.current().bits().hash(key);
+        self.admit_hashed(key, h);
+        h
+    }
+
+    /// [`Entered::admit`] for many keys (a batch's), their hashes pushed to `hashes`:
+    /// each run of keys is hashed and its filter blocks prefetched before any of them is
+    /// counted in, so that their cache misses overlap instead of coming one by one.
+    pub(crate) fn admit_all(&self, keys: &[&[u8]], hashes: &mut Vec<u64>) {
+        /// Keys hashed and prefetched ahead of their inserts.
+        const RUN: usize = 32;
+        let bits = self.current().bits();
+        for run in keys.chunks(RUN) {
+            let from = hashes.len();
+            for key in run {
+                let h = bits.hash(key);
+                bits.prefetch_hashes(std::slice::from_ref(&h));
+                hashes.push(h);
+            }
+            for (key, &h) in run.iter().zip(&hashes[from..]) {
+                self.admit_hashed(key, h);
+            }
+        }
+    }
+
+    /// [`Entered::admit`] with `key`'s hash `h` under [`Entered::seed`] already known.
+    #[inline]
+    fn admit_hashed(&self, key: &[u8], h: u64) {
+        self.each_hashed(key, h, AnyFilter::admit_hash);
         let memory = &self.filters.memory;
         let hm = if self.seed() == memory.seed() {
             h
@@ -503,7 +537,6 @@ impl Entered<'_> {
             crate::hash::hash_key(key, memory.seed())
         };
         memory.forget(hm, &self.view.pending);
-        h
     }
 
     /// Counts `key` out (after sled removed it); only counting filters act on it. Returns

@@ -16,7 +16,8 @@ pub(crate) struct Writing<'a> {
     gate: Entered<'a>,
     /// The hash of the first key counted in and not yet journaled.
     first: Cell<Option<u64>>,
-    /// The hashes of the further ones (a batch).
+    /// The hashes of the further ones (a batch: all of its keys, see
+    /// [`Writing::count_in_all`]).
     more: RefCell<Vec<u64>>,
 }
 
@@ -28,6 +29,15 @@ impl<'a> Writing<'a> {
             first: Cell::new(None),
             more: RefCell::new(Vec::new()),
         }
+    }
+
+    /// [`Writing::count_in`] for many keys (a batch's inserts), their filter inserts
+    /// overlapped (see `Entered::admit_all`).
+    pub(crate) fn count_in_all(&self, keys: &[&[u8]]) {
+        let mut more = self.more.borrow_mut();
+        more.reserve(keys.len());
+        self.gate.admit_all(keys, &mut more);
+        self.state.counters.inserted(keys.len() as u64);
     }
 
     /// Counts `key` in, **before** its sled write: a reader that can see the key in sled
@@ -58,14 +68,20 @@ impl<'a> Writing<'a> {
     /// Journals the keys counted in so far in sequence `g`'s journal.
     #[inline]
     fn journal(&self, g: u64) {
-        let (Some(p), Some(h)) = (&self.state.persist, self.first.take()) else {
+        let Some(p) = &self.state.persist else {
             return;
         };
         let seed = self.gate.seed();
-        p.journal_inserts(g, seed, &[h]);
-        let more = std::mem::take(&mut *self.more.borrow_mut());
-        if !more.is_empty() {
-            p.journal_inserts(g, seed, &more);
+        let first = self.first.take();
+        let mut more = std::mem::take(&mut *self.more.borrow_mut());
+        match first {
+            Some(h) if more.is_empty() => p.journal_inserts(g, seed, &[h]),
+            None if more.is_empty() => {}
+            // One append for the whole batch (the records' order does not matter).
+            _ => {
+                more.extend(first);
+                p.journal_inserts(g, seed, &more);
+            }
         }
     }
 

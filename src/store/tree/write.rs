@@ -112,14 +112,13 @@ impl Tree {
             });
         }
         let w = Writing::new(&self.state);
-        let mut removes = 0;
-        for (key, value) in &batch.ops {
-            if value.is_some() {
-                w.count_in(key);
-            } else {
-                removes += 1;
-            }
-        }
+        let inserts: Vec<&[u8]> = (batch.ops.iter())
+            .filter(|(_, value)| value.is_some())
+            .map(|(key, _)| &key[..])
+            .collect();
+        let removes = (batch.ops.len() - inserts.len()) as u64;
+        w.count_in_all(&inserts);
+        drop(inserts);
         w.mark_dirty()?;
         let n = batch.ops.len() as u64;
         self.inner.apply_batch(batch.into_sled())?;
