@@ -70,8 +70,13 @@ def check_once(site: Site, hits) -> None:
 
 def test_two_processes_share_the_queue_and_the_filter(redis_server, tmp_path):
     """Shown failing on the code before from_spider: both spiders died with
-    "AttributeError: type object 'RedisBloomDupeFilter' has no attribute 'from_settings'"."""
-    site = Site(400)
+    "AttributeError: type object 'RedisBloomDupeFilter' has no attribute 'from_settings'".
+
+    Each page takes 0.2 s, so one spider alone needs about 10 s (400 pages, 8 at a time): the
+    other one, started at the same moment, is up long before the queue runs dry. Without the
+    delay a spider could crawl all 400 pages before the second had finished importing Scrapy
+    (seen once in CI: pages per spider [400])."""
+    site = Site(400, delay=0.2)
     try:
         procs = [
             start(site, redis_server.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True,
@@ -88,7 +93,7 @@ def test_two_processes_share_the_queue_and_the_filter(redis_server, tmp_path):
     counts = [int(m.group(1)) for log in logs
               for m in [re.search(r"'downloader/response_count': (\d+)", log)] if m]
     print(f"pages per spider: {counts}")
-    assert len(counts) == 2 and sum(counts) == 400
+    assert len(counts) == 2 and sum(counts) == 400, counts
     assert keys(redis_server, "bloomsled:{site:bloomsled-dupefilter}:config")
 
 
