@@ -337,7 +337,7 @@ fn a_rolled_back_snapshot_is_not_trusted() {
 
 /// Opens the database with plain sled and applies `edit` to its bloomsled meta tree.
 fn edit_meta(dir: &Path, edit: impl FnOnce(&sled::Tree)) {
-    let db = sled::open(dir).unwrap();
+    let db = common::sled_open(dir).unwrap();
     let meta = db.open_tree(bloomsled::persist::META_TREE).unwrap();
     edit(&meta);
     db.flush().unwrap();

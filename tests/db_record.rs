@@ -3,6 +3,8 @@
 //! Repair opens the database, rebuilds every tree and finds every key; Strict names the
 //! cause; a stale snapshot is never trusted because of it.
 
+mod common;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -33,31 +35,15 @@ fn make(dir: &Path) {
     db.close().unwrap();
 }
 
-/// Opens the database with plain sled; a failed bloomsled open drops its sled handle, whose
-/// background flusher may hold the lock a moment longer.
-fn sled_open(dir: &Path) -> sled::Db {
-    let start = std::time::Instant::now();
-    loop {
-        match sled::open(dir) {
-            Ok(db) => return db,
-            Err(e) if start.elapsed() < Duration::from_secs(10) => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-}
-
 fn db_record(dir: &Path) -> Option<Vec<u8>> {
-    let db = sled_open(dir);
+    let db = common::sled_open(dir).unwrap();
     let meta = db.open_tree(META_TREE).unwrap();
     meta.get("db").unwrap().map(|v| v.to_vec())
 }
 
 /// Rewrites (or deletes, with `None`) the database record through plain sled.
 fn set_db_record(dir: &Path, f: impl FnOnce(Vec<u8>) -> Option<Vec<u8>>) {
-    let db = sled_open(dir);
+    let db = common::sled_open(dir).unwrap();
     let meta = db.open_tree(META_TREE).unwrap();
     let old = meta.get("db").unwrap().unwrap().to_vec();
     match f(old) {

@@ -101,7 +101,7 @@ fn a_bulk_load_closed_during_its_resize_is_resized_after_reopen() {
 fn only_bloomsleds_own_meta_tree_is_hidden() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = common::sled_open(dir.path()).unwrap();
         for name in [
             "__bloomsled_snapshots",
             "__bloomsled",
@@ -154,7 +154,7 @@ fn only_bloomsleds_own_meta_tree_is_hidden() {
         "{err}"
     );
     drop(Config::new().path(other.path()).open().unwrap());
-    let db = sled::open(other.path()).unwrap();
+    let db = common::sled_open(other.path()).unwrap();
     let t = db.open_tree(bloomsled::persist::META_TREE).unwrap();
     assert_eq!(t.get("precious").unwrap().unwrap(), "data");
 }
@@ -231,7 +231,7 @@ fn counting_mode_keeps_keys_that_plain_sled_wrote() {
             .unwrap();
         db.insert("seen", "1").unwrap();
         db.close().unwrap();
-        let s = sled::open(dir.path()).unwrap();
+        let s = common::sled_open(dir.path()).unwrap();
         for i in 0..200u32 {
             s.insert(format!("plain-{i}"), "x").unwrap();
         }
@@ -253,7 +253,7 @@ fn counting_mode_keeps_keys_that_plain_sled_wrote() {
     // plain-sled writes the contract does not cover): the insert keeps the bits.
     let s = {
         drop(db);
-        sled::open(dir.path()).unwrap()
+        common::sled_open(dir.path()).unwrap()
     };
     for i in 0..50u32 {
         s.insert(format!("late-{i}"), "x").unwrap();
@@ -393,7 +393,7 @@ fn a_snapshot_sled_left_torn_does_not_brick_the_database() {
     fs::write(&torn, b"").unwrap();
     // Plain sled cannot open it.
     assert!(matches!(
-        sled::open(dir.path()),
+        common::sled_open(dir.path()),
         Err(sled::Error::Corruption { .. })
     ));
     let db = Config::new().path(dir.path()).open().unwrap();

@@ -390,7 +390,7 @@ fn parse_index(tree: &[u8], window: &[u8]) -> Option<u64> {
 
 impl Leftovers {
     fn read(dir: &Path, window: &[u8]) -> Leftovers {
-        let db = sled::open(dir).unwrap();
+        let db = common::sled_open(dir).unwrap();
         let trees = db
             .tree_names()
             .iter()

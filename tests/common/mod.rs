@@ -8,6 +8,7 @@ pub mod rng;
 
 use std::fs;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// The default tree's name as `Db::tree_names` reports it (sled's own).
 pub const DEFAULT_TREE: &str = "__sled__default";
@@ -19,6 +20,26 @@ pub fn tree_named(db: &bloomsled::Db, name: &str) -> bloomsled::Tree {
         (**db).clone()
     } else {
         db.open_tree(name).unwrap()
+    }
+}
+
+/// Opens the database at `dir` with plain sled, as a user's own tool would after bloomsled
+/// closed it. sled's lock can outlive the handle's drop by a moment (a write sled handed
+/// to its thread pool holds the file until it ends; seen in CI as "could not acquire lock"
+/// right after `Db::close`), so a held lock is waited for, up to 10 s; any other result is
+/// returned as sled gave it.
+pub fn sled_open(dir: &Path) -> sled::Result<sled::Db> {
+    let start = Instant::now();
+    loop {
+        match sled::open(dir) {
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && start.elapsed() < Duration::from_secs(10) =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => return r,
+        }
     }
 }
 
