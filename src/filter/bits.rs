@@ -173,12 +173,14 @@ impl Blocks {
     /// (`benches/after_load.rs`): a 59 MiB filter filled by inserts had 8 MiB in huge pages
     /// before, all of its aligned part after. Filters this large are sized for millions of
     /// keys; they are paid for when made, not page by page. Smaller filters come zeroed
-    /// from the allocator. The threshold is one huge page (2 MiB): a 3.9 MB filter (2M keys
-    /// at the default 0.1%) in small pages needs 950 TLB entries, which a store's own reads
+    /// from the allocator. The threshold is 8/9 of a huge page (1.78 MiB), where one huge page
+    /// costs at most an eighth more memory: a 3.9 MB filter (2M keys at the default 0.1%)
+    /// in small pages needs 950 TLB entries, which a store's own reads
     /// between lookups evict (measured, `benches/stream.rs` kernel table: the absent `get`
     /// after each 1,024 of sled's `get`s, scalar probe, 106 ns in small pages, 80 ns in huge
-    /// ones). Where a filter's last huge page costs at most an eighth more memory, it is
-    /// backed too (see `huge_backed_len`).
+    /// ones; at 1M keys, a 1.94 MB filter, AVX2 probe, 113 ns in small pages, 99 ns in one
+    /// huge page, medians of five processes). Where a filter's last huge page costs at most
+    /// an eighth more memory, it is backed too (see `huge_backed_len`).
     #[cfg(not(bloomsled_loom))]
     pub(crate) fn zeroed(n: usize) -> Option<Self> {
         use zerocopy::FromZeros;
@@ -348,9 +350,11 @@ impl Blocks {
     }
 }
 
-/// Filters at least this large ask for transparent huge pages.
+/// Filters at least this large ask for transparent huge pages: the smallest filter whose one
+/// huge page costs at most an eighth more memory (see `huge_backed_len`), 8/9 of a huge page
+/// (1.78 MiB; 1M keys at the default 0.1% take 1.95 MB).
 #[cfg_attr(any(bloomsled_loom, not(target_os = "linux")), allow(dead_code))]
-const HUGE_PAGE_MIN_BYTES: usize = 2 << 20;
+const HUGE_PAGE_MIN_BYTES: usize = (HUGE_PAGE_BYTES * 8).div_ceil(9);
 
 /// The size of a transparent huge page (x86-64 and aarch64 with 4 KiB base pages).
 #[cfg_attr(any(bloomsled_loom, not(target_os = "linux")), allow(dead_code))]
@@ -446,12 +450,16 @@ mod tests {
         assert_eq!(huge_backed_len(16 * MIB + 64), 18 * MIB);
         assert_eq!(huge_backed_len(2 * MIB + MIB / 2), 2 * MIB); // 1.5 MiB more: too much
         assert_eq!(huge_backed_len(MIB), 0);
-        assert!(Blocks::zeroed((2 * MIB - 64) / 64)
+        // One huge page from 8/9 of one (1M keys at 0.1%: 1.95 MB); below that, none.
+        assert_eq!(huge_backed_len(1_950_016), 2 * MIB);
+        assert_eq!(huge_backed_len(HUGE_PAGE_MIN_BYTES), 2 * MIB);
+        assert_eq!(huge_backed_len(HUGE_PAGE_MIN_BYTES - 64), 0);
+        assert!(Blocks::zeroed((HUGE_PAGE_MIN_BYTES - 64) / 64)
             .unwrap()
             .blocks
             .mapping
             .is_none());
-        for bytes in [3_900_032usize, 2 * MIB + 64] {
+        for bytes in [1_950_016usize, 3_900_032, 2 * MIB + 64] {
             let n = bytes / 64;
             let b = Blocks::zeroed(n).unwrap();
             assert_eq!(b.len(), n);
