@@ -132,19 +132,38 @@ fn estimated_fpr_tracks_measured() {
 }
 
 /// Sized by rate, the filter delivers the rate (the classic formula would not).
+///
+/// The rate is a promise about a filter whose seed is secret (a new one per filter), so it
+/// is checked on the mean of several filters: one filter's rate varies with its seed (which
+/// keys share a block) besides the sampling of the queries. A single filter measured against
+/// 1.1× the rate failed once in CI (0.001121 at p = 0.001). Measured in release, 15 runs of
+/// four filters at p = 0.001: means 0.96–1.08× p, about 1.03× on average, single filters up
+/// to 1.11×; so the mean of eight is held to 1.15× (five of its standard deviations above
+/// 1.03×) and each filter to 1.35×.
 #[test]
 fn sized_by_rate_delivers_rate() {
+    const FILTERS: usize = 8;
     for p in [0.05, 0.001] {
         let n = 50_000;
-        let f = Filter::new(n, p).unwrap();
-        for i in 0..n {
-            f.insert(url(i, "in").as_bytes());
+        let q = 500_000;
+        let mut rates = Vec::new();
+        for s in 0..FILTERS {
+            let f = Filter::new(n, p).unwrap();
+            for i in 0..n {
+                f.insert(url(i, "in").as_bytes());
+            }
+            let out = format!("out{s}");
+            let hits = (0..q)
+                .filter(|&i| f.contains(url(i, &out).as_bytes()))
+                .count();
+            rates.push(hits as f64 / q as f64);
         }
-        let q = 1_000_000;
-        let measured = (0..q)
-            .filter(|&i| f.contains(url(i, "out").as_bytes()))
-            .count() as f64
-            / q as f64;
-        assert!(measured <= p * 1.1, "p={p} measured {measured}");
+        let mean = rates.iter().sum::<f64>() / FILTERS as f64;
+        eprintln!("p={p}: {rates:?}, mean {mean}");
+        assert!(mean <= p * 1.15, "p={p} measured {rates:?}, mean {mean}");
+        assert!(
+            rates.iter().all(|&r| r <= p * 1.35),
+            "p={p} measured {rates:?}"
+        );
     }
 }
