@@ -352,7 +352,7 @@ impl Blocks {
 
 /// Filters at least this large ask for transparent huge pages: the smallest filter whose one
 /// huge page costs at most an eighth more memory (see `huge_backed_len`), 8/9 of a huge page
-/// (1.78 MiB; 1M keys at the default 0.1% take 1.95 MB).
+/// (1.78 MiB; 1M keys at the default 0.1% take 1.94 MB).
 #[cfg_attr(any(bloomsled_loom, not(target_os = "linux")), allow(dead_code))]
 const HUGE_PAGE_MIN_BYTES: usize = (HUGE_PAGE_BYTES * 8).div_ceil(9);
 
@@ -450,7 +450,7 @@ mod tests {
         assert_eq!(huge_backed_len(16 * MIB + 64), 18 * MIB);
         assert_eq!(huge_backed_len(2 * MIB + MIB / 2), 2 * MIB); // 1.5 MiB more: too much
         assert_eq!(huge_backed_len(MIB), 0);
-        // One huge page from 8/9 of one (1M keys at 0.1%: 1.95 MB); below that, none.
+        // One huge page from 8/9 of one (1M keys at 0.1% take 1.94 MB); below that, none.
         assert_eq!(huge_backed_len(1_950_016), 2 * MIB);
         assert_eq!(huge_backed_len(HUGE_PAGE_MIN_BYTES), 2 * MIB);
         assert_eq!(huge_backed_len(HUGE_PAGE_MIN_BYTES - 64), 0);
