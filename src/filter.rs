@@ -230,12 +230,11 @@ impl Filter {
         self.probe(h, block_index(h, self.blocks.len() as u64))
     }
 
-    /// [`Filter::contains`] for a caller that branches on the answer (`Tree::get`): the same
-    /// answer, by `Kernel::contains_early` (the scalar kind's early exit, a vector kind's
-    /// vector probe).
-    #[inline]
-    pub(crate) fn contains_early(&self, key: &[u8]) -> bool {
-        let h = self.hash(key);
+    /// [`Filter::contains_hash`] for a caller that branches on the answer (`Tree::get`): the
+    /// same answer, by `Kernel::contains_early` (the scalar kind's early exit, a vector
+    /// kind's vector probe).
+    #[inline(always)]
+    pub(crate) fn contains_early_hash(&self, h: u64) -> bool {
         let i = block_index(h, self.blocks.len() as u64);
         self.kernel.contains_early(self.blocks.block(i), h)
     }

@@ -31,7 +31,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::{OnceLock, TryLockError};
 
-use super::fp_memory::{FpMemory, Pending};
+use super::fp_memory::{FpMemory, Hashed, Pending};
 use super::scan::Cursor;
 use crate::error::{Error, Result};
 use crate::filter::any::AnyFilter;
@@ -175,10 +175,20 @@ impl Filters {
     }
 
     /// [`Filters::contains`] for a caller that branches on the answer (`Tree::get`,
-    /// `Tree::contains_key`): the same answer, probed with `Filter::contains_early`.
-    #[inline]
-    pub(crate) fn contains_early(&self, key: &[u8]) -> bool {
-        self.read(|f| f.contains_early(key))
+    /// `Tree::contains_key`): the same answer, probed with `Filter::contains_early`, and
+    /// the key's hash under the seed of the filter that answered, for the false-positive
+    /// memory (see [`Hashed`]).
+    #[inline(always)]
+    pub(crate) fn contains_early(&self, key: &[u8]) -> (bool, Hashed) {
+        loop {
+            let (s, f) = self.current_bits_racy();
+            let h = f.hash(key);
+            let maybe = f.contains_early_hash(h);
+            // Validated whatever the answer, as in `Filters::read`.
+            if self.unchanged(s) {
+                return (maybe, Hashed { h, seed: f.seed() });
+            }
+        }
     }
 
     /// `probe`'s answer on the current filter, probed again if a swap raced it: `probe`

@@ -89,6 +89,15 @@ impl Set {
     }
 }
 
+/// A key's hash and the seed of the filter that took it, from the probe that passed the
+/// key: [`FpMemory::recall_hashed`] uses it instead of hashing the key again when the seed
+/// is the memory's (always, unless a rebuild changed the tree's seed).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Hashed {
+    pub(crate) h: u64,
+    pub(crate) seed: u64,
+}
+
 /// A lookup's place in the memory, taken before its store read (see [`FpMemory::recall`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Ticket {
@@ -163,7 +172,28 @@ impl FpMemory {
         if self.sets.is_empty() {
             return Recall::Unknown(None);
         }
-        let h = nonzero(self.hasher.hash(key));
+        self.recall_h(key, self.hasher.hash(key))
+    }
+
+    /// [`FpMemory::recall`] with the hash the filter's probe took, when its seed is this
+    /// memory's: a present key's lookup hashes the key once.
+    #[inline]
+    pub(crate) fn recall_hashed(&self, key: &[u8], hashed: Hashed) -> Recall {
+        if self.sets.is_empty() {
+            return Recall::Unknown(None);
+        }
+        let h = if hashed.seed == self.seed() {
+            hashed.h
+        } else {
+            self.hasher.hash(key)
+        };
+        self.recall_h(key, h)
+    }
+
+    /// [`FpMemory::recall`] of `key`, whose hash under [`FpMemory::seed`] is `h`.
+    #[inline(always)]
+    fn recall_h(&self, key: &[u8], h: u64) -> Recall {
+        let h = nonzero(h);
         let i = self.set_of(h);
         let set = &self.sets[i];
         let word = set.word.load(Ordering::Acquire);

@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use super::filters::Filters;
-use super::fp_memory::{Recall, Ticket};
+use super::fp_memory::{Hashed, Recall, Ticket};
 use super::holds::Holds;
 use super::policy::{RebuildPolicy, RebuildState};
 use super::ready::RecoveryState;
@@ -206,15 +206,17 @@ impl TreeState {
         }
     }
 
-    /// The filter's verdict for a store lookup, counted.
-    #[inline]
-    pub(crate) fn probe(&self, key: &[u8]) -> bool {
+    /// The filter's verdict for a store lookup, counted: `None` if the key is certainly
+    /// absent, else its hash for [`TreeState::recall`].
+    #[inline(always)]
+    pub(crate) fn probe(&self, key: &[u8]) -> Option<Hashed> {
         self.counters.lookup();
-        if self.filters.contains_early(key) || self.dropped.load(Ordering::Relaxed) {
+        let (maybe, hashed) = self.filters.contains_early(key);
+        if maybe || self.dropped.load(Ordering::Relaxed) {
             self.counters.passed_on();
-            return true;
+            return Some(hashed);
         }
-        false
+        None
     }
 
     /// [`TreeState::probe`] for many keys, counted by the caller.
@@ -229,12 +231,19 @@ impl TreeState {
     /// For a lookup the filter passed, before its store read: `None` if `key` is a
     /// remembered false positive (absent; counted), else the ticket for
     /// [`TreeState::store_missed`] (see [`super::fp_memory`]).
+    ///
+    /// `hashed`: the key's hash from [`TreeState::probe`], if the caller has it.
     #[inline]
-    pub(crate) fn recall(&self, key: &[u8]) -> Option<Option<Ticket>> {
+    pub(crate) fn recall(&self, key: &[u8], hashed: Option<Hashed>) -> Option<Option<Ticket>> {
         if self.dropped.load(Ordering::Relaxed) {
             return Some(None); // sled answers: `CollectionNotFound`
         }
-        match self.filters.memory().recall(key) {
+        let memory = self.filters.memory();
+        let recalled = match hashed {
+            Some(hashed) => memory.recall_hashed(key, hashed),
+            None => memory.recall(key),
+        };
+        match recalled {
             Recall::Absent => {
                 self.counters.remembered();
                 None

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use sled::IVec;
 
 use super::filters::Filters;
+use super::fp_memory::Hashed;
 use super::state::TreeState;
 use crate::error::{Error, Result};
 use iter::Iter;
@@ -89,23 +90,27 @@ impl Tree {
     #[inline(always)]
     pub fn get<K: AsRef<[u8]>>(&self, key: K) -> Result<Option<IVec>> {
         let key = key.as_ref();
-        if !self.state.probe(key) {
+        let Some(hashed) = self.state.probe(key) else {
             return Ok(None);
-        }
+        };
         // Converted here, not in the call: the call's result (returned through memory) is
         // then a temporary of its own, and the value `get` returns is built in the caller's
         // registers from it or from the constant above. Returned by the call itself, the
         // absent answer would be one byte written to that memory, which a caller that moves
         // the value (`.unwrap()`, `?`) then reads back with wide loads that wait for the
         // byte's store to retire (a store-forwarding stall: ~4 ns of an absent `get`).
-        self.get_from_store(key).map_err(Error::from)
+        self.get_from_store(key, Some(hashed)).map_err(Error::from)
     }
 
     /// The store's part of [`Tree::get`], out of line: the filter's part stays small enough
     /// to inline into the caller's loop, and a rejected key pays no prologue for sled's call.
     #[inline(never)]
-    pub(super) fn get_from_store(&self, key: &[u8]) -> sled::Result<Option<IVec>> {
-        let Some(ticket) = self.state.recall(key) else {
+    pub(super) fn get_from_store(
+        &self,
+        key: &[u8],
+        hashed: Option<Hashed>,
+    ) -> sled::Result<Option<IVec>> {
+        let Some(ticket) = self.state.recall(key, hashed) else {
             return Ok(None); // a remembered false positive
         };
         let v = self.inner.get(key)?;
@@ -120,7 +125,7 @@ impl Tree {
     /// second value is true if the store was read and missed (a false positive).
     #[inline]
     pub(crate) fn get_passed(&self, key: &[u8]) -> Result<(Option<IVec>, bool)> {
-        let Some(ticket) = self.state.recall(key) else {
+        let Some(ticket) = self.state.recall(key, None) else {
             return Ok((None, false));
         };
         let v = self.inner.get(key)?;
@@ -135,7 +140,7 @@ impl Tree {
     /// whether the store was read and missed.
     #[inline]
     pub(crate) fn contains_passed(&self, key: &[u8]) -> Result<(bool, bool)> {
-        let Some(ticket) = self.state.recall(key) else {
+        let Some(ticket) = self.state.recall(key, None) else {
             return Ok((false, false));
         };
         if self.inner.contains_key(key)? {
@@ -159,16 +164,16 @@ impl Tree {
     #[inline(always)]
     pub fn contains_key<K: AsRef<[u8]>>(&self, key: K) -> Result<bool> {
         let key = key.as_ref();
-        if !self.state.probe(key) {
+        let Some(hashed) = self.state.probe(key) else {
             return Ok(false);
-        }
-        self.contains_in_store(key)
+        };
+        self.contains_in_store(key, Some(hashed))
     }
 
     /// The store's part of [`Tree::contains_key`] (see [`Tree::get_from_store`]).
     #[inline(never)]
-    pub(super) fn contains_in_store(&self, key: &[u8]) -> Result<bool> {
-        let Some(ticket) = self.state.recall(key) else {
+    pub(super) fn contains_in_store(&self, key: &[u8], hashed: Option<Hashed>) -> Result<bool> {
+        let Some(ticket) = self.state.recall(key, hashed) else {
             return Ok(false); // a remembered false positive
         };
         let found = self.inner.contains_key(key)?;
@@ -230,7 +235,7 @@ impl Tree {
         self.count_batch(&out);
         for (key, maybe) in keys.iter().zip(out.iter_mut()) {
             if *maybe {
-                *maybe = self.contains_in_store(key.as_ref())?;
+                *maybe = self.contains_in_store(key.as_ref(), None)?;
             }
         }
         Ok(out)
@@ -257,7 +262,7 @@ impl Tree {
                 if !maybe {
                     return Ok(None);
                 }
-                self.get_from_store(key.as_ref()).map_err(Error::from)
+                self.get_from_store(key.as_ref(), None).map_err(Error::from)
             })
             .collect()
     }

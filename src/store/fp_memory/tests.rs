@@ -120,3 +120,38 @@ fn a_batch_begins_each_set_once_and_ends_them_all() {
     remember(&m, b"after");
     assert!(remembered(&m, b"after"));
 }
+
+#[test]
+fn a_probe_hash_is_used_only_under_the_memory_seed() {
+    let m = FpMemory::new(64, SEED);
+    remember(&m, b"k");
+    let under = |seed, h| Hashed { h, seed };
+    // The probe's hash under the memory's seed: the same answers as hashing the key.
+    assert!(matches!(
+        m.recall_hashed(b"k", under(SEED, h(b"k"))),
+        Recall::Absent
+    ));
+    assert!(matches!(
+        m.recall_hashed(b"other", under(SEED, h(b"other"))),
+        Recall::Unknown(Some(_))
+    ));
+    // Under another seed (a filter the memory was not made for) its hash means nothing
+    // here: the key is hashed again, whatever hash came with it.
+    let other = SEED ^ 1;
+    assert!(matches!(
+        m.recall_hashed(b"k", under(other, 12345)),
+        Recall::Absent
+    ));
+    assert!(matches!(
+        m.recall_hashed(b"other", under(other, h(b"k"))),
+        Recall::Unknown(Some(_))
+    ));
+    // A ticket from a hashed recall records the key under its own hash.
+    let Recall::Unknown(t) = m.recall_hashed(b"new", under(other, 7)) else {
+        panic!("not recorded yet")
+    };
+    m.record(t, b"new");
+    assert!(remembered(&m, b"new"));
+    write(&m, b"new");
+    assert!(!remembered(&m, b"new"));
+}
