@@ -19,6 +19,7 @@ pub(crate) mod math;
 mod simd;
 
 pub use any::FilterMode;
+pub(crate) use bits::prefetch;
 pub use config::{FilterConfig, Sizing, DEFAULT_FALSE_POSITIVE_RATE};
 pub use counting::{CountingFilter, COUNTER_MAX};
 

@@ -285,39 +285,11 @@ impl Blocks {
         self.blocks[i].0[j].store(v, Relaxed);
     }
 
-    /// Hints the CPU to start loading block `i` (`prefetcht0` on x86-64, `prfm pldl1keep` on
-    /// aarch64, a no-op elsewhere). The batched lookups call it whatever the probe kernel.
+    /// Hints the CPU to start loading block `i` (see [`prefetch`]). The batched lookups
+    /// call it whatever the probe kernel.
     #[inline(always)]
     pub(crate) fn prefetch(&self, i: usize) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let p = self.blocks[i].0.as_ptr().cast::<i8>();
-            // SAFETY: SSE is part of the x86-64 baseline, so the intrinsic's target feature is
-            // always present; a prefetch never faults nor reads into Rust-visible state, and
-            // `p` points into a live allocation anyway (bounds-checked index above).
-            #[allow(unsafe_code)]
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(p)
-            };
-        }
-        #[cfg(target_arch = "aarch64")]
-        {
-            let p = self.blocks[i].0.as_ptr();
-            // SAFETY: `prfm` is a hint: it never faults, writes nothing and changes no
-            // register or flag; `p` points into a live allocation anyway (bounds-checked
-            // index above).
-            #[allow(unsafe_code)]
-            unsafe {
-                std::arch::asm!(
-                    "prfm pldl1keep, [{p}]",
-                    p = in(reg) p,
-                    options(nostack, preserves_flags, readonly)
-                );
-            }
-        }
-        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-        let _ = i;
+        prefetch(&self.blocks[i]);
     }
 
     /// Number of set bits in block `i`.
@@ -402,6 +374,40 @@ fn advise_huge_pages(addr: usize, len: usize) -> std::ops::Range<usize> {
     }
     let block = std::mem::size_of::<Block>();
     (start - addr) / block..(end - addr) / block
+}
+
+/// Hints the CPU to start loading the cache line that holds `r` (`prefetcht0` on x86-64,
+/// `prfm pldl1keep` on aarch64, a no-op elsewhere).
+#[inline(always)]
+pub(crate) fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let p = std::ptr::from_ref(r).cast::<i8>();
+        // SAFETY: SSE is part of the x86-64 baseline, so the intrinsic's target feature is
+        // always present; a prefetch never faults nor reads into Rust-visible state, and `p`
+        // points into a live value anyway (it comes from a reference).
+        #[allow(unsafe_code)]
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(p)
+        };
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        let p = std::ptr::from_ref(r);
+        // SAFETY: `prfm` is a hint: it never faults, writes nothing and changes no register
+        // or flag; `p` points into a live value anyway (it comes from a reference).
+        #[allow(unsafe_code)]
+        unsafe {
+            std::arch::asm!(
+                "prfm pldl1keep, [{p}]",
+                p = in(reg) p,
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let _ = r;
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@
 
 use std::cell::RefCell;
 
+use crate::filter::prefetch;
 use crate::hash::{hash_key, SeededHash};
 use crate::sync::{fence, AtomicU64, Ordering};
 
@@ -188,6 +189,22 @@ impl FpMemory {
             self.hasher.hash(key)
         };
         self.recall_h(key, h)
+    }
+
+    /// `key`'s hash for [`FpMemory::recall_hashed`], with the first line of its set
+    /// prefetched: a batch's store phase takes the next key's before it reads the store for
+    /// this one, so the memory's cache miss overlaps that read instead of adding to the next
+    /// (a lone lookup's overlaps its filter probe's by itself).
+    #[inline]
+    pub(crate) fn hash_prefetched(&self, key: &[u8]) -> Hashed {
+        let h = self.hasher.hash(key);
+        if !self.sets.is_empty() {
+            prefetch(&self.sets[self.set_of(nonzero(h))]);
+        }
+        Hashed {
+            h,
+            seed: self.seed(),
+        }
     }
 
     /// [`FpMemory::recall`] of `key`, whose hash under [`FpMemory::seed`] is `h`.

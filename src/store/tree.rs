@@ -233,11 +233,11 @@ impl Tree {
     pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
         let mut out = self.state.probe_many(keys);
         self.count_batch(&out);
-        for (key, maybe) in keys.iter().zip(out.iter_mut()) {
-            if *maybe {
-                *maybe = self.contains_in_store(key.as_ref(), None)?;
-            }
-        }
+        let passed: Vec<usize> = (0..keys.len()).filter(|&i| out[i]).collect();
+        self.each_passed(keys, &passed, |i, hashed| {
+            out[i] = self.contains_in_store(keys[i].as_ref(), Some(hashed))?;
+            Ok(())
+        })?;
         Ok(out)
     }
 
@@ -256,15 +256,33 @@ impl Tree {
     pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<IVec>>> {
         let maybe = self.state.probe_many(keys);
         self.count_batch(&maybe);
-        keys.iter()
-            .zip(maybe)
-            .map(|(key, maybe)| {
-                if !maybe {
-                    return Ok(None);
-                }
-                self.get_from_store(key.as_ref(), None).map_err(Error::from)
-            })
-            .collect()
+        let passed: Vec<usize> = (0..keys.len()).filter(|&i| maybe[i]).collect();
+        let mut out = vec![None; keys.len()];
+        self.each_passed(keys, &passed, |i, hashed| {
+            out[i] = self.get_from_store(keys[i].as_ref(), Some(hashed))?;
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// The store phase of a batch: `read(i, hashed)` for each key of `passed` (indices into
+    /// `keys` the filter passed), in order, with the next one's hash taken and its
+    /// false-positive memory set prefetched before the store is read for this one.
+    fn each_passed<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+        passed: &[usize],
+        mut read: impl FnMut(usize, Hashed) -> Result<()>,
+    ) -> Result<()> {
+        let memory = self.state.filters.memory();
+        let hashed = |i: usize| memory.hash_prefetched(keys[i].as_ref());
+        let mut rest = passed.iter().map(|&i| (i, hashed(i)));
+        let mut next = rest.next();
+        while let Some((i, this)) = next {
+            next = rest.next(); // hashed and prefetched before this key's store read
+            read(i, this)?;
+        }
+        Ok(())
     }
 
     pub(super) fn count_batch(&self, maybe: &[bool]) {
