@@ -53,7 +53,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (k.clone(), any::<u8>()).prop_map(|(k, v)| Op::Merge(k, v)),
         1 => prop::collection::vec((k.clone(), prop::option::of(any::<u8>())), 0..6).prop_map(Op::Transaction),
         1 => prop::collection::vec((k.clone(), prop::option::of(any::<u8>())), 0..6).prop_map(Op::AbortedTransaction),
-        1 => prop::collection::vec(k.clone(), 0..10).prop_map(Op::GetMany),
+        1 => prop::collection::vec(k.clone(), 0..150).prop_map(Op::GetMany),
         1 => Just(Op::PopMin),
         1 => Just(Op::Rebuild),
         // Rare: it empties the tree.

@@ -244,12 +244,21 @@ impl Filters {
     /// Batched, prefetched probe of many keys (see `Filter::contains_many`).
     pub(crate) fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<bool> {
         let mut out = vec![true; keys.len()];
+        self.contains_many_into(keys, &mut out);
+        out
+    }
+
+    /// [`Filters::contains_many`] into `out` (as long as `keys`).
+    pub(crate) fn contains_many_into<K: AsRef<[u8]>>(&self, keys: &[K], out: &mut [bool]) {
         loop {
             let (s, f) = self.current_racy();
-            let Some(f) = f else { return out };
-            f.bits().contains_many_into(keys, &mut out);
+            let Some(f) = f else {
+                out.fill(true);
+                return;
+            };
+            f.bits().contains_many_into(keys, out);
             if out.iter().all(|&m| m) || self.unchanged(s) {
-                return out;
+                return;
             }
         }
     }

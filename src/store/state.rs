@@ -220,12 +220,11 @@ impl TreeState {
     }
 
     /// [`TreeState::probe`] for many keys, counted by the caller.
-    pub(crate) fn probe_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<bool> {
-        let mut maybe = self.filters.contains_many(keys);
+    pub(crate) fn probe_many<K: AsRef<[u8]>>(&self, keys: &[K], maybe: &mut [bool]) {
+        self.filters.contains_many_into(keys, maybe);
         if self.dropped.load(Ordering::Relaxed) {
             maybe.fill(true);
         }
-        maybe
     }
 
     /// For a lookup the filter passed, before its store read: `None` if `key` is a

@@ -71,6 +71,13 @@ impl Tree {
     }
 }
 
+/// Keys a batch call ([`Tree::get_many`], [`Tree::contains_many`]) probes before it reads
+/// the store for those the filter passed: enough for the batched probe to overlap their
+/// cache misses, few enough that their filter lines do not push sled's cached nodes out
+/// before its reads. Probed 1,024 at a time, `get_many` of present keys read 1.09× sled's
+/// own `get`s; in runs of 64, 0.99–1.01× (`get` one by one: 1.05–1.06×).
+const RUN: usize = 64;
+
 impl Tree {
     pub(crate) fn new(inner: sled::Tree, state: Arc<TreeState>) -> Self {
         Tree { inner, state }
@@ -219,8 +226,8 @@ impl Tree {
         Ok(self.inner.get(key)?)
     }
 
-    /// `contains_key` for many keys: one batched, prefetched filter probe, then the store
-    /// only for the keys the filter could not rule out.
+    /// `contains_key` for many keys: batched, prefetched filter probes, then the store only
+    /// for the keys the filter could not rule out (64 keys at a time).
     ///
     /// # Examples
     ///
@@ -231,10 +238,8 @@ impl Tree {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn contains_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<bool>> {
-        let mut out = self.state.probe_many(keys);
-        self.count_batch(&out);
-        let passed: Vec<usize> = (0..keys.len()).filter(|&i| out[i]).collect();
-        self.each_passed(keys, &passed, |i, hashed| {
+        let mut out = vec![false; keys.len()];
+        self.batch(keys, |i, hashed| {
             out[i] = self.contains_in_store(keys[i].as_ref(), Some(hashed))?;
             Ok(())
         })?;
@@ -254,33 +259,39 @@ impl Tree {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<IVec>>> {
-        let maybe = self.state.probe_many(keys);
-        self.count_batch(&maybe);
-        let passed: Vec<usize> = (0..keys.len()).filter(|&i| maybe[i]).collect();
         let mut out = vec![None; keys.len()];
-        self.each_passed(keys, &passed, |i, hashed| {
+        self.batch(keys, |i, hashed| {
             out[i] = self.get_from_store(keys[i].as_ref(), Some(hashed))?;
             Ok(())
         })?;
         Ok(out)
     }
 
-    /// The store phase of a batch: `read(i, hashed)` for each key of `passed` (indices into
-    /// `keys` the filter passed), in order, with the next one's hash taken and its
-    /// false-positive memory set prefetched before the store is read for this one.
-    fn each_passed<K: AsRef<[u8]>>(
+    /// A batch call's lookups, [`RUN`] keys at a time: the run's filter probe, batched and
+    /// counted, then `read(i, hashed)` for each key `keys[i]` it passed, in order, with the
+    /// next passed key's hash taken and its false-positive memory set prefetched before the
+    /// store is read for this one.
+    fn batch<K: AsRef<[u8]>>(
         &self,
         keys: &[K],
-        passed: &[usize],
         mut read: impl FnMut(usize, Hashed) -> Result<()>,
     ) -> Result<()> {
         let memory = self.state.filters.memory();
-        let hashed = |i: usize| memory.hash_prefetched(keys[i].as_ref());
-        let mut rest = passed.iter().map(|&i| (i, hashed(i)));
-        let mut next = rest.next();
-        while let Some((i, this)) = next {
-            next = rest.next(); // hashed and prefetched before this key's store read
-            read(i, this)?;
+        let mut maybe = [false; RUN];
+        for (r, run) in keys.chunks(RUN).enumerate() {
+            let maybe = &mut maybe[..run.len()];
+            self.state.probe_many(run, maybe);
+            self.count_batch(maybe);
+            let mut passed = maybe
+                .iter()
+                .enumerate()
+                .filter(|&(_, &m)| m)
+                .map(|(i, _)| (r * RUN + i, memory.hash_prefetched(run[i].as_ref())));
+            let mut next = passed.next();
+            while let Some((i, this)) = next {
+                next = passed.next(); // hashed and prefetched before this key's store read
+                read(i, this)?;
+            }
         }
         Ok(())
     }
