@@ -175,7 +175,7 @@ impl Filters {
     }
 
     /// [`Filters::contains`] for a caller that branches on the answer (`Tree::get`,
-    /// `Tree::contains_key`): the same answer, probed with `Filter::contains_early`, and
+    /// `Tree::contains_key`): the same answer, probed with `Filter::contains_early_hash`, and
     /// the key's hash under the seed of the filter that answered, for the false-positive
     /// memory (see [`Hashed`]).
     #[inline(always)]

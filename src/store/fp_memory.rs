@@ -197,14 +197,14 @@ impl FpMemory {
     /// (a lone lookup's overlaps its filter probe's by itself).
     #[inline]
     pub(crate) fn hash_prefetched(&self, key: &[u8]) -> Hashed {
+        let seed = self.seed();
+        if self.sets.is_empty() {
+            // Off: `recall_hashed` answers before it reads the hash.
+            return Hashed { h: 0, seed };
+        }
         let h = self.hasher.hash(key);
-        if !self.sets.is_empty() {
-            prefetch(&self.sets[self.set_of(nonzero(h))]);
-        }
-        Hashed {
-            h,
-            seed: self.seed(),
-        }
+        prefetch(&self.sets[self.set_of(nonzero(h))]);
+        Hashed { h, seed }
     }
 
     /// [`FpMemory::recall`] of `key`, whose hash under [`FpMemory::seed`] is `h`.

@@ -155,3 +155,18 @@ fn a_probe_hash_is_used_only_under_the_memory_seed() {
     write(&m, b"new");
     assert!(!remembered(&m, b"new"));
 }
+
+#[test]
+fn a_memory_that_is_off_answers_unknown_from_a_batch_hash() {
+    let m = FpMemory::new(0, SEED);
+    let hashed = m.hash_prefetched(b"k");
+    assert!(matches!(
+        m.recall_hashed(b"k", hashed),
+        Recall::Unknown(None)
+    ));
+    let on = FpMemory::new(64, SEED);
+    remember(&on, b"k");
+    let hashed = on.hash_prefetched(b"k");
+    assert_eq!(hashed.h, h(b"k"));
+    assert!(matches!(on.recall_hashed(b"k", hashed), Recall::Absent));
+}
