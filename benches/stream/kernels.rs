@@ -135,11 +135,13 @@ fn parts_header(rounds: usize, clock: &str) -> String {
          more than back to back: `get` adding nothing to its parts reads the composition's \
          ratio. Present `get`: `Tree::get` of present keys against sled's own `get` \
          on the same store, in alternating chunks of 1,024 of the same keys; in brackets the \
-         median per-round ratio and its min–max.\n\n\
+         median per-round ratio and its min–max. Present `get_many`: the same, one \
+         `Tree::get_many` call per chunk.\n\n\
          | keys | kernel | false-positive memory | `may_contain` | sled's absent `get` \
          | passed to sled | parts | absent `get` (÷ parts) | absent `contains_key` (÷ parts) \
-         | the parts composed by hand (÷ parts) | present `get` (÷ sled's) |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+         | the parts composed by hand (÷ parts) | present `get` (÷ sled's) \
+         | present `get_many` (÷ sled's) |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
 }
 
@@ -148,7 +150,7 @@ fn parts_header(rounds: usize, clock: &str) -> String {
 fn parts_rows(n: u64, kernel: &str, child: &ChildRows) -> String {
     if !child.ran.eq_ignore_ascii_case(kernel) {
         return format!(
-            "| {} | {kernel} | not on this CPU (it ran {}) | | | | | | | | |\n",
+            "| {} | {kernel} | not on this CPU (it ran {}) | | | | | | | | | |\n",
             size_label(n),
             child.ran
         );
@@ -175,13 +177,16 @@ fn parts_rows(n: u64, kernel: &str, child: &ChildRows) -> String {
                 cell(child.get(&format!("{call}/{tag}")), Some(&parts))
             );
         }
-        rows += &format!(
-            " {} |\n",
-            cell(
-                child.get(&format!("present_get/{tag}")),
-                Some(child.get(&format!("present_sled/{tag}")))
-            )
-        );
+        for call in ["get", "many"] {
+            rows += &format!(
+                " {} |",
+                cell(
+                    child.get(&format!("present_{call}/{tag}")),
+                    Some(child.get(&format!("present_{call}_sled/{tag}")))
+                )
+            );
+        }
+        rows += "\n";
     }
     rows
 }
@@ -351,15 +356,20 @@ pub fn kernel_child(n: u64, rounds: usize) {
             per.push(v);
         }
     }
-    let (get, sled) = chunked_gets(&trees[0].1, &absent[..Q_SLED], rounds);
+    let (get, sled) = chunked_gets(&trees[0].1, &absent[..Q_SLED], rounds, false);
     names.extend(["get/absent".to_string(), "sled_get/absent".to_string()]);
     per.extend([get, sled]);
     // Present `get` against sled's own on the same store, the same keys in alternating
     // chunks: what the filter and the false-positive memory add to a lookup sled answers.
     for (tag, db) in &trees {
-        let (get, sled) = chunked_gets(db, &present[..Q_SLED], rounds);
-        names.extend([format!("present_get/{tag}"), format!("present_sled/{tag}")]);
-        per.extend([get, sled]);
+        for (call, many) in [("get", false), ("many", true)] {
+            let (get, sled) = chunked_gets(db, &present[..Q_SLED], rounds, many);
+            names.extend([
+                format!("present_{call}/{tag}"),
+                format!("present_{call}_sled/{tag}"),
+            ]);
+            per.extend([get, sled]);
+        }
     }
     for (name, v) in names.iter().zip(&per) {
         let v: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
@@ -404,17 +414,30 @@ fn absent_parts(db: &bloomsled::Db, absent: &[Vec<u8>], rounds: usize) -> [Vec<f
     per
 }
 
-/// Per round, ns per key of `Tree::get` and of sled's own `get` on the same store
-/// (`Tree::get_unfiltered`) for `keys`, in alternating chunks (as `crate::paired` does, by
-/// this table's clock): chunk `c` of round `r` goes to `get` if `c + r` is even.
-fn chunked_gets(db: &bloomsled::Db, keys: &[Vec<u8>], rounds: usize) -> (Vec<f64>, Vec<f64>) {
+/// Per round, ns per key of `Tree::get` (one `Tree::get_many` call per chunk if `many`) and
+/// of sled's own `get` on the same store (`Tree::get_unfiltered`) for `keys`, in alternating
+/// chunks (as `crate::paired` does, by this table's clock): chunk `c` of round `r` goes to
+/// `get` if `c + r` is even.
+fn chunked_gets(
+    db: &bloomsled::Db,
+    keys: &[Vec<u8>],
+    rounds: usize,
+    many: bool,
+) -> (Vec<f64>, Vec<f64>) {
     const GET_CHUNK: usize = 1 << 10;
     let (mut get, mut sled) = (Vec::new(), Vec::new());
     for r in 0..rounds {
         let (mut tg, mut ts, mut ng, mut ns) = (0.0, 0.0, 0, 0);
         for (c, ks) in keys.chunks(GET_CHUNK).enumerate() {
             if (c + r) % 2 == 0 {
-                tg += per_key(1, || count(ks, |k| db.get(k).unwrap().is_some()));
+                tg += per_key(1, || {
+                    if many {
+                        let got = db.get_many(ks).unwrap();
+                        got.iter().filter(|v| v.is_some()).count() as u64
+                    } else {
+                        count(ks, |k| db.get(k).unwrap().is_some())
+                    }
+                });
                 ng += ks.len();
             } else {
                 ts += per_key(1, || count(ks, |k| db.get_unfiltered(k).unwrap().is_some()));
