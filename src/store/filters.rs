@@ -184,7 +184,10 @@ impl Filters {
             let (s, f) = self.current_bits_racy();
             let h = f.hash(key);
             let maybe = f.contains_early_hash(h);
-            // Validated whatever the answer, as in `Filters::read`.
+            // Validated whatever the answer, as in `Filters::read`. Written out rather than
+            // through a `read` generic over the answer: that version compiled the probe out
+            // of line (a call per `get`, seen in the disassembly) and measured 1-2% slower on
+            // present keys.
             if self.unchanged(s) {
                 return (maybe, Hashed { h, seed: f.seed() });
             }
