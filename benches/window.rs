@@ -16,7 +16,9 @@
 //!   `Tree::contains_key` and `Window::contains_key` (the store read where a filter passes);
 //! * batched: `Filter::contains_many`, `Window::may_contain_many` (every generation's filter
 //!   in one pass, blocks prefetched together), `Tree::contains_many`,
-//!   `Window::contains_many`.
+//!   `Window::contains_many`;
+//! * values: `Window::get` one key at a time and `Window::get_many` (the batch above, then
+//!   the stores' values).
 //!
 //! ```text
 //! cargo bench --bench window
@@ -184,6 +186,15 @@ fn main() {
         add!("Window::contains_many", move || {
             ns_per(Q, || trues(&w.contains_many(keys).unwrap()))
         });
+        add!("Window::get", move || {
+            ns_per(Q, || count(keys, |k| w.get(k).unwrap().is_some()))
+        });
+        add!("Window::get_many", move || {
+            ns_per(Q, || {
+                let got = w.get_many(keys).unwrap();
+                got.iter().filter(|v| v.is_some()).count() as u64
+            })
+        });
     }
     let mut refs: Vec<&mut dyn FnMut() -> f64> = runs.iter_mut().map(|b| &mut **b as _).collect();
     let per = interleave(rounds, &mut refs);
@@ -214,6 +225,8 @@ fn main() {
         "Window::contains_key",
         "Tree::contains_many",
         "Window::contains_many",
+        "Window::get",
+        "Window::get_many",
     ] {
         out += &format!("| `{name}` |");
         for tag in ["absent", "present"] {
