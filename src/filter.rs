@@ -232,12 +232,12 @@ impl Filter {
     }
 
     /// [`Filter::contains_hash`] for a caller that branches on the answer (`Tree::get`): the
-    /// same answer, by `Kernel::contains_early` (the scalar kind's early exit, a vector
+    /// same answer, by `Kernel::contains_for_lookup` (the scalar kind's early exit, a vector
     /// kind's vector probe).
     #[inline(always)]
-    pub(crate) fn contains_early_hash(&self, h: u64) -> bool {
+    pub(crate) fn contains_hash_for_lookup(&self, h: u64) -> bool {
         let i = block_index(h, self.blocks.len() as u64);
-        self.kernel.contains_early(self.blocks.block(i), h)
+        self.kernel.contains_for_lookup(self.blocks.block(i), h)
     }
 
     /// Tests hash `h` against block `i`: all `k` bits read and ANDed, no early exit (see

@@ -16,7 +16,7 @@
 //! after checking the CPU. Inserts are scalar in every kind.
 //!
 //! A lookup that branches on the answer anyway (`Tree::get`, `Tree::contains_key`, which go
-//! on to the store on a "maybe") probes with [`Kernel::contains_early`]: in the scalar kind,
+//! on to the store on a "maybe") probes with [`Kernel::contains_for_lookup`]: in the scalar kind,
 //! the probe of `k` > 4 that tests four draws, branches once on them, and only then the rest
 //! (`layout::all_set_k_early`), which spares an absent key most of its draws; in the vector
 //! kinds, their vector probe, which beats that early exit there (issue 46, measured in
@@ -56,10 +56,10 @@ type ContainsAnyFn = unsafe fn(&[&Block], u64) -> bool;
 #[derive(Clone, Copy)]
 pub(crate) struct Kernel {
     contains: ContainsFn,
-    /// The probe for a caller that branches on the answer (see [`Kernel::contains_early`]):
+    /// The probe for a caller that branches on the answer (see [`Kernel::contains_for_lookup`]):
     /// the scalar early-exit one in the scalar kind, the vector probe in the others.
     /// `unsafe` as `contains`.
-    contains_early: ContainsFn,
+    contains_for_lookup: ContainsFn,
     /// The probe of one key in the blocks of several filters (a window's generations): one
     /// call for all of them, no early exit, so their loads overlap.
     contains_any: ContainsAnyFn,
@@ -94,7 +94,7 @@ macro_rules! kernels {
         match $k {
             $($n => Some(Kernel {
                 contains: contains_k::<$n>,
-                contains_early: contains_early_k::<$n>,
+                contains_for_lookup: contains_early_k::<$n>,
                 contains_any: contains_any_k::<$n>,
                 insert: insert_k::<$n>,
             }),)*
@@ -164,7 +164,7 @@ impl Kernel {
         Some(match vector(kind, k) {
             Some((contains, contains_any)) => Kernel {
                 contains,
-                contains_early: contains,
+                contains_for_lookup: contains,
                 contains_any,
                 ..scalar
             },
@@ -179,7 +179,7 @@ impl Kernel {
         let (contains, contains_any) = vector(kind, k)?;
         Some(Kernel {
             contains,
-            contains_early: contains,
+            contains_for_lookup: contains,
             contains_any,
             ..Kernel::for_scalar(k)?
         })
@@ -204,12 +204,12 @@ impl Kernel {
     /// early exit faster with every kind, in a `get` that also paid a store-forwarding stall
     /// on its answer, since removed).
     #[inline(always)]
-    pub(crate) fn contains_early(&self, b: &Block, h: u64) -> bool {
+    pub(crate) fn contains_for_lookup(&self, b: &Block, h: u64) -> bool {
         // SAFETY: as in `Kernel::contains`: a safe scalar probe, or the vector probe that
         // `vector` handed out after checking the CPU.
         #[allow(unsafe_code)]
         unsafe {
-            (self.contains_early)(b, h)
+            (self.contains_for_lookup)(b, h)
         }
     }
 

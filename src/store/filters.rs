@@ -175,15 +175,15 @@ impl Filters {
     }
 
     /// [`Filters::contains`] for a caller that branches on the answer (`Tree::get`,
-    /// `Tree::contains_key`): the same answer, probed with `Filter::contains_early_hash`, and
+    /// `Tree::contains_key`): the same answer, probed with `Filter::contains_hash_for_lookup`, and
     /// the key's hash under the seed of the filter that answered, for the false-positive
     /// memory (see [`Hashed`]).
     #[inline(always)]
-    pub(crate) fn contains_early(&self, key: &[u8]) -> (bool, Hashed) {
+    pub(crate) fn contains_for_lookup(&self, key: &[u8]) -> (bool, Hashed) {
         loop {
             let (s, f) = self.current_bits_racy();
             let h = f.hash(key);
-            let maybe = f.contains_early_hash(h);
+            let maybe = f.contains_hash_for_lookup(h);
             // Validated whatever the answer, as in `Filters::read`. Written out rather than
             // through a `read` generic over the answer: that version compiled the probe out
             // of line (a call per `get`, seen in the disassembly) and measured 1-2% slower on

@@ -211,7 +211,7 @@ impl TreeState {
     #[inline(always)]
     pub(crate) fn probe(&self, key: &[u8]) -> Option<Hashed> {
         self.counters.lookup();
-        let (maybe, hashed) = self.filters.contains_early(key);
+        let (maybe, hashed) = self.filters.contains_for_lookup(key);
         if maybe || self.dropped.load(Ordering::Relaxed) {
             self.counters.passed_on();
             return Some(hashed);

@@ -120,8 +120,8 @@ fn every_kernel_answers_as_the_reference_through_the_filter() {
                 assert!(
                     keys.iter()
                         .zip(&want)
-                        .all(|(key, &w)| f.contains_early_hash(f.hash(key)) == w),
-                    "{kind:?}, k = {k}: Filter::contains_early_hash"
+                        .all(|(key, &w)| f.contains_hash_for_lookup(f.hash(key)) == w),
+                    "{kind:?}, k = {k}: Filter::contains_hash_for_lookup"
                 );
                 yes += want.iter().filter(|&&w| w).count();
                 no += want.iter().filter(|&&w| !w).count();
@@ -168,9 +168,9 @@ fn every_k_sets_and_tests_the_layouts_bits() {
             let generic = layout::all_set(h, k, |j| before[blk * 8 + j]);
             assert_eq!(kern.contains(b.block(blk), h), generic, "{kind:?}, k = {k}");
             assert_eq!(
-                kern.contains_early(b.block(blk), h),
+                kern.contains_for_lookup(b.block(blk), h),
                 generic,
-                "{kind:?}, k = {k}: the early-exit probe"
+                "{kind:?}, k = {k}: the probe for lookups"
             );
             let new = kern.insert(b.block(blk), h);
             assert_eq!(new, !generic, "insert says new iff a bit was unset");
@@ -180,7 +180,7 @@ fn every_k_sets_and_tests_the_layouts_bits() {
                 assert_eq!(after[blk * 8 + j], before[blk * 8 + j] | masks[j]);
             }
             assert!(kern.contains(b.block(blk), h));
-            assert!(kern.contains_early(b.block(blk), h));
+            assert!(kern.contains_for_lookup(b.block(blk), h));
             assert!(!kern.insert(b.block(blk), h), "a second insert is not new");
         }
     }
@@ -271,7 +271,7 @@ fn every_vector_probe_equals_the_reference_on_every_fill() {
                         want,
                         "{kind:?}, k = {k}, fill {fill}"
                     );
-                    assert_eq!(kern.contains_early(b.block(blk), h), want, "{kind:?}");
+                    assert_eq!(kern.contains_for_lookup(b.block(blk), h), want, "{kind:?}");
                     let any_want = (0..8).any(|i| layout::all_set(h, k, |j| words[i * 8 + j]));
                     assert_eq!(kern.contains_any(&blocks, h), any_want, "{kind:?}, k = {k}");
                     if want {
