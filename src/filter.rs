@@ -220,7 +220,7 @@ impl Filter {
     }
 
     /// True if `key` may have been inserted; false means it certainly was not.
-    #[inline]
+    #[inline(always)]
     pub fn contains(&self, key: &[u8]) -> bool {
         self.contains_hash(self.hash(key))
     }
