@@ -186,36 +186,33 @@ impl Filters {
     /// memory (see [`Hashed`]).
     #[inline(always)]
     pub(crate) fn contains_for_lookup(&self, key: &[u8]) -> (bool, Hashed) {
-        loop {
-            let (s, f) = self.current_bits_racy();
-            let h = f.hash(key);
-            let maybe = f.contains_hash_for_lookup(h);
-            // Validated whatever the answer, as in `Filters::read`. Written out rather than
-            // through a `read` generic over the answer: that version compiled the probe out
-            // of line (a call per `get`, seen in the disassembly) and measured 1-2% slower on
-            // present keys.
-            if self.unchanged(s) {
-                return (maybe, Hashed { h, seed: f.seed() });
-            }
-        }
+        // Inlined by force, as in `Filters::contains`.
+        self.read(
+            #[inline(always)]
+            |f| {
+                let h = f.hash(key);
+                (f.contains_hash_for_lookup(h), Hashed { h, seed: f.seed() })
+            },
+        )
     }
 
     /// `probe`'s answer on the current filter, probed again if a swap raced it: `probe`
-    /// must say whether a key may be present (`false` only if certainly absent).
+    /// must say whether a key may be present (`false` only if certainly absent), and may
+    /// return with it what it computed on the way (the key's hash).
     #[inline(always)]
-    pub(crate) fn read(&self, probe: impl Fn(&Filter) -> bool) -> bool {
+    pub(crate) fn read<T>(&self, probe: impl Fn(&Filter) -> T) -> T {
         loop {
             // `probe` called itself, not through a reference (`probe_racy(&probe)`), whose
             // `Fn` impl the compiler kept out of line.
             let (s, f) = self.current_bits_racy();
-            let maybe = probe(f);
+            let answer = probe(f);
             // Validated whatever the answer (a "maybe" needs no check, but checking costs one
             // load of a cached line, and retrying one after a swap is merely redundant), so
             // the only branch here is on the state, never on the answer: branching on the
             // answer mispredicts on every change between present and absent keys. Written as
             // `maybe || unchanged`, the compiler turns it back into a branch on `maybe`.
             if self.unchanged(s) {
-                return maybe;
+                return answer;
             }
         }
     }
