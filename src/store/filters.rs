@@ -171,9 +171,8 @@ impl Filters {
     /// The filter's answer for `key`: `false` only if the key is certainly absent.
     #[inline]
     pub(crate) fn contains(&self, key: &[u8]) -> bool {
-        // The probe inlined by force, here and in `Filter::contains`: left to the compiler,
-        // it (with the key's hash) was compiled out of line and called, which cost the
-        // scalar kernel's `may_contain` 2.4-3.7 ns a key, about a tenth.
+        // Inlined by force (`Filter::contains` too): left to the compiler, the probe was called
+        // out of line, 2.4-3.7 ns a key (a tenth) of the scalar kernel's `may_contain`.
         self.read(
             #[inline(always)]
             |f| f.contains(key),
@@ -186,7 +185,6 @@ impl Filters {
     /// memory (see [`Hashed`]).
     #[inline(always)]
     pub(crate) fn contains_for_lookup(&self, key: &[u8]) -> (bool, Hashed) {
-        // Inlined by force, as in `Filters::contains`.
         self.read(
             #[inline(always)]
             |f| {
@@ -196,14 +194,12 @@ impl Filters {
         )
     }
 
-    /// `probe`'s answer on the current filter, probed again if a swap raced it: `probe`
-    /// must say whether a key may be present (`false` only if certainly absent), and may
-    /// return with it what it computed on the way (the key's hash).
+    /// `probe`'s answer on the current filter, probed again if a swap raced it: whether a key
+    /// may be present (`false` only if certainly absent), with what `probe` computed on the way.
     #[inline(always)]
     pub(crate) fn read<T>(&self, probe: impl Fn(&Filter) -> T) -> T {
         loop {
-            // `probe` called itself, not through a reference (`probe_racy(&probe)`), whose
-            // `Fn` impl the compiler kept out of line.
+            // Called itself: through a reference (`&probe`) the compiler kept it out of line.
             let (s, f) = self.current_bits_racy();
             let answer = probe(f);
             // Validated whatever the answer (a "maybe" needs no check, but checking costs one
