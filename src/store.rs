@@ -28,4 +28,5 @@ pub use rebuild::RebuildReport;
 pub use tree::batch::Batch;
 pub use tree::iter::Iter;
 pub use tree::subscriber::Subscriber;
+pub(crate) use tree::RUN as BATCH_RUN;
 pub use tree::{CompareAndSwapError, CompareAndSwapResult, Tree};

@@ -71,12 +71,12 @@ impl Tree {
     }
 }
 
-/// Keys a batch call ([`Tree::get_many`], [`Tree::contains_many`]) probes before it reads
-/// the store for those the filter passed: enough for the batched probe to overlap their
-/// cache misses, few enough that their filter lines do not push sled's cached nodes out
-/// before its reads. Probed 1,024 at a time, `get_many` of present keys read 1.09× sled's
+/// Keys a batch call ([`Tree::get_many`], [`Tree::contains_many`], a window's) probes
+/// before it reads the store for those the filter passed: enough for the batched probe to
+/// overlap their cache misses, few enough that their filter lines do not push sled's cached
+/// nodes out before its reads. Probed 1,024 at a time, `get_many` of present keys read 1.09× sled's
 /// own `get`s; in runs of 64, 0.99–1.01× (`get` one by one: 1.05–1.06×).
-const RUN: usize = 64;
+pub(crate) const RUN: usize = 64;
 
 impl Tree {
     pub(crate) fn new(inner: sled::Tree, state: Arc<TreeState>) -> Self {

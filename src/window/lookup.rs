@@ -8,11 +8,7 @@ use super::ring::{Gen, Ring};
 use crate::clock::generations::Generations;
 use crate::error::Result;
 use crate::filter::Filter;
-use crate::store::read_any_filter;
-
-/// Keys a batch call probes before reading the stores for those some filter passed: as a
-/// tree's batches (`store::tree`), two of the batched probe's pipeline batches.
-const RUN: usize = 64;
+use crate::store::{read_any_filter, BATCH_RUN as RUN};
 
 /// A filter's answer for `key`, hashed `h` under `seed` (a filter with another seed hashes
 /// the key itself).
