@@ -62,8 +62,9 @@
 //! holding the keys (its false-positive memory on, then off), each absent lookup (`get`,
 //! `contains_key`) beside its parts: that tree's `may_contain` plus the share of keys its
 //! filter passes times sled's own `get` on the same store, measured in the same rounds (issue
-//! 46's bound: ≤ 1.15×), and present `get` and `get_many` (one call per chunk of 1,024)
-//! against sled's `get` of the same keys. Written between the `bench-stream-kernels` markers.
+//! 46's bound: ≤ 1.15×), and present `get`, `get_many` (one call per chunk of 1,024) and
+//! `may_contain` then sled's `get` by hand, each against sled's `get` of the same keys.
+//! Written between the `bench-stream-kernels` markers.
 //!
 //! ```text
 //! # every kernel at 2M and 50M keys, nothing else:

@@ -133,15 +133,19 @@ fn parts_header(rounds: usize, clock: &str) -> String {
          counts them; the parts composed by hand pay them every round.) The composition \
          costs more than the formula when sled's lookups, spread through the stream, cost \
          more than back to back: `get` adding nothing to its parts reads the composition's \
-         ratio. Present `get`: `Tree::get` of present keys against sled's own `get` \
-         on the same store, in alternating chunks of 1,024 of the same keys; in brackets the \
-         median per-round ratio and its min–max. Present `get_many`: the same, one \
-         `Tree::get_many` call per chunk.\n\n\
+         ratio. Present keys (131,072 of them): `Tree::get`, `Tree::get_many` (one call per \
+         chunk), the parts composed by hand (`may_contain`, then sled's `get`) and sled's own \
+         `get` on the same store (`Tree::get_unfiltered`) share the keys in chunks of 1,024, \
+         each run of four chunks dealt one to each call in a random order; in brackets each \
+         call's median per-round ratio to sled's \
+         `get` and its min–max. The composed parts price the filter's cache miss before \
+         sled's walk, which a `get` that answers absent keys without the store cannot \
+         hide: present `get` adding nothing to its parts reads their ratio.\n\n\
          | keys | kernel | false-positive memory | `may_contain` | sled's absent `get` \
          | passed to sled | parts | absent `get` (÷ parts) | absent `contains_key` (÷ parts) \
-         | the parts composed by hand (÷ parts) | present `get` (÷ sled's) \
-         | present `get_many` (÷ sled's) |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+         | the parts composed by hand (÷ parts) | present: the parts composed by hand \
+         (÷ sled's) | present `get` (÷ sled's) | present `get_many` (÷ sled's) |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
 }
 
@@ -150,7 +154,7 @@ fn parts_header(rounds: usize, clock: &str) -> String {
 fn parts_rows(n: u64, kernel: &str, child: &ChildRows) -> String {
     if !child.ran.eq_ignore_ascii_case(kernel) {
         return format!(
-            "| {} | {kernel} | not on this CPU (it ran {}) | | | | | | | | | |\n",
+            "| {} | {kernel} | not on this CPU (it ran {}) | | | | | | | | | | |\n",
             size_label(n),
             child.ran
         );
@@ -177,12 +181,12 @@ fn parts_rows(n: u64, kernel: &str, child: &ChildRows) -> String {
                 cell(child.get(&format!("{call}/{tag}")), Some(&parts))
             );
         }
-        for call in ["get", "many"] {
+        for call in ["composed", "get", "many"] {
             rows += &format!(
                 " {} |",
                 cell(
                     child.get(&format!("present_{call}/{tag}")),
-                    Some(child.get(&format!("present_{call}_sled/{tag}")))
+                    Some(child.get(&format!("present_sled/{tag}")))
                 )
             );
         }
@@ -356,19 +360,32 @@ pub fn kernel_child(n: u64, rounds: usize) {
             per.push(v);
         }
     }
-    let (get, sled) = chunked_gets(&trees[0].1, &absent[..Q_SLED], rounds, false);
+    let got = chunked(
+        &trees[0].1,
+        &absent[..Q_SLED],
+        rounds,
+        &[Chunked::Get, Chunked::Sled],
+    );
     names.extend(["get/absent".to_string(), "sled_get/absent".to_string()]);
-    per.extend([get, sled]);
-    // Present `get` against sled's own on the same store, the same keys in alternating
-    // chunks: what the filter and the false-positive memory add to a lookup sled answers.
+    per.extend(got);
+    // Present `get` against sled's own on the same store, the same keys in rotating chunks:
+    // what the filter and the false-positive memory add to a lookup sled answers, beside
+    // what the filter's part alone adds (`may_contain` then sled's `get`, by hand).
     for (tag, db) in &trees {
-        for (call, many) in [("get", false), ("many", true)] {
-            let (get, sled) = chunked_gets(db, &present[..Q_SLED], rounds, many);
-            names.extend([
-                format!("present_{call}/{tag}"),
-                format!("present_{call}_sled/{tag}"),
-            ]);
-            per.extend([get, sled]);
+        let calls = [
+            Chunked::Get,
+            Chunked::GetMany,
+            Chunked::Composed,
+            Chunked::Sled,
+        ];
+        for (call, v) in ["get", "many", "composed", "sled"].iter().zip(chunked(
+            db,
+            &present[..2 * Q_SLED],
+            rounds,
+            &calls,
+        )) {
+            names.push(format!("present_{call}/{tag}"));
+            per.push(v);
         }
     }
     for (name, v) in names.iter().zip(&per) {
@@ -414,38 +431,61 @@ fn absent_parts(db: &bloomsled::Db, absent: &[Vec<u8>], rounds: usize) -> [Vec<f
     per
 }
 
-/// Per round, ns per key of `Tree::get` (one `Tree::get_many` call per chunk if `many`) and
-/// of sled's own `get` on the same store (`Tree::get_unfiltered`) for `keys`, in alternating
-/// chunks (as `crate::paired` does, by this table's clock): chunk `c` of round `r` goes to
-/// `get` if `c + r` is even.
-fn chunked_gets(
+/// A call timed by [`chunked`].
+#[derive(Clone, Copy)]
+enum Chunked {
+    /// `Tree::get`, key by key.
+    Get,
+    /// One `Tree::get_many` call per chunk.
+    GetMany,
+    /// The filter's part and sled's composed by hand: `Tree::may_contain`, then sled's `get`
+    /// of the keys it passes (`Tree::get_unfiltered`).
+    Composed,
+    /// sled's own `get` (`Tree::get_unfiltered`).
+    Sled,
+}
+
+/// Per round, ns per key of each of `calls` over `db`'s `keys`, sharing them in chunks of
+/// 1,024: each run of `calls.len()` chunks gives one to each call, in an order drawn at
+/// random per run and round, so that no call always follows the same one. (A fixed rotation
+/// did not do: `get` → `get_many` → composed → sled's `get` read present `get` at 0.95×
+/// sled's, where two calls alternating read 1.05×; the random order reads as the latter.)
+fn chunked(
     db: &bloomsled::Db,
     keys: &[Vec<u8>],
     rounds: usize,
-    many: bool,
-) -> (Vec<f64>, Vec<f64>) {
+    calls: &[Chunked],
+) -> Vec<Vec<f64>> {
     const GET_CHUNK: usize = 1 << 10;
-    let (mut get, mut sled) = (Vec::new(), Vec::new());
+    let mut per = vec![Vec::new(); calls.len()];
     for r in 0..rounds {
-        let (mut tg, mut ts, mut ng, mut ns) = (0.0, 0.0, 0, 0);
+        let (mut t, mut n) = (vec![0.0; calls.len()], vec![0; calls.len()]);
+        let mut order: Vec<usize> = (0..calls.len()).collect();
         for (c, ks) in keys.chunks(GET_CHUNK).enumerate() {
-            if (c + r) % 2 == 0 {
-                tg += per_key(1, || {
-                    if many {
-                        let got = db.get_many(ks).unwrap();
-                        got.iter().filter(|v| v.is_some()).count() as u64
-                    } else {
-                        count(ks, |k| db.get(k).unwrap().is_some())
-                    }
-                });
-                ng += ks.len();
-            } else {
-                ts += per_key(1, || count(ks, |k| db.get_unfiltered(k).unwrap().is_some()));
-                ns += ks.len();
+            if c % calls.len() == 0 {
+                // Fisher–Yates, seeded by the round and the run.
+                for j in (1..order.len()).rev() {
+                    let z = splitmix64(((r as u64) << 32) ^ (c * order.len() + j) as u64);
+                    order.swap(j, (z % (j as u64 + 1)) as usize);
+                }
             }
+            let i = order[c % calls.len()];
+            t[i] += per_key(1, || match calls[i] {
+                Chunked::Get => count(ks, |k| db.get(k).unwrap().is_some()),
+                Chunked::GetMany => {
+                    let got = db.get_many(ks).unwrap();
+                    got.iter().filter(|v| v.is_some()).count() as u64
+                }
+                Chunked::Composed => count(ks, |k| {
+                    db.may_contain(k) && db.get_unfiltered(k).unwrap().is_some()
+                }),
+                Chunked::Sled => count(ks, |k| db.get_unfiltered(k).unwrap().is_some()),
+            });
+            n[i] += ks.len();
         }
-        get.push(tg / ng as f64);
-        sled.push(ts / ns as f64);
+        for (v, (t, n)) in per.iter_mut().zip(t.iter().zip(&n)) {
+            v.push(t / *n as f64);
+        }
     }
-    (get, sled)
+    per
 }
