@@ -3,8 +3,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use redis::Value;
-
 use crate::error::{Error, Result};
 use bloomsled::FilterConfig;
 
@@ -187,9 +185,9 @@ impl SharedFilter {
             };
             // The init record is a lease: it expires unless its creator renews it while it
             // writes the blocks, so a creator that dies mid-way does not block the name.
-            let set = session.one(init::lease(&key, &record))?;
-            if !matches!(set, Value::Nil) {
-                init::write_blocks(&session, &layout, &record)?;
+            let claimed = session.one(init::lease(&key, &record))?;
+            if let Some(token) = init::lease_token(&key, claimed)? {
+                init::write_blocks(&session, &layout, &record, token)?;
                 init::mark_ready(&session, name, &record)?;
                 return Ok(SharedFilter {
                     session,

@@ -30,22 +30,63 @@ pub(crate) const READY_WAIT: Duration = Duration::from_secs(120);
 /// The pause between two reads of a record that is still being created.
 pub(crate) const READY_PAUSE: Duration = Duration::from_millis(20);
 
+/// Writes one shard's bytes for the creator holding fencing token `ARGV[1]` (from
+/// [`lease`]), unless a newer creator already wrote the shard. KEYS: the shard, its fence
+/// (`Layout::fence_key`, same slot). ARGV: the token, the byte offset, the bytes. Returns 1
+/// if written, 0 if a newer creator's fence refuses it. A `SET` at offset 0, a `SETRANGE`
+/// elsewhere.
+const FENCED_WRITE_SCRIPT: &str = "\
+local t = tonumber(ARGV[1]) \
+local f = tonumber(redis.call('GET', KEYS[2]) or '0') \
+if f > t then return 0 end \
+if f < t then redis.call('SET', KEYS[2], ARGV[1]) end \
+if ARGV[2] == '0' then redis.call('SET', KEYS[1], ARGV[3]) \
+else redis.call('SETRANGE', KEYS[1], ARGV[2], ARGV[3]) end \
+return 1";
+
 /// Writes every shard in full: zero bits and the incarnation in every block's tag. The first
 /// write of a shard is a `SET`, which replaces whatever the key held (a stale shard of a
-/// lost incarnation, bits a late client set after a flush).
-pub(crate) fn write_blocks(session: &Session, layout: &Layout, record: &Record) -> Result<()> {
-    for batch in block_writes(layout, record) {
-        session.run(|| batch.clone())?;
+/// lost incarnation, bits a late client set after a flush). Every write is fenced by the
+/// creator's `token` ([`lease`]): a creator stalled past its lease, whose name another
+/// process has since taken and created, writes nothing into that filter and fails.
+pub(crate) fn write_blocks(
+    session: &Session,
+    layout: &Layout,
+    record: &Record,
+    token: u64,
+) -> Result<()> {
+    for batch in block_writes(layout, record, token) {
+        let replies = session.run(|| batch.clone())?;
+        check_written(&layout.name, &replies)?;
     }
     Ok(())
 }
 
-/// The pipelines [`write_blocks`] sends, in order, made one at a time: `SET` and
-/// `SETRANGE` of tagged zeros (about 1 MiB each), at most about [`PIPELINE_BYTES`] per
-/// pipeline, every full one ending with a renewal of the creator's lease.
+/// The replies of one pipeline of [`block_writes`]: an error if a fence refused a write or
+/// the lease could not be renewed (another creator took the name over).
+pub(crate) fn check_written(name: &str, replies: &[Value]) -> Result<()> {
+    if !replies.iter().any(|v| *v == Value::Int(0)) {
+        return Ok(());
+    }
+    Err(Error::SharedFilterLost {
+        name: name.into(),
+        key: super::layout::config_key(name),
+        why: format!(
+            "this process's lease on the name ran out while it created the filter (it was \
+             held up for longer than {LEASE:?}) and another process took the name over; \
+             nothing was written over that process's filter"
+        ),
+    })
+}
+
+/// The pipelines [`write_blocks`] sends, in order, made one at a time: fenced `SET` and
+/// `SETRANGE` of tagged zeros (about 1 MiB each, see `FENCED_WRITE_SCRIPT`), at most about
+/// [`PIPELINE_BYTES`] per pipeline, every full one ending with a renewal of the creator's
+/// lease. Replaying a pipeline is harmless (same token, same bytes).
 pub(crate) fn block_writes<'a>(
     layout: &'a Layout,
     record: &Record,
+    token: u64,
 ) -> impl Iterator<Item = Vec<Cmd>> + 'a {
     let chunk = tagged_zeros(
         layout.cells.chunk_blocks().min(layout.shard_blocks),
@@ -85,18 +126,15 @@ pub(crate) fn block_writes<'a>(
         let mut cmds: Vec<Cmd> = writes[from..to]
             .iter()
             .map(|&(s, at, n)| {
-                if at == 0 {
-                    redis::cmd("SET")
-                        .arg(layout.key(s))
-                        .arg(&chunk[..n])
-                        .clone()
-                } else {
-                    redis::cmd("SETRANGE")
-                        .arg(layout.key(s))
-                        .arg(at)
-                        .arg(&chunk[..n])
-                        .clone()
-                }
+                redis::cmd("EVAL")
+                    .arg(FENCED_WRITE_SCRIPT)
+                    .arg(2)
+                    .arg(layout.key(s))
+                    .arg(layout.fence_key(s))
+                    .arg(token)
+                    .arg(at)
+                    .arg(&chunk[..n])
+                    .clone()
             })
             .collect();
         if renews {
@@ -157,15 +195,41 @@ pub(crate) fn check_ready(name: &str, done: Value) -> Result<()> {
     }
 }
 
-/// The `SET NX PX` that claims the name `key` with an `init` record, a lease of [`LEASE`].
+/// Claims the name with an `init` record (`SET NX PX`, a lease of [`LEASE`]) and, if the
+/// claim succeeds, answers the creator's fencing token: the server's time in microseconds,
+/// which grows from one creator to the next (the next can claim the name only once this
+/// lease ran out; a server clock stepped back by more than that makes the newer creator's
+/// writes the refused ones: its `create` fails, nothing is overwritten). KEYS: the config
+/// record. ARGV: the record, the lease in ms.
+const LEASE_SCRIPT: &str = "\
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+  local t = redis.call('TIME') \
+  return tonumber(t[1]) * 1000000 + tonumber(t[2]) \
+end \
+return false";
+
+/// The command that claims the name `key` with an `init` record, a lease of [`LEASE`]; its
+/// reply is read by [`lease_token`].
 pub(crate) fn lease(key: &str, record: &Record) -> Cmd {
-    redis::cmd("SET")
+    redis::cmd("EVAL")
+        .arg(LEASE_SCRIPT)
+        .arg(1)
         .arg(key)
         .arg(record.encode())
-        .arg("NX")
-        .arg("PX")
         .arg(LEASE.as_millis() as u64)
         .clone()
+}
+
+/// The fencing token a [`lease`] reply gives, `None` if another process holds the name.
+pub(crate) fn lease_token(key: &str, reply: Value) -> Result<Option<u64>> {
+    match reply {
+        Value::Nil => Ok(None),
+        Value::Int(t) if t > 0 => Ok(Some(t as u64)),
+        other => Err(super::value::unexpected(
+            key,
+            format!("{other:?} from the lease script"),
+        )),
+    }
 }
 
 /// Reads a `GET` of the config record of `name` (at `key`) made `waited` after the first:

@@ -261,11 +261,25 @@ impl Layout {
         self.keys.to_vec()
     }
 
+    /// The Redis key of shard `i`'s fence (in the shard's slot): the token of the newest
+    /// creator that wrote the shard, so that an older one, stalled past its lease, can no
+    /// longer write into it (see `init::block_writes`).
+    pub(crate) fn fence_key(&self, shard: usize) -> String {
+        format!("{}:fence", self.key(shard))
+    }
+
+    /// The Redis keys of every shard's fence, in order.
+    pub(crate) fn fence_keys(&self) -> Vec<String> {
+        (0..self.keys.len()).map(|s| self.fence_key(s)).collect()
+    }
+
     /// The `DEL`s that delete the filter: its config record first (so no new handle opens
-    /// a half-deleted filter; handles still open find their blocks gone), then its shards.
+    /// a half-deleted filter; handles still open find their blocks gone), then its shards
+    /// and their fences.
     pub(crate) fn delete_cmds(&self) -> Vec<redis::Cmd> {
         std::iter::once(config_key(&self.name))
             .chain(self.shard_keys())
+            .chain(self.fence_keys())
             .map(|k| redis::cmd("DEL").arg(k).clone())
             .collect()
     }

@@ -466,11 +466,13 @@ impl SharedWindow {
         self.key.clone()
     }
 
-    /// The Redis keys of generation `e`'s filter: its config record, then its shards.
+    /// The Redis keys of generation `e`'s filter: its config record, then its shards, then
+    /// their fences (the token of the process that created each shard).
     pub fn generation_keys(&self, e: u64) -> Result<Vec<String>> {
         let l = self.gen_layout(e)?;
         let mut keys = vec![layout::config_key(&l.name)];
         keys.extend((0..l.shards as usize).map(|s| l.key(s).to_owned()));
+        keys.extend(l.fence_keys());
         Ok(keys)
     }
     /// Deletes the window from Redis: its record first (so no new handle opens it and open

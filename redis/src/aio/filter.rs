@@ -111,9 +111,11 @@ impl AsyncSharedFilter {
             };
             // The init record is a lease, renewed while the blocks are written (see
             // `SharedFilter::create`).
-            if session.one(init::lease(&key, &record)).await? != Value::Nil {
-                for batch in init::block_writes(&layout, &record) {
-                    session.run(batch).await?;
+            let claimed = session.one(init::lease(&key, &record)).await?;
+            if let Some(token) = init::lease_token(&key, claimed)? {
+                for batch in init::block_writes(&layout, &record, token) {
+                    let replies = session.run(batch).await?;
+                    init::check_written(&layout.name, &replies)?;
                 }
                 let done = session.one(init::ready_cmd(name, &record)).await?;
                 init::check_ready(name, done)?;

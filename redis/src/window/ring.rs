@@ -341,6 +341,7 @@ impl SharedWindow {
         let ttl = self.config.ring.ttl_ms(e, now, self.config.grace_ms);
         let mut keys = vec![g.config_key()];
         keys.extend(g.shard_keys());
+        keys.extend(g.layout.fence_keys());
         let cmds: Vec<_> = keys
             .iter()
             .map(|k| redis::cmd("PEXPIRE").arg(k).arg(ttl).clone())
