@@ -81,11 +81,35 @@ impl StallingRelay {
     }
 }
 
+/// Creates `name` through `slow` (the stalled creator's endpoint), to the creator's end.
+type Creator = fn(Endpoint, &'static str, FilterConfig) -> bloomsled_redis::Result<()>;
+
 #[test]
 fn a_creator_stalled_past_its_lease_never_writes_into_the_next_creators_filter() {
     require_redis!();
+    stalled_creator("stalled", |ep, name, config| {
+        SharedFilter::create(&ep, name, &config).map(drop)
+    });
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn an_async_creator_stalled_past_its_lease_never_writes_into_the_next_creators_filter() {
+    require_redis!();
+    stalled_creator("stalled-async", |ep, name, config| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(bloomsled_redis::AsyncSharedFilter::create(
+                &ep, name, &config,
+            ))
+            .map(drop)
+    });
+}
+
+fn stalled_creator(name: &'static str, create: Creator) {
     let s = Server::start();
-    let name = "stalled";
     // Big enough for several 16 MiB creation pipelines (about 40 MB of blocks).
     let config = FilterConfig::new(20_000_000);
     // The stalled creator: its link stops after its first pipeline and the lease renewal
@@ -93,8 +117,7 @@ fn a_creator_stalled_past_its_lease_never_writes_into_the_next_creators_filter()
     let relay = StallingRelay::start(s.addr(), 24 << 20);
     let slow = Endpoint::url(relay.url()).io_timeout(Duration::from_secs(300));
     let slow_config = config.clone();
-    let stalled =
-        std::thread::spawn(move || SharedFilter::create(&slow, name, &slow_config).map(drop));
+    let stalled = std::thread::spawn(move || create(slow, name, slow_config));
     let start = Instant::now();
     while relay.forwarded.load(Ordering::SeqCst) < 24 << 20 {
         assert!(
