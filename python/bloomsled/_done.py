@@ -34,6 +34,9 @@ class _DoneTracker:
     def __init__(self) -> None:
         self.children: weakref.WeakKeyDictionary[Request, _Parent] = weakref.WeakKeyDictionary()
         self.on_done: Optional[Any] = None
+        #: Journals a ``dont_filter`` request a callback yielded (no ``request_seen``
+        #: comes for it); False if it could not be written.
+        self.on_unfiltered: Optional[Any] = None
         self.middleware = False
 
     def adopt(self, parent: _Parent, child: Request) -> None:
@@ -57,6 +60,14 @@ class _DoneTracker:
     def _done(self, parent: _Parent) -> None:
         if self.on_done is not None:
             self.on_done(parent.request)
+
+
+def child_unfiltered(tracker: _DoneTracker, request: Request) -> Optional[bool]:
+    """Journals ``request``, a ``dont_filter`` request, if a callback yielded it: True
+    if journaled, False if that failed, None if there was nothing to do."""
+    if tracker.on_unfiltered is None or request not in tracker.children:
+        return None
+    return bool(tracker.on_unfiltered(request))
 
 
 _TRACKERS: weakref.WeakKeyDictionary[Any, _DoneTracker] = weakref.WeakKeyDictionary()
@@ -98,8 +109,15 @@ class BloomDoneMiddleware:
         return cls(crawler)
 
     def _scheduled(self, request: Request, spider: Any = None) -> None:
-        if request.dont_filter:  # no request_seen will come for it: nothing to wait for
-            self.tracker.settled(request)
+        if request.dont_filter:  # no request_seen will come for it
+            tracker = self.tracker
+            # A callback's child is journaled here, before its parent can be done: else it
+            # lives only in Scrapy's queue, and is lost with it (set aside on resume,
+            # inconsistent after a crash). Start requests are made again by every run,
+            # and retries and redirects are covered by their source's record.
+            if child_unfiltered(tracker, request) is False:
+                return  # not recorded: its parent is never done, and is fetched again
+            tracker.settled(request)
 
     def process_spider_exception(
         self, response: Response, exception: Exception, spider: Any = None

@@ -73,7 +73,10 @@ What each kind of failure costs:
   to fail: Scrapy then logs errors, and its engine may stop making progress without
   closing; every request is still in the log for a resumed crawl.)
 
-Requests with ``dont_filter`` are not journaled (as with Scrapy's own filter); a redirect
+Requests with ``dont_filter`` are not checked against ``seen``; those a callback yields
+are journaled (under a random key kept in ``Request.meta["bloomsled_journal_key"]``), so
+that they survive a stop as in Scrapy's own queue (start requests are made again by every
+run, retries and redirects are covered by their source's record); a redirect
 source and a request whose download failed stay pending and are fetched again on resume.
 
 Without ``BloomDoneMiddleware`` the filter cannot tell when a callback has finished: it
@@ -189,6 +192,11 @@ def _write_state(store: Path, clean: bool) -> None:
 
 _REQUEST_DEFAULTS: Optional[dict[str, Any]] = None
 
+#: ``Request.meta`` key of a journaled ``dont_filter`` request: the random key of its log
+#: records (its fingerprint is no key: the request may repeat a request seen before).
+#: Copied with the meta to its retries and redirects, whose callbacks then mark it done.
+JOURNAL_KEY_META = "bloomsled_journal_key"
+
 
 def _request_payload(request: Request, spider: Any) -> bytes:
     """The pickled request, without the fields a plain ``Request(url)`` has anyway."""
@@ -298,6 +306,7 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
             self._set_aside_scrapy_queue(path)  # type: ignore[arg-type]
         self._tracker = _tracker(crawler)
         self._tracker.on_done = self._request_done
+        self._tracker.on_unfiltered = self._journal_unfiltered
         crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
 
     def _judge_state(self) -> str:
@@ -347,6 +356,10 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
                 if fp in seen:
                     result = True
                 else:
+                    # A key copied with the meta of a journaled dont_filter request names
+                    # that request, not this one (identified by its fingerprint).
+                    if JOURNAL_KEY_META in request.meta:
+                        del request.meta[JOURNAL_KEY_META]
                     # Journaled first (in the OS when this returns), then seen: a crash
                     # between the two leaves a record whose fingerprint the next open adds.
                     self.pending_log.append_add(fp, self._journal_value(request))
@@ -362,6 +375,25 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         if self._tracker is not None:
             self._tracker.settled(request)
         return result
+
+    def _journal_unfiltered(self, request: Request) -> bool:
+        """Journals a ``dont_filter`` request a callback yielded, under a random key kept
+        in its meta (``request_seen`` never sees it, and its fingerprint may be one seen
+        before): it is then pending, re-scheduled on resume, until a callback for it (or
+        for its retry or redirect) is done. False if it could not be written."""
+        log, seen = self.pending_log, self.seen
+        if log is None or seen is None or self._failed is not None:
+            return False
+        with self._lock:
+            try:
+                key = os.urandom(FP_WIDTH)
+                request.meta[JOURNAL_KEY_META] = key
+                log.append_add(key, self._journal_value(request))
+                seen.add(key)
+            except (OSError, BloomsledError) as e:
+                self._journal_failed(e, request)
+                return False
+        return True
 
     def _journal_value(self, request: Request) -> bytes:
         spider = self.crawler.spider if self.crawler is not None else None
@@ -440,6 +472,10 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         if log is None or self.seen is None or self._failed is not None:
             return  # after a failure, what is not recorded done is fetched again
         fp = self._fp(request)
+        if request.dont_filter:
+            key = request.meta.get(JOURNAL_KEY_META)
+            if isinstance(key, bytes) and len(key) == FP_WIDTH:
+                fp = key  # journaled under its own key (see _journal_unfiltered)
         with self._lock:
             try:
                 if fp in self.seen:  # not a dont_filter request that was never journaled
@@ -536,6 +572,7 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
             self._loop.stop()
         if self._tracker is not None and self._tracker.on_done == self._request_done:
             self._tracker.on_done = None
+            self._tracker.on_unfiltered = None
         clean = self._failed is None
         try:
             self._stop_compaction()

@@ -72,8 +72,25 @@ class SiteSpider(scrapy.Spider):
             raise RuntimeError(f"test: rescued {response.url}")
         # RAISE_EVERY=n: the callback of every n-th page fails after yielding its links.
         every = self.settings.getint("RAISE_EVERY")
+        # CHILD_DONT_FILTER_EVERY=n: links to every n-th page (but the root) are followed
+        # with dont_filter, once per page, and links to the page itself not at all (one
+        # with dont_filter was never seen): for tree-shaped sites, where such a page's only
+        # link is on its parent.
+        unfiltered = self.settings.getint("CHILD_DONT_FILTER_EVERY")
+        me = response.url.rsplit("/", 1)[1]
+        followed = set()
         for href in response.css("a::attr(href)").getall():
-            yield response.follow(href, callback=self.parse)
+            j = href.rsplit("/", 1)[1]
+            dont = (
+                bool(unfiltered)
+                and j.isdigit()
+                and int(j) % unfiltered == 1
+                and j != "0"
+            )
+            if unfiltered and j == me or dont and j in followed:
+                continue
+            followed.add(j)
+            yield response.follow(href, callback=self.parse, dont_filter=dont)
         if every and int(response.url.rsplit("/", 1)[1]) % every == 0:
             raise ValueError(f"test: callback of {response.url} fails")
 
