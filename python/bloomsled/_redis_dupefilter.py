@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from typing import TYPE_CHECKING, Any, Optional
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from scrapy import Request
 from scrapy.dupefilters import BaseDupeFilter
@@ -52,8 +52,10 @@ def scrapy_redis_url(settings: BaseSettings) -> str:
     """The Redis URL scrapy-redis's ``get_redis_from_settings`` connects to: its
     ``REDIS_PARAMS`` (``url``, ``host``, ``port``, ``db``, ``username``, ``password``,
     ``ssl``), overridden by ``REDIS_URL``, ``REDIS_HOST``, ``REDIS_PORT``, ``REDIS_DB``;
-    a URL wins over host and port, as in redis-py's ``from_url``. Other parameters (its
-    timeouts, ``redis_cls``) are scrapy-redis's client's own and have no meaning here."""
+    a URL wins over host and port, as in redis-py's ``from_url``, which also takes the
+    database and the credentials a URL leaves out from the other parameters (see
+    ``_complete_url``). Other parameters (its timeouts, ``redis_cls``) are scrapy-redis's
+    client's own and have no meaning here."""
     params: dict[str, Any] = dict(settings.getdict("REDIS_PARAMS"))
     for source, dest in (
         ("REDIS_URL", "url"),
@@ -65,7 +67,7 @@ def scrapy_redis_url(settings: BaseSettings) -> str:
         if value:
             params[dest] = value
     if params.get("url"):
-        return str(params["url"])
+        return _complete_url(str(params["url"]), params)
     auth = ""
     if params.get("password"):
         user = quote(str(params.get("username") or ""), safe="")
@@ -73,6 +75,38 @@ def scrapy_redis_url(settings: BaseSettings) -> str:
     scheme = "rediss" if params.get("ssl") else "redis"
     host = params.get("host") or "localhost"
     return f"{scheme}://{auth}{host}:{int(params.get('port') or 6379)}/{int(params.get('db') or 0)}"
+
+
+def _complete_url(url: str, params: dict[str, Any]) -> str:
+    """``url`` as redis-py's ``from_url(url, **params)`` reads it, for bloomsled's client:
+    the database is the URL's ``?db=``, else its path, else ``params["db"]``; the user
+    name and password are the URL's, else those of ``params``. The result names the
+    database in its path (bloomsled's client reads no ``?db=`` from a TCP URL)."""
+    u = urlsplit(url)
+    query = parse_qsl(u.query, keep_blank_values=True)
+    query_db = [v for k, v in query if k == "db"]
+    if u.scheme == "unix":  # the path is the socket's: both clients read ``?db=``
+        if not query_db and params.get("db"):
+            return f"{url}{'&' if u.query else '?'}db={int(params['db'])}"
+        return url
+    if u.scheme not in ("redis", "rediss"):
+        return url  # refused by the client, with its own message
+    db: Any = params.get("db") or 0
+    path = unquote(u.path).replace("/", "")
+    if query_db:
+        db = query_db[-1]
+    elif path:
+        db = path
+    user = unquote(u.username) if u.username else params.get("username")
+    password = unquote(u.password) if u.password else params.get("password")
+    auth = ""
+    if user or password:
+        auth = quote(str(user or ""), safe="")
+        auth += f":{quote(str(password), safe='')}" if password else ""
+        auth += "@"
+    host = u.netloc.rpartition("@")[2]
+    rest = urlencode([(k, v) for k, v in query if k != "db"])
+    return urlunsplit((u.scheme, auth + host, f"/{int(db)}", rest, u.fragment))
 
 
 class _ScrapyRedisFingerprinter:

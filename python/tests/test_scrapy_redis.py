@@ -367,3 +367,36 @@ def test_filter_deleted_under_running_spiders_closes_them(redis_server, tmp_path
     assert reasons == ["bloomsled_shared_filter_lost"] * 2, reasons
     assert all(n == 1 for n in hits.values()), hits.most_common(3)
     assert len(hits) < 1500
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"REDIS_URL": "redis://127.0.0.1:6390", "REDIS_DB": 3},
+        {"REDIS_URL": "redis://127.0.0.1:6390/", "REDIS_PARAMS": {"db": 5}},
+        {"REDIS_URL": "redis://127.0.0.1:6390/2", "REDIS_DB": 3},
+        {"REDIS_URL": "redis://127.0.0.1:6390/?db=4", "REDIS_DB": 3},
+        {"REDIS_URL": "redis://127.0.0.1:6390/1", "REDIS_PARAMS": {"password": "p w"}},
+        {"REDIS_URL": "redis://u:x@127.0.0.1:6390/1", "REDIS_PARAMS": {"password": "y"}},
+        {"REDIS_PARAMS": {"url": "redis://h:1", "username": "me", "password": "pw", "db": 7}},
+        {"REDIS_HOST": "h", "REDIS_PORT": 6391, "REDIS_DB": 2},
+        {"REDIS_URL": "unix:///tmp/r.sock", "REDIS_DB": "2"},
+    ],
+)
+def test_scrapy_redis_url_is_the_server_scrapy_redis_connects_to(settings):
+    """The filter's Redis under scrapy-redis is the one its ``get_redis_from_settings``
+    connects to: the same host, port, database and credentials. redis-py's ``from_url``
+    takes what the URL leaves out (a database, a password) from the other parameters."""
+    from redis.connection import parse_url
+    from scrapy.settings import Settings
+    from scrapy_redis.connection import get_redis_from_settings
+
+    from bloomsled._redis_dupefilter import scrapy_redis_url
+
+    s = Settings(settings)
+    theirs = get_redis_from_settings(s).connection_pool.connection_kwargs
+    ours = parse_url(scrapy_redis_url(s))
+    for k, default in (("host", "localhost"), ("port", 6379), ("db", 0),
+                       ("username", None), ("password", None)):
+        got, want = ours.get(k, default), theirs.get(k, default)
+        assert str(got) == str(want), (k, scrapy_redis_url(s))  # REDIS_DB may be a str
