@@ -12,6 +12,7 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
+from . import Error as BloomsledError
 from . import RedisError, RedisOutcomeUnknownError, SharedFilter, SharedFilterLost
 from ._scrapy_base import (
     DEFAULT_EXPECTED_ITEMS,
@@ -20,6 +21,7 @@ from ._scrapy_base import (
     FP_WIDTH,
     REDIS_UNAVAILABLE_REASON,
     SHARED_FILTER_LOST_REASON,
+    SHARED_FILTER_REFUSED_REASON,
     _close_spider_later,
     _DupeLog,
     logger,
@@ -159,6 +161,12 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
     second time) rather than dropped; the stat ``bloomsled/redis_outcome_unknown`` counts
     these.
 
+    A filter that refuses to serve (another shape under the key: ``ShapeMismatchError``;
+    a setting out of range; a damaged record) raises from ``open`` (Scrapy's scheduler
+    opens its dupefilter before the crawl starts, so the crawl does not start), and when
+    met later closes the spider with the reason ``bloomsled_shared_filter_refused`` and an
+    ERROR: requests are not failed one by one while the crawl goes on.
+
     **Under scrapy-redis** (``SCHEDULER = "scrapy_redis.scheduler.Scheduler"``), its
     scheduler builds the filter with ``from_spider``; then, where the ``BLOOMSLED_*``
     settings are unset, the Redis is scrapy-redis's (``REDIS_URL``, ``REDIS_HOST`` /
@@ -167,8 +175,11 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
     fingerprint is scrapy-redis's own (``BLOOMSLED_SCRAPY_REDIS_FINGERPRINT``, True: the
     one its ``RFPDupeFilter`` stores, so that a migrated set, see
     ``bloomsled.scrapy_redis_migrate``, and this filter agree). Its scheduler never calls
-    ``open`` or ``close``: the filter opens at the first ``request_seen`` and its handle
-    is dropped with the process, which keeps nothing that needs closing. ``clear()``
+    ``open`` or ``close``: ``from_spider`` (which it calls as it opens, before it pops a
+    request) opens the filter, so that a filter that refuses to serve stops the crawl
+    before the queue is touched (with ``SCHEDULER_FLUSH_ON_START``, which deletes the
+    filter first, the first ``request_seen`` opens it); its handle is dropped with the
+    process, which keeps nothing that needs closing. ``clear()``
     (scrapy-redis's ``flush``, at close without ``SCHEDULER_PERSIST`` and at open with
     ``SCHEDULER_FLUSH_ON_START``) deletes the filter and its exact record.
     """
@@ -225,6 +236,10 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
         crawler = spider.crawler
         df = cls.from_crawler(crawler)
         df._scrapy_redis_defaults(crawler.settings, spider.name, crawler)
+        if not crawler.settings.getbool("SCHEDULER_FLUSH_ON_START"):
+            # Now, before scrapy-redis's scheduler pops a request: a filter that refuses
+            # to serve raises from here, and the crawl does not start.
+            df.open()
         return df
 
     @classmethod
@@ -294,7 +309,10 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
 
     def request_seen(self, request: Request) -> bool:
         if self.filter is None and not self.stopped:
-            self.open()
+            try:
+                self.open()
+            except BloomsledError as e:
+                self._on_refused(e)
         if self.stopped or self.filter is None:
             return True  # the spider is closing: nothing more is scheduled
         fp = self.fingerprinter.fingerprint(request)
@@ -323,6 +341,23 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
         except RedisError as e:
             self._on_unavailable(e)
             return True
+        except BloomsledError as e:
+            self._on_refused(e)
+            return True
+
+    def _on_refused(self, error: Exception) -> None:
+        logger.error(
+            "bloomsled: the shared dupefilter %r at %r refuses to serve (%s); closing the "
+            "spider (%s) instead of failing every request",
+            self.name,
+            self.url,
+            error,
+            SHARED_FILTER_REFUSED_REASON,
+        )
+        if self.crawler is None:
+            raise error  # no spider to close (``from_settings``): never a silent drop
+        self.crawler.stats.set_value("bloomsled/shared_filter_refused", 1)
+        self._close_spider(SHARED_FILTER_REFUSED_REASON)
 
     def _on_lost(self, error: Exception) -> None:
         self.lost = True

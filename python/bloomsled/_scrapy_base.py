@@ -32,6 +32,9 @@ DEFAULT_COMPACT_MIN_BYTES = 64 * 1024 * 1024
 DEFAULT_MIN_FREE_BYTES = 64 * 1024 * 1024
 #: Reason a spider is closed with when its shared filter was lost.
 SHARED_FILTER_LOST_REASON = "bloomsled_shared_filter_lost"
+#: Reason a spider is closed with when its shared filter refused to serve it (a filter of
+#: another shape under its key, a setting out of range, a damaged record).
+SHARED_FILTER_REFUSED_REASON = "bloomsled_shared_filter_refused"
 #: Reason a spider is closed with when Redis stayed unavailable past
 #: ``BLOOMSLED_REDIS_RETRY_SECONDS``.
 REDIS_UNAVAILABLE_REASON = "bloomsled_redis_unavailable"

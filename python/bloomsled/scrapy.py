@@ -123,6 +123,7 @@ from ._scrapy_base import (
     REDIS_UNAVAILABLE_REASON as REDIS_UNAVAILABLE_REASON,  # re-exported: the Redis filter's default and close reasons
     SEEN_DIR,
     SHARED_FILTER_LOST_REASON as SHARED_FILTER_LOST_REASON,  # re-exported: the Redis filter's default and close reasons
+    SHARED_FILTER_REFUSED_REASON as SHARED_FILTER_REFUSED_REASON,  # re-exported: the Redis filter's default and close reasons
     STATE_FILE,
     STORE_DIR,
     _close_spider_later,

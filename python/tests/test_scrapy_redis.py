@@ -400,3 +400,40 @@ def test_scrapy_redis_url_is_the_server_scrapy_redis_connects_to(settings):
                        ("username", None), ("password", None)):
         got, want = ours.get(k, default), theirs.get(k, default)
         assert str(got) == str(want), (k, scrapy_redis_url(s))  # REDIS_DB may be a str
+
+
+def test_a_filter_of_another_shape_closes_the_spider_before_it_drains_the_queue(
+    redis_server, tmp_path
+):
+    """A persisted crawl resumed with another BLOOMSLED_EXPECTED_ITEMS (or a migration run
+    with another --expected-items): the filter refuses the shape (ShapeMismatchError).
+    That must close the spider with an error, not fail each request_seen while
+    scrapy-redis's scheduler pops the queue and the children of every page it crawls are
+    dropped: resumed with the right shape, the crawl still reaches every page."""
+    site = Site(600, tree=3, delay=0.01)
+    try:
+        procs = [start(site, redis_server.url, tmp_path / "first.log", SCHEDULER_PERSIST=True)]
+        wait_fetched(site, 200, procs)
+        procs[0][0].send_signal(signal.SIGINT)
+        wait_all(procs)
+        queued = resp_command(redis_server.port, "ZCARD", "site:requests")
+        assert queued, "the first run left no request in scrapy-redis's queue"
+        # A RedisSpider with no start URL: the first request_seen is a crawled page's link.
+        p, out, path = start(site, redis_server.url, tmp_path / "wrong.log", start="redis",
+                             MAX_IDLE_TIME_BEFORE_CLOSE=3, SCHEDULER_PERSIST=True,
+                             BLOOMSLED_EXPECTED_ITEMS=5000)
+        p.wait(timeout=120)
+        out.close()
+        wrong = path.read_text(errors="replace")
+        left = resp_command(redis_server.port, "ZCARD", "site:requests")
+        wait_all([start(site, redis_server.url, tmp_path / "third.log",
+                        SCHEDULER_PERSIST=True)])
+        hits = site.snapshot()
+    finally:
+        site.close()
+    assert "'finish_reason': 'finished'" not in wrong, wrong[-3000:]
+    assert "ShapeMismatchError" in wrong
+    assert wrong.count("ShapeMismatchError:") <= 2, "each request failed on its own"
+    assert left >= queued - 8, f"the refused run popped {queued - left} of {queued} requests"
+    missing = site.all_paths() - set(hits)
+    assert not missing, f"{len(missing)} pages never fetched: {sorted(missing)[:10]}"
