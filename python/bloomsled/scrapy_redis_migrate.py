@@ -12,8 +12,10 @@ crawls none of the requests the set had seen. Redis keeps serving the crawl mean
 
 **Resumable.** After each batch is in the filter, the scan's cursor is saved in the hash
 ``bloomsled:{<filter>}:migration`` (fields ``source``, ``cursor``, ``scanned``, ``added``,
-``done``); a run stopped anywhere (Ctrl-C, a lost connection) continues from the last
-saved cursor, adding at most one batch again (adds are idempotent). Once a pass has
+``done``, and the filter's ``incarnation``); a run stopped anywhere (Ctrl-C, a lost
+connection) continues from the last saved cursor, adding at most one batch again (adds are
+idempotent), unless the filter was deleted (and perhaps made again) since: then what it
+held is gone, and the pass starts over. Once a pass has
 ended, the next run starts a new full pass: that is the catch-up pass below.
 
 **Ordering.** ``SSCAN`` returns every member present for the whole scan; one added while
@@ -95,22 +97,26 @@ def migrate(
     state = state_key(filter_key)
     saved = {_text(k): _text(v) for k, v in r.hgetall(state).items()}
     cursor, scanned, added = 0, 0, 0
-    if saved and saved.get("done") == "0" and saved.get("source") == set_key:
+    resume = bool(saved) and saved.get("done") == "0" and saved.get("source") == set_key
+    if resume and "incarnation" not in saved:  # saved by an earlier version
         try:
             SharedFilter.open(filter_key, redis_url, retry_seconds=retry_seconds)
         except SharedFilterNotFoundError:
-            saved = {}  # the filter was deleted since: what it held is gone, start over
-        else:
-            cursor, scanned, added = (int(saved[k]) for k in ("cursor", "scanned", "added"))
-    resumed_at = cursor
+            resume = False  # the filter was deleted since: what it held is gone, start over
     f = SharedFilter.create(
         filter_key, redis_url, expected_items=expected_items, fpr=fpr,
         retry_seconds=retry_seconds,
     )
+    # Which filter the saved cursor's batches went into: one deleted and made again since
+    # (by a spider, by hand) lost them, so the pass starts over.
+    incarnation = str(f.stats()["incarnation"])
+    if resume and saved.get("incarnation", incarnation) == incarnation:
+        cursor, scanned, added = (int(saved[k]) for k in ("cursor", "scanned", "added"))
+    resumed_at = cursor
     members = int(r.scard(set_key))
     before = int(r.info("memory")["used_memory"])
     r.hset(state, mapping={"source": set_key, "cursor": cursor, "scanned": scanned,
-                           "added": added, "done": 0})
+                           "added": added, "done": 0, "incarnation": incarnation})
     t0 = time.perf_counter()
     run_scanned = 0
     while True:

@@ -437,3 +437,34 @@ def test_a_filter_of_another_shape_closes_the_spider_before_it_drains_the_queue(
     assert left >= queued - 8, f"the refused run popped {queued - left} of {queued} requests"
     missing = site.all_paths() - set(hits)
     assert not missing, f"{len(missing)} pages never fetched: {sorted(missing)[:10]}"
+
+
+def test_migration_resumed_after_the_filter_was_made_again_starts_over(redis_server):
+    """A migration stopped mid-way, then its filter deleted and created again (by a
+    spider, or by hand) before it is run again: the saved cursor belongs to the deleted
+    filter, whose adds are gone, so the next run starts a new pass; resuming at the
+    cursor would leave every fingerprint of the batches before it out of the filter."""
+    import hashlib
+
+    from bloomsled import SharedFilter
+    from bloomsled.scrapy_redis_migrate import migrate as run_migration
+
+    fps = [hashlib.sha1(str(i).encode()).hexdigest() for i in range(3000)]
+    resp_command(redis_server.port, "SADD", "site:dupefilter", *fps)
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_first_batch(progress):
+        raise Stop
+
+    with pytest.raises(Stop):
+        run_migration(redis_server.url, "site:dupefilter", "site:bloomsled-dupefilter",
+                      expected_items=100_000, batch=100, progress=stop_after_first_batch)
+    assert SharedFilter.destroy("site:bloomsled-dupefilter", redis_server.url)
+    SharedFilter.create("site:bloomsled-dupefilter", redis_server.url, expected_items=100_000)
+    out = run_migration(redis_server.url, "site:dupefilter", "site:bloomsled-dupefilter",
+                        expected_items=100_000, batch=100)
+    f = SharedFilter.open("site:bloomsled-dupefilter", redis_server.url)
+    got = f.add_exact_many([bytes.fromhex(h) for h in fps])
+    assert not any(got), f"{sum(got)} fingerprints missing from the filter; {out}"
