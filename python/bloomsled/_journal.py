@@ -152,7 +152,11 @@ class PendingLog:
 
     def append_add(self, fp: bytes, payload: bytes) -> None:
         """Journals an accepted request: in the OS when this returns (one ``write(2)``).
-        Raises ``OSError`` (the log unchanged) if it cannot be written."""
+        Raises ``OSError`` (the log unchanged) if it cannot be written, ``ValueError`` for
+        a payload over ``MAX_PAYLOAD`` (which :meth:`records` would take for damage, and
+        cut off with every record after it)."""
+        if len(payload) > MAX_PAYLOAD:
+            raise ValueError(f"a payload of {len(payload)} bytes, over {MAX_PAYLOAD}")
         rec = encode_record(ADD, fp, payload)
         self._append(rec)
         self.adds += 1

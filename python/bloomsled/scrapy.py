@@ -104,7 +104,7 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.job import job_dir
 
 from . import Error as BloomsledError
-from . import FingerprintSet
+from . import FingerprintSet, _journal
 from ._done import BloomDoneMiddleware, BloomsledAddon, _DoneTracker, _tracker
 from ._journal import ADD, Compaction, PendingLog, fsync_dir
 from ._redis_dupefilter import RedisBloomDupeFilter
@@ -399,7 +399,10 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
     def _journal_value(self, request: Request) -> bytes:
         spider = self.crawler.spider if self.crawler is not None else None
         try:
-            return _request_payload(request, spider)
+            payload = _request_payload(request, spider)
+            if len(payload) > _journal.MAX_PAYLOAD:  # the log's reader would cut it off
+                raise ValueError(f"{len(payload)} bytes pickled, over {_journal.MAX_PAYLOAD}")
+            return payload
         except Exception as e:  # a callback that is not a spider method, an unpicklable meta
             logger.warning(
                 "bloomsled: %s cannot be journaled (%s); it will not be re-scheduled "
