@@ -90,6 +90,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import os
 import pickle
 import shutil
@@ -237,6 +238,14 @@ class BloomDupeFilter(_DupeLog, BaseDupeFilter):
         crawler: Optional[Crawler] = None,
     ) -> None:
         del cache_bytes, flush_ms  # no sled database any more
+        if not (math.isfinite(commit_interval) and commit_interval > 0):
+            # Twisted's LoopingCall would fail later, in the spider_opened handler (logged,
+            # and the crawl goes on with no fsync, compaction or free-space check), or at 0
+            # run them at every turn of the reactor.
+            raise ValueError(
+                "BLOOMSLED_COMMIT_INTERVAL must be a finite number of seconds above 0, "
+                f"got {commit_interval!r}"
+            )
         self._init_common(fingerprinter, debug, crawler)
         self.commit_interval = commit_interval
         self.compact_min_bytes = compact_min_bytes

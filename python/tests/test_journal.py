@@ -169,3 +169,18 @@ def test_a_request_too_large_for_the_log_does_not_cut_off_the_records_after_it(
     assert df._resume_count == 20, "requests after the large one were cut off"  # noqa: SLF001
     assert df.pending_log.torn_bytes_cut == 0
     df.close("finished")
+
+
+@pytest.mark.parametrize("interval", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_commit_interval_out_of_range_is_refused_at_once(tmp_path, interval):
+    """BLOOMSLED_COMMIT_INTERVAL paces the log's fsync, its compaction and the free-space
+    check. A value out of range must be refused when the filter is made, not fail later
+    in the spider_opened handler (whose error Scrapy logs and goes on: the crawl then ran
+    with none of the three), nor (0) run them at every turn of the reactor."""
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+    from bloomsled.scrapy import BloomDupeFilter
+
+    with pytest.raises(ValueError, match="BLOOMSLED_COMMIT_INTERVAL"):
+        BloomDupeFilter(str(tmp_path), crawler=Crawler(Spider, {}), commit_interval=interval)
