@@ -20,7 +20,7 @@ struct CheckRow<'a> {
 
 pub fn run(path: &Path, tree: Option<&str>, keys: &[String], json: bool) -> CliResult<ExitCode> {
     let db = open::open_existing(&open::resolve(path), RecoveryPolicy::Repair)?;
-    let t = open::open_tree(&db, tree)?;
+    let t = open::existing_tree(&db, tree)?;
     let keys: Vec<String> = if keys.len() == 1 && keys[0] == "-" {
         io::stdin()
             .lock()

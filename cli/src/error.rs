@@ -33,6 +33,10 @@ pub enum CliError {
         source: bloomsled::Error,
     },
 
+    /// A command that reads a tree was given a name that is no tree of the database.
+    #[error("tree {0:?}: no such tree in the database (`load --tree` creates one)")]
+    NoSuchTree(String),
+
     /// A database operation failed.
     #[error(transparent)]
     Db(#[from] bloomsled::Error),

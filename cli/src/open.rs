@@ -108,6 +108,19 @@ pub fn open_tree(db: &Db, name: Option<&str>) -> CliResult<Tree> {
     }
 }
 
+/// The existing tree `name`, or the default tree: for commands that only read, which must
+/// not create a tree (sled's `open_tree` does) and answer for it.
+pub fn existing_tree(db: &Db, name: Option<&str>) -> CliResult<Tree> {
+    if let Some(n) = name {
+        let known =
+            n.as_bytes() == DEFAULT_TREE || db.tree_names().iter().any(|t| &t[..] == n.as_bytes());
+        if !known {
+            return Err(CliError::NoSuchTree(n.to_owned()));
+        }
+    }
+    open_tree(db, name)
+}
+
 /// The tree named by the bytes `name` (the default tree's name included).
 pub fn tree_by_name(db: &Db, name: &[u8]) -> CliResult<Tree> {
     if name == DEFAULT_TREE {

@@ -450,3 +450,27 @@ fn stats_and_verify_show_windows_and_their_generations() {
         "{text}"
     );
 }
+
+/// `check --tree` names a tree to look in: a name that is no tree of the database (a typo)
+/// is an error, not a tree made on the spot whose every answer is `absent`.
+#[test]
+fn check_in_a_tree_that_does_not_exist_is_an_error_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    load_sample(&db);
+    let d = db.to_str().unwrap();
+    let o = run(&["check", d, "--tree", "no-such-tree", "spam-7@example.net"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stdout(&o).is_empty(), "answered: {}", stdout(&o));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("bloomsled: ") && err.contains("no-such-tree"),
+        "{err}"
+    );
+    let opened = bloomsled::Config::new().path(&db).open().unwrap();
+    let names = opened.tree_names();
+    assert!(
+        !names.iter().any(|n| &n[..] == b"no-such-tree"),
+        "check created the tree"
+    );
+}
