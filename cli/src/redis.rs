@@ -518,10 +518,8 @@ fn push(db: &PathBuf, tree: Option<&str>, target: &Target, json_mode: bool) -> R
         .path(db)
         .open()
         .map_err(|e| format!("{}: {e}", db.display()))?;
-    let t = match tree {
-        None => (*d).clone(),
-        Some(n) => d.open_tree(n).map_err(|e| format!("tree {n:?}: {e}"))?,
-    };
+    // An existing tree: sled's open_tree would make a missing one and push it, empty.
+    let t = crate::open::existing_tree(&d, tree).map_err(|e| e.to_string())?;
     let shared = target.open()?;
     let local = t.filter_image();
     let s = shared.shape();

@@ -306,6 +306,50 @@ fn push_a_database_tree_into_a_shared_filter() {
     assert!(text.lines().all(|l| l.starts_with("maybe\t")));
 }
 
+/// `push --tree` names the tree to push: a name that is no tree of the database (a typo) is
+/// an error, not an empty tree made on the spot and "pushed" with exit 0.
+#[test]
+fn push_of_a_tree_that_does_not_exist_is_an_error_and_creates_nothing() {
+    require_redis!();
+    let s = Server::start();
+    let url = s.url();
+    let dir = tempfile::tempdir().unwrap();
+    let db_path = dir.path().join("db");
+    {
+        let db = bloomsled::Config::new().path(&db_path).open().unwrap();
+        db.insert("row/0", b"v".to_vec()).unwrap();
+        db.flush().unwrap();
+    }
+    assert!(run(
+        &["redis", "create", "t", "--url", &url, "--items", "5000"],
+        b""
+    )
+    .status
+    .success());
+    let d = db_path.to_str().unwrap();
+    let out = run(
+        &[
+            "redis",
+            "push",
+            d,
+            "--tree",
+            "no-such-tree",
+            "t",
+            "--url",
+            &url,
+        ],
+        b"",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(err.contains("no-such-tree"), "{err}");
+    let db = bloomsled::Config::new().path(&db_path).open().unwrap();
+    assert!(
+        !db.tree_names().iter().any(|n| &n[..] == b"no-such-tree"),
+        "push created the tree"
+    );
+}
+
 #[test]
 fn php_layout_add_and_check() {
     require_redis!();
