@@ -236,6 +236,8 @@ class PendingLog:
                 if len(head) < _CHUNK.size:
                     break
                 crc, count = _CHUNK.unpack(head)
+                if count * w > size - pos - _CHUNK.size:
+                    break  # longer than the file: a damaged count (never read it whole)
                 body = f.read(count * w)
                 if len(body) < count * w or zlib.crc32(head[4:] + body) != crc:
                     break

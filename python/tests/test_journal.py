@@ -184,3 +184,23 @@ def test_a_commit_interval_out_of_range_is_refused_at_once(tmp_path, interval):
 
     with pytest.raises(ValueError, match="BLOOMSLED_COMMIT_INTERVAL"):
         BloomDupeFilter(str(tmp_path), crawler=Crawler(Spider, {}), commit_interval=interval)
+
+
+def test_a_damaged_count_in_done_fps_is_a_damaged_tail(tmp_path):
+    """A chunk of done.fps whose count field is damaged (larger than the file) is a
+    damaged tail, cut off like a torn one: reading it must not ask for gigabytes
+    (MemoryError on every open, so the store could not be opened again)."""
+    import struct
+    import zlib
+
+    log = PendingLog(tmp_path, 20)
+    log.close()
+    body = struct.pack("<I", 2) + fp(1) + fp(2)
+    with open(log.done_path, "ab") as f:
+        f.write(struct.pack("<I", zlib.crc32(body)) + body)
+        whole = f.tell()
+        f.write(struct.pack("<II", 12345, 0xFFFFFFF0) + b"garbage")
+    log = PendingLog(tmp_path, 20)
+    assert [f for chunk in log.done_fingerprints() for f in chunk] == [fp(1), fp(2)]
+    assert log.done_path.stat().st_size == whole
+    assert log.done_torn_bytes_cut == 15
