@@ -97,7 +97,7 @@ def _complete_url(url: str, params: dict[str, Any]) -> str:
     path = unquote(u.path).replace("/", "")
     if query_db:
         db = query_db[-1]
-    elif path:
+    elif path.isdigit():  # redis-py ignores a path that is not a number
         db = path
     user = unquote(u.username) if u.username else params.get("username")
     password = unquote(u.password) if u.password else params.get("password")

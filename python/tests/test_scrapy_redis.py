@@ -381,6 +381,7 @@ def test_filter_deleted_under_running_spiders_closes_them(redis_server, tmp_path
         {"REDIS_PARAMS": {"url": "redis://h:1", "username": "me", "password": "pw", "db": 7}},
         {"REDIS_HOST": "h", "REDIS_PORT": 6391, "REDIS_DB": 2},
         {"REDIS_URL": "unix:///tmp/r.sock", "REDIS_DB": "2"},
+        {"REDIS_URL": "redis://h:1/not-a-number", "REDIS_DB": 6},
     ],
 )
 def test_scrapy_redis_url_is_the_server_scrapy_redis_connects_to(settings):
