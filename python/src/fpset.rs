@@ -3,7 +3,10 @@
 //! One `RwLock` around the crate's set: every call holds the read lock (the set itself is
 //! `Sync`), `close` takes the write lock and closes it, so later calls raise `ClosedError`.
 //! Single-fingerprint calls keep the GIL (they are a filter probe, at most a block read);
-//! batch calls, `sync` and `close` detach from the interpreter.
+//! batch calls, `sync` and `close` detach from the interpreter first and take the lock
+//! after, never the other way round: a call holding the lock while it waits for the GIL,
+//! a `close` waiting for the lock, and a single call holding the GIL while it waits for
+//! the lock behind that writer would deadlock.
 
 use std::sync::{RwLock, RwLockReadGuard};
 
@@ -78,7 +81,7 @@ impl FingerprintSet {
     fn add_many(&self, py: Python<'_>, fps: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
         let objs = collect(fps)?;
         let fps = all_bytes(&objs)?;
-        self.with(|s| py.detach(|| s.insert_many(&fps)).py_err())
+        py.detach(|| self.with(|s| s.insert_many(&fps).py_err()))
     }
 
     fn __contains__(&self, fp: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -90,19 +93,22 @@ impl FingerprintSet {
     fn contains_many(&self, py: Python<'_>, fps: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
         let objs = collect(fps)?;
         let fps = all_bytes(&objs)?;
-        self.with(|s| py.detach(|| s.contains_many(&fps)).py_err())
+        py.detach(|| self.with(|s| s.contains_many(&fps).py_err()))
     }
 
     /// Makes every fingerprint added so far durable (fsync of the log).
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
-        self.with(|s| py.detach(|| s.sync()).py_err())
+        py.detach(|| self.with(|s| s.sync().py_err()))
     }
 
     /// Every member, as a list of bytes (in no particular order).
     fn members<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
-        let all = self.with(|s| {
-            py.detach(|| s.iter().and_then(|it| it.collect::<Result<Vec<_>, _>>()))
-                .py_err()
+        let all = py.detach(|| {
+            self.with(|s| {
+                s.iter()
+                    .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+                    .py_err()
+            })
         })?;
         Ok(all.iter().map(|m| PyBytes::new(py, m)).collect())
     }

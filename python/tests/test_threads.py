@@ -98,3 +98,57 @@ def test_threads_race_on_sets(tmp_path):
         assert flat == members, "each member added exactly once"
         stored = b"".join(db.get(b"bucket-%d" % j) for j in range(4))
         assert sorted(stored[i : i + 4] for i in range(0, len(stored), 4)) == members
+
+
+CLOSE_UNDER_LOAD = r"""
+import os, sys, threading, time
+import bloomsled
+
+s = bloomsled.FingerprintSet(sys.argv[1], expected_items=1_000_000, width=20)
+fps = [os.urandom(20) for _ in range(200_000)]
+s.add_many(fps[:1000])
+
+def batches():  # long calls that leave the interpreter
+    try:
+        while True:
+            s.contains_many(fps)
+            s.add_many(fps[:5000])
+    except bloomsled.ClosedError:
+        pass
+
+def singles():  # short calls that keep it
+    try:
+        while True:
+            fps[0] in s
+            s.add(fps[1])
+    except bloomsled.ClosedError:
+        pass
+
+threads = [threading.Thread(target=f) for f in (batches, singles)]
+for t in threads:
+    t.start()
+time.sleep(0.3)
+s.close()
+for t in threads:
+    t.join()
+print("closed")
+"""
+
+
+def test_close_while_batch_and_single_calls_run_on_a_fingerprint_set(tmp_path):
+    """close() waits for the calls in progress. A batch call that held the set's lock
+    while it waited to re-enter the interpreter, a close() waiting for that lock, and a
+    single call holding the interpreter while it waited for the lock behind the close
+    deadlocked the process (a waiting writer blocks new readers)."""
+    import subprocess
+    import sys
+
+    for attempt in range(3):
+        try:
+            p = subprocess.run(
+                [sys.executable, "-c", CLOSE_UNDER_LOAD, str(tmp_path / f"set{attempt}")],
+                capture_output=True, text=True, timeout=30,
+            )
+        except subprocess.TimeoutExpired:
+            raise AssertionError("deadlock: the process hung for 30 s") from None
+        assert p.returncode == 0 and "closed" in p.stdout, p.stderr[-2000:]
