@@ -434,7 +434,10 @@ def test_a_filter_of_another_shape_closes_the_spider_before_it_drains_the_queue(
         site.close()
     assert "'finish_reason': 'finished'" not in wrong, wrong[-3000:]
     assert "ShapeMismatchError" in wrong
-    assert wrong.count("ShapeMismatchError:") <= 2, "each request failed on its own"
+    # The one refusal, reported once or, as the engine closes, up to four times over
+    # (Scrapy 2.13 chains it into the scraper's and a signal handler's errors, and Twisted
+    # logs it twice); never once per request (489 times before the fix).
+    assert wrong.count("ShapeMismatchError:") <= 6, "each request failed on its own"
     assert left >= queued - 8, f"the refused run popped {queued - left} of {queued} requests"
     missing = site.all_paths() - set(hits)
     assert not missing, f"{len(missing)} pages never fetched: {sorted(missing)[:10]}"
