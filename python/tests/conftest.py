@@ -81,6 +81,7 @@ class Site:
                     out.append(pages + i)  # a link to a missing page: 404
             self.links.append(out)
         self.broken = broken
+        self.tree = tree
         self.hits: Counter[str] = Counter()
         self.lock = threading.Lock()
         site = self
@@ -133,6 +134,12 @@ class Site:
     def all_paths(self) -> set[str]:
         pages = {f"/p/{i}" for i in range(self.pages)}
         return pages | {f"/p/{i}?v={k}" for i in range(self.pages) for k in range(self.variants)}
+
+    def parent(self, path: str) -> str | None:
+        """On a tree, the one page that links to `path` (None for the root)."""
+        assert self.tree, "only a tree has one parent per page"
+        i = int(path.rsplit("/", 1)[1])
+        return f"/p/{(i - 1) // self.tree}" if i else None
 
     def broken_paths(self) -> set[str]:
         """The missing pages that pages link to (404)."""
