@@ -474,4 +474,16 @@ pub enum DbRecordFault {
     /// The record does not decode (bit flip, truncation, overwrite).
     #[error("damaged ({0})")]
     Damaged(DecodeError),
+    /// The meta tree is empty, as in a new database, but bloomsled's snapshot and journal
+    /// files of an earlier open remain in `<db>/bloomsled`: sled lost what its log held
+    /// (cut short, overwritten, replaced by another store's, or lost to a power cut), or
+    /// the meta tree was dropped through plain sled. The files are left where they are.
+    #[error(
+        "missing, with {files} snapshot or journal files of an earlier open beside an empty \
+         store: sled's log lost what it held (cut short, overwritten or replaced)"
+    )]
+    StoreEmptied {
+        /// How many of bloomsled's snapshot and journal files were found.
+        files: usize,
+    },
 }

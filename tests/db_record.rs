@@ -224,3 +224,78 @@ fn trees_not_opened_after_the_repair_are_still_rebuilt_later() {
         }
     }
 }
+
+/// sled's files damaged so that sled 0.34 opens an empty store: its log cut to nothing,
+/// its log overwritten, or its files replaced by a fresh store's (a restore of the wrong
+/// folder). sled cannot say what it lost; bloomsled's snapshot and journal files beside
+/// it say the store held data. Strict refuses the open, naming that; Repair opens, and
+/// every tree it opens reports the reason (never a silent new database).
+#[test]
+fn a_store_sled_reads_as_empty_beside_bloomsleds_files_is_not_a_new_database() {
+    type Damage = fn(&Path);
+    let damages: [(&str, Damage); 3] = [
+        ("log cut to nothing", |dir| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join("db"))
+                .unwrap()
+                .set_len(0)
+                .unwrap();
+        }),
+        ("log overwritten", |dir| {
+            let len = std::fs::metadata(dir.join("db")).unwrap().len();
+            std::fs::write(dir.join("db"), vec![0xAB; len as usize]).unwrap();
+        }),
+        ("sled's files replaced by a fresh store's", |dir| {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.file_name().unwrap() != bloomsled::persist::DIR_NAME {
+                    if path.is_dir() {
+                        std::fs::remove_dir_all(&path).unwrap();
+                    } else {
+                        std::fs::remove_file(&path).unwrap();
+                    }
+                }
+            }
+        }),
+    ];
+    for (what, damage) in damages {
+        let dir = tempfile::tempdir().unwrap();
+        make(dir.path());
+        damage(dir.path());
+        match strict_error(dir.path()) {
+            Error::DatabaseRecordRejected {
+                fault: DbRecordFault::StoreEmptied { files },
+            } => assert!(files >= 3, "{what}: {files} files counted"),
+            e => panic!("{what}: {e}"),
+        }
+        assert_eq!(db_record(dir.path()), None, "{what}: strict wrote a record");
+        {
+            let db = Config::new().path(dir.path()).open().unwrap();
+            let mut trees = vec![(*db).clone()];
+            for t in TREES {
+                trees.push(db.open_tree(t).unwrap());
+            }
+            for t in &trees {
+                let r = t.recovery_report();
+                assert!(
+                    matches!(
+                        &r.outcome,
+                        RecoveryOutcome::Rebuilt {
+                            reason: Distrust::DatabaseRecord(DbRecordFault::StoreEmptied { .. })
+                        }
+                    ),
+                    "{what}: {r:?}"
+                );
+            }
+            db.close().unwrap();
+        }
+        // Repaired: the next open is an ordinary one.
+        let db = Config::new()
+            .path(dir.path())
+            .recovery(RecoveryPolicy::Strict)
+            .open()
+            .unwrap();
+        assert!(db.recovery_report().loaded(), "{what}");
+    }
+}

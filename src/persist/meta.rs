@@ -68,6 +68,35 @@ fn open_log(db_dir: &std::path::Path) -> Result<Option<std::fs::File>> {
     Ok(Some(log))
 }
 
+/// How many of bloomsled's snapshot (`<tree id>.snap`) and journal
+/// (`<tree id>.<sequence>.jnl`) files lie in `<db>/bloomsled`. Every one is written only
+/// after the database record was made durable, so one beside a meta tree without any
+/// record means sled lost that record. (What a repair sets aside there before sled opens,
+/// and temporary files, do not count.)
+fn earlier_files(db_dir: &std::path::Path) -> Result<usize> {
+    let entries = match std::fs::read_dir(db_dir.join(super::DIR_NAME)) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    let mut files = 0;
+    for entry in entries {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some((id, rest)) = name.split_once('.') else {
+            continue;
+        };
+        let ours = id.len() == 32
+            && id.bytes().all(|b| b.is_ascii_hexdigit())
+            && (rest == "snap"
+                || rest
+                    .strip_suffix(".jnl")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())));
+        files += usize::from(ours);
+    }
+    Ok(files)
+}
+
 /// Writes a new random database id, durably; returns it.
 fn write_db_record(tree: &sled::Tree, log: Option<&std::fs::File>) -> Result<[u8; 16]> {
     let id = random_id()?;
@@ -112,7 +141,9 @@ impl Meta {
     /// written, and [`Meta::reset`] says why (each tree opened by this process is rebuilt
     /// with that reason); under [`RecoveryPolicy::Strict`] it is
     /// [`Error::DatabaseRecordRejected`] and nothing is changed. Keys of the tree that are
-    /// not bloomsled's records are never touched.
+    /// not bloomsled's records are never touched. An empty meta tree is a new database only
+    /// when `<db>/bloomsled` holds no snapshot or journal file: beside such files it means
+    /// sled lost its records ([`DbRecordFault::StoreEmptied`]), and is treated the same way.
     pub(crate) fn open(
         db: &sled::Db,
         db_dir: &std::path::Path,
@@ -132,16 +163,19 @@ impl Meta {
                 }
                 Err(e) => DbRecordFault::Damaged(e),
             },
-            None if tree.first()?.is_none() => {
-                // A new database.
-                let db_id = write_db_record(&tree, log.as_ref())?;
-                return Ok(Arc::new(Meta {
-                    tree,
-                    log,
-                    db_id,
-                    reset: None,
-                }));
-            }
+            None if tree.first()?.is_none() => match earlier_files(db_dir)? {
+                0 => {
+                    // A new database.
+                    let db_id = write_db_record(&tree, log.as_ref())?;
+                    return Ok(Arc::new(Meta {
+                        tree,
+                        log,
+                        db_id,
+                        reset: None,
+                    }));
+                }
+                files => DbRecordFault::StoreEmptied { files },
+            },
             None => DbRecordFault::Missing,
         };
         if recovery == RecoveryPolicy::Strict {

@@ -133,13 +133,14 @@ fn decide(
     record: Option<std::result::Result<TreeRecord, DecodeError>>,
 ) -> Result<Decision> {
     let distrusted = |fault, old| Ok(Decision::Distrusted { fault, old });
-    if record.is_none() && at.tree.first()?.is_none() {
-        return Ok(Decision::New);
-    }
     if let Some(fault) = meta.reset() {
-        // The database record was replaced: nothing bloomsled stored before is vouched for.
+        // The database record was replaced: nothing bloomsled stored before is vouched for,
+        // and every tree says so, an empty one too (a store sled lost shows as empty trees).
         let old = record.and_then(|r| r.ok());
         return distrusted(Distrust::DatabaseRecord(fault.clone()), old);
+    }
+    if record.is_none() && at.tree.first()?.is_none() {
+        return Ok(Decision::New);
     }
     let record = match record {
         None => return distrusted(Distrust::NoRecord, None),
