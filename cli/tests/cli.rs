@@ -474,3 +474,34 @@ fn check_in_a_tree_that_does_not_exist_is_an_error_and_creates_nothing() {
         "check created the tree"
     );
 }
+
+/// sled's log cut to nothing: sled opens an empty store. `verify` (strict) says why it
+/// cannot vouch for it, in one line with exit 1, instead of "OK" over an empty store.
+#[test]
+fn verify_of_a_store_whose_sled_log_was_cut_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    load_sample(&db);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(db.join("db"))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let o = run(&["verify", db.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("sled's log lost what it held"), "{err}");
+    // `check` repairs (a new database id) and answers from what the store holds now, but
+    // says on stderr that the store lost what it held.
+    let o = run(&["check", db.to_str().unwrap(), "spam-1@example.net"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "absent\tspam-1@example.net\n");
+    assert!(
+        stderr(&o).starts_with("bloomsled: warning: ")
+            && stderr(&o).contains("sled's log lost what it held"),
+        "{}",
+        stderr(&o)
+    );
+}
