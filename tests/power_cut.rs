@@ -385,6 +385,10 @@ fn case(kind: Kind, seed: u64, fault: Fault, same_boot: bool, tally: &mut Tally)
 }
 
 fn main() {
+    if let Some(dir) = child::role(torn_conf::CONF_CHILD_ENV) {
+        torn_conf::conf_child(Path::new(&dir));
+        return;
+    }
     if let Some(dir) = child::role(CHILD_ENV) {
         let kind = Kind::parse(&std::env::var("BLOOMSLED_POWER_CUT_KIND").unwrap());
         let seed = std::env::var("BLOOMSLED_POWER_CUT_CHILD_SEED")
@@ -439,6 +443,13 @@ fn main() {
             );
             println!("power_cut: 0 passed, 0 failed");
             return;
+        }
+    }
+    if !no_fuse {
+        if let Err(e) = torn_conf::a_power_cut_after_a_flush_keeps_sleds_conf() {
+            println!("a_power_cut_after_a_flush_keeps_sleds_conf: {e}");
+            println!("power_cut: 0 passed, 1 failed");
+            std::process::exit(1);
         }
     }
     if std::env::var_os("BLOOMSLED_POWER_CUT_JOURNAL_REPRO").is_some() {

@@ -52,10 +52,21 @@ fn flush_durably(tree: &sled::Tree, log: Option<&std::fs::File>) -> Result<()> {
 /// and the database folder's own name too (sled creates it and never fsyncs its parent: on
 /// a file system that commits a name only with its folder, a power cut would otherwise
 /// take a new database away whole, every flush it returned included).
+///
+/// sled's `conf` (its segment size and compression, written once when sled creates the
+/// database, never fsynced) is fsynced here too, before anything bloomsled makes durable:
+/// otherwise a power cut could keep flushed data and lose `conf`, and the next open would
+/// write a new one from its own settings and read the log with them, where sled refuses
+/// settings that differ from the creator's (`tests/power_cut.rs`).
 fn open_log(db_dir: &std::path::Path) -> Result<Option<std::fs::File>> {
     let Ok(log) = std::fs::File::open(db_dir.join("db")) else {
         return Ok(None);
     };
+    match std::fs::File::open(db_dir.join("conf")) {
+        Ok(conf) => conf.sync_all()?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
     std::fs::File::open(db_dir)?.sync_all()?;
     let parent = match db_dir.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,

@@ -85,3 +85,80 @@ pub(crate) fn a_real_kill_between_sleds_two_writes_of_conf() -> Result<(), Strin
     d.insert(key(1), &b"v"[..]).map_err(|e| e.to_string())?;
     d.close().map_err(|e| e.to_string())
 }
+
+/// The child of [`a_power_cut_after_a_flush_keeps_sleds_conf`]: creates a database at
+/// `dir` with a segment size other than sled's default, stores one key, flushes it, says
+/// so and waits for the cut.
+pub(crate) fn conf_child(dir: &std::path::Path) {
+    let db = bloomsled::Config::new()
+        .path(dir)
+        .segment_size(CONF_SEGMENT)
+        .open()
+        .unwrap();
+    db.insert(key(1), &b"v"[..]).unwrap();
+    db.flush().unwrap();
+    println!("flushed");
+    std::thread::sleep(std::time::Duration::from_secs(600));
+}
+
+/// The child's segment size (sled's default is 512 KiB).
+const CONF_SEGMENT: usize = 1 << 20;
+
+/// sled writes `conf` once, when it creates a database, and never fsyncs it; a flush that
+/// returned makes sled's log durable, not `conf`. After a power cut `conf` could be gone
+/// while the flushed data stays, and the next open writes a new one from *its* settings:
+/// another segment size would then read the log with the wrong geometry instead of
+/// meeting sled's "cannot change the io buffer size" refusal. bloomsled fsyncs `conf` at
+/// open, before anything it makes durable: after the cut the file is whole, an open with
+/// another segment size is refused, and the one with the creator's finds the key.
+pub(crate) fn a_power_cut_after_a_flush_keeps_sleds_conf() -> Result<(), String> {
+    let base = tempfile::tempdir().unwrap();
+    let run = bloomsled_powercut::run_child(
+        base.path(),
+        |mnt| {
+            let mut c = Command::new(std::env::current_exe().unwrap());
+            c.env(CONF_CHILD_ENV, mnt.join("db"));
+            c
+        },
+        "flushed",
+        std::time::Duration::ZERO,
+        std::time::Duration::from_secs(60),
+        bloomsled_powercut::Fault::PowerCut(1),
+    )
+    .map_err(|e| e.to_string())?;
+    if !run.reached {
+        return Err(format!("the child never flushed: {:?}", run.lines));
+    }
+    let db = base.path().join("data").join("db");
+    let conf = std::fs::read(db.join("conf")).unwrap_or_default();
+    // Whole: sled's three lines, then their CRC32 (4 bytes).
+    let lines = format!("segment_size: {CONF_SEGMENT}\nuse_compression: false\nversion: 0.34\n");
+    if !conf.starts_with(lines.as_bytes()) || conf.len() != lines.len() + 4 {
+        return Err(format!(
+            "sled's conf after the cut: {:?} ({} bytes)",
+            String::from_utf8_lossy(&conf),
+            conf.len()
+        ));
+    }
+    match bloomsled::Config::new().path(&db).open() {
+        Err(bloomsled::Error::Unsupported(why)) if why.contains("io buffer size") => {}
+        other => {
+            return Err(format!(
+                "an open with another segment size: {:?}",
+                other.map(|_| ())
+            ))
+        }
+    }
+    let d = bloomsled::Config::new()
+        .path(&db)
+        .segment_size(CONF_SEGMENT)
+        .open()
+        .map_err(|e| e.to_string())?;
+    match d.get(key(1)) {
+        Ok(Some(_)) => Ok(()),
+        other => Err(format!("the flushed key after the cut: {other:?}")),
+    }
+}
+
+/// The environment variable that makes the test binary [`conf_child`].
+pub(crate) const CONF_CHILD_ENV: &str = "BLOOMSLED_POWER_CUT_CONF_CHILD";
