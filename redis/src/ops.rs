@@ -301,6 +301,15 @@ impl SharedFilter {
         let replies = self
             .session
             .run_fast(|w| plan.iter().for_each(|p| self.write_getrange(w, p)))?;
+        // Every key gets its own reply or the call fails: a short reply list (a cluster
+        // route that answered less) must not leave keys without an answer.
+        if replies.len() != plan.len() {
+            return Err(Error::ReportableBug(format!(
+                "{} replies to {} lookups",
+                replies.len(),
+                plan.len()
+            )));
+        }
         for (p, r) in plan.iter().zip(replies) {
             out.push(self.check_block(p, r)?);
         }
