@@ -25,7 +25,9 @@
 //!   any change). After a crash the filter is rebuilt by streaming the runs and the log,
 //!   every block's CRC verified. A torn last log record (a crash mid-append) is cut off;
 //!   a damaged record followed by good ones, a damaged run or a foreign manifest is an
-//!   [`Error::FileDamaged`], and nothing is deleted.
+//!   [`Error::FileDamaged`], and nothing is deleted. The clean manifest also records the
+//!   log's length, so after a clean close (no append can follow it) a log cut or grown
+//!   since, or with any bad record, is an [`Error::FileDamaged`] too, not a torn tail.
 //! - **one handle per folder**: a lock file; a second open gets [`Error::InUse`].
 //!
 //! ```
@@ -407,8 +409,11 @@ impl FingerprintSet {
     }
 
     /// Closes cleanly: makes every member durable, saves the filter and marks the
-    /// manifest clean, so the next open loads the filter instead of rebuilding it. (A set
-    /// dropped without `close` keeps what was synced; its next open rebuilds the filter.)
+    /// manifest clean, recording the log's length, so the next open loads the filter
+    /// instead of rebuilding it, and refuses a log cut (or grown) since as
+    /// [`Error::FileDamaged`] instead of dropping its last members as a torn tail. (A set
+    /// dropped without `close` keeps what was synced; its next open rebuilds the filter
+    /// and cuts a torn log tail.)
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
@@ -428,6 +433,8 @@ impl FingerprintSet {
         m.clean = true;
         m.filter_len = len;
         m.filter_crc = crc;
+        // Synced above: the log's length on disk, which the next open requires exactly.
+        m.clean_wal_len = Some(inner.wal.0.len());
         self.folder.write_manifest(&m)?;
         inner.manifest = m;
         Ok(())

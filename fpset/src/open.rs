@@ -65,16 +65,26 @@ impl FingerprintSet {
         let fpr = config.fpr.unwrap_or(manifest.fpr);
         let (filter, filter_rebuilt) =
             saved_or_rebuilt_filter(&folder, &manifest, &runs, expected_items, fpr)?;
-        let replayed = Wal::replay(&folder.path, manifest.set_id, width, manifest.wal_gen)?;
+        let replayed = Wal::replay(
+            &folder.path,
+            manifest.set_id,
+            width,
+            manifest.wal_gen,
+            manifest.clean_wal_len,
+        )?;
         let mut memtable = Memtable::new(width, config.memtable_items.min(1 << 20));
         for fp in replayed.members.chunks_exact(width) {
             // Already in a saved filter; inserting again changes nothing.
             filter.insert(fp);
             memtable.insert(fp);
         }
-        // The clean mark is cleared (durably) before any change is accepted.
+        // The clean mark and the log's length are cleared (durably: `write_manifest` syncs
+        // the file and the folder) before any change is accepted: the log takes its first
+        // append only after this returns, so a clean manifest never names a log that has
+        // grown since (a longer log beside one is damage, see `wal.rs`).
         let was_clean = manifest.clean;
         manifest.clean = false;
+        manifest.clean_wal_len = None;
         manifest.expected_items = expected_items;
         manifest.fpr = fpr;
         folder.write_manifest(&manifest)?;
@@ -177,6 +187,7 @@ pub(crate) fn create(folder: &Folder, config: &FingerprintSetConfig) -> Result<M
         filter_len: 0,
         filter_crc: 0,
         runs: Vec::new(),
+        clean_wal_len: None,
     };
     drop(Wal::create(
         &folder.path,

@@ -2,6 +2,12 @@
 //! each, appended through a buffer; [`Wal::sync`] writes the buffer and fsyncs, which is
 //! the set's commit point. Replay at open keeps every record up to the first bad one; a
 //! bad tail (a crash mid-append) is cut off, a bad record followed by a good one is damage.
+//!
+//! After a clean close the manifest records the log's exact length, and no append can
+//! have followed (an open clears that record durably before the log takes a record). So
+//! then a log of another length, or with any bad record, was damaged after the close (a
+//! bad copy, a restore that cut the file): replay refuses it and changes nothing, rather
+//! than cut members off as a torn tail.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
@@ -32,6 +38,8 @@ pub(crate) struct Wal {
     scratch: Vec<u8>,
     /// Records appended since the last sync (0: everything is durable).
     unsynced: u64,
+    /// Bytes of the log, header and every record appended (buffered ones included).
+    len: u64,
 }
 
 /// What replay found.
@@ -61,24 +69,32 @@ impl Wal {
         };
         file.write_all(&header.encode()).map_err(Error::Io)?;
         file.sync_all().map_err(Error::Io)?;
-        Ok(Wal::appending(file, generation))
+        Ok(Wal::appending(file, generation, WAL_HEADER_LEN as u64))
     }
 
-    fn appending(file: File, generation: u64) -> Wal {
+    fn appending(file: File, generation: u64, len: u64) -> Wal {
         Wal {
             generation,
             out: BufWriter::with_capacity(1 << 16, file),
             scratch: Vec::with_capacity(64 + 4),
             unsynced: 0,
+            len,
         }
     }
 
-    /// Opens the log the manifest names and replays it.
+    /// Opens the log the manifest names and replays it. `clean_len` is the length a
+    /// clean close recorded ([`Manifest::clean_wal_len`]): with it, a log of another
+    /// length or with a bad record is damage, not a torn tail. Everything replay keeps is
+    /// fsynced before it returns, so a clean close that appends nothing still records a
+    /// length the disk holds.
+    ///
+    /// [`Manifest::clean_wal_len`]: crate::format::Manifest::clean_wal_len
     pub(crate) fn replay(
         dir: &Path,
         set_id: u64,
         width: usize,
         generation: u64,
+        clean_len: Option<u64>,
     ) -> Result<Replayed> {
         let path = dir.join(file_name(generation));
         let damaged = |fault: DecodeError| Error::FileDamaged {
@@ -97,6 +113,9 @@ impl Wal {
             })?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(Error::Io)?;
+        if let Some(recorded) = clean_len {
+            check_clean_len(recorded, bytes.len() as u64).map_err(damaged)?;
+        }
         let header = WalHeader::decode(&bytes).map_err(damaged)?;
         let consistent = |ok: bool, what: &str| {
             if ok {
@@ -116,6 +135,12 @@ impl Wal {
                 )))
             })?;
         let good_len = WAL_HEADER_LEN as u64 + good;
+        if let Some(recorded) = clean_len.filter(|&recorded| recorded != good_len) {
+            return Err(damaged(DecodeError::Inconsistent(format!(
+                "record at byte {good_len} fails its checksum, but the clean close recorded \
+                 {recorded} bytes of good records: damaged after the close"
+            ))));
+        }
         let cut_bytes = bytes.len() as u64 - good_len;
         if cut_bytes > 0 {
             log::warn!(
@@ -123,15 +148,18 @@ impl Wal {
                 path.display()
             );
             file.set_len(good_len).map_err(Error::Io)?;
-            file.sync_all().map_err(Error::Io)?;
         }
+        // What a crashed process wrote may be in the page cache only: make what replay
+        // keeps durable before the set counts it as members (and a clean close records
+        // its length).
+        file.sync_all().map_err(Error::Io)?;
         drop(bytes);
         let file = OpenOptions::new()
             .append(true)
             .open(&path)
             .map_err(Error::Io)?;
         Ok(Replayed {
-            wal: Wal::appending(file, generation),
+            wal: Wal::appending(file, generation, good_len),
             members,
             cut_bytes,
         })
@@ -143,7 +171,14 @@ impl Wal {
         encode_wal_record(self.generation, fp, &mut self.scratch);
         self.out.write_all(&self.scratch).map_err(Error::Io)?;
         self.unsynced += 1;
+        self.len += self.scratch.len() as u64;
         Ok(())
+    }
+
+    /// Bytes of the log once its buffer is written: its length on disk after a
+    /// [`sync`](Self::sync).
+    pub(crate) fn len(&self) -> u64 {
+        self.len
     }
 
     /// Writes the buffer and fsyncs: every appended record is durable.
@@ -161,6 +196,24 @@ impl Wal {
 /// The path of the log of `generation` in `dir`.
 pub(crate) fn path(dir: &Path, generation: u64) -> PathBuf {
     dir.join(file_name(generation))
+}
+
+/// Whether a log of `len` bytes can be the one whose clean close recorded `recorded`
+/// bytes: shorter was cut after the close (members lost), longer was written after it
+/// (impossible here: an open clears the record durably before the first append).
+fn check_clean_len(recorded: u64, len: u64) -> Result<(), DecodeError> {
+    if len < recorded {
+        return Err(DecodeError::Truncated {
+            needed: recorded,
+            got: len,
+        });
+    }
+    if len > recorded {
+        return Err(DecodeError::Inconsistent(format!(
+            "{len} bytes, but the clean close recorded {recorded}: written to after the close"
+        )));
+    }
+    Ok(())
 }
 
 /// The fingerprints of the good records of `body` (the log after its header) and the
@@ -220,5 +273,21 @@ mod tests {
         // Another generation's records do not verify.
         assert_eq!(scan_records(&b, 2, 4).unwrap().1, 0);
         assert_eq!(generation_of(&file_name(7)), Some(7));
+    }
+
+    #[test]
+    fn a_clean_length_admits_only_itself() {
+        assert_eq!(check_clean_len(100, 100), Ok(()));
+        assert_eq!(
+            check_clean_len(100, 99),
+            Err(DecodeError::Truncated {
+                needed: 100,
+                got: 99
+            })
+        );
+        assert!(matches!(
+            check_clean_len(100, 101),
+            Err(DecodeError::Inconsistent(why)) if why.contains("101") && why.contains("100")
+        ));
     }
 }
