@@ -1,5 +1,5 @@
 //! The fingerprint set's error type: its own faults (a damaged file, a folder in use, a
-//! fingerprint of the wrong width), I/O, and the core crate's [`bloomsled_fpset::Error`] wrapped
+//! fingerprint of the wrong width), I/O, and the core crate's [`bloomsled::Error`] wrapped
 //! for what the filter in front of the set reported.
 
 use std::path::PathBuf;
