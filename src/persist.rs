@@ -129,8 +129,9 @@
 //! check on the file alone can tell it from the journal itself, so what it is checked
 //! against lives where a restore of the folder does not reach:
 //! - *Counters outside the folder.* A journal's `reserved` and `finished` counts live in a
-//!   counter file `bloomsled-<database id>-<tree id>-<sequence>.jctr` in a memory file
-//!   system (`/dev/shm`, else `$XDG_RUNTIME_DIR`, or `$BLOOMSLED_JOURNAL_COUNTER_DIR`),
+//!   counter file `bloomsled-<database id>-<tree id>-<folder>-<sequence>.jctr` (`<folder>`:
+//!   the database folder's device and inode, so a copy of the folder opened in the same
+//!   boot never touches the original's) in a memory file system (`/dev/shm`, else `$XDG_RUNTIME_DIR`, or `$BLOOMSLED_JOURNAL_COUNTER_DIR`),
 //!   mapped shared like the journal: the slot reservation's atomic add just moves there
 //!   (same cost). It survives a process crash, is cleared by a reboot (when the journal
 //!   is refused anyway) and is removed when its journal is retired. Each journal file gets

@@ -216,8 +216,8 @@ fn refused(
 ) {
     let copy = tempfile::tempdir().unwrap();
     common::copy_dir(&base.dir, copy.path());
-    // The counter files (outside the folder) as the kill left them: an earlier case's
-    // open of a copy (same database and tree ids) retired them.
+    // The counter files (outside the folder) as the kill left them, given to the copy
+    // (they are named by the folder, so each copy has its own).
     let js = journals_with_counters(copy.path(), &base.counters);
     damage(&js[0].0, &js[1].0);
     let db = config(copy.path(), false).open().unwrap();
@@ -247,22 +247,23 @@ fn reseal(bytes: &mut [u8]) {
     bytes[136..140].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// The counter files of `dir`'s journals, with their bytes.
+/// The counter files of `dir`'s journals, with their bytes, by journal file name.
 fn counter_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     journals(dir)
         .iter()
         .map(|(j, _)| {
-            let c = common::journal_counter_file(j);
-            let bytes = std::fs::read(&c).unwrap();
-            (c, bytes)
+            let bytes = std::fs::read(common::journal_counter_file(j)).unwrap();
+            (PathBuf::from(j.file_name().unwrap()), bytes)
         })
         .collect()
 }
 
-/// `dir`'s journals after putting `counters` back.
+/// `dir`'s journals after giving them `counters` (a copy's counter files are its own:
+/// named by its folder).
 fn journals_with_counters(dir: &Path, counters: &[(PathBuf, Vec<u8>)]) -> Vec<(PathBuf, u64)> {
-    for (c, bytes) in counters {
-        std::fs::write(c, bytes).unwrap();
+    for (name, bytes) in counters {
+        let jnl = dir.join(DIR_NAME).join(name);
+        std::fs::write(common::journal_counter_file(&jnl), bytes).unwrap();
     }
     journals(dir)
 }
@@ -483,6 +484,7 @@ fn crash_model(ops: &[Op], counting: bool) {
     std::mem::forget(db);
     let copy = tempfile::tempdir().unwrap();
     common::copy_dir(dir.path(), copy.path());
+    common::copy_journal_counters(dir.path(), copy.path());
     let db = config(copy.path(), counting).open().unwrap();
     let r = db.recovery_report();
     if snapshotted {

@@ -355,6 +355,22 @@ pub(crate) struct Journals {
     live: RwLock<Vec<Arc<Journal>>>,
 }
 
+/// The database folder's device and inode, `<dev>.<ino>` in hex: what tells a folder from
+/// a copy of it within one boot (a move within a file system keeps it; a copy, a restore
+/// or a move across file systems changes it, and the journal is then refused as
+/// `CountersMissing`, a rebuild).
+#[cfg(unix)]
+fn folder_identity(db_dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(db_dir).ok()?;
+    Some(format!("{:x}.{:x}", m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+fn folder_identity(_db_dir: &Path) -> Option<String> {
+    None
+}
+
 fn hex(id: &[u8; 16]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -368,11 +384,19 @@ impl Journals {
         tree_id: &[u8; 16],
         counter_dir: Option<PathBuf>,
     ) -> Journals {
+        // The folder's identity is in the counter files' names too: a copy of the folder
+        // (same database and tree ids) opened in the same boot must never truncate, rewrite
+        // or retire the counters the original's process has mapped (`tests/folder_copy.rs`).
+        // A folder whose identity cannot be read keeps no journal.
+        let (counter_dir, folder) = match folder_identity(db_dir) {
+            Some(folder) => (counter_dir, folder),
+            None => (None, String::new()),
+        };
         Journals {
             dir: db_dir.join(super::DIR_NAME),
             stem: hex(tree_id),
             counter_dir,
-            counter_stem: format!("bloomsled-{}-{}-", hex(db_id), hex(tree_id)),
+            counter_stem: format!("bloomsled-{}-{}-{folder}-", hex(db_id), hex(tree_id)),
             live: RwLock::new(Vec::new()),
         }
     }
