@@ -167,6 +167,14 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
     met later closes the spider with the reason ``bloomsled_shared_filter_refused`` and an
     ERROR: requests are not failed one by one while the crawl goes on.
 
+    **Closing drops nothing.** Once the spider is being closed for any of these reasons,
+    the filter has no answer, and every request met from then on (the one that met the
+    failure, the links of the responses still in flight) is answered "not seen" without
+    being recorded: the scheduler keeps it (scrapy-redis pushes it to its queue, which
+    ``SCHEDULER_PERSIST`` keeps; Scrapy's keeps it under ``JOBDIR``), so a resumed crawl
+    fetches it, maybe a second time, where "seen" would drop it for good. While Redis is
+    down, scrapy-redis's push of such a request fails too, and scrapy-redis reports it.
+
     **Under scrapy-redis** (``SCHEDULER = "scrapy_redis.scheduler.Scheduler"``), its
     scheduler builds the filter with ``from_spider``; then, where the ``BLOOMSLED_*``
     settings are unset, the Redis is scrapy-redis's (``REDIS_URL``, ``REDIS_HOST`` /
@@ -209,8 +217,8 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
         self.retry_seconds = retry_seconds
         self.filter: Optional[SharedFilter] = None
         self.lost = False
-        #: Set once the spider is being closed (filter lost, Redis unavailable): every
-        #: later request is refused without asking Redis.
+        #: Set once the spider is being closed (filter lost, Redis unavailable, a
+        #: refusal): every later request is answered "not seen" without asking Redis.
         self.stopped = False
         #: Built by scrapy-redis's scheduler (``from_spider``, ``from_settings``).
         self.scrapy_redis = False
@@ -314,7 +322,11 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
             except BloomsledError as e:
                 self._on_refused(e)
         if self.stopped or self.filter is None:
-            return True  # the spider is closing: nothing more is scheduled
+            # The spider is closing and the filter has no answer: "not seen", claiming
+            # nothing, so that the request reaches the scheduler (scrapy-redis pushes it
+            # to its persisted queue and a resumed crawl fetches it, maybe a second time)
+            # instead of being dropped as a duplicate it may never have been.
+            return False
         fp = self.fingerprinter.fingerprint(request)
         try:
             if self.exact:
@@ -325,7 +337,7 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
             return not self.filter.add(fp)
         except SharedFilterLost as e:
             self._on_lost(e)
-            return True
+            return False  # no answer: see above
         except RedisOutcomeUnknownError as e:
             # The add may have run: the key may be ours or another's. Fetching it (maybe a
             # second time) is the answer that loses nothing.
@@ -340,10 +352,10 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
             return False
         except RedisError as e:
             self._on_unavailable(e)
-            return True
+            return False  # no answer: see above
         except BloomsledError as e:
             self._on_refused(e)
-            return True
+            return False  # no answer: see above
 
     def _on_refused(self, error: Exception) -> None:
         logger.error(

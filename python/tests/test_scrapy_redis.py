@@ -371,8 +371,149 @@ def test_filter_deleted_under_running_spiders_closes_them(redis_server, tmp_path
     reasons = [close_reason(log) for log in logs]
     print(f"reasons {reasons}, {len(hits)} pages fetched")
     assert reasons == ["bloomsled_shared_filter_lost"] * 2, reasons
-    assert all(n == 1 for n in hits.values()), hits.most_common(3)
+    # The requests a spider meets while it closes go to scrapy-redis's queue instead of
+    # being dropped, its links back to the root and to the page itself among them; the
+    # other spider, until its own next request_seen meets the loss, may pop and fetch
+    # those again: at most about what it has in flight (CONCURRENT_REQUESTS, 8), once per
+    # spider. (This asserted no page fetched twice while a closing spider answered
+    # "seen", which dropped every link it met: see
+    # test_filter_lost_under_a_persisted_crawl_drops_no_request. Seen since: /p/0 ten times.)
+    extra = sum(n - 1 for n in hits.values())
+    assert extra <= 2 * 8, hits.most_common(3)
     assert len(hits) < 1500
+
+
+def queued_paths(redis) -> set[str]:
+    """The paths of the requests in scrapy-redis's queue (its sorted set of pickled
+    ``Request.to_dict``)."""
+    import pickle
+    from urllib.parse import urlsplit
+
+    members = resp_command(redis.port, "ZRANGE", "site:requests", "0", "-1")
+    return {urlsplit(pickle.loads(m)["url"]).path for m in members}  # type: ignore[union-attr]
+
+
+def dropped(site: Site, hits, queued: set[str]) -> list[str]:
+    """On a tree, the pages whose request was lost: never fetched, not in scrapy-redis's
+    queue, though their one parent was fetched (and its callback ran). A lost request
+    takes its subtree with it; these are the roots of what a resumed crawl cannot reach."""
+    return sorted(p for p in site.all_paths() - set(hits) - queued
+                  if site.parent(p) in hits)
+
+
+def test_filter_lost_under_a_persisted_crawl_drops_no_request(redis_server, tmp_path):
+    """The filter lost mid-crawl (its keys deleted, as an eviction or another process's
+    clear() does) while scrapy-redis's queue survives (SCHEDULER_PERSIST): the spiders
+    close with ``bloomsled_shared_filter_lost``, and every request met from then on (the
+    one that found the loss, the links of the responses still in flight) must reach the
+    persisted queue, so that the resumed crawl fetches every page.
+
+    The resumed crawl (a RedisSpider with no start URL: it only drains the queue) meets a
+    new, empty filter, and every page links to the root: it fetches again every page of
+    the first run (a lost filter costs those duplicates), and so reaches every page even
+    when requests were dropped. What tells a drop is the queue after the first run: a page
+    whose parent was fetched is fetched or queued.
+
+    Shown failing on the code that answered "seen" once the spider was closing: "15
+    requests dropped" and "56 requests dropped" in two runs (first runs of about 105
+    pages); 230 to 330 pages were fetched twice in the resumed crawl, with or without the
+    fix."""
+    from bloomsled import SharedFilter
+
+    site = Site(600, tree=3, delay=0.05)
+    try:
+        procs = [
+            start(site, redis_server.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True,
+                  IDLE_WAIT=3)
+            for i in range(2)
+        ]
+        wait_fetched(site, 100, procs)
+        assert SharedFilter.destroy("site:bloomsled-dupefilter", redis_server.url)
+        logs = wait_all(procs)
+        first = site.snapshot()
+        queued = queued_paths(redis_server)
+        lost = dropped(site, first, queued)
+        (resumed,) = wait_all([start(site, redis_server.url, tmp_path / "resumed.log",
+                                     start="redis", MAX_IDLE_TIME_BEFORE_CLOSE=3,
+                                     SCHEDULER_PERSIST=True)])
+        hits = site.snapshot()
+    finally:
+        site.close()
+    reasons = [close_reason(log) for log in logs]
+    missing = site.all_paths() - set(hits)
+    twice = sorted(p for p, n in hits.items() if n > 1)
+    print(f"first run {len(first)} pages, reasons {reasons}, {len(queued)} queued, "
+          f"{len(lost)} requests dropped; resumed: {len(hits)} pages, "
+          f"{len(missing)} never fetched, {len(twice)} fetched twice")
+    assert reasons == ["bloomsled_shared_filter_lost"] * 2, reasons
+    assert close_reason(resumed) == "finished"
+    assert len(first) < 600
+    assert not lost, f"{len(lost)} requests dropped: {lost[:10]}"
+    assert not missing, f"{len(missing)} pages never fetched: {sorted(missing)[:10]}"
+
+
+def test_redis_gone_past_retry_then_back_drops_no_request(persistent_redis, tmp_path):
+    """Redis down longer than BLOOMSLED_REDIS_RETRY_SECONDS: the spiders close with
+    ``bloomsled_redis_unavailable`` (or are stopped by SIGINT, see
+    ``test_redis_gone_for_good_closes_with_the_filters_reason``); Redis comes back with its
+    data and the crawl is resumed from scrapy-redis's queue. A request the filter could not
+    answer is handed to scrapy-redis, whose push fails while Redis is down and is reported
+    there: a page missing is scrapy-redis's loss only if one of its queue calls failed
+    (a page's children per failed push; one per spider for a call in flight at the kill).
+
+    Shown failing on the code that answered "seen" once the spider was closing: every
+    link met while closing was dropped by the filter, with no push and no error from
+    scrapy-redis: "24 requests dropped with 0 failed pushes", and in another run 30, all
+    30 pages never fetched by the resumed crawl. With the fix those links reach
+    scrapy-redis, whose pushes fail while Redis is down (66 failed pushes for 33 requests
+    in one run: each link of a page, duplicates too, is a push) and are reported there."""
+    site = Site(600, tree=3, delay=0.05)
+    try:
+        procs = [
+            start(site, persistent_redis.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True,
+                  BLOOMSLED_REDIS_RETRY_SECONDS=3, IDLE_WAIT=3)
+            for i in range(2)
+        ]
+        wait_fetched(site, 100, procs)
+        persistent_redis.stop()  # kill -9: every acknowledged write is in the AOF
+        deadline = time.time() + 20
+        while time.time() < deadline and any(p.poll() is None for p, _, _ in procs):
+            time.sleep(0.1)
+        stuck = [p for p, _, _ in procs if p.poll() is None]
+        for p in stuck:  # blocked in scrapy-redis's next_request, see the test above
+            p.send_signal(signal.SIGINT)
+        logs = wait_all(procs, timeout=120)
+        first = site.snapshot()
+        persistent_redis.start()  # same port and folder: the data is reloaded
+        queued = queued_paths(persistent_redis)
+        lost = dropped(site, first, queued)
+        (resumed,) = wait_all([start(site, persistent_redis.url, tmp_path / "resumed.log",
+                                     start="redis", MAX_IDLE_TIME_BEFORE_CLOSE=3,
+                                     SCHEDULER_PERSIST=True)])
+        hits = site.snapshot()
+    finally:
+        site.close()
+    reasons = [close_reason(log) for log in logs]
+    missing = sorted(site.all_paths() - set(hits))
+    roots = [p for p in missing if site.parent(p) not in set(missing)]
+    twice = sorted(p for p, n in hits.items() if n > 1)
+    # scrapy-redis's own queue calls that failed, from the frames of its tracebacks.
+    frames = [line.strip() for log in logs for line in log.splitlines()
+              if "scrapy_redis/queue.py" in line]
+    pushes = sum(line.endswith(", in push") for line in frames)
+    print(f"first run {len(first)} pages, reasons {reasons}, {len(stuck)} stopped by SIGINT, "
+          f"{len(queued)} queued, {len(lost)} requests dropped, {pushes} failed pushes; "
+          f"resumed: {len(hits)} pages, {len(missing)} never fetched under {len(roots)} "
+          f"requests, {len(twice)} fetched twice: {twice[:10]}")
+    assert "bloomsled_redis_unavailable" in reasons, reasons
+    assert close_reason(resumed) == "finished"
+    assert len(first) < 600
+    # Under the asyncio reactor each failed push is one request (and is logged); under
+    # Scrapy's Deferred-based scraper a callback's remaining output is abandoned at its
+    # first failing push: at most the page's other children, `site.tree` in all.
+    allowed = pushes * site.tree + len(procs)
+    assert len(lost) <= allowed, f"{len(lost)} requests dropped with {pushes} failed pushes"
+    assert len(roots) <= allowed, f"{len(roots)} requests never fetched: {roots[:10]}"
 
 
 @pytest.mark.parametrize(
