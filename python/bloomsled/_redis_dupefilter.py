@@ -111,6 +111,29 @@ def _complete_url(url: str, params: dict[str, Any]) -> str:
     return urlunsplit((u.scheme, auth + host, f"/{int(db)}", rest, u.fragment))
 
 
+#: For each reason ``RedisBloomDupeFilter`` closes the spider with: its stat, and the
+#: ERROR it logs (formatted with the filter's ``name``, ``url``, ``retry_seconds``, the
+#: ``error`` and the ``reason``).
+_STOPS: dict[str, tuple[str, str]] = {
+    SHARED_FILTER_REFUSED_REASON: (
+        "bloomsled/shared_filter_refused",
+        "bloomsled: the shared dupefilter %(name)r at %(url)r refuses to serve (%(error)s); "
+        "closing the spider (%(reason)s) instead of failing every request",
+    ),
+    SHARED_FILTER_LOST_REASON: (
+        "bloomsled/shared_filter_lost",
+        "bloomsled: the shared dupefilter %(name)r was lost in Redis (%(error)s); closing "
+        "the spider instead of crawling every request again",
+    ),
+    REDIS_UNAVAILABLE_REASON: (
+        "bloomsled/redis_unavailable",
+        "bloomsled: Redis at %(url)r stayed unavailable for the shared dupefilter %(name)r "
+        "past BLOOMSLED_REDIS_RETRY_SECONDS (%(retry_seconds)s s): %(error)s; closing the "
+        "spider (%(reason)s) instead of dropping requests",
+    ),
+}
+
+
 class _ScrapyRedisFingerprinter:
     """scrapy-redis's request fingerprint (``RFPDupeFilter.request_fingerprint``: SHA-1 of
     the method, canonical URL and body, without Scrapy's headers field), as the 20-byte
@@ -313,14 +336,14 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
                 retry_seconds=self.retry_seconds,
             )
         except RedisError as e:
-            self._on_unavailable(e)
+            self._stop(REDIS_UNAVAILABLE_REASON, e)
 
     def request_seen(self, request: Request) -> bool:
         if self.filter is None and not self.stopped:
             try:
                 self.open()
             except BloomsledError as e:
-                self._on_refused(e)
+                self._stop(SHARED_FILTER_REFUSED_REASON, e)
         if self.stopped or self.filter is None:
             # The spider is closing and the filter has no answer: "not seen", claiming
             # nothing, so that the request reaches the scheduler (scrapy-redis pushes it
@@ -336,7 +359,8 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
                 return not self.filter.add_exact(fp)
             return not self.filter.add(fp)
         except SharedFilterLost as e:
-            self._on_lost(e)
+            self.lost = True
+            self._stop(SHARED_FILTER_LOST_REASON, e)
             return False  # no answer: see above
         except RedisOutcomeUnknownError as e:
             # The add may have run: the key may be ours or another's. Fetching it (maybe a
@@ -351,54 +375,32 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
                 self.crawler.stats.inc_value("bloomsled/redis_outcome_unknown")
             return False
         except RedisError as e:
-            self._on_unavailable(e)
+            self._stop(REDIS_UNAVAILABLE_REASON, e)
             return False  # no answer: see above
         except BloomsledError as e:
-            self._on_refused(e)
+            self._stop(SHARED_FILTER_REFUSED_REASON, e)
             return False  # no answer: see above
 
-    def _on_refused(self, error: Exception) -> None:
+    def _stop(self, reason: str, error: Exception) -> None:
+        """The filter cannot serve the spider: an ERROR (``_STOPS``' message for
+        `reason`), its stat set, and the spider closed with `reason`. Without a crawler
+        (``from_settings``) there is no spider to close: `error` is raised, never a silent
+        drop."""
+        stat, message = _STOPS[reason]
         logger.error(
-            "bloomsled: the shared dupefilter %r at %r refuses to serve (%s); closing the "
-            "spider (%s) instead of failing every request",
-            self.name,
-            self.url,
-            error,
-            SHARED_FILTER_REFUSED_REASON,
+            message,
+            {
+                "name": self.name,
+                "url": self.url,
+                "error": error,
+                "reason": reason,
+                "retry_seconds": self.retry_seconds,
+            },
         )
         if self.crawler is None:
-            raise error  # no spider to close (``from_settings``): never a silent drop
-        self.crawler.stats.set_value("bloomsled/shared_filter_refused", 1)
-        self._close_spider(SHARED_FILTER_REFUSED_REASON)
-
-    def _on_lost(self, error: Exception) -> None:
-        self.lost = True
-        logger.error(
-            "bloomsled: the shared dupefilter %r was lost in Redis (%s); closing the spider "
-            "instead of crawling every request again",
-            self.name,
-            error,
-        )
-        if self.crawler is None:
-            raise error  # no spider to close (``from_settings``): never a silent drop
-        self.crawler.stats.set_value("bloomsled/shared_filter_lost", 1)
-        self._close_spider(SHARED_FILTER_LOST_REASON)
-
-    def _on_unavailable(self, error: Exception) -> None:
-        logger.error(
-            "bloomsled: Redis at %r stayed unavailable for the shared dupefilter %r past "
-            "BLOOMSLED_REDIS_RETRY_SECONDS (%s s): %s; closing the spider (%s) instead of "
-            "dropping requests",
-            self.url,
-            self.name,
-            self.retry_seconds,
-            error,
-            REDIS_UNAVAILABLE_REASON,
-        )
-        if self.crawler is None:
-            raise error  # no spider to close (``from_settings``): never a silent drop
-        self.crawler.stats.set_value("bloomsled/redis_unavailable", 1)
-        self._close_spider(REDIS_UNAVAILABLE_REASON)
+            raise error
+        self.crawler.stats.set_value(stat, 1)
+        self._close_spider(reason)
 
     def _close_spider(self, reason: str) -> None:
         """Closes the spider once, with `reason`, from the reactor's next turn (the call
