@@ -35,6 +35,13 @@ Usage::
         [--filter myspider:bloomsled-dupefilter] [--expected-items 10000000] [--fpr 0.01]
 
 Needs redis-py (installed with scrapy-redis).
+
+Exit status: 0 when the pass is done; 2 for a bad argument (``--expected-items``,
+``--batch`` not a positive integer, ``--fpr`` not strictly between 0 and 1, a filter shape
+the library refuses, a ``--redis-url`` that does not parse); 1 for a failure while it runs
+(Redis unreachable or failing, a filter of another shape under the key, a member of the set
+that is not a fingerprint). Either is one line on stderr; after a failure mid-pass the
+cursor of the last batch done is saved, and the same command continues from there.
 """
 
 from __future__ import annotations
@@ -43,9 +50,15 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
 
-from . import RedisOutcomeUnknownError, SharedFilter, SharedFilterNotFoundError
+from . import Error as BloomsledError
+from . import (
+    InvalidConfigError,
+    RedisOutcomeUnknownError,
+    SharedFilter,
+    SharedFilterNotFoundError,
+)
 from ._scrapy_base import DEFAULT_EXPECTED_ITEMS, DEFAULT_FPR, DEFAULT_REDIS_RETRY_SECONDS
 
 #: Members asked of ``SSCAN`` per batch (its ``COUNT``: a hint, the reply may differ).
@@ -156,9 +169,39 @@ def migrate(
     }
 
 
+PROG = "python -m bloomsled.scrapy_redis_migrate"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors on one line (without the usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.0 < value < 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be strictly between 0 and 1, got {text}")
+    return value
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m bloomsled.scrapy_redis_migrate",
+    p = _Parser(
+        prog=PROG,
         description="Copy scrapy-redis's fingerprint set into RedisBloomDupeFilter's filter.",
     )
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
@@ -167,16 +210,27 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--filter", dest="filter_key",
                    help="the filter's key, as the spiders name it (BLOOMSLED_REDIS_KEY, or "
                         "SCHEDULER_DUPEFILTER_KEY; default <spider>:bloomsled-dupefilter)")
-    p.add_argument("--expected-items", type=int, default=DEFAULT_EXPECTED_ITEMS)
-    p.add_argument("--fpr", type=float, default=DEFAULT_FPR)
+    p.add_argument("--expected-items", type=_positive_int, default=DEFAULT_EXPECTED_ITEMS)
+    p.add_argument("--fpr", type=_probability, default=DEFAULT_FPR)
     p.add_argument("--bloom-only", action="store_true",
                    help="the spiders run with BLOOMSLED_REDIS_EXACT = False")
-    p.add_argument("--batch", type=int, default=DEFAULT_BATCH)
+    p.add_argument("--batch", type=_positive_int, default=DEFAULT_BATCH)
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     a = p.parse_args(argv)
     if a.set_key is None or a.filter_key is None:
         if a.spider is None:
             p.error("give --spider, or both --set and --filter")
+    try:
+        import redis
+    except ImportError as e:
+        print(f"{PROG}: error: needs redis-py (pip install redis): {e}", file=sys.stderr)
+        return 1
+    try:
+        # Parsed as migrate() will, without connecting: a URL that cannot name a server
+        # is a bad argument, not a failure.
+        redis.Redis.from_url(a.redis_url).close()
+    except ValueError as e:
+        p.error(f"argument --redis-url: {e}")
     set_key = a.set_key or f"{a.spider}:dupefilter"
     filter_key = a.filter_key or f"{a.spider}:bloomsled-dupefilter"
     last = [0.0]
@@ -187,10 +241,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             last[0] = now
             print(json.dumps(d), file=sys.stderr, flush=True)
 
-    out = migrate(
-        a.redis_url, set_key, filter_key, expected_items=a.expected_items, fpr=a.fpr,
-        exact=not a.bloom_only, batch=a.batch, progress=progress,
-    )
+    try:
+        out = migrate(
+            a.redis_url, set_key, filter_key, expected_items=a.expected_items, fpr=a.fpr,
+            exact=not a.bloom_only, batch=a.batch, progress=progress,
+        )
+    except (InvalidConfigError, OverflowError) as e:  # a shape the filter cannot have
+        p.error(f"argument --expected-items/--fpr: {e}")
+    except (redis.exceptions.RedisError, BloomsledError, ValueError, OSError) as e:
+        print(f"{PROG}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     print(json.dumps(out))
     return 0
 

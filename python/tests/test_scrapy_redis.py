@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HERE, Site, in_ci, resp_command
+from conftest import HERE, Site, free_port, in_ci, resp_command
 
 if not in_ci():  # under CI=true a missing Scrapy or scrapy-redis fails the suite
     pytest.importorskip("scrapy")
@@ -588,6 +588,73 @@ def test_a_filter_of_another_shape_closes_the_spider_before_it_drains_the_queue(
     assert left >= queued - 8, f"the refused run popped {queued - left} of {queued} requests"
     missing = site.all_paths() - set(hits)
     assert not missing, f"{len(missing)} pages never fetched: {sorted(missing)[:10]}"
+
+
+def run_migrate(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bloomsled.scrapy_redis_migrate", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--expected-items", "0"], "--expected-items: must be a positive integer, got 0"),
+        (["--expected-items", "-5"], "--expected-items: must be a positive integer"),
+        (["--batch", "-1"], "--batch: must be a positive integer, got -1"),
+        (["--batch", "0"], "--batch: must be a positive integer"),
+        (["--batch", "ten"], "--batch: must be a positive integer, got ten"),
+        (["--fpr", "nan"], "--fpr: must be strictly between 0 and 1, got nan"),
+        (["--fpr", "1.5"], "--fpr: must be strictly between 0 and 1, got 1.5"),
+        (["--redis-url", "http://127.0.0.1:6379/0"], "--redis-url: Redis URL must specify"),
+        (["--redis-url", "redis://127.0.0.1:port/0"], "--redis-url: Port could not be cast"),
+        ([], "give --spider, or both --set and --filter"),
+    ],
+)
+def test_migration_with_a_bad_argument_says_so_in_one_line(args, says):
+    """Shown failing before: a traceback and exit status 1 (here redis-py's
+    ConnectionError, as every argument was used only after connecting; with Redis up:
+    InvalidConfigError, OverflowError, redis-py's ResponseError "syntax error" for a
+    ``--batch`` below 1 once the set was not empty, ValueError for the URL), and argparse's
+    usage block for the rest. Now status 2 and one line, before any connection (the URL
+    names a port nothing listens on: a connection would fail with another message)."""
+    spider = [] if not args else ["--spider", "site"]
+    out = run_migrate("--redis-url", f"redis://127.0.0.1:{free_port()}/0", *spider, *args)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("python -m bloomsled.scrapy_redis_migrate: error: ")
+    assert says in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    assert not out.stdout
+
+
+@pytest.mark.parametrize("items, says", [(10**15, "over the limit"), (10**30, "too big")])
+def test_migration_with_a_shape_the_library_refuses_says_so_in_one_line(
+    redis_server, items, says
+):
+    """A filter too large for the library (its own limit; past 64 bits): a bad argument
+    too, status 2 and one line, but found only where the library builds the filter, after
+    the saved cursor was read from Redis (a traceback before)."""
+    out = run_migrate("--redis-url", redis_server.url, "--spider", "site",
+                      "--expected-items", str(items))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("python -m bloomsled.scrapy_redis_migrate: error: "
+                                 "argument --expected-items/--fpr: ")
+    assert says in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    assert not keys(redis_server), "a refused shape wrote to Redis"
+
+
+def test_migration_failing_at_run_time_says_so_in_one_line(redis_server):
+    """Redis unreachable, or a filter of another shape under the key: status 1, one line
+    naming the error (a traceback before)."""
+    from bloomsled import SharedFilter
+
+    down = run_migrate("--redis-url", f"redis://127.0.0.1:{free_port()}/0", "--spider", "site")
+    SharedFilter.create("site:bloomsled-dupefilter", redis_server.url, expected_items=100_000)
+    resp_command(redis_server.port, "SADD", "site:dupefilter", "ab" * 20)
+    shape = run_migrate("--redis-url", redis_server.url, "--spider", "site",
+                        "--expected-items", "5000")
+    for out, says in ((down, "ConnectionError: "), (shape, "ShapeMismatchError: ")):
+        assert out.returncode == 1, out.stderr
+        assert out.stderr.startswith("python -m bloomsled.scrapy_redis_migrate: error: " + says)
+        assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
 
 
 def test_migration_resumed_after_the_filter_was_made_again_starts_over(redis_server):
