@@ -342,6 +342,8 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
         if self.filter is None and not self.stopped:
             try:
                 self.open()
+            except RedisError:
+                raise  # open() reported it already (and raised: no spider to close)
             except BloomsledError as e:
                 self._stop(SHARED_FILTER_REFUSED_REASON, e)
         if self.stopped or self.filter is None:

@@ -40,6 +40,25 @@ def test_shared_filter_unreachable_is_an_error():
         bloomsled.SharedFilter.open("x", "redis://127.0.0.1:1/0")
 
 
+def test_unreachable_redis_without_a_crawler_raises_once_and_logs_once(caplog):
+    """Built by ``from_settings`` (no crawler, no spider to close): a Redis that cannot be
+    reached is raised from ``request_seen``, with one ERROR naming it, not a second one
+    calling it a refusal."""
+    from scrapy import Request
+    from scrapy.settings import Settings
+
+    from bloomsled.scrapy import RedisBloomDupeFilter
+
+    df = RedisBloomDupeFilter.from_settings(Settings({
+        "BLOOMSLED_REDIS_URL": "redis://127.0.0.1:1/0",
+        "BLOOMSLED_REDIS_RETRY_SECONDS": 0.2,
+    }))
+    with caplog.at_level("ERROR", logger="bloomsled"), pytest.raises(bloomsled.RedisError):
+        df.request_seen(Request("https://example.com/"))
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "stayed unavailable" in errors[0], errors
+
+
 def test_two_spiders_share_one_filter(redis_server, tmp_path):
     site = Site(2000)
     try:
