@@ -4,7 +4,7 @@ use std::io::{self, BufRead, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
-use bloomsled::{Distrust, RecoveryOutcome, RecoveryPolicy};
+use bloomsled::RecoveryPolicy;
 use serde::Serialize;
 
 use crate::error::{CliError, CliResult};
@@ -22,15 +22,6 @@ pub fn run(path: &Path, tree: Option<&str>, keys: &[String], json: bool) -> CliR
     let path = open::resolve(path);
     let db = open::open_existing(&path, RecoveryPolicy::Repair)?;
     let t = open::existing_tree(&db, tree)?;
-    // This open replaced the database record (sled lost it, or it was damaged): the answers
-    // below are what the store holds now, which may be less than it held. Said once, here,
-    // since the open that repairs it is the last to see it.
-    if let RecoveryOutcome::Rebuilt {
-        reason: reason @ Distrust::DatabaseRecord(_),
-    } = &t.recovery_report().outcome
-    {
-        eprintln!("bloomsled: warning: {}: {reason}", path.display());
-    }
     let keys: Vec<String> = if keys.len() == 1 && keys[0] == "-" {
         io::stdin()
             .lock()

@@ -7,7 +7,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use bloomsled::window::Window;
-use bloomsled::{Config, Db, RecoveryPolicy, Tree};
+use bloomsled::{Config, Db, Distrust, RecoveryOutcome, RecoveryPolicy, Tree};
 
 use crate::demo::folder;
 use crate::error::{CliError, CliResult};
@@ -58,7 +58,7 @@ pub fn open_existing_with(path: &Path, config: Config) -> CliResult<Db> {
 
 /// Opens the database at `path` with `config` (its path is set here).
 pub fn open_with(path: &Path, config: Config) -> CliResult<Db> {
-    config.path(path).open().map_err(|source| {
+    let db = config.path(path).open().map_err(|source| {
         if is_lock_error(path, &source) {
             CliError::InUse(path.to_path_buf())
         } else {
@@ -67,7 +67,17 @@ pub fn open_with(path: &Path, config: Config) -> CliResult<Db> {
                 source,
             }
         }
-    })
+    })?;
+    // This open replaced the database record (sled lost it, or it was damaged): every
+    // answer is now what the store holds, which may be less than it held. Said here, by
+    // the open that repairs it, since later opens no longer see it.
+    if let RecoveryOutcome::Rebuilt {
+        reason: reason @ Distrust::DatabaseRecord(_),
+    } = &db.recovery_report().outcome
+    {
+        eprintln!("bloomsled: warning: {}: {reason}", path.display());
+    }
+    Ok(db)
 }
 
 /// True if `err`, returned by opening the database at `path`, means that another process
