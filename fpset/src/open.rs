@@ -45,6 +45,10 @@ impl FingerprintSet {
             .open()
     }
 
+    /// Opens (or creates) the set `config` names.
+    ///
+    /// Long because an open is one ordered sequence (the lock, the manifest, the filter, the
+    /// log's replay, the clean mark cleared durably before any append), each step commented.
     pub(crate) fn open_with(config: FingerprintSetConfig) -> Result<FingerprintSet> {
         let folder = Folder::lock(&config.path)?;
         let width = config.width;

@@ -88,6 +88,9 @@ impl Wal {
     /// fsynced before it returns, so a clean close that appends nothing still records a
     /// length the disk holds.
     ///
+    /// Long because the log is read, checked against a clean close's length, cut and
+    /// reopened for appends in one pass, each check naming its own damage.
+    ///
     /// [`Manifest::clean_wal_len`]: crate::format::Manifest::clean_wal_len
     pub(crate) fn replay(
         dir: &Path,

@@ -128,6 +128,8 @@ impl Manifest {
 
     /// Parses [`Manifest::encode`]'s bytes, and those of builds before the log's length
     /// was recorded (see the module docs).
+    ///
+    /// Long because every field of the format is checked where it is read.
     pub fn decode(bytes: &[u8]) -> Result<Manifest, DecodeError> {
         check_head(bytes, MANIFEST_FIXED_LEN + 4, &MANIFEST_MAGIC)?;
         let f = Fields(bytes);
