@@ -192,6 +192,7 @@ mod boot;
 mod files;
 mod journal;
 mod journal_map;
+mod journal_names;
 mod live;
 mod meta;
 mod recovery;

@@ -20,6 +20,7 @@ use super::journal::{
     check_word, decode, file_len, Decoded, JournalHeader, FINISHED_OFFSET, NO_SPACE,
     NO_SPACE_OFFSET, RECORDS_OFFSET, RECORD_LEN, RESERVED_OFFSET,
 };
+use super::journal_names::{folder_identity, hex, remove_outside};
 use crate::error::JournalFault;
 
 /// Records per journal: 16 MiB of file, sparse until written. A sequence that writes
@@ -349,30 +350,10 @@ pub(crate) struct Journals {
     stem: String,
     /// The folder of the counter files (see [`counter_dir`]; `None`: no journal is made).
     counter_dir: Option<PathBuf>,
-    /// `bloomsled-<database id>-<tree id>-`: the counter files' names before the
-    /// sequence, so no two databases' or trees' counters collide.
+    /// `bloomsled-<database id>-<tree id>-<folder>-`: the counter files' names before the
+    /// sequence, so no two databases', trees' or copies' counters collide.
     counter_stem: String,
     live: RwLock<Vec<Arc<Journal>>>,
-}
-
-/// The database folder's device and inode, `<dev>.<ino>` in hex: what tells a folder from
-/// a copy of it within one boot (a move within a file system keeps it; a copy, a restore
-/// or a move across file systems changes it, and the journal is then refused as
-/// `CountersMissing`, a rebuild).
-#[cfg(unix)]
-fn folder_identity(db_dir: &Path) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let m = fs::metadata(db_dir).ok()?;
-    Some(format!("{:x}.{:x}", m.dev(), m.ino()))
-}
-
-#[cfg(not(unix))]
-fn folder_identity(_db_dir: &Path) -> Option<String> {
-    None
-}
-
-fn hex(id: &[u8; 16]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Journals {
@@ -474,31 +455,6 @@ impl Journals {
         remove_outside(&self.dir, &format!("{}.", self.stem), ".jnl", &keep);
         if let Some(dir) = &self.counter_dir {
             remove_outside(dir, &self.counter_stem, ".jctr", &keep);
-        }
-    }
-}
-
-/// Deletes the files `<prefix><sequence><suffix>` in `dir` whose sequence is not in
-/// `keep`.
-fn remove_outside(dir: &Path, prefix: &str, suffix: &str, keep: &std::ops::RangeInclusive<u64>) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let Some(g) = name
-            .strip_prefix(prefix)
-            .and_then(|r| r.strip_suffix(suffix))
-            .and_then(|g| g.parse::<u64>().ok())
-        else {
-            continue;
-        };
-        if !keep.contains(&g) {
-            let path = e.path();
-            if let Err(e) = fs::remove_file(&path) {
-                log::warn!("bloomsled: cannot remove {}: {e}", path.display());
-            }
         }
     }
 }
