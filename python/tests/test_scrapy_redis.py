@@ -38,6 +38,13 @@ def start(site: Site, redis_url: str, log: Path, start: str = "/p/0", **settings
     return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT), out, log
 
 
+def start_spiders(site: Site, redis_url: str, tmp_path: Path, path: str = "/p/0", **settings):
+    """Two spiders of one crawl, started at `path` (logs ``spider0.log`` and ``spider1.log``
+    in `tmp_path`)."""
+    return [start(site, redis_url, tmp_path / f"spider{i}.log", path, **settings)
+            for i in range(2)]
+
+
 def wait_all(procs, timeout: float = 300) -> list[str]:
     logs = []
     for p, out, path in procs:
@@ -78,11 +85,7 @@ def test_two_processes_share_the_queue_and_the_filter(redis_server, tmp_path):
     (seen once in CI: pages per spider [400])."""
     site = Site(400, delay=0.2)
     try:
-        procs = [
-            start(site, redis_server.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True,
-                  IDLE_WAIT=3)
-            for i in range(2)
-        ]
+        procs = start_spiders(site, redis_server.url, tmp_path, SCHEDULER_PERSIST=True, IDLE_WAIT=3)
         logs = wait_all(procs)
         hits = site.snapshot()
     finally:
@@ -171,11 +174,8 @@ def test_redis_spider_reads_its_start_urls_from_redis(redis_server, tmp_path):
     try:
         resp_command(redis_server.port, "LPUSH", "site:start_urls", site.url + "/p/0",
                      site.url + "/p/7")
-        procs = [
-            start(site, redis_server.url, tmp_path / f"spider{i}.log", start="redis",
-                  MAX_IDLE_TIME_BEFORE_CLOSE=3, SCHEDULER_PERSIST=True)
-            for i in range(2)
-        ]
+        procs = start_spiders(site, redis_server.url, tmp_path, "redis",
+                              MAX_IDLE_TIME_BEFORE_CLOSE=3, SCHEDULER_PERSIST=True)
         logs = wait_all(procs)
         hits = site.snapshot()
     finally:
@@ -189,10 +189,7 @@ def test_redis_spider_reads_its_start_urls_from_redis(redis_server, tmp_path):
 def test_redis_stopped_for_a_second_loses_no_page(persistent_redis, tmp_path):
     site = Site(600, tree=3, delay=0.05)
     try:
-        procs = [
-            start(site, persistent_redis.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True)
-            for i in range(2)
-        ]
+        procs = start_spiders(site, persistent_redis.url, tmp_path, SCHEDULER_PERSIST=True)
         wait_fetched(site, 100, procs)
         before = site.fetched()
         persistent_redis.shutdown()
@@ -321,11 +318,8 @@ def test_redis_gone_for_good_closes_with_the_filters_reason(persistent_redis, tm
     SIGINT after 60 s."""
     site = Site(600, tree=3, delay=0.05)
     try:
-        procs = [
-            start(site, persistent_redis.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True,
-                  BLOOMSLED_REDIS_RETRY_SECONDS=3, IDLE_WAIT=3)
-            for i in range(2)
-        ]
+        procs = start_spiders(site, persistent_redis.url, tmp_path, SCHEDULER_PERSIST=True,
+                              BLOOMSLED_REDIS_RETRY_SECONDS=3, IDLE_WAIT=3)
         wait_fetched(site, 100, procs)
         persistent_redis.stop()  # and never back
         deadline = time.time() + 60
@@ -357,11 +351,7 @@ def test_filter_deleted_under_running_spiders_closes_them(redis_server, tmp_path
 
     site = Site(1500, tree=3, delay=0.2)  # about 20 s of crawl: it outlasts the delete
     try:
-        procs = [
-            start(site, redis_server.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True,
-                  IDLE_WAIT=3)
-            for i in range(2)
-        ]
+        procs = start_spiders(site, redis_server.url, tmp_path, SCHEDULER_PERSIST=True, IDLE_WAIT=3)
         wait_fetched(site, 100, procs)
         assert SharedFilter.destroy("site:bloomsled-dupefilter", redis_server.url)
         logs = wait_all(procs)
@@ -422,11 +412,7 @@ def test_filter_lost_under_a_persisted_crawl_drops_no_request(redis_server, tmp_
 
     site = Site(600, tree=3, delay=0.05)
     try:
-        procs = [
-            start(site, redis_server.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True,
-                  IDLE_WAIT=3)
-            for i in range(2)
-        ]
+        procs = start_spiders(site, redis_server.url, tmp_path, SCHEDULER_PERSIST=True, IDLE_WAIT=3)
         wait_fetched(site, 100, procs)
         assert SharedFilter.destroy("site:bloomsled-dupefilter", redis_server.url)
         logs = wait_all(procs)
@@ -469,11 +455,8 @@ def test_redis_gone_past_retry_then_back_drops_no_request(persistent_redis, tmp_
     in one run: each link of a page, duplicates too, is a push) and are reported there."""
     site = Site(600, tree=3, delay=0.05)
     try:
-        procs = [
-            start(site, persistent_redis.url, tmp_path / f"spider{i}.log", SCHEDULER_PERSIST=True,
-                  BLOOMSLED_REDIS_RETRY_SECONDS=3, IDLE_WAIT=3)
-            for i in range(2)
-        ]
+        procs = start_spiders(site, persistent_redis.url, tmp_path, SCHEDULER_PERSIST=True,
+                              BLOOMSLED_REDIS_RETRY_SECONDS=3, IDLE_WAIT=3)
         wait_fetched(site, 100, procs)
         persistent_redis.stop()  # kill -9: every acknowledged write is in the AOF
         deadline = time.time() + 20
