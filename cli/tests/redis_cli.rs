@@ -261,6 +261,28 @@ fn errors_exit_nonzero_and_never_print_absent() {
     assert!(!out.status.success() && out.stdout.is_empty());
 }
 
+/// A database at `path` whose default tree holds `row/0` .. `row/<n - 1>`.
+fn database_with_rows(path: &std::path::Path, n: usize) {
+    let db = bloomsled::Config::new()
+        .path(path)
+        .expected_items(2_000)
+        .open()
+        .unwrap();
+    for i in 0..n {
+        db.insert(format!("row/{i}"), b"v".to_vec()).unwrap();
+    }
+    db.flush().unwrap();
+}
+
+/// `bloomsled redis create <name>` for 5,000 items, which must succeed.
+fn create_filter(url: &str, name: &str) {
+    let out = run(
+        &["redis", "create", name, "--url", url, "--items", "5000"],
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+}
+
 #[test]
 fn push_a_database_tree_into_a_shared_filter() {
     require_redis!();
@@ -268,23 +290,8 @@ fn push_a_database_tree_into_a_shared_filter() {
     let url = s.url();
     let dir = tempfile::tempdir().unwrap();
     let db_path = dir.path().join("db");
-    {
-        let db = bloomsled::Config::new()
-            .path(&db_path)
-            .expected_items(2_000)
-            .open()
-            .unwrap();
-        for i in 0..2_000 {
-            db.insert(format!("row/{i}"), b"v".to_vec()).unwrap();
-        }
-        db.flush().unwrap();
-    }
-    assert!(run(
-        &["redis", "create", "t", "--url", &url, "--items", "5000"],
-        b""
-    )
-    .status
-    .success());
+    database_with_rows(&db_path, 2_000);
+    create_filter(&url, "t");
     let out = run(
         &[
             "redis",
@@ -315,17 +322,8 @@ fn push_of_a_tree_that_does_not_exist_is_an_error_and_creates_nothing() {
     let url = s.url();
     let dir = tempfile::tempdir().unwrap();
     let db_path = dir.path().join("db");
-    {
-        let db = bloomsled::Config::new().path(&db_path).open().unwrap();
-        db.insert("row/0", b"v".to_vec()).unwrap();
-        db.flush().unwrap();
-    }
-    assert!(run(
-        &["redis", "create", "t", "--url", &url, "--items", "5000"],
-        b""
-    )
-    .status
-    .success());
+    database_with_rows(&db_path, 1);
+    create_filter(&url, "t");
     let d = db_path.to_str().unwrap();
     let out = run(
         &[
