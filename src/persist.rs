@@ -129,12 +129,14 @@
 //! check on the file alone can tell it from the journal itself, so what it is checked
 //! against lives where a restore of the folder does not reach:
 //! - *Counters outside the folder.* A journal's `reserved` and `finished` counts live in a
-//!   counter file `bloomsled-<database id>-<tree id>-<folder>-<sequence>.jctr` (`<folder>`:
-//!   the database folder's device and inode, so a copy of the folder opened in the same
-//!   boot never touches the original's) in a memory file system (`/dev/shm`, else `$XDG_RUNTIME_DIR`, or `$BLOOMSLED_JOURNAL_COUNTER_DIR`),
+//!   counter file `bloomsled-<database id>-<tree id>-<sequence>.jctr` in a memory file
+//!   system (`/dev/shm`, else `$XDG_RUNTIME_DIR`, or `$BLOOMSLED_JOURNAL_COUNTER_DIR`),
 //!   mapped shared like the journal: the slot reservation's atomic add just moves there
 //!   (same cost). It survives a process crash, is cleared by a reboot (when the journal
-//!   is refused anyway) and is removed when its journal is retired. Each journal file gets
+//!   is refused anyway) and is removed when its journal is retired. While mapped it is
+//!   locked (`flock`): a process that cannot take the lock (a copy of the folder, same
+//!   ids, opened in the same boot) neither rewrites nor removes it, and keeps no journal of
+//!   that sequence (`tests/folder_copy.rs`). Each journal file gets
 //!   a random 128-bit nonce at creation, repeated in its counter file.
 //! - *The check.* Replay needs the counter file (missing: `CountersMissing`, refused), of
 //!   the same nonce (another incarnation of the same sequence's journal, from a copy:

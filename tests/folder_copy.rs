@@ -1,9 +1,10 @@
 //! A copy of a live database folder, opened in the same boot while the original runs (a
 //! backup checked on the machine it was taken on, `cp -r` then `bloomsled verify`). The
-//! copy carries the original's database and tree ids; its crash-journal counter files
-//! must not be the original's, or the copy's open rewrites (truncates) or retires the
-//! counters the original process has mapped: the original can take a SIGBUS, and after a
-//! `kill -9` its journal is refused and its filter rebuilt by a scan instead of replayed.
+//! copy carries the original's database and tree ids, so the crash journals' counter files
+//! (named by them) are the original's too: its open must not rewrite (truncate) or retire
+//! the counters the original's process has mapped, or the original can take a SIGBUS, and
+//! after a `kill -9` its journal is refused and its filter rebuilt by a scan instead of
+//! replayed (what this test saw before mapped counter files were locked).
 //!
 //! A child loads keys, snapshots, writes past the snapshot (its journal live) and waits;
 //! the parent copies its folder, opens the copy, writes to it and closes it; the child

@@ -216,8 +216,8 @@ fn refused(
 ) {
     let copy = tempfile::tempdir().unwrap();
     common::copy_dir(&base.dir, copy.path());
-    // The counter files (outside the folder) as the kill left them, given to the copy
-    // (they are named by the folder, so each copy has its own).
+    // The counter files (outside the folder) as the kill left them: an earlier case's
+    // open of a copy (same database and tree ids) retired them.
     let js = journals_with_counters(copy.path(), &base.counters);
     damage(&js[0].0, &js[1].0);
     let db = config(copy.path(), false).open().unwrap();
@@ -247,23 +247,22 @@ fn reseal(bytes: &mut [u8]) {
     bytes[136..140].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// The counter files of `dir`'s journals, with their bytes, by journal file name.
+/// The counter files of `dir`'s journals, with their bytes.
 fn counter_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     journals(dir)
         .iter()
         .map(|(j, _)| {
-            let bytes = std::fs::read(common::journal_counter_file(j)).unwrap();
-            (PathBuf::from(j.file_name().unwrap()), bytes)
+            let c = common::journal_counter_file(j);
+            let bytes = std::fs::read(&c).unwrap();
+            (c, bytes)
         })
         .collect()
 }
 
-/// `dir`'s journals after giving them `counters` (a copy's counter files are its own:
-/// named by its folder).
+/// `dir`'s journals after putting `counters` back.
 fn journals_with_counters(dir: &Path, counters: &[(PathBuf, Vec<u8>)]) -> Vec<(PathBuf, u64)> {
-    for (name, bytes) in counters {
-        let jnl = dir.join(DIR_NAME).join(name);
-        std::fs::write(common::journal_counter_file(&jnl), bytes).unwrap();
+    for (c, bytes) in counters {
+        std::fs::write(c, bytes).unwrap();
     }
     journals(dir)
 }
@@ -484,7 +483,6 @@ fn crash_model(ops: &[Op], counting: bool) {
     std::mem::forget(db);
     let copy = tempfile::tempdir().unwrap();
     common::copy_dir(dir.path(), copy.path());
-    common::copy_journal_counters(dir.path(), copy.path());
     let db = config(copy.path(), counting).open().unwrap();
     let r = db.recovery_report();
     if snapshotted {

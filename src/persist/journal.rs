@@ -23,8 +23,7 @@
 //! |    140 |    4 | zero                                                         |
 //! |    256 | 16·n | records                                                      |
 //!
-//! The counter file `bloomsled-<database id>-<tree id>-<dev>.<ino>-<sequence>.jctr` (the
-//! database folder's device and inode in hex, so a copy of the folder has its own; in the counter
+//! The counter file `bloomsled-<database id>-<tree id>-<sequence>.jctr` (in the counter
 //! folder, `/dev/shm` by default: not in the database folder, cleared by a reboot):
 //!
 //! | offset | size | field                                                        |

@@ -20,7 +20,7 @@ use super::journal::{
     check_word, decode, file_len, Decoded, JournalHeader, FINISHED_OFFSET, NO_SPACE,
     NO_SPACE_OFFSET, RECORDS_OFFSET, RECORD_LEN, RESERVED_OFFSET,
 };
-use super::journal_names::{folder_identity, hex, remove_outside};
+use super::journal_names::{hex, remove_outside, remove_unlocked_outside};
 use crate::error::JournalFault;
 
 /// Records per journal: 16 MiB of file, sparse until written. A sequence that writes
@@ -78,6 +78,10 @@ pub(crate) struct Journal {
     /// The counter file's mapping: reserved, finished, no-space word.
     #[cfg(target_os = "linux")]
     counters: memmap2::MmapMut,
+    /// The counter file, open and locked (`flock`) for as long as it is mapped; dropped
+    /// (unlocked) with the journal.
+    #[cfg(target_os = "linux")]
+    _counters_lock: fs::File,
 }
 
 /// The most bytes backed at once.
@@ -112,19 +116,43 @@ fn slots_in(bytes: u64, capacity: u64) -> u64 {
 impl Journal {
     /// Creates (or empties) the journal file at `path` with `header` and its counter file
     /// at `counters`, and maps both. Files that cannot be made whole (a full disk) are
-    /// removed.
+    /// removed. The counter file is locked (`flock`) first and for as long as it is
+    /// mapped: if another process holds it (a copy of this folder, same ids, open in the
+    /// same boot), this fails with [`io::ErrorKind::ResourceBusy`] and touches nothing, so
+    /// that process's mapping never meets a truncation (a `SIGBUS`) or foreign counts.
     #[cfg(target_os = "linux")]
     fn create(path: &Path, counters: &Path, header: JournalHeader) -> io::Result<Journal> {
-        Self::try_create(path, counters, header).inspect_err(|_| {
-            let _ = fs::remove_file(path);
-            let _ = fs::remove_file(counters);
+        Self::try_create(path, counters, header).inspect_err(|e| {
+            if e.kind() != io::ErrorKind::ResourceBusy {
+                let _ = fs::remove_file(path);
+                let _ = fs::remove_file(counters);
+            }
         })
     }
 
     /// Long because it makes two files whole and maps them, each step commented.
     #[cfg(target_os = "linux")]
     fn try_create(path: &Path, counters: &Path, header: JournalHeader) -> io::Result<Journal> {
+        use fs2::FileExt;
         use std::io::Write;
+        // The counter file first, locked before anything is written: another process's
+        // lock (a copy of this folder) means its counters, left alone.
+        let mut c = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(counters)?;
+        if c.try_lock_exclusive().is_err() {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!(
+                    "counter file {} is locked by another process (a copy of this database \
+                     folder open in this boot?): no journal for this sequence",
+                    counters.display()
+                ),
+            ));
+        }
         let capacity = header.capacity.get();
         let mut file = fs::OpenOptions::new()
             .read(true)
@@ -149,17 +177,15 @@ impl Journal {
         #[allow(unsafe_code)]
         let map = unsafe { memmap2::MmapOptions::new().map_mut(&file)? };
         // The counter file, written whole (so every page of it is backed: no store into
-        // it can fault), replacing any earlier incarnation's.
-        let mut c = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(counters)?;
+        // it can fault), replacing any earlier incarnation's (whose process is gone: it
+        // held the lock while it lived).
+        c.set_len(0)?;
         c.write_all(&header.counters())?;
         // SAFETY: as for the journal: made by this process just now, named by this
-        // database's and tree's random ids (only this tree's `Journals` touches it, and
-        // removes it by unlinking, never truncating); every access is atomic (`counter`).
+        // database's and tree's random ids, and locked by this process for as long as it
+        // is mapped (`_counters_lock`): no other process truncates it (`try_create` takes
+        // the lock first), and it is removed only by unlinking, never truncated; every
+        // access is atomic (`counter`).
         #[allow(unsafe_code)]
         let counters = unsafe { memmap2::MmapOptions::new().map_mut(&c)? };
         if counters.len() != COUNTERS_LEN {
@@ -174,6 +200,7 @@ impl Journal {
             file,
             map,
             counters,
+            _counters_lock: c,
         })
     }
 
@@ -350,8 +377,9 @@ pub(crate) struct Journals {
     stem: String,
     /// The folder of the counter files (see [`counter_dir`]; `None`: no journal is made).
     counter_dir: Option<PathBuf>,
-    /// `bloomsled-<database id>-<tree id>-<folder>-`: the counter files' names before the
-    /// sequence, so no two databases', trees' or copies' counters collide.
+    /// `bloomsled-<database id>-<tree id>-`: the counter files' names before the
+    /// sequence, so no two databases' or trees' counters collide (a copy of the folder
+    /// shares them: see the counter file's lock in [`Journal::create`]).
     counter_stem: String,
     live: RwLock<Vec<Arc<Journal>>>,
 }
@@ -365,19 +393,11 @@ impl Journals {
         tree_id: &[u8; 16],
         counter_dir: Option<PathBuf>,
     ) -> Journals {
-        // The folder's identity is in the counter files' names too: a copy of the folder
-        // (same database and tree ids) opened in the same boot must never truncate, rewrite
-        // or retire the counters the original's process has mapped (`tests/folder_copy.rs`).
-        // A folder whose identity cannot be read keeps no journal.
-        let (counter_dir, folder) = match folder_identity(db_dir) {
-            Some(folder) => (counter_dir, folder),
-            None => (None, String::new()),
-        };
         Journals {
             dir: db_dir.join(super::DIR_NAME),
             stem: hex(tree_id),
             counter_dir,
-            counter_stem: format!("bloomsled-{}-{}-{folder}-", hex(db_id), hex(tree_id)),
+            counter_stem: format!("bloomsled-{}-{}-", hex(db_id), hex(tree_id)),
             live: RwLock::new(Vec::new()),
         }
     }
@@ -454,7 +474,7 @@ impl Journals {
             .retain(|j| keep.contains(&j.sequence));
         remove_outside(&self.dir, &format!("{}.", self.stem), ".jnl", &keep);
         if let Some(dir) = &self.counter_dir {
-            remove_outside(dir, &self.counter_stem, ".jctr", &keep);
+            remove_unlocked_outside(dir, &self.counter_stem, ".jctr", &keep);
         }
     }
 }

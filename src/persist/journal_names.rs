@@ -1,25 +1,9 @@
 //! The names of a tree's crash-journal files and counter files, and the removal of those
 //! outside a range of sequences: `<tree id>.<sequence>.jnl` in `<db>/bloomsled`, and
-//! `bloomsled-<database id>-<tree id>-<dev>.<ino>-<sequence>.jctr` in the counter folder.
+//! `bloomsled-<database id>-<tree id>-<sequence>.jctr` in the counter folder.
 
 use std::fs;
 use std::path::Path;
-
-/// The database folder's device and inode, `<dev>.<ino>` in hex: what tells a folder from
-/// a copy of it within one boot (a move within a file system keeps it; a copy, a restore
-/// or a move across file systems changes it, and the journal is then refused as
-/// `CountersMissing`, a rebuild).
-#[cfg(unix)]
-pub(super) fn folder_identity(db_dir: &Path) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let m = fs::metadata(db_dir).ok()?;
-    Some(format!("{:x}.{:x}", m.dev(), m.ino()))
-}
-
-#[cfg(not(unix))]
-pub(super) fn folder_identity(_db_dir: &Path) -> Option<String> {
-    None
-}
 
 /// `id` in lowercase hex, as the file names spell it.
 pub(super) fn hex(id: &[u8; 16]) -> String {
@@ -33,6 +17,43 @@ pub(super) fn remove_outside(
     prefix: &str,
     suffix: &str,
     keep: &std::ops::RangeInclusive<u64>,
+) {
+    for_each_outside(dir, prefix, suffix, keep, remove);
+}
+
+/// [`remove_outside`] for counter files: only those no process holds locked (a mapped
+/// counter file is locked by its journal, see `Journal::create`), so a copy of the folder
+/// open in the same boot never removes the counters of the original's live journals.
+pub(super) fn remove_unlocked_outside(
+    dir: &Path,
+    prefix: &str,
+    suffix: &str,
+    keep: &std::ops::RangeInclusive<u64>,
+) {
+    use fs2::FileExt;
+    for_each_outside(dir, prefix, suffix, keep, |path| {
+        let Ok(f) = fs::File::open(path) else { return };
+        if f.try_lock_exclusive().is_ok() {
+            // Unlinked while this lock is held: no process maps it in between.
+            remove(path);
+        }
+    });
+}
+
+fn remove(path: &Path) {
+    if let Err(e) = fs::remove_file(path) {
+        log::warn!("bloomsled: cannot remove {}: {e}", path.display());
+    }
+}
+
+/// Calls `f` with each file `<prefix><sequence><suffix>` in `dir` whose sequence is not
+/// in `keep`.
+fn for_each_outside(
+    dir: &Path,
+    prefix: &str,
+    suffix: &str,
+    keep: &std::ops::RangeInclusive<u64>,
+    f: impl Fn(&Path),
 ) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
@@ -48,10 +69,7 @@ pub(super) fn remove_outside(
             continue;
         };
         if !keep.contains(&g) {
-            let path = e.path();
-            if let Err(e) = fs::remove_file(&path) {
-                log::warn!("bloomsled: cannot remove {}: {e}", path.display());
-            }
+            f(&e.path());
         }
     }
 }

@@ -58,41 +58,17 @@ pub fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// The counter file of the crash journal at `jnl` (`src/persist/journal.rs`): in
-/// `$BLOOMSLED_JOURNAL_COUNTER_DIR`, else `/dev/shm`, named by the database id and tree id
-/// its header holds, the database folder's device and inode, and the journal's sequence.
+/// `$BLOOMSLED_JOURNAL_COUNTER_DIR`, else `/dev/shm`, named by the database id, tree id and
+/// sequence its header holds.
 pub fn journal_counter_file(jnl: &Path) -> std::path::PathBuf {
-    use std::os::unix::fs::MetadataExt;
-    let folder = fs::metadata(jnl.parent().unwrap().parent().unwrap()).unwrap();
     let mut h = [0u8; 144];
     std::io::Read::read_exact(&mut fs::File::open(jnl).unwrap(), &mut h).unwrap();
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     let sequence = u64::from_le_bytes(h[112..120].try_into().unwrap());
     let dir = std::env::var_os("BLOOMSLED_JOURNAL_COUNTER_DIR").unwrap_or("/dev/shm".into());
     Path::new(&dir).join(format!(
-        "bloomsled-{}-{}-{:x}.{:x}-{sequence}.jctr",
+        "bloomsled-{}-{}-{sequence}.jctr",
         hex(&h[16..32]),
-        hex(&h[32..48]),
-        folder.dev(),
-        folder.ino()
+        hex(&h[32..48])
     ))
-}
-
-/// Gives the journals of `to`, a copy of `from`, the counter files `from`'s have: the
-/// counters are named by the folder too (a copy has its own), so a copy made to reopen a
-/// database "as the kill left it" in this process needs them carried over.
-pub fn copy_journal_counters(from: &Path, to: &Path) {
-    let Ok(entries) = fs::read_dir(from.join(bloomsled::persist::DIR_NAME)) else {
-        return;
-    };
-    for e in entries {
-        let path = e.unwrap().path();
-        if path.extension().is_some_and(|x| x == "jnl") {
-            let copied = to
-                .join(bloomsled::persist::DIR_NAME)
-                .join(path.file_name().unwrap());
-            if let Ok(bytes) = fs::read(journal_counter_file(&path)) {
-                fs::write(journal_counter_file(&copied), bytes).unwrap();
-            }
-        }
-    }
 }
