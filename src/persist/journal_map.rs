@@ -20,6 +20,8 @@ use super::journal::{
     check_word, decode, file_len, Decoded, JournalHeader, FINISHED_OFFSET, NO_SPACE,
     NO_SPACE_OFFSET, RECORDS_OFFSET, RECORD_LEN, RESERVED_OFFSET,
 };
+#[cfg(target_os = "linux")]
+use super::journal_names::open_locked;
 use super::journal_names::{hex, remove_outside, remove_unlocked_outside};
 use crate::error::JournalFault;
 
@@ -133,17 +135,10 @@ impl Journal {
     /// Long because it makes two files whole and maps them, each step commented.
     #[cfg(target_os = "linux")]
     fn try_create(path: &Path, counters: &Path, header: JournalHeader) -> io::Result<Journal> {
-        use fs2::FileExt;
         use std::io::Write;
         // The counter file first, locked before anything is written: another process's
         // lock (a copy of this folder) means its counters, left alone.
-        let mut c = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(counters)?;
-        if c.try_lock_exclusive().is_err() {
+        let Some(mut c) = open_locked(counters)? else {
             return Err(io::Error::new(
                 io::ErrorKind::ResourceBusy,
                 format!(
@@ -152,7 +147,7 @@ impl Journal {
                     counters.display()
                 ),
             ));
-        }
+        };
         let capacity = header.capacity.get();
         let mut file = fs::OpenOptions::new()
             .read(true)

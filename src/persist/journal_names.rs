@@ -33,11 +33,62 @@ pub(super) fn remove_unlocked_outside(
     use fs2::FileExt;
     for_each_outside(dir, prefix, suffix, keep, |path| {
         let Ok(f) = fs::File::open(path) else { return };
-        if f.try_lock_exclusive().is_ok() {
-            // Unlinked while this lock is held: no process maps it in between.
+        // Unlinked while this lock is held and only if the path still names the locked
+        // file: another process may have retired it and made a new one there since the
+        // open, which it holds locked (or is about to lock: `open_locked` sees the unlink).
+        if f.try_lock_exclusive().is_ok() && still_named(&f, path).unwrap_or(false) {
             remove(path);
         }
     });
+}
+
+/// Opens (creating it if missing) the counter file at `path` with its exclusive lock
+/// (`flock`) held, or `None` if another process holds that lock. The lock is kept only on
+/// the file the path still names once it is held: one unlinked between this open and the
+/// lock (retired by another process, which locks before it unlinks) is let go and the path
+/// opened again, so a journal never maps counters that a later open cannot find.
+#[cfg(target_os = "linux")]
+pub(super) fn open_locked(path: &Path) -> std::io::Result<Option<fs::File>> {
+    use fs2::FileExt;
+    // Each retry follows a retirement that happened within one open-and-lock: more than a
+    // few in a row means something is deleting the folder's files as fast as they appear.
+    for _ in 0..16 {
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        if f.try_lock_exclusive().is_err() {
+            return Ok(None);
+        }
+        if still_named(&f, path)? {
+            return Ok(Some(f));
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "counter file {} was removed each time it was opened",
+        path.display()
+    )))
+}
+
+/// Whether `path` still names the open file `f` (same device and inode): false once it
+/// was unlinked, or unlinked and made again.
+#[cfg(unix)]
+fn still_named(f: &fs::File, path: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let held = f.metadata()?;
+    match fs::metadata(path) {
+        Ok(named) => Ok(named.dev() == held.dev() && named.ino() == held.ino()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Elsewhere a file is not removed while open, so the path names the file opened.
+#[cfg(not(unix))]
+fn still_named(_: &fs::File, _: &Path) -> std::io::Result<bool> {
+    Ok(true)
 }
 
 fn remove(path: &Path) {
@@ -71,5 +122,87 @@ fn for_each_outside(
         if !keep.contains(&g) {
             f(&e.path());
         }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_counter_file_unlinked_or_replaced_after_its_open_is_not_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.jctr");
+        let f = open_locked(&path).unwrap().expect("nobody holds it");
+        assert!(still_named(&f, &path).unwrap());
+        // Another process retires it (unlinks) and a third makes a new one there.
+        fs::remove_file(&path).unwrap();
+        assert!(!still_named(&f, &path).unwrap());
+        fs::write(&path, b"new").unwrap();
+        assert!(!still_named(&f, &path).unwrap());
+        // Locking again finds the new file, not the orphan this handle holds.
+        let again = open_locked(&path)
+            .unwrap()
+            .expect("the new file is unlocked");
+        assert!(still_named(&again, &path).unwrap());
+    }
+
+    #[test]
+    fn retiring_never_removes_a_file_another_handle_holds_locked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bloomsled-x-7.jctr");
+        let held = open_locked(&path).unwrap().expect("nobody holds it");
+        remove_unlocked_outside(dir.path(), "bloomsled-x-", ".jctr", &(8..=9));
+        assert!(path.exists(), "a locked counter file was removed");
+        assert!(
+            open_locked(&path).unwrap().is_none(),
+            "flock is per open file"
+        );
+        drop(held);
+        remove_unlocked_outside(dir.path(), "bloomsled-x-", ".jctr", &(8..=9));
+        assert!(!path.exists(), "an unlocked one outside the range stays");
+    }
+
+    /// Two processes retiring the counter file (as copies of a folder do) while a third
+    /// keeps making its journal there: whatever the interleaving, the file a journal holds
+    /// locked is the one its path names, for as long as it holds it.
+    #[test]
+    fn a_held_counter_file_stays_named_while_others_retire_it() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bloomsled-x-1.jctr");
+        /// Stops the retirers when dropped, also by a failed assertion (the scope waits for
+        /// them before it passes the panic on).
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        remove_unlocked_outside(dir.path(), "bloomsled-x-", ".jctr", &(2..=2));
+                    }
+                });
+            }
+            let _stop = Stop(&stop);
+            let (mut held, mut busy) = (0, 0);
+            while held < 3_000 {
+                let Some(f) = open_locked(&path).unwrap() else {
+                    busy += 1; // a retirer holds it for its removal
+                    continue;
+                };
+                for _ in 0..3 {
+                    assert!(
+                        still_named(&f, &path).unwrap(),
+                        "a held counter file was unlinked (after {held} holds, {busy} busy)"
+                    );
+                }
+                held += 1;
+            }
+        });
     }
 }
