@@ -347,11 +347,7 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
             except BloomsledError as e:
                 self._stop(SHARED_FILTER_REFUSED_REASON, e)
         if self.stopped or self.filter is None:
-            # The spider is closing and the filter has no answer: "not seen", claiming
-            # nothing, so that the request reaches the scheduler (scrapy-redis pushes it
-            # to its persisted queue and a resumed crawl fetches it, maybe a second time)
-            # instead of being dropped as a duplicate it may never have been.
-            return False
+            return self._answer_while_closing()
         fp = self.fingerprinter.fingerprint(request)
         try:
             if self.exact:
@@ -363,7 +359,7 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
         except SharedFilterLost as e:
             self.lost = True
             self._stop(SHARED_FILTER_LOST_REASON, e)
-            return False  # no answer: see above
+            return self._answer_while_closing()
         except RedisOutcomeUnknownError as e:
             # The add may have run: the key may be ours or another's. Fetching it (maybe a
             # second time) is the answer that loses nothing.
@@ -378,10 +374,26 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
             return False
         except RedisError as e:
             self._stop(REDIS_UNAVAILABLE_REASON, e)
-            return False  # no answer: see above
+            return self._answer_while_closing()
         except BloomsledError as e:
             self._stop(SHARED_FILTER_REFUSED_REASON, e)
-            return False  # no answer: see above
+            return self._answer_while_closing()
+
+    def _answer_while_closing(self) -> bool:
+        """``request_seen``'s answer while the spider closes and the filter has none. A
+        crawl whose scheduler keeps its queue across the close (Scrapy's under ``JOBDIR``,
+        scrapy-redis's with ``SCHEDULER_PERSIST``) gets "not seen", claiming nothing: the
+        request is queued and the resumed crawl fetches it (maybe a second time) instead of
+        losing it. Any other crawl's queue is discarded by the close anyway, and "not seen"
+        would only let the engine fetch, before the close lands, pages the filter may have
+        seen (after a lost filter, any of them): "seen"."""
+        if self.crawler is None:
+            return False
+        s = self.crawler.settings
+        persisted = bool(s.get("JOBDIR")) or (
+            s.getbool("SCHEDULER_PERSIST") and "scrapy_redis" in str(s.get("SCHEDULER") or "")
+        )
+        return not persisted
 
     def _stop(self, reason: str, error: Exception) -> None:
         """The filter cannot serve the spider: an ERROR (``_STOPS``' message for
