@@ -59,6 +59,39 @@ def test_unreachable_redis_without_a_crawler_raises_once_and_logs_once(caplog):
     assert len(errors) == 1 and "stayed unavailable" in errors[0], errors
 
 
+@pytest.mark.parametrize("settings, kept", [
+    ({}, False),
+    ({"JOBDIR": "job"}, True),
+    ({"SCHEDULER": "scrapy_redis.scheduler.Scheduler", "SCHEDULER_PERSIST": True}, True),
+    ({"SCHEDULER": "scrapy_redis.scheduler.Scheduler", "SCHEDULER_PERSIST": False}, False),
+])
+def test_a_lost_filter_answers_by_whether_the_queue_outlives_the_close(
+    redis_server, tmp_path, settings, kept
+):
+    """Redis restarted empty under a crawl: the request that meets the loss, and every one
+    after it, is "not seen" (kept for the resumed crawl) only when the scheduler's queue
+    outlives the close; otherwise the close discards it anyway, and "seen" keeps the engine
+    from fetching pages again before the close lands."""
+    from scrapy import Request
+    from scrapy.utils.test import get_crawler
+
+    from bloomsled.scrapy import RedisBloomDupeFilter
+
+    if "JOBDIR" in settings:
+        settings = {**settings, "JOBDIR": str(tmp_path / "job")}
+    crawler = get_crawler(settings_dict={
+        "BLOOMSLED_REDIS_URL": redis_server.url, "BLOOMSLED_REDIS_RETRY_SECONDS": 1, **settings,
+    })
+    df = RedisBloomDupeFilter.from_crawler(crawler)
+    assert df.request_seen(Request("https://example.com/a")) is False
+    assert df.request_seen(Request("https://example.com/a")) is True
+    redis_server.restart_empty()
+    answers = [df.request_seen(Request(f"https://example.com/{p}")) for p in ("a", "b")]
+    assert df.lost and df.stopped
+    assert answers == [not kept, not kept], (settings, answers)
+    assert crawler.stats.get_value("bloomsled/shared_filter_lost") == 1
+
+
 def test_two_spiders_share_one_filter(redis_server, tmp_path):
     site = Site(2000)
     try:
