@@ -75,6 +75,10 @@ def test_a_lost_filter_answers_by_whether_the_queue_outlives_the_close(
     from scrapy import Request
     from scrapy.utils.test import get_crawler
 
+    # Scrapy's own test crawler wants a reactor installed before it is built (2.13 raises
+    # without one); the default reactor is what a crawl without TWISTED_REACTOR runs.
+    from twisted.internet import reactor  # noqa: F401
+
     from bloomsled.scrapy import RedisBloomDupeFilter
 
     if "JOBDIR" in settings:
