@@ -148,6 +148,21 @@ class _ScrapyRedisFingerprinter:
         return bytes.fromhex(self._hex(None, request))
 
 
+def _persisting_scrapy_redis(settings: BaseSettings) -> bool:
+    """Whether the crawl's scheduler is scrapy-redis's (or a project's subclass of it) with
+    ``SCHEDULER_PERSIST``: its queue outlives the close. True when that cannot be told (the
+    class does not load), since "not seen" is the answer that loses no request."""
+    if not settings.getbool("SCHEDULER_PERSIST"):
+        return False
+    try:
+        from scrapy_redis import scheduler as redis  # type: ignore[import-untyped]
+
+        scheduler = load_object(settings.get("SCHEDULER"))
+    except (ImportError, NameError, ValueError, TypeError):
+        return True
+    return isinstance(scheduler, type) and issubclass(scheduler, redis.Scheduler)
+
+
 class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
     """A duplicate filter in Redis shared by every spider process of one crawl.
 
@@ -390,10 +405,7 @@ class RedisBloomDupeFilter(_DupeLog, BaseDupeFilter):
         if self.crawler is None:
             return False
         s = self.crawler.settings
-        persisted = bool(s.get("JOBDIR")) or (
-            s.getbool("SCHEDULER_PERSIST") and "scrapy_redis" in str(s.get("SCHEDULER") or "")
-        )
-        return not persisted
+        return not (bool(s.get("JOBDIR")) or _persisting_scrapy_redis(s))
 
     def _stop(self, reason: str, error: Exception) -> None:
         """The filter cannot serve the spider: an ERROR (``_STOPS``' message for

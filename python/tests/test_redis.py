@@ -59,11 +59,20 @@ def test_unreachable_redis_without_a_crawler_raises_once_and_logs_once(caplog):
     assert len(errors) == 1 and "stayed unavailable" in errors[0], errors
 
 
+def _project_scheduler() -> type:
+    """A project's own subclass of scrapy-redis's scheduler, as Scrapy accepts in SCHEDULER
+    (a class, or its path in the project's package)."""
+    from scrapy_redis.scheduler import Scheduler
+
+    return type("ProjectScheduler", (Scheduler,), {"__module__": "myproject.scheduling"})
+
+
 @pytest.mark.parametrize("settings, kept", [
     ({}, False),
     ({"JOBDIR": "job"}, True),
     ({"SCHEDULER": "scrapy_redis.scheduler.Scheduler", "SCHEDULER_PERSIST": True}, True),
     ({"SCHEDULER": "scrapy_redis.scheduler.Scheduler", "SCHEDULER_PERSIST": False}, False),
+    ({"SCHEDULER": "project", "SCHEDULER_PERSIST": True}, True),
 ])
 def test_a_lost_filter_answers_by_whether_the_queue_outlives_the_close(
     redis_server, tmp_path, settings, kept
@@ -83,6 +92,8 @@ def test_a_lost_filter_answers_by_whether_the_queue_outlives_the_close(
 
     if "JOBDIR" in settings:
         settings = {**settings, "JOBDIR": str(tmp_path / "job")}
+    if settings.get("SCHEDULER") == "project":
+        settings = {**settings, "SCHEDULER": _project_scheduler()}
     crawler = get_crawler(settings_dict={
         "BLOOMSLED_REDIS_URL": redis_server.url, "BLOOMSLED_REDIS_RETRY_SECONDS": 1, **settings,
     })
