@@ -37,15 +37,14 @@ fn added_keys_are_found_and_absent_ones_mostly_rejected() {
     // Single-key paths agree.
     assert!(f.contains(&added[7]).unwrap());
     assert!(!f.insert(&added[7]).unwrap(), "re-adding a key is not new");
-    assert!(
-        f.insert(b"").unwrap() && f.contains(b"").unwrap(),
-        "empty key"
-    );
+    // "New" means a bit was set: in a full filter (1%) an odd key may be a false positive
+    // already, and then its exact answer is "not new".
     let huge = vec![0xa5u8; 1 << 20];
-    assert!(
-        f.insert(&huge).unwrap() && f.contains(&huge).unwrap(),
-        "1 MiB key"
-    );
+    for (key, what) in [(&b""[..], "empty key"), (&huge[..], "1 MiB key")] {
+        let was = f.contains(key).unwrap();
+        assert_eq!(f.insert(key).unwrap(), !was, "{what}");
+        assert!(f.contains(key).unwrap(), "{what}");
+    }
     // Measured FPR near the 1% target (blocked model: within a generous band).
     let absent = keys("out", 50_000);
     let fp = f
