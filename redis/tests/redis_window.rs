@@ -193,9 +193,16 @@ fn redis_ttl_drops_expired_generations_without_an_error() {
     )
     .unwrap();
     let k = keys("ttl", 100);
-    w.insert_many(&k).unwrap();
+    // The generation the keys went into: an add that a generation's end (every second)
+    // overtook is made again, in the next one, so that the keys checked are the add's.
+    let e = loop {
+        let e = w.current_generation();
+        w.insert_many(&k).unwrap();
+        if w.current_generation() == e {
+            break e;
+        }
+    };
     let keys_of = |e: u64| w.generation_keys(e).unwrap();
-    let e = w.current_generation();
     let mut c = s.client();
     for key in keys_of(e) {
         let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut c).unwrap();
