@@ -52,8 +52,11 @@ impl Window {
     ///
     /// ```
     /// # use std::time::Duration;
+    /// # use bloomsled::window::WindowConfig;
     /// # let db = bloomsled::Config::new().temporary(true).open()?;
-    /// let w = db.open_window("w", bloomsled::window::WindowConfig::new(Duration::from_secs(60), 6))?;
+    /// // A manual clock: no generation ends between the insert and the report.
+    /// let clock = bloomsled::clock::ManualClock::new(0);
+    /// let w = db.open_window("w", WindowConfig::new(Duration::from_secs(60), 6).clock(clock))?;
     /// w.insert("a", "")?;
     /// w.get("b")?;
     /// let s = w.stats();
