@@ -4,11 +4,13 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-const STRIPES: usize = 16;
+/// Stripes per set of counters: every tree has two sets (its lookups' and its filter's
+/// items), so this is a per-tree cost (8 × 64 bytes each); threads past this many share a
+/// stripe, and a racing increment may then be lost (see [`Counters::add`]).
+const STRIPES: usize = 8;
 
-/// One stripe of `N` counters per 128 bytes (two cache lines: adjacent-line prefetchers
-/// pair them).
-#[repr(align(128))]
+/// One stripe of `N` counters per cache line (64 bytes for `N` up to 8).
+#[repr(align(64))]
 struct Stripe<const N: usize>([AtomicU64; N]);
 
 /// `N` sums spread over stripes. Each thread adds to its own stripe, so a hot lookup path
