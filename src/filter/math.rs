@@ -1,4 +1,4 @@
-//! Sizing and false-positive-rate models. Pure functions, no state.
+//! Sizing and false-positive-rate models: pure functions (with a memo of the costly ones).
 //!
 //! Two models are kept side by side: the classic formula for a standard Bloom filter
 //! (`standard_fpr`, `bits_for`, `optimal_k`) that users know from the literature, and the
@@ -6,6 +6,8 @@
 //! is actually sized with. A blocked filter needs slightly more bits than a standard one for
 //! the same rate, because keys spread unevenly over blocks (Poisson); sizing with the classic
 //! formula would silently miss the requested rate.
+
+use std::sync::Mutex;
 
 use super::BLOCK_BITS;
 
@@ -152,9 +154,43 @@ pub(crate) fn blocked_optimal_k(bits_per_key: f64) -> u32 {
         .map_or(1, |i| i as u32 + 1)
 }
 
+/// What a remembered model figure depends on: `k` (or 0), an `f64`'s bits, and a tag that
+/// names the figure.
+pub(crate) type ModelKey = (u32, u64, u8);
+
+/// `compute()`, remembered under `key` (a figure of the model that depends on `key`
+/// alone; the caller's tag in its last field keeps different figures apart): the model
+/// sums a series per call, which thousands of trees opening at once should not each pay.
+pub(crate) fn remembered(key: ModelKey, compute: impl FnOnce() -> f64) -> f64 {
+    static SEEN: Mutex<Vec<(ModelKey, f64)>> = Mutex::new(Vec::new());
+    let known = SEEN
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|&(_, v)| v);
+    if let Some(v) = known {
+        return v;
+    }
+    let v = compute();
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if seen.len() < 256 {
+        seen.push((key, v));
+    }
+    v
+}
+
 /// Smallest bits-per-key (to 1/100) at which the blocked layout, with its best `k`, reaches
 /// false-positive rate `p`; `None` when no size up to [`MAX_BITS_PER_KEY`] reaches it.
 pub(crate) fn bits_per_key_for(p: f64) -> Option<f64> {
+    // NaN (none) is remembered as such.
+    let bpk = remembered((0, p.to_bits(), 3), || {
+        search_bits_per_key(p).unwrap_or(f64::NAN)
+    });
+    (!bpk.is_nan()).then_some(bpk)
+}
+
+fn search_bits_per_key(p: f64) -> Option<f64> {
     let reaches = |bpk: f64| blocked_fpr(bpk, blocked_optimal_k(bpk)) <= p;
     if !reaches(MAX_BITS_PER_KEY) {
         return None;

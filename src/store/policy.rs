@@ -12,6 +12,26 @@ use crate::filter::{math, FilterConfig};
 /// Below this share of the capacity, the live keys leave room to grow after a rebuild.
 pub(crate) const FILL_AFTER_REBUILD: f64 = 0.75;
 
+/// The fewest bits per key at which the blocked model's rate with `k` hashes is within
+/// `bound`, to an ulp (bisection: the rate falls as bits per key grow).
+fn min_bits_per_key(k: u32, bound: f64) -> f64 {
+    // Past a 1/512 chance per key (lo) every bit is set; at 4,096 bits per key (hi) a
+    // block holds less than a key: the range covers every bound a model can meet.
+    let (mut lo, mut hi) = (0.05_f64, 4096.0_f64);
+    while hi - lo > f64::EPSILON * hi {
+        let mid = (lo + hi) / 2.0;
+        if mid <= lo || mid >= hi {
+            break;
+        }
+        if math::blocked_fpr(mid, k) <= bound {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
+}
+
 /// When and how to rebuild, from the configuration.
 #[derive(Debug, Clone)]
 pub(crate) struct RebuildPolicy {
@@ -27,27 +47,30 @@ impl RebuildPolicy {
     /// bound (plain mode counts removed keys: their bits are still set).
     pub(crate) fn items_limit(&self, f: &AnyFilter) -> u64 {
         let bits = f.bits();
-        let bound = self.bound.unwrap_or(2.0 * bits.target_fpr());
-        let m = bits.num_bits() as f64;
         let k = bits.num_hashes();
-        let fpr_at = |n: u64| math::blocked_fpr(m / n as f64, k);
-        let (mut lo, mut hi) = (1u64, bits.num_bits().max(2));
-        if fpr_at(lo) > bound {
-            return 0;
+        let slack = 2.0;
+        let target =
+            || math::remembered((k, bits.bits_per_key().to_bits(), 0), || bits.target_fpr());
+        let bound = self.bound.unwrap_or_else(|| slack * target());
+        // The model depends on bits per key alone and falls as they grow: the limit is
+        // `m` over the fewest bits per key that keep it within the bound, found once per
+        // `k` and bound (thousands of trees open without a search each).
+        let per_key = math::remembered((k, bound.to_bits(), 1), || min_bits_per_key(k, bound));
+        let m = bits.num_bits() as f64;
+        let mut n = (m / per_key).floor();
+        // The bisection ends an ulp or so above the threshold: a count that lands on it
+        // (a filter exactly at its own rate) is settled with the model itself.
+        let next = m / (n + 1.0);
+        if (next / per_key - 1.0).abs() < 1e-9
+            && math::remembered((k, next.to_bits(), 2), || math::blocked_fpr(next, k)) <= bound
+        {
+            n += 1.0;
         }
-        if fpr_at(hi) <= bound {
-            return hi;
+        if n < 1.0 {
+            0
+        } else {
+            (n as u64).min(bits.num_bits().max(2))
         }
-        // fpr_at(lo) <= bound < fpr_at(hi); the model is increasing in n.
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if fpr_at(mid) <= bound {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
     }
 
     /// Capacity for `live` keys: the configured capacity doubled until they fill at most
