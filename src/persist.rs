@@ -396,11 +396,11 @@ pub(crate) fn forget_closed(
 ) -> crate::error::Result<()> {
     if let Some(Ok(record)) = meta.read(name)? {
         files::SnapshotFile::new(db_dir, &record.tree_id).remove(true)?;
-        #[allow(clippy::reversed_empty_ranges)]
-        let counters = journal_map::counter_dir();
-        let journals = journal_map::Journals::new(db_dir, &meta.db_id(), &record.tree_id, counters);
-        #[allow(clippy::reversed_empty_ranges)]
-        journals.retire(1..=0);
+        let files = tree_files::TreeFiles::new(db_dir, meta, &record.tree_id, true);
+        if let Some(j) = files.journals {
+            #[allow(clippy::reversed_empty_ranges)]
+            j.journals.retire(1..=0);
+        }
     }
     meta.remove(name)
 }

@@ -216,6 +216,8 @@ fn journal_child(path: &Path, mode: &str, fill_at: &Path) {
         db.insert(url(i), "v").unwrap();
     }
     db.snapshot().unwrap();
+    // A sequence's journal is made by its first write: one before the disk fills.
+    db.insert(url(0), "v").unwrap();
     db.flush().unwrap();
     println!("flushed 500");
     let mut filler = fill(fill_at);

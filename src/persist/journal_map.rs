@@ -5,6 +5,7 @@
 //! everything handed to the page cache survives a process crash). Linux only: elsewhere
 //! there is no boot id and no journal is kept.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ use super::journal::{
 };
 #[cfg(target_os = "linux")]
 use super::journal_names::open_locked;
-use super::journal_names::{hex, remove_outside, remove_unlocked_outside};
+use super::journal_names::{hex, remove, remove_if_unlocked, FoundFiles};
 use crate::error::JournalFault;
 
 /// Records per journal: 16 MiB of file, sparse until written. A sequence that writes
@@ -32,6 +33,11 @@ pub(crate) const CAPACITY: u64 = 1 << 20;
 
 /// The most sequences since the trusted snapshot that replay reads journals for.
 pub(crate) const MAX_JOURNALS: u64 = 64;
+
+/// The first bytes of the names of database `db_id`'s counter files.
+pub(crate) fn counter_prefix(db_id: &[u8; 16]) -> String {
+    format!("bloomsled-{}-", hex(db_id))
+}
 
 /// The environment variable naming the folder for journals' counter files (empty: keep no
 /// crash journal).
@@ -377,23 +383,32 @@ pub(crate) struct Journals {
     /// shares them: see the counter file's lock in [`Journal::create`]).
     counter_stem: String,
     live: RwLock<Vec<Arc<Journal>>>,
+    /// The sequences whose journal or counter file may be on disk: those found when the
+    /// database was opened, and those made since. Retiring removes only these, with no
+    /// listing of a folder.
+    files: Mutex<BTreeSet<u64>>,
 }
 
 impl Journals {
     /// The journals of tree `tree_id` of database `db_id` in `db_dir`, their counter files
-    /// in `counter_dir`.
+    /// in `counter_dir`; `found`: the files on disk when the database was opened.
     pub(crate) fn new(
         db_dir: &Path,
         db_id: &[u8; 16],
         tree_id: &[u8; 16],
         counter_dir: Option<PathBuf>,
+        found: &FoundFiles,
     ) -> Journals {
+        let stem = hex(tree_id);
+        let counter_stem = counter_prefix(db_id) + &stem + "-";
+        let files = found.sequences(&stem, &counter_stem);
         Journals {
             dir: db_dir.join(super::DIR_NAME),
-            stem: hex(tree_id),
+            stem,
             counter_dir,
-            counter_stem: format!("bloomsled-{}-{}-", hex(db_id), hex(tree_id)),
+            counter_stem,
             live: RwLock::new(Vec::new()),
+            files: Mutex::new(files),
         }
     }
 
@@ -416,6 +431,10 @@ impl Journals {
         let counters = self
             .counter_path(g)
             .ok_or_else(|| io::Error::other("no folder for the journal's counter file"))?;
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(g);
         let j = Arc::new(Journal::create(&self.path(g), &counters, header)?);
         let mut live = self.live.write().unwrap_or_else(|p| p.into_inner());
         live.retain(|l| l.sequence != j.sequence);
@@ -467,10 +486,17 @@ impl Journals {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|j| keep.contains(&j.sequence));
-        remove_outside(&self.dir, &format!("{}.", self.stem), ".jnl", &keep);
-        if let Some(dir) = &self.counter_dir {
-            remove_unlocked_outside(dir, &self.counter_stem, ".jctr", &keep);
-        }
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        files.retain(|&g| {
+            if keep.contains(&g) {
+                return true;
+            }
+            remove(&self.path(g));
+            if let Some(counters) = self.counter_path(g) {
+                remove_if_unlocked(&counters);
+            }
+            false
+        });
     }
 }
 
@@ -501,7 +527,13 @@ mod tests {
     #[test]
     fn concurrent_appends_all_read_back() {
         let dir = tempfile::tempdir().unwrap();
-        let js = Journals::new(dir.path(), &[9; 16], &[1; 16], Some(dir.path().into()));
+        let js = Journals::new(
+            dir.path(),
+            &[9; 16],
+            &[1; 16],
+            Some(dir.path().into()),
+            &FoundFiles::default(),
+        );
         js.start(header(3, 10_000)).unwrap();
         std::thread::scope(|s| {
             for t in 0..4u64 {
@@ -532,7 +564,13 @@ mod tests {
     #[test]
     fn batched_appends_read_back_and_overflow_past_the_capacity() {
         let dir = tempfile::tempdir().unwrap();
-        let js = Journals::new(dir.path(), &[9; 16], &[1; 16], Some(dir.path().into()));
+        let js = Journals::new(
+            dir.path(),
+            &[9; 16],
+            &[1; 16],
+            Some(dir.path().into()),
+            &FoundFiles::default(),
+        );
         // Past the first backed page, so that a batch backs more.
         js.start(header(3, 2_000)).unwrap();
         let hashes: Vec<u64> = (0..1_500).collect();
@@ -560,7 +598,13 @@ mod tests {
     #[test]
     fn a_full_or_wrong_seed_journal_reads_as_overflowed_and_retire_keeps_the_range() {
         let dir = tempfile::tempdir().unwrap();
-        let js = Journals::new(dir.path(), &[9; 16], &[1; 16], Some(dir.path().into()));
+        let js = Journals::new(
+            dir.path(),
+            &[9; 16],
+            &[1; 16],
+            Some(dir.path().into()),
+            &FoundFiles::default(),
+        );
         js.start(header(1, 4)).unwrap();
         js.start(header(2, 4)).unwrap();
         for i in 0..5 {

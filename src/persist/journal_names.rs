@@ -2,44 +2,100 @@
 //! outside a range of sequences: `<tree id>.<sequence>.jnl` in `<db>/bloomsled`, and
 //! `bloomsled-<database id>-<tree id>-<sequence>.jctr` in the counter folder.
 
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::path::Path;
+
+/// The journal and counter files of one database found on disk, listed once per open of
+/// the database (at its first tree's open), so that opening a tree never lists a folder:
+/// with thousands of trees, a listing per tree would make opening them all quadratic.
+/// Files made later are tracked by the journals that make them.
+#[derive(Default)]
+pub(crate) struct FoundFiles {
+    /// Sequences by the name before them: `<tree id>` for journals, `bloomsled-<database
+    /// id>-<tree id>` for counter files.
+    by_stem: HashMap<String, BTreeSet<u64>>,
+}
+
+impl FoundFiles {
+    /// Lists the journals in `journal_dir` and the counter files in `counter_dir` whose
+    /// names start with `counter_prefix` (this database's).
+    pub(crate) fn list(
+        journal_dir: &Path,
+        counter_dir: Option<&Path>,
+        counter_prefix: &str,
+    ) -> Self {
+        let mut found = FoundFiles::default();
+        found.add(journal_dir, "", ".jnl", '.');
+        if let Some(dir) = counter_dir {
+            found.add(dir, counter_prefix, ".jctr", '-');
+        }
+        found
+    }
+
+    fn add(&mut self, dir: &Path, prefix: &str, suffix: &str, separator: char) {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some((stem, g)) = name
+                .strip_suffix(suffix)
+                .filter(|n| n.starts_with(prefix))
+                .and_then(|n| n.rsplit_once(separator))
+            else {
+                continue;
+            };
+            if let Ok(g) = g.parse::<u64>() {
+                self.by_stem.entry(stem.to_owned()).or_default().insert(g);
+            }
+        }
+    }
+
+    /// The sequences of the files named `<stem>.<sequence>.jnl` or `<counter
+    /// stem><sequence>.jctr` (`counter_stem` ends in its `-`).
+    pub(crate) fn sequences(&self, stem: &str, counter_stem: &str) -> BTreeSet<u64> {
+        let counters = counter_stem.strip_suffix('-').unwrap_or(counter_stem);
+        [stem, counters]
+            .iter()
+            .filter_map(|s| self.by_stem.get(*s))
+            .flatten()
+            .copied()
+            .collect()
+    }
+}
 
 /// `id` in lowercase hex, as the file names spell it.
 pub(super) fn hex(id: &[u8; 16]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Deletes the files `<prefix><sequence><suffix>` in `dir` whose sequence is not in
-/// `keep`.
-pub(super) fn remove_outside(
-    dir: &Path,
-    prefix: &str,
-    suffix: &str,
-    keep: &std::ops::RangeInclusive<u64>,
-) {
-    for_each_outside(dir, prefix, suffix, keep, remove);
-}
-
-/// [`remove_outside`] for counter files: only those no process holds locked (a mapped
+/// Deletes the counter files `<prefix><sequence><suffix>` in `dir` whose sequence is not
+/// in `keep`: only those no process holds locked (a mapped
 /// counter file is locked by its journal, see `Journal::create`), so a copy of the folder
 /// open in the same boot never removes the counters of the original's live journals.
+#[cfg(test)]
 pub(super) fn remove_unlocked_outside(
     dir: &Path,
     prefix: &str,
     suffix: &str,
     keep: &std::ops::RangeInclusive<u64>,
 ) {
+    for_each_outside(dir, prefix, suffix, keep, remove_if_unlocked);
+}
+
+/// Deletes the counter file at `path` if no process holds it locked (see
+/// [`remove_unlocked_outside`]).
+pub(super) fn remove_if_unlocked(path: &Path) {
     use fs2::FileExt;
-    for_each_outside(dir, prefix, suffix, keep, |path| {
-        let Ok(f) = fs::File::open(path) else { return };
-        // Unlinked while this lock is held and only if the path still names the locked
-        // file: another process may have retired it and made a new one there since the
-        // open, which it holds locked (or is about to lock: `open_locked` sees the unlink).
-        if f.try_lock_exclusive().is_ok() && still_named(&f, path).unwrap_or(false) {
-            remove(path);
-        }
-    });
+    let Ok(f) = fs::File::open(path) else { return };
+    // Unlinked while this lock is held and only if the path still names the locked
+    // file: another process may have retired it and made a new one there since the
+    // open, which it holds locked (or is about to lock: `open_locked` sees the unlink).
+    if f.try_lock_exclusive().is_ok() && still_named(&f, path).unwrap_or(false) {
+        remove(path);
+    }
 }
 
 /// Opens (creating it if missing) the counter file at `path` with its exclusive lock
@@ -91,14 +147,19 @@ fn still_named(_: &fs::File, _: &Path) -> std::io::Result<bool> {
     Ok(true)
 }
 
-fn remove(path: &Path) {
-    if let Err(e) = fs::remove_file(path) {
-        log::warn!("bloomsled: cannot remove {}: {e}", path.display());
+/// Deletes the file at `path`; one already gone is no error.
+pub(super) fn remove(path: &Path) {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            log::warn!("bloomsled: cannot remove {}: {e}", path.display());
+        }
+        _ => {}
     }
 }
 
 /// Calls `f` with each file `<prefix><sequence><suffix>` in `dir` whose sequence is not
 /// in `keep`.
+#[cfg(test)]
 fn for_each_outside(
     dir: &Path,
     prefix: &str,

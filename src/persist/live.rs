@@ -55,6 +55,10 @@ pub(crate) struct Persistence {
     dropped: AtomicBool,
     /// The crash journals (`None`: switched off, or no boot id on this platform).
     journal: Option<TreeJournals>,
+    /// The header of the journal of the latest sequence started, until its first write
+    /// makes it (in [`Persistence::mark`], before the dirty mark): a tree that is opened or
+    /// snapshotted and then not written makes no journal file.
+    pending_journal: Mutex<Option<JournalHeader>>,
     /// Held (shared) by a counting-mode correction from its counter decrement to its
     /// journal record, taken (exclusive) by a snapshot from the sequence's move to the
     /// end of its copy: a decrement is in the copy iff its record is in an older journal.
@@ -86,6 +90,7 @@ impl Persistence {
             sequence_hold: RwLock::new(()),
             dropped: AtomicBool::new(false),
             journal: files.journals,
+            pending_journal: Mutex::new(None),
             corrections: RwLock::new(()),
             replayed: AtomicBool::new(false),
         }
@@ -110,8 +115,9 @@ impl Persistence {
 
     /// Starts the journal of `sequence`, for the snapshot `snapshot_id` of that
     /// sequence, whose hashes use `seed`; its base is the snapshot the record names now.
-    /// A journal that cannot be made is logged: that sequence's writes are then not
-    /// journaled, and a crash before the next durable snapshot rebuilds from a scan
+    /// The file is made by the sequence's first write (see `pending_journal`). A journal
+    /// that cannot be made is logged: that sequence's writes are then not journaled, and a
+    /// crash before the next durable snapshot rebuilds from a scan
     /// (`JournalFault::Missing`).
     pub(crate) fn start_journal(&self, sequence: u64, snapshot_id: [u8; 16], seed: u64) {
         let Some(j) = &self.journal else { return };
@@ -134,8 +140,34 @@ impl Persistence {
         h.sequence = U64::new(sequence);
         h.seed = U64::new(seed);
         h.capacity = U64::new(CAPACITY);
-        if let Err(e) = j.journals.start(h.sealed()) {
-            log::warn!("bloomsled: crash journal of sequence {sequence}: {e}");
+        let mut pending = self
+            .pending_journal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // The sequence before this one was never written (its journal was never made), but
+        // a later dirty mark makes recovery ask for every journal since the snapshot: it
+        // is made now, empty.
+        if let Some(earlier) = pending.replace(h.sealed()) {
+            if let Err(e) = j.journals.start(earlier) {
+                let g = earlier.sequence.get();
+                log::warn!("bloomsled: crash journal of sequence {g}: {e}");
+            }
+        }
+    }
+
+    /// Makes the journal of `sequence` if it was started and not made yet: called by the
+    /// sequence's first write, before its dirty mark and its store write.
+    fn make_journal(&self, sequence: u64) {
+        let Some(j) = &self.journal else { return };
+        let mut pending = self
+            .pending_journal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if pending.is_some_and(|h| h.sequence.get() == sequence) {
+            let h = pending.take().expect("checked");
+            if let Err(e) = j.journals.start(h) {
+                log::warn!("bloomsled: crash journal of sequence {sequence}: {e}");
+            }
         }
     }
 
@@ -317,6 +349,7 @@ impl Persistence {
         if self.marked.load(Ordering::Acquire) >= g || self.dropped.load(Ordering::SeqCst) {
             return Ok(());
         }
+        self.make_journal(g);
         r.dirty_sequence = U64::new(r.dirty_sequence.get().max(g));
         self.meta.write(&self.name, &mut r, true)?;
         self.marked.store(g, Ordering::Release);

@@ -37,6 +37,8 @@ pub(crate) struct Meta {
     db_id: [u8; 16],
     /// Set if the database record was missing or damaged at open and replaced.
     reset: Option<DbRecordFault>,
+    /// The crash-journal files on disk, listed at the first tree's open.
+    found: std::sync::OnceLock<super::journal_names::FoundFiles>,
 }
 
 /// sled's `flush()`, then an fsync of its log: durable against a power cut too.
@@ -170,6 +172,7 @@ impl Meta {
                         log,
                         db_id: record.db_id,
                         reset: None,
+                        found: Default::default(),
                     }))
                 }
                 Err(e) => DbRecordFault::Damaged(e),
@@ -183,6 +186,7 @@ impl Meta {
                         log,
                         db_id,
                         reset: None,
+                        found: Default::default(),
                     }));
                 }
                 files => DbRecordFault::StoreEmptied { files },
@@ -203,6 +207,7 @@ impl Meta {
             log,
             db_id,
             reset: Some(fault),
+            found: Default::default(),
         }))
     }
 
@@ -233,6 +238,14 @@ impl Meta {
     /// The database id.
     pub(crate) fn db_id(&self) -> [u8; 16] {
         self.db_id
+    }
+
+    /// The crash-journal files found on disk, listed by `list` at the first call.
+    pub(crate) fn found_files(
+        &self,
+        list: impl FnOnce() -> super::journal_names::FoundFiles,
+    ) -> &super::journal_names::FoundFiles {
+        self.found.get_or_init(list)
     }
 
     /// The record of tree `name`: `None` if it has none, `Some(Err)` if it does not decode.

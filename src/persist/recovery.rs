@@ -147,7 +147,7 @@ fn decide(
         Some(Err(e)) => return distrusted(Distrust::RecordUnreadable(e), None),
         Some(Ok(record)) => record,
     };
-    let files = TreeFiles::new(at.db_dir, &meta.db_id(), &record.tree_id, at.journal);
+    let files = TreeFiles::new(at.db_dir, meta, &record.tree_id, at.journal);
     let identity = Identity {
         db_id: meta.db_id(),
         mode,
@@ -403,7 +403,7 @@ fn restart(
 
 /// The live state of a tree whose record (durable or not) is `record`, with its files.
 fn live_state(meta: &Arc<Meta>, at: &Opening<'_>, record: TreeRecord) -> Persistence {
-    let files = TreeFiles::new(at.db_dir, &meta.db_id(), &record.tree_id, at.journal);
+    let files = TreeFiles::new(at.db_dir, meta, &record.tree_id, at.journal);
     Persistence::new(meta.clone(), at.name, at.page_size, record, files)
 }
 

@@ -7,7 +7,9 @@ use std::path::Path;
 
 use super::boot::boot_id;
 use super::files::SnapshotFile;
-use super::journal_map::{counter_dir, Journals};
+use super::journal_map::{counter_dir, counter_prefix, Journals};
+use super::journal_names::FoundFiles;
+use super::meta::Meta;
 
 /// The files of one tree, named by its random id.
 pub(crate) struct TreeFiles {
@@ -24,15 +26,26 @@ pub(crate) struct TreeJournals {
 }
 
 impl TreeFiles {
-    /// The files of tree `tree_id` of database `db_id` at `db_dir`; with its crash
+    /// The files of tree `tree_id` of the database of `meta` at `db_dir`; with its crash
     /// journals if `journal`, this platform has a boot id and there is a folder for the
-    /// journals' counter files. Nothing is read or created yet.
-    pub(crate) fn new(db_dir: &Path, db_id: &[u8; 16], tree_id: &[u8; 16], journal: bool) -> Self {
+    /// journals' counter files. Nothing is read or created yet (the database's journal
+    /// files are listed once, at its first tree's open).
+    pub(crate) fn new(db_dir: &Path, meta: &Meta, tree_id: &[u8; 16], journal: bool) -> Self {
+        let db_id = meta.db_id();
         let journals = match (journal, boot_id(), counter_dir()) {
-            (true, Some(boot_id), Some(counters)) => Some(TreeJournals {
-                journals: Journals::new(db_dir, db_id, tree_id, Some(counters)),
-                boot_id,
-            }),
+            (true, Some(boot_id), Some(counters)) => {
+                let found = meta.found_files(|| {
+                    FoundFiles::list(
+                        &db_dir.join(super::DIR_NAME),
+                        Some(&counters),
+                        &counter_prefix(&db_id),
+                    )
+                });
+                Some(TreeJournals {
+                    journals: Journals::new(db_dir, &db_id, tree_id, Some(counters), found),
+                    boot_id,
+                })
+            }
             _ => None,
         };
         TreeFiles {
