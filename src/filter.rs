@@ -381,6 +381,13 @@ impl Filter {
         math::blocked_fpr(self.bits_per_key(), self.num_hashes)
     }
 
+    /// Zeroes a retired filter, giving its memory back to the operating system where it
+    /// can (see `Blocks::release`); true if it did.
+    pub(crate) fn release(&self) -> bool {
+        self.items.reset();
+        self.blocks.release()
+    }
+
     /// Zeroes every bit and the item count (a recycled filter, before it is rebuilt).
     pub(crate) fn zero(&self) {
         self.blocks.zero();

@@ -200,7 +200,9 @@ pub struct Stats {
     /// Memory of the current filter in bytes (counting mode: bits and counters).
     pub memory_bytes: usize,
     /// Memory of every filter the tree holds, in bytes: the current one, the one being
-    /// built, and retired ones kept for reuse by later rebuilds (see `Tree::rebuild`).
+    /// built, and retired ones kept for reuse by later rebuilds (see `Tree::rebuild`);
+    /// a large retired filter (2 MiB and more, on Linux) gives its memory back to the
+    /// operating system and is not counted.
     pub allocated_bytes: usize,
 }
 

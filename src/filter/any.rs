@@ -151,6 +151,18 @@ impl AnyFilter {
         }
     }
 
+    /// Empties a retired filter, giving its memory back to the operating system where it
+    /// can (a large plain filter on Linux); true if it did.
+    pub(crate) fn release(&self) -> bool {
+        match self {
+            AnyFilter::Plain(f) => f.release(),
+            AnyFilter::Counting(c) => {
+                c.zero();
+                false
+            }
+        }
+    }
+
     /// Empties the filter for reuse.
     pub(crate) fn zero(&self) {
         match self {

@@ -264,6 +264,43 @@ impl Blocks {
         }
     }
 
+    /// Gives a retired filter's memory back to the operating system, if it has a mapping of
+    /// its own (a large filter on Linux): its words then read as zeros until written again,
+    /// and its pages cost nothing. Returns whether it did; a smaller filter is zeroed
+    /// instead (its memory stays with the allocator). The caller guarantees that no reader
+    /// answers from this filter without checking that it is still the current one (see
+    /// `store::filters`), as for [`Blocks::zero`].
+    pub(crate) fn release(&self) -> bool {
+        #[cfg(all(target_os = "linux", not(bloomsled_loom)))]
+        if self.blocks.mapping.is_some() {
+            let page = 4096;
+            let start = self.blocks.ptr.as_ptr() as usize;
+            let len = self.blocks.len * std::mem::size_of::<Block>() / page * page;
+            // SAFETY: `[start, start + len)` lies inside the private anonymous mapping
+            // `Owned::mapped` made for these blocks (`start` is huge-page aligned, so a page
+            // boundary, and `len` whole pages of the blocks' bytes), which stays mapped until
+            // `Drop`. MADV_DONTNEED on such memory makes later reads see zero-filled pages:
+            // every word is an `AtomicU64`, shared only through `&` (interior mutability, no
+            // reference assumes the words unchanged) and zero is a valid value of each, as if
+            // `zero` had stored it. A failure leaves the memory as it was.
+            #[allow(unsafe_code)]
+            let released =
+                unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED) == 0 };
+            if released {
+                // The tail past the last whole page, if any, by hand.
+                let tail = len / std::mem::size_of::<Block>();
+                for b in &self.blocks[tail..] {
+                    for w in &b.0 {
+                        w.store(0, Relaxed);
+                    }
+                }
+                return true;
+            }
+        }
+        self.zero();
+        false
+    }
+
     /// Sets every word of every block to zero (a recycled filter before its rebuild).
     pub(crate) fn zero(&self) {
         for b in self.blocks.iter() {

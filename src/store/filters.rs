@@ -6,9 +6,9 @@
 //! reference to a slot is always valid memory. `state` packs a version and the index of the
 //! current slot; beside it, on the same cache line, is a pointer to that slot's filter. A
 //! lookup reads both, probes the filter, then checks that `state` has not moved (a seqlock
-//! read): a retired filter is only ever zeroed and refilled (reused by a later rebuild of the
-//! same shape) *after* `state` moved past it, so a lookup that raced a reuse sees the change
-//! and probes again. (Only an "absent" answer needs the check, a false positive being
+//! read): a retired filter is only ever zeroed (its memory given back to the operating system,
+//! which reads as zeros, or zeroed and refilled by a later rebuild of the same shape) *after*
+//! `state` moved past it, so a lookup that raced a reuse sees the change and probes again. (Only an "absent" answer needs the check, a false positive being
 //! harmless, but checking every answer keeps the lookup free of a branch on it.) This costs
 //! one load of a read-mostly cache line, not the locked instructions an `Arc` swap would put
 //! on every lookup.
@@ -45,6 +45,8 @@ use crate::sync::{
 /// ever had, plus one.
 pub(crate) const MAX_SLOTS: usize = 64;
 const _: () = assert!(MAX_SLOTS.is_power_of_two() && MAX_SLOTS as u64 <= INDEX_MASK + 1);
+// `released` has a bit per slot.
+const _: () = assert!(MAX_SLOTS <= 64);
 
 const INDEX_BITS: u32 = 8;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
@@ -108,6 +110,8 @@ pub(crate) struct Filters {
     waiting: AtomicUsize,
     /// The tree's memory of false positives (see [`super::fp_memory`]).
     memory: FpMemory,
+    /// A bit per slot whose retired filter gave its memory back ([`Filters::release_retired`]).
+    released: AtomicU64,
 }
 
 impl Filters {
@@ -136,6 +140,7 @@ impl Filters {
             gate: RwLock::new(Gate::default()),
             waiting: AtomicUsize::new(0),
             memory,
+            released: AtomicU64::new(0),
         }
     }
 
@@ -357,6 +362,7 @@ impl Filters {
                     // zeroing, so such a lookup's validation fails and it probes again.
                     fence(Ordering::Release);
                     f.zero();
+                    self.released.fetch_and(!(1 << i), Ordering::Relaxed);
                     return Ok(i);
                 }
                 Some(_) => {}
@@ -397,13 +403,37 @@ impl Filters {
         self.state.word.store(next, Ordering::SeqCst);
     }
 
-    /// Bytes of every filter allocated, the current one included.
+    /// Bytes of every filter allocated, the current one included (not those whose memory
+    /// was given back).
     pub(crate) fn allocated_bytes(&self) -> usize {
+        let released = self.released.load(Ordering::Relaxed);
         self.slots
             .iter()
-            .filter_map(|s| s.get())
+            .enumerate()
+            .filter(|(i, _)| released & (1 << i) == 0)
+            .filter_map(|(_, s)| s.get())
             .map(|f| f.memory_bytes())
             .sum()
+    }
+
+    /// Gives back the memory of every retired filter that can give it (large ones; see
+    /// `Blocks::release`): a tree that grew by doubling would otherwise keep every size it
+    /// had, about as much again as its current filter. Called by the rebuild (the only
+    /// caller of [`Filters::prepare`]) after its swap, outside the gate: a lookup that
+    /// still reads a retired filter reads zeros and then finds `state` moved, as after
+    /// [`Filters::prepare`]'s zeroing, and probes again.
+    pub(crate) fn release_retired(&self) {
+        let current = (self.state.word.load(Ordering::Acquire) & INDEX_MASK) as usize;
+        // Orders the swap before the memory is zeroed (see `prepare`).
+        fence(Ordering::Release);
+        for (i, s) in self.slots.iter().enumerate() {
+            let already = self.released.load(Ordering::Relaxed) & (1 << i) != 0;
+            if let Some(f) = s.get().filter(|_| i != current && !already) {
+                if f.release() {
+                    self.released.fetch_or(1 << i, Ordering::Relaxed);
+                }
+            }
+        }
     }
 }
 

@@ -212,6 +212,7 @@ impl Rebuild<'_> {
         };
         // The real filter is current (the tree may have served with the stand-in until now).
         self.recovery.set_ready(scanned);
+        self.filters.release_retired();
         let duration = start.elapsed();
         let new = self
             .filters
