@@ -27,7 +27,7 @@ mod snapshot;
 pub use crate::error::DecodeError;
 use crate::filter::FilterMode;
 pub use record::{
-    DbRecord, TreeRecord, DB_RECORD_LEN, DB_RECORD_MAGIC, FLAG_EMPTY, RECORD_VERSION,
+    DbRecord, TreeRecord, DB_RECORD_LEN, DB_RECORD_MAGIC, FLAG_EMPTY, FLAG_GROWS, RECORD_VERSION,
     TREE_RECORD_LEN, TREE_RECORD_MAGIC,
 };
 pub use snapshot::{

@@ -28,7 +28,14 @@ pub struct FilterConfig {
     /// `None`: a secret seed is drawn from the OS when a filter is made (see
     /// [`FilterConfig::seed`]).
     seed: Option<u64>,
+    /// A tree's filter that starts at `capacity` and grows with its keys (no one sized
+    /// it); a filter on its own never grows.
+    grows: bool,
 }
+
+/// The capacity a tree's filter starts at when no setting sizes it: it grows from here
+/// with the tree's keys (see `docs/guide.md`, "Sizing").
+pub(crate) const INITIAL_CAPACITY: u64 = 1024;
 
 /// The false-positive rate filters are sized for unless told otherwise: 0.1%.
 ///
@@ -53,6 +60,7 @@ impl Default for FilterConfig {
             sizing: Sizing::FalsePositiveRate(DEFAULT_FALSE_POSITIVE_RATE),
             num_hashes: None,
             seed: None,
+            grows: false,
         }
     }
 }
@@ -69,7 +77,31 @@ impl FilterConfig {
     /// Sets the number of items the filter is sized for.
     pub fn expected_items(mut self, n: u64) -> Self {
         self.capacity = n;
+        self.grows = false;
         self
+    }
+
+    /// The sizing of a tree no setting sized: [`INITIAL_CAPACITY`] items, growing with
+    /// the tree's keys.
+    pub(crate) fn growing() -> Self {
+        FilterConfig {
+            capacity: INITIAL_CAPACITY,
+            grows: true,
+            ..Self::default()
+        }
+    }
+
+    /// This configuration, starting at `capacity` and growing with the tree's keys
+    /// (`grows`), or sized for `capacity` for good.
+    pub(crate) fn with_growth(mut self, capacity: u64, grows: bool) -> Self {
+        self.capacity = capacity;
+        self.grows = grows;
+        self
+    }
+
+    /// True for a tree's filter that no setting sized: it grows with the tree's keys.
+    pub(crate) fn grows(&self) -> bool {
+        self.grows
     }
 
     /// Sizes the filter for false-positive rate `p` (in (0, 1)) at capacity.

@@ -26,7 +26,8 @@
 //!     84    4 num_hashes   k, or 0 for the optimum of the sizing
 //!     88    8 seed         hash seed
 //!     96    4 flags        bit 0 (FLAG_EMPTY): the current snapshot is the empty filter of
-//!                          this sizing, and has no file
+//!                          this sizing, and has no file; bit 1 (FLAG_GROWS): no setting
+//!                          sized the tree: its filter starts at `capacity` and grows
 //!    100    4 crc          CRC32 of bytes 0..100
 //! ```
 
@@ -43,6 +44,9 @@ pub const TREE_RECORD_MAGIC: [u8; 8] = *b"BLMSTREE";
 pub const RECORD_VERSION: u32 = 1;
 /// [`TreeRecord::flags`]: the current snapshot is the empty filter, with no file.
 pub const FLAG_EMPTY: u32 = 1;
+/// [`TreeRecord::flags`]: no setting sized the tree; its filters start at the record's
+/// capacity and grow with its keys (a record without it keeps its capacity as a size).
+pub const FLAG_GROWS: u32 = 2;
 
 /// The database's identity.
 #[derive(
@@ -184,7 +188,7 @@ impl TreeRecord {
         if !(1..=2).contains(&r.sizing_kind.get()) {
             return bad(format!("unknown sizing kind {}", r.sizing_kind.get()));
         }
-        if r.flags.get() & !FLAG_EMPTY != 0 {
+        if r.flags.get() & !(FLAG_EMPTY | FLAG_GROWS) != 0 {
             return bad(format!("unknown flags {:#x}", r.flags.get()));
         }
         Ok(r)

@@ -448,7 +448,8 @@ impl Persistence {
             }
             r.snapshot_sequence = U64::new(sequence);
             r.snapshot_id = snapshot_id;
-            r.flags = U32::new(if empty { FLAG_EMPTY } else { 0 });
+            let kept = r.flags.get() & !FLAG_EMPTY;
+            r.flags = U32::new(kept | if empty { FLAG_EMPTY } else { 0 });
             self.meta.write(&self.name, &mut r, durable)?;
         }
         Ok(SnapshotInfo {

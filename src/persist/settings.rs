@@ -27,6 +27,8 @@ pub(crate) fn set_settings(r: &mut TreeRecord, mode: FilterMode, cfg: &FilterCon
     r.sizing = U64::new(value.to_bits());
     r.capacity = U64::new(cfg.get_expected_items());
     r.num_hashes = U32::new(cfg.get_num_hashes().unwrap_or(0));
+    let grows = if cfg.grows() { format::FLAG_GROWS } else { 0 };
+    r.flags = U32::new((r.flags.get() & !format::FLAG_GROWS) | grows);
     // A configuration that fixes no seed keeps the stored one: a tree's seed never changes
     // unless its owner asks (and then its filter is rebuilt with it, as for any shape).
     if let Some(seed) = cfg.get_seed() {
@@ -37,7 +39,10 @@ pub(crate) fn set_settings(r: &mut TreeRecord, mode: FilterMode, cfg: &FilterCon
 /// The sizing a record stores.
 pub(crate) fn settings_of(r: &TreeRecord) -> FilterConfig {
     let value = f64::from_bits(r.sizing.get());
-    let cfg = FilterConfig::new(r.capacity.get()).seed(r.seed.get());
+    let grows = r.flags.get() & format::FLAG_GROWS != 0;
+    let cfg = FilterConfig::new(r.capacity.get())
+        .with_growth(r.capacity.get(), grows)
+        .seed(r.seed.get());
     let cfg = if r.sizing_kind.get() == 2 {
         cfg.bits_per_key(value)
     } else {

@@ -46,8 +46,9 @@ pub struct Config {
     pub(crate) filter_mode: Option<FilterMode>,
     pub(crate) auto_rebuild: bool,
     pub(crate) rebuild_fpr: Option<f64>,
-    /// False positives each tree remembers (0: none).
-    pub(crate) false_positive_memory: usize,
+    /// False positives each tree remembers (0: none; `None`: in proportion to its filter,
+    /// up to [`DEFAULT_FALSE_POSITIVE_MEMORY`]).
+    pub(crate) false_positive_memory: Option<usize>,
     /// Record every open tree's and window's metrics this often (feature `metrics`).
     #[cfg(feature = "metrics")]
     pub(crate) metrics_interval: Option<Duration>,
@@ -57,7 +58,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             sled: sled::Config::default(),
-            filter: FilterConfig::default(),
+            filter: FilterConfig::growing(),
             // sled's default directory.
             path: PathBuf::from("default.sled"),
             temporary: false,
@@ -70,7 +71,7 @@ impl Default for Config {
             filter_mode: None,
             auto_rebuild: true,
             rebuild_fpr: None,
-            false_positive_memory: DEFAULT_FALSE_POSITIVE_MEMORY,
+            false_positive_memory: None,
             #[cfg(feature = "metrics")]
             metrics_interval: None,
         }
@@ -78,7 +79,8 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Defaults: sled's defaults, filters sized for 1M items at a 0.1% false-positive rate
+    /// Defaults: sled's defaults, filters that start small and grow with each tree's keys
+    /// at a 0.1% false-positive rate
     /// ([`crate::DEFAULT_FALSE_POSITIVE_RATE`]).
     pub fn new() -> Config {
         Config::default()
@@ -222,8 +224,10 @@ impl Config {
         self
     }
 
-    /// How many false positives each tree (and so each window generation) remembers
-    /// (default [`DEFAULT_FALSE_POSITIVE_MEMORY`]; 0 turns the memory off).
+    /// How many false positives each tree (and so each window generation) remembers (0
+    /// turns the memory off). Unset, each tree remembers one per 128 keys its filter is
+    /// sized for, at least 7 and at most [`DEFAULT_FALSE_POSITIVE_MEMORY`], so a small
+    /// tree's memory is a cache line or two; set, every tree gets `entries`.
     ///
     /// A key the filter passes and the store does not hold is remembered, by two 64-bit
     /// hashes, in a small table (16 bytes an entry; CLOCK eviction): its next lookups answer
@@ -239,7 +243,7 @@ impl Config {
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn false_positive_memory(mut self, entries: usize) -> Config {
-        self.false_positive_memory = entries;
+        self.false_positive_memory = Some(entries);
         self
     }
 
@@ -418,8 +422,9 @@ impl Config {
     }
 }
 
-/// False positives a tree remembers unless [`Config::false_positive_memory`] says otherwise:
-/// 4,096 (rounded up to whole sets of 7; about 75 KiB per tree).
+/// The most false positives a tree remembers unless [`Config::false_positive_memory`] says
+/// otherwise: 4,096 (rounded up to whole sets of 7; about 75 KiB), for a filter sized for
+/// 512K keys or more; smaller filters remember fewer.
 ///
 /// ```
 /// assert_eq!(bloomsled::DEFAULT_FALSE_POSITIVE_MEMORY, 4_096);
@@ -455,9 +460,12 @@ fn unshared(c: &sled::Config) -> sled::Config {
 macro_rules! sizing_setters {
     ($builder:ident) => {
         impl $builder {
-            /// Items the filter is sized for (at least 1; default 1,000,000). A tree that
-            /// already holds more keys when it is opened gets a filter sized for its key count
-            /// instead.
+            /// Items the filter is sized for (at least 1). Unset (the default), a tree's
+            /// filter starts at 1,024 items and grows with its keys, holding the
+            /// false-positive rate, so a tree costs what it holds; set, the filter is sized
+            /// for `n` from the start (and still grows if the tree outgrows it). A tree that
+            /// already holds more keys when it is opened gets a filter sized for its key
+            /// count instead.
             ///
             /// ```
             #[doc = concat!("let cfg = bloomsled::", stringify!($builder), "::new().expected_items(5_000);")]
@@ -537,7 +545,7 @@ sizing_setters!(TreeConfig);
 
 /// One tree's own filter settings, for [`Db::open_tree_with`]: expected items, rate or bits
 /// per key, number of hashes, seed and mode. Unset, they are the defaults of a new
-/// [`Config`] (one million items at 0.1%, plain mode).
+/// [`Config`] (a filter that grows with the tree, 0.1%, plain mode).
 ///
 /// ```
 /// use bloomsled::TreeConfig;
@@ -548,14 +556,24 @@ sizing_setters!(TreeConfig);
 /// assert!(!tags.may_contain("rust"));
 /// # Ok::<(), bloomsled::Error>(())
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct TreeConfig {
     pub(crate) filter: FilterConfig,
     pub(crate) filter_mode: Option<FilterMode>,
 }
 
+impl Default for TreeConfig {
+    fn default() -> Self {
+        TreeConfig {
+            filter: FilterConfig::growing(),
+            filter_mode: None,
+        }
+    }
+}
+
 impl TreeConfig {
-    /// Defaults: one million items at 0.1% false positives; the tree's mode is kept.
+    /// Defaults: a filter that starts small and grows with the tree's keys, at 0.1% false
+    /// positives; the tree's mode is kept.
     pub fn new() -> TreeConfig {
         TreeConfig::default()
     }

@@ -97,7 +97,7 @@ impl Deref for Db {
 }
 
 impl Db {
-    /// Opens (or creates) a database at `path`: 1M expected items per tree, 0.1% false
+    /// Opens (or creates) a database at `path`: filters that grow with each tree, 0.1% false
     /// positives, sled's defaults otherwise.
     ///
     /// # Examples

@@ -53,6 +53,11 @@ pub(crate) const WAYS: usize = 7;
 #[cfg(bloomsled_loom)]
 pub(crate) const WAYS: usize = 2;
 
+/// Keys of filter capacity per entry of the memory (see [`FpMemory::entries_for`]): at the
+/// default rate, a filter spends about 1.8 bytes a key, so the memory (16 bytes an entry)
+/// costs at most a twelfth of its filter.
+pub(crate) const KEYS_PER_ENTRY: u64 = 128;
+
 const LOCK: u64 = 1;
 const WRITER: u64 = 1 << 1;
 /// Writers in flight on one set: at most one per thread holding a tree's write gate.
@@ -143,6 +148,14 @@ impl FpMemory {
             hasher: SeededHash::new(seed),
             tag_seed: seed ^ TAG_SALT,
         }
+    }
+
+    /// The entries a tree's memory gets: the `configured` most, and no more than one per
+    /// [`KEYS_PER_ENTRY`] keys of the filter's `capacity` (at least one set), so a small
+    /// tree's memory is a few cache lines, not the whole allowance.
+    pub(crate) fn entries_for(configured: usize, capacity: u64) -> usize {
+        let fits = usize::try_from(capacity / KEYS_PER_ENTRY).unwrap_or(usize::MAX);
+        configured.min((fits / WAYS).max(1) * WAYS)
     }
 
     /// False positives it can hold (0: off).

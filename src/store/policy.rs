@@ -36,7 +36,9 @@ fn min_bits_per_key(k: u32, bound: f64) -> f64 {
 #[derive(Debug, Clone)]
 pub(crate) struct RebuildPolicy {
     pub(crate) auto: bool,
-    /// Modelled false-positive rate that triggers a rebuild; `None`: twice the target.
+    /// Modelled false-positive rate that triggers a rebuild; `None`: twice the target for a
+    /// filter sized by a setting, the target itself for one that grows with its tree (so
+    /// a tree that grew from nothing ends at its rate, not twice it).
     pub(crate) bound: Option<f64>,
     /// Sizing of new filters (capacity, rate or bits per key, k).
     pub(crate) base: FilterConfig,
@@ -48,7 +50,7 @@ impl RebuildPolicy {
     pub(crate) fn items_limit(&self, f: &AnyFilter) -> u64 {
         let bits = f.bits();
         let k = bits.num_hashes();
-        let slack = 2.0;
+        let slack = if self.base.grows() { 1.0 } else { 2.0 };
         let target =
             || math::remembered((k, bits.bits_per_key().to_bits(), 0), || bits.target_fpr());
         let bound = self.bound.unwrap_or_else(|| slack * target());
@@ -203,5 +205,31 @@ mod tests {
         assert!(fpr(limit) <= bound && fpr(limit + 1) > bound);
         // Twice the rate is reached well past capacity, and well before twice capacity.
         assert!(limit > 11_000 && limit < 20_000, "{limit}");
+    }
+
+    #[test]
+    fn a_growing_filter_is_rebuilt_at_its_rate_not_twice_it() {
+        let grows = RebuildPolicy {
+            auto: true,
+            bound: None,
+            base: FilterConfig::growing(),
+        };
+        let f = AnyFilter::new(
+            crate::filter::FilterMode::Plain,
+            grows.base.shape().unwrap(),
+            grows.base.get_expected_items(),
+        )
+        .unwrap();
+        let limit = grows.items_limit(&f);
+        let bits = f.bits();
+        let fpr = |n: u64| math::blocked_fpr(bits.num_bits() as f64 / n as f64, bits.num_hashes());
+        let target = bits.target_fpr();
+        assert!(fpr(limit) <= target && fpr(limit + 1) > target, "{limit}");
+        // Sized by a setting, the same filter is allowed twice its rate.
+        let sized = RebuildPolicy {
+            base: FilterConfig::new(grows.base.get_expected_items()),
+            ..grows.clone()
+        };
+        assert!(sized.items_limit(&f) > limit + limit / 10);
     }
 }

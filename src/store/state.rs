@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use super::filters::Filters;
-use super::fp_memory::{Hashed, Recall, Ticket};
+use super::fp_memory::{FpMemory, Hashed, Recall, Ticket};
 use super::holds::Holds;
 use super::policy::{RebuildPolicy, RebuildState};
 use super::ready::RecoveryState;
@@ -56,10 +56,19 @@ impl TreeState {
         every_writes: u64,
         policy: RebuildPolicy,
         recovery: RecoveryState,
-        fp_memory: usize,
+        fp_memory: Option<usize>,
     ) -> Arc<Self> {
         let mode = filter.mode();
         let limit = policy.items_limit(&filter);
+        // Sized for the filter the tree will have: the one it starts with, or (serving with
+        // the stand-in while it rebuilds) the keys it had.
+        let keys = filter
+            .capacity()
+            .max(recovery.expected_keys.unwrap_or(0))
+            .max(policy.base.get_expected_items());
+        let fp_memory = fp_memory.unwrap_or_else(|| {
+            FpMemory::entries_for(super::config::DEFAULT_FALSE_POSITIVE_MEMORY, keys)
+        });
         let rebuild = RebuildState::new(policy, limit);
         if !recovery.is_ready() {
             // The rebuild after open is pending from the start: no automatic rebuild is
