@@ -78,6 +78,9 @@ impl Deref for Rebuild<'_> {
     }
 }
 
+/// The capacity from which an automatic rebuild is followed by a snapshot.
+const SNAPSHOT_AFTER_REBUILD_MIN: u64 = 1 << 16;
+
 impl Rebuild<'_> {
     /// Live keys as far as the filter knows: counted in less counted out (counting mode),
     /// or bit-setting inserts less stale removes (plain mode).
@@ -225,7 +228,14 @@ impl Rebuild<'_> {
         if capacity != old_capacity {
             self.rebuild.resizes.fetch_add(1, Ordering::Relaxed);
         }
-        let snapshot = self.snapshot_after_rebuild();
+        // A small tree's automatic rebuild (a growing tree's next size) writes no snapshot:
+        // its fsyncs would cost more than the scan a crash before the next one makes, and
+        // a clean close snapshots it anyway.
+        let snapshot = if automatic && capacity < SNAPSHOT_AFTER_REBUILD_MIN {
+            None
+        } else {
+            self.snapshot_after_rebuild()
+        };
         log::info!(
             "bloomsled: tree {:?}: filter rebuilt from {scanned} keys in {duration:?}, \
              capacity {old_capacity} -> {capacity}",
