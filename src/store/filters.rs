@@ -101,9 +101,9 @@ loom::thread_local! {
 }
 
 pub(crate) struct Filters {
-    /// Inline, with a power-of-two length: a lookup finds its slot from `state` alone, with
-    /// no load of a slice pointer and no bound to check.
-    slots: [OnceLock<Box<AnyFilter>>; MAX_SLOTS],
+    /// Write-once slots, a few inline and the rest allocated by the first rebuild that needs
+    /// them (see [`Slots`]).
+    slots: Slots,
     state: State,
     gate: RwLock<Gate>,
     /// Writers blocked on the gate: the rebuild lets them in between chunks.
@@ -126,11 +126,11 @@ impl Filters {
     /// rebuilds keep it).
     pub(crate) fn with_memory(first: AnyFilter, memory: usize) -> Filters {
         let memory = FpMemory::new(memory, first.bits().seed());
-        let slots: [OnceLock<Box<AnyFilter>>; MAX_SLOTS] = std::array::from_fn(|_| OnceLock::new());
-        let _ = slots[0].set(Box::new(first));
+        let slots = Slots::default();
+        let _ = slots.cell(0).set(Box::new(first));
         // Taken from the slot, after the box moved into it (a pointer taken from the box
         // before the move would not be the slot's).
-        let bits: *const Filter = slots[0].get().expect("slot 0 was just filled").bits();
+        let bits: *const Filter = slots.get(0).expect("slot 0 was just filled").bits();
         Filters {
             slots,
             state: State {
@@ -154,7 +154,7 @@ impl Filters {
     /// [`Filters::swap`] is only given slots that exist).
     #[inline(always)]
     fn slot(&self, i: usize) -> Option<&AnyFilter> {
-        self.slots[i % MAX_SLOTS].get().map(|b| &**b)
+        self.slots.get(i % MAX_SLOTS)
     }
 
     /// The current filter and the state it was read under. Lookups must validate a negative
@@ -241,8 +241,9 @@ impl Filters {
         let p = self.state.bits.load(Ordering::Acquire);
         // SAFETY: `bits` only ever holds the address of the `Filter` inside the box of a
         // filled slot (see `State::bits`), and a filled slot is never emptied, refilled nor
-        // freed while `self` lives: slots are write-once `OnceLock`s, nothing takes `&mut` to
-        // them, and a box's contents do not move. So the reference is valid for this borrow
+        // freed while `self` lives: slots are write-once `OnceLock`s (the array of the outer
+        // ones too, see `Slots`), nothing takes `&mut` to them, and a box's contents do not
+        // move. So the reference is valid for this borrow
         // of `self`. `Filter` is `Sync` (its bits are atomics), so reading it while a writer
         // admits a key or a rebuild zeroes a retired filter races on atomics only; the
         // caller's state check catches a filter retired meanwhile.
@@ -354,7 +355,8 @@ impl Filters {
         make: impl FnOnce() -> Result<AnyFilter>,
     ) -> Result<usize> {
         let current = (self.state.word.load(Ordering::Acquire) & INDEX_MASK) as usize;
-        for (i, s) in self.slots.iter().enumerate() {
+        for i in 0..MAX_SLOTS {
+            let s = self.slots.cell(i);
             match s.get() {
                 Some(f) if i != current && accept(f) => {
                     // Every lookup that could still be reading this filter started before
@@ -380,7 +382,7 @@ impl Filters {
 
     /// The filter in slot `i` (for the rebuild, which owns the slot it is building).
     pub(crate) fn get(&self, i: usize) -> Option<&AnyFilter> {
-        self.slots.get(i)?.get().map(|b| &**b)
+        (i < MAX_SLOTS).then(|| self.slots.get(i)).flatten()
     }
 
     /// Makes slot `i` current. Must be called with the gate closed (`_gate`).
@@ -407,11 +409,9 @@ impl Filters {
     /// was given back).
     pub(crate) fn allocated_bytes(&self) -> usize {
         let released = self.released.load(Ordering::Relaxed);
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| released & (1 << i) == 0)
-            .filter_map(|(_, s)| s.get())
+        (0..MAX_SLOTS)
+            .filter(|i| released & (1 << i) == 0)
+            .filter_map(|i| self.slots.get(i))
             .map(|f| f.memory_bytes())
             .sum()
     }
@@ -426,14 +426,49 @@ impl Filters {
         let current = (self.state.word.load(Ordering::Acquire) & INDEX_MASK) as usize;
         // Orders the swap before the memory is zeroed (see `prepare`).
         fence(Ordering::Release);
-        for (i, s) in self.slots.iter().enumerate() {
+        for i in 0..MAX_SLOTS {
             let already = self.released.load(Ordering::Relaxed) & (1 << i) != 0;
-            if let Some(f) = s.get().filter(|_| i != current && !already) {
+            if let Some(f) = self.slots.get(i).filter(|_| i != current && !already) {
                 if f.release() {
                     self.released.fetch_or(1 << i, Ordering::Relaxed);
                 }
             }
         }
+    }
+}
+
+/// Slots kept inline: a tree that is never rebuilt, or rebuilt at a few sizes, allocates
+/// no more (the rest cost a kilobyte a tree, which thousands of small trees notice).
+const INLINE_SLOTS: usize = 4;
+
+/// The write-once slots of [`Filters`]: `MAX_SLOTS` of them, the first [`INLINE_SLOTS`]
+/// inline, the rest in an array made (once, and never freed while the filters live) when
+/// a rebuild first needs one. A filled slot is never emptied, refilled, moved or freed.
+#[derive(Default)]
+struct Slots {
+    inline: [OnceLock<Box<AnyFilter>>; INLINE_SLOTS],
+    more: OnceLock<Box<[OnceLock<Box<AnyFilter>>; MAX_SLOTS - INLINE_SLOTS]>>,
+}
+
+impl Slots {
+    /// Slot `i` (`i < MAX_SLOTS`), making the outer array if it is needed first.
+    fn cell(&self, i: usize) -> &OnceLock<Box<AnyFilter>> {
+        match i.checked_sub(INLINE_SLOTS) {
+            None => &self.inline[i],
+            Some(j) => &self
+                .more
+                .get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())))[j],
+        }
+    }
+
+    /// The filter in slot `i` (`i < MAX_SLOTS`), if it was filled.
+    #[inline(always)]
+    fn get(&self, i: usize) -> Option<&AnyFilter> {
+        match i.checked_sub(INLINE_SLOTS) {
+            None => self.inline[i].get(),
+            Some(j) => self.more.get()?[j].get(),
+        }
+        .map(|b| &**b)
     }
 }
 
