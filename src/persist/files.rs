@@ -85,7 +85,7 @@ pub(crate) struct SnapshotFile {
 impl SnapshotFile {
     pub(crate) fn new(db_dir: &Path, tree_id: &[u8; 16]) -> Self {
         let dir = db_dir.join(DIR_NAME);
-        let stem: String = tree_id.iter().map(|b| format!("{b:02x}")).collect();
+        let stem = super::journal_names::hex(tree_id);
         SnapshotFile {
             path: dir.join(format!("{stem}.snap")),
             tmp: dir.join(format!("{stem}.snap.tmp")),

@@ -12,6 +12,8 @@ use std::path::Path;
 /// Files made later are tracked by the journals that make them.
 #[derive(Default)]
 pub(crate) struct FoundFiles {
+    /// The counter folder when the listing was made (see `journal_map::counter_dir`).
+    pub(crate) counter_dir: Option<std::path::PathBuf>,
     /// Sequences by the name before them: `<tree id>` for journals, `bloomsled-<database
     /// id>-<tree id>` for counter files.
     by_stem: HashMap<String, BTreeSet<u64>>,
@@ -22,14 +24,15 @@ impl FoundFiles {
     /// names start with `counter_prefix` (this database's).
     pub(crate) fn list(
         journal_dir: &Path,
-        counter_dir: Option<&Path>,
+        counter_dir: Option<std::path::PathBuf>,
         counter_prefix: &str,
     ) -> Self {
         let mut found = FoundFiles::default();
         found.add(journal_dir, "", ".jnl", '.');
-        if let Some(dir) = counter_dir {
+        if let Some(dir) = &counter_dir {
             found.add(dir, counter_prefix, ".jctr", '-');
         }
+        found.counter_dir = counter_dir;
         found
     }
 
@@ -68,7 +71,13 @@ impl FoundFiles {
 
 /// `id` in lowercase hex, as the file names spell it.
 pub(super) fn hex(id: &[u8; 16]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(32);
+    for b in id {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    s
 }
 
 /// Deletes the counter files `<prefix><sequence><suffix>` in `dir` whose sequence is not

@@ -32,16 +32,17 @@ impl TreeFiles {
     /// files are listed once, at its first tree's open).
     pub(crate) fn new(db_dir: &Path, meta: &Meta, tree_id: &[u8; 16], journal: bool) -> Self {
         let db_id = meta.db_id();
-        let journals = match (journal, boot_id(), counter_dir()) {
-            (true, Some(boot_id), Some(counters)) => {
+        let journals = match (journal, boot_id()) {
+            (true, Some(boot_id)) => {
+                // The counter folder is read once, with the listing.
                 let found = meta.found_files(|| {
                     FoundFiles::list(
                         &db_dir.join(super::DIR_NAME),
-                        Some(&counters),
+                        counter_dir(),
                         &counter_prefix(&db_id),
                     )
                 });
-                Some(TreeJournals {
+                found.counter_dir.clone().map(|counters| TreeJournals {
                     journals: Journals::new(db_dir, &db_id, tree_id, Some(counters), found),
                     boot_id,
                 })
