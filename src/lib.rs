@@ -100,7 +100,7 @@ pub use stats::Stats;
 pub use store::transaction::{self, Transactional};
 pub use store::{
     open, Batch, CompareAndSwapError, CompareAndSwapResult, Config, Db, Iter, RebuildReport,
-    Subscriber, Tree, TreeConfig, DEFAULT_FALSE_POSITIVE_MEMORY,
+    Subscriber, Tree, TreeConfig, DEFAULT_FALSE_POSITIVE_MEMORY, DEFAULT_GROWTH_FACTOR,
 };
 
 /// The examples of `docs/windows.md`, compiled as doc tests.

@@ -20,7 +20,7 @@ pub mod transaction;
 mod tree;
 mod write;
 
-pub use config::{Config, TreeConfig, DEFAULT_FALSE_POSITIVE_MEMORY};
+pub use config::{Config, TreeConfig, DEFAULT_FALSE_POSITIVE_MEMORY, DEFAULT_GROWTH_FACTOR};
 pub(crate) use db::RESERVED_TREE_PREFIX;
 pub use db::{open, Db};
 pub(crate) use filters::{read_any as read_any_filter, Filters};

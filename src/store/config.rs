@@ -46,6 +46,8 @@ pub struct Config {
     pub(crate) filter_mode: Option<FilterMode>,
     pub(crate) auto_rebuild: bool,
     pub(crate) rebuild_fpr: Option<f64>,
+    /// How much larger than its keys a growing tree's rebuilt filter is.
+    pub(crate) growth_factor: f64,
     /// False positives each tree remembers (0: none; `None`: in proportion to its filter,
     /// up to [`DEFAULT_FALSE_POSITIVE_MEMORY`]).
     pub(crate) false_positive_memory: Option<usize>,
@@ -71,6 +73,7 @@ impl Default for Config {
             filter_mode: None,
             auto_rebuild: true,
             rebuild_fpr: None,
+            growth_factor: DEFAULT_GROWTH_FACTOR,
             false_positive_memory: None,
             #[cfg(feature = "metrics")]
             metrics_interval: None,
@@ -264,6 +267,23 @@ impl Config {
         self
     }
 
+    /// How much room a growing tree's rebuilt filter leaves (default
+    /// [`DEFAULT_GROWTH_FACTOR`], from 1.1 to 16): a tree that no setting sizes is rebuilt
+    /// once its filter reaches its rate, into a filter for `factor` times its keys. A smaller
+    /// factor keeps the filter closer to what its keys need (at most `factor` times it) for
+    /// more rebuilds, each a background scan of the tree (about `factor / (factor - 1)`
+    /// times its keys in all while it grows); a larger one the reverse. Trees sized with
+    /// `expected_items` double, as before.
+    ///
+    /// ```
+    /// let db = bloomsled::Config::new().temporary(true).growth_factor(1.5).open()?;
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
+    pub fn growth_factor(mut self, factor: f64) -> Config {
+        self.growth_factor = factor;
+        self
+    }
+
     /// sled: maximum bytes of the page cache (default 1 GiB). sled's real memory use can be
     /// several times this (sled issue #1309).
     pub fn cache_capacity(mut self, bytes: u64) -> Config {
@@ -382,6 +402,12 @@ impl Config {
                 )));
             }
         }
+        if !(1.1..=16.0).contains(&self.growth_factor) {
+            return Err(Error::config(format!(
+                "growth_factor must be from 1.1 to 16, got {}",
+                self.growth_factor
+            )));
+        }
         #[cfg(feature = "metrics")]
         if self.metrics_interval == Some(Duration::ZERO) {
             return Err(Error::config("metrics_interval must be longer than zero"));
@@ -430,6 +456,14 @@ impl Config {
 /// assert_eq!(bloomsled::DEFAULT_FALSE_POSITIVE_MEMORY, 4_096);
 /// ```
 pub const DEFAULT_FALSE_POSITIVE_MEMORY: usize = 4_096;
+
+/// How much larger than its keys a growing tree's rebuilt filter is, unless
+/// [`Config::growth_factor`] says otherwise.
+///
+/// ```
+/// assert_eq!(bloomsled::DEFAULT_GROWTH_FACTOR, 2.0);
+/// ```
+pub const DEFAULT_GROWTH_FACTOR: f64 = 2.0;
 
 /// How long [`Config::open`] waits for a held database lock.
 const LOCK_WAIT: Duration = Duration::from_millis(500);

@@ -40,6 +40,8 @@ pub(crate) struct RebuildPolicy {
     /// filter sized by a setting, the target itself for one that grows with its tree (so
     /// a tree that grew from nothing ends at its rate, not twice it).
     pub(crate) bound: Option<f64>,
+    /// A growing tree's rebuilt filter is for this many times its keys.
+    pub(crate) growth: f64,
     /// Sizing of new filters (capacity, rate or bits per key, k).
     pub(crate) base: FilterConfig,
 }
@@ -75,9 +77,14 @@ impl RebuildPolicy {
         }
     }
 
-    /// Capacity for `live` keys: the configured capacity doubled until they fill at most
-    /// three quarters of it.
+    /// Capacity for `live` keys: for a tree that grows, `growth` times them (at least its
+    /// starting capacity); for a sized one, the configured capacity doubled until they fill
+    /// at most three quarters of it.
     pub(crate) fn capacity_for(&self, live: u64) -> u64 {
+        if self.base.grows() {
+            let want = (live as f64 * self.growth).ceil();
+            return (want.min(u64::MAX as f64) as u64).max(self.base.get_expected_items());
+        }
         let mut cap = self.base.get_expected_items().max(1);
         while live as f64 > FILL_AFTER_REBUILD * cap as f64 {
             match cap.checked_mul(2) {
@@ -86,6 +93,16 @@ impl RebuildPolicy {
             }
         }
         cap
+    }
+
+    /// Whether a filter of `capacity` that a scan of `scanned` keys filled is the one to
+    /// keep: within its rate for a growing tree, with room to grow for a sized one.
+    pub(crate) fn fits(&self, scanned: u64, capacity: u64) -> bool {
+        if self.base.grows() {
+            scanned <= capacity
+        } else {
+            scanned as f64 <= FILL_AFTER_REBUILD * capacity as f64
+        }
     }
 
     /// The shape of a rebuilt filter: the configured sizing at `capacity` keys, hashed with
@@ -171,6 +188,7 @@ mod tests {
         RebuildPolicy {
             auto: true,
             bound: None,
+            growth: 2.0,
             base: FilterConfig::new(capacity),
         }
     }
@@ -212,6 +230,7 @@ mod tests {
         let grows = RebuildPolicy {
             auto: true,
             bound: None,
+            growth: 2.0,
             base: FilterConfig::growing(),
         };
         let f = AnyFilter::new(
@@ -231,5 +250,24 @@ mod tests {
             ..grows.clone()
         };
         assert!(sized.items_limit(&f) > limit + limit / 10);
+    }
+
+    #[test]
+    fn a_growing_tree_is_rebuilt_for_its_factor_times_its_keys() {
+        let p = RebuildPolicy {
+            auto: true,
+            bound: None,
+            growth: 1.5,
+            base: FilterConfig::growing(),
+        };
+        assert_eq!(p.capacity_for(0), p.base.get_expected_items());
+        assert_eq!(p.capacity_for(1_000_000), 1_500_000);
+        assert!(p.fits(1_500_000, 1_500_000) && !p.fits(1_500_001, 1_500_000));
+        // Sized trees keep room to grow after a rebuild.
+        let sized = RebuildPolicy {
+            base: FilterConfig::new(1_000),
+            ..p
+        };
+        assert!(sized.fits(750, 1_000) && !sized.fits(751, 1_000));
     }
 }

@@ -18,7 +18,6 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::policy::FILL_AFTER_REBUILD;
 use super::scan::{scan_cuts, scan_round, scan_threads, Cursor};
 use super::state::TreeState;
 use crate::error::{Error, Result};
@@ -204,8 +203,7 @@ impl Rebuild<'_> {
                 }
                 Scan::Swapped(n) => n,
             };
-            let fits = scanned as f64 <= FILL_AFTER_REBUILD * capacity as f64;
-            if fits
+            if self.rebuild.policy.fits(scanned, capacity)
                 || attempts >= MAX_ATTEMPTS
                 || self.rebuild.policy.capacity_for(scanned) <= capacity
             {

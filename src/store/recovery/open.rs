@@ -24,6 +24,7 @@ pub(in crate::store) fn policy(
     RebuildPolicy {
         auto: config.auto_rebuild,
         bound: config.rebuild_fpr,
+        growth: config.growth_factor,
         base,
     }
 }
