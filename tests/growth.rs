@@ -345,3 +345,32 @@ fn thousands_of_trees_killed_mid_write_come_back_without_a_false_negative() {
     }
     println!("{MANY_TREES} trees after kill -9: {outcomes:?}");
 }
+
+/// A window is a ring of trees: at default settings each generation's filter follows its
+/// keys too, so a week of small generations costs kilobytes, not seven default filters.
+#[test]
+fn a_window_of_small_generations_costs_what_its_keys_need() {
+    use bloomsled::clock::ManualClock;
+    use bloomsled::window::WindowConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let db = Config::new().path(dir.path()).open().unwrap();
+    let clock = ManualClock::new(0);
+    let day = Duration::from_secs(86_400);
+    let w = db
+        .open_window("seen", WindowConfig::new(7 * day, 7).clock(clock.clone()))
+        .unwrap();
+    for d in 0..7u64 {
+        for i in 0..100 {
+            w.insert(url(d * 1_000 + i), "").unwrap();
+        }
+        clock.advance(day);
+    }
+    let s = w.stats();
+    assert!(s.live.len() >= 6, "{s:?}");
+    for g in &s.live {
+        assert!(g.stats.memory_bytes <= 2_048, "{g:?}");
+    }
+    for d in 1..7u64 {
+        assert!(w.contains_key(url(d * 1_000)).unwrap());
+    }
+}

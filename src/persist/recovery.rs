@@ -257,7 +257,10 @@ fn trusted_filter(
 /// A new (or never written) tree: the empty filter. Its record (sequence 0, no snapshot
 /// yet: stale by construction, so a crash before the first snapshot rebuilds with the
 /// tree's sizing) needs no flush, and its first writes need no dirty mark; the first
-/// snapshot makes it trusted.
+/// snapshot makes it trusted. A tree of the database's own sizing stores even that record
+/// only with its first snapshot (or settings): until then a crash finds its keys with no
+/// record, which rebuilds them the same way, and creating thousands of trees writes
+/// nothing of bloomsled's into sled (each write into the meta tree grows sled's memory).
 fn create(
     meta: &Arc<Meta>,
     at: &Opening<'_>,
@@ -266,7 +269,9 @@ fn create(
 ) -> Result<Recovered> {
     let sizing = at.sizing.clone().seed_or(at.new_seed);
     let mut record = record_for(random_id()?, mode, &sizing);
-    meta.write(at.name, &mut record, false)?;
+    if at.override_sizing {
+        meta.write(at.name, &mut record, false)?;
+    }
     Ok(Recovered {
         start: Start::Ready(Box::new(empty_filter(mode, &sizing)?)),
         mode,
