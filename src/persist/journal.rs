@@ -206,6 +206,7 @@ fn damaged(sequence: u64, what: impl Into<String>) -> JournalFault {
 /// identity is (by `judge_journals`).
 pub(crate) fn decode(
     bytes: &[u8],
+    file_len: u64,
     counters: Result<&[u8], JournalFault>,
     sequence: u64,
 ) -> Result<Decoded, JournalFault> {
@@ -225,11 +226,11 @@ pub(crate) fn decode(
         .checked_mul(RECORD_LEN as u64)
         .and_then(|b| b.checked_add(RECORDS_OFFSET as u64))
         .ok_or_else(|| damaged(sequence, "capacity"))?;
-    if bytes.len() as u64 != expected {
+    if file_len != expected || bytes.len() as u64 > file_len {
         return Err(JournalFault::Truncated {
             sequence,
             expected,
-            got: bytes.len() as u64,
+            got: file_len,
         });
     }
     let records =
@@ -278,9 +279,10 @@ fn word(bytes: &[u8], at: usize) -> u64 {
 }
 
 /// The intact records of a journal whose header and length were checked, with its
-/// counters. Every slot is read: a written slot past the `reserved` counter, or fewer
-/// intact records than writers finished, means records were erased (an earlier copy of
-/// the journal) or the counters damaged.
+/// counters. Every slot is read (those past `bytes`, a hole of the file, are zeros: never
+/// written): a written slot past the `reserved` counter, or fewer intact records than
+/// writers finished, means records were erased (an earlier copy of the journal) or the
+/// counters damaged.
 fn records(
     bytes: &[u8],
     h: &JournalHeader,
@@ -300,7 +302,8 @@ fn records(
         return Err(damaged(sequence, "more records finished than reserved"));
     }
     let mut out = Vec::with_capacity(finished as usize);
-    for slot in 0..capacity {
+    let held = (bytes.len().saturating_sub(RECORDS_OFFSET) / RECORD_LEN) as u64;
+    for slot in 0..capacity.min(held) {
         let at = RECORDS_OFFSET + slot as usize * RECORD_LEN;
         let (hash, check) = (word(bytes, at), word(bytes, at + 8));
         if check == 0 {
@@ -352,7 +355,7 @@ mod tests {
     }
 
     fn records_of(j: &(Vec<u8>, Vec<u8>)) -> Result<Vec<(u8, u64)>, JournalFault> {
-        decode(&j.0, Ok(&j.1), 3).unwrap().records
+        decode(&j.0, j.0.len() as u64, Ok(&j.1), 3).unwrap().records
     }
 
     const RECS: [(u8, u64); 3] = [(OP_INSERT, 0), (OP_INSERT, 42), (OP_REMOVE, 42)];
@@ -376,7 +379,9 @@ mod tests {
         // The same journal copied when it held one record: fewer than finished.
         let earlier = journal(&RECS[..1], 8);
         assert_eq!(
-            decode(&earlier.0, Ok(&now.1), 3).unwrap().records,
+            decode(&earlier.0, earlier.0.len() as u64, Ok(&now.1), 3)
+                .unwrap()
+                .records,
             Err(JournalFault::RecordsLost {
                 sequence: 3,
                 finished: 3,
@@ -390,14 +395,18 @@ mod tests {
         let mut other = now.0.clone();
         other[..HEADER_LEN].copy_from_slice(h.sealed().as_bytes());
         assert_eq!(
-            decode(&other, Ok(&now.1), 3).unwrap().records,
+            decode(&other, other.len() as u64, Ok(&now.1), 3)
+                .unwrap()
+                .records,
             Err(JournalFault::OtherIncarnation { sequence: 3 })
         );
         // No counter file (a reboot cleared it, or it was deleted): refused as the reader
         // says (`CountersMissing`).
         let missing = JournalFault::CountersMissing { sequence: 3 };
         assert_eq!(
-            decode(&now.0, Err(missing.clone()), 3).unwrap().records,
+            decode(&now.0, now.0.len() as u64, Err(missing.clone()), 3)
+                .unwrap()
+                .records,
             Err(missing)
         );
     }
@@ -441,7 +450,7 @@ mod tests {
                     } else {
                         j.0[i] ^= bit;
                     }
-                    match decode(&j.0, Ok(&j.1), 3) {
+                    match decode(&j.0, j.0.len() as u64, Ok(&j.1), 3) {
                         Err(_) => {}
                         Ok(d) => match d.records {
                             Err(_) => {}
@@ -459,7 +468,7 @@ mod tests {
     #[test]
     fn each_fault_has_its_reason() {
         let (good, c) = journal(&RECS, 4);
-        let run = |bytes: &[u8]| decode(bytes, Ok(&c), 3);
+        let run = |bytes: &[u8]| decode(bytes, bytes.len() as u64, Ok(&c), 3);
         assert!(matches!(
             run(&good[..good.len() - 1]),
             Err(JournalFault::Truncated { .. })
@@ -471,7 +480,9 @@ mod tests {
         let mut c2 = c.clone();
         c2[RESERVED_OFFSET] = 5;
         assert_eq!(
-            decode(&good, Ok(&c2), 3).unwrap().records,
+            decode(&good, good.len() as u64, Ok(&c2), 3)
+                .unwrap()
+                .records,
             Err(JournalFault::Overflowed { sequence: 3 })
         );
         // A written record zeroed: fewer intact records than finished.
@@ -488,7 +499,9 @@ mod tests {
         );
         // A counter file cut short, or of another sequence.
         assert!(matches!(
-            decode(&good, Ok(&c[..50]), 3).unwrap().records,
+            decode(&good, good.len() as u64, Ok(&c[..50]), 3)
+                .unwrap()
+                .records,
             Err(JournalFault::Damaged { .. })
         ));
         let mut bytes = good;
