@@ -226,14 +226,7 @@ impl Rebuild<'_> {
         if capacity != old_capacity {
             self.rebuild.resizes.fetch_add(1, Ordering::Relaxed);
         }
-        // A small tree's automatic rebuild (a growing tree's next size) writes no snapshot:
-        // its fsyncs would cost more than the scan a crash before the next one makes, and
-        // a clean close snapshots it anyway.
-        let snapshot = if automatic && capacity < SNAPSHOT_AFTER_REBUILD_MIN {
-            None
-        } else {
-            self.snapshot_after_rebuild()
-        };
+        let snapshot = self.snapshot_after_rebuild(automatic, capacity);
         log::info!(
             "bloomsled: tree {:?}: filter rebuilt from {scanned} keys in {duration:?}, \
              capacity {old_capacity} -> {capacity}",
@@ -250,10 +243,16 @@ impl Rebuild<'_> {
         })
     }
 
-    /// A snapshot of the rebuilt filter, if the tree persists one and is not closing; a
-    /// failed one is logged (the rebuild stands: the next snapshot or open makes up for it).
-    fn snapshot_after_rebuild(&self) -> Option<SnapshotInfo> {
-        if self.persist.is_none() || self.closing.load(Ordering::Relaxed) {
+    /// A snapshot of the rebuilt filter (of `capacity`), if the tree persists one and is
+    /// not closing; a failed one is logged (the rebuild stands: the next snapshot or open
+    /// makes up for it). A small tree's `automatic` rebuild (a growing tree's next size)
+    /// writes none: its fsyncs would cost more than the scan a crash before the next
+    /// snapshot makes, and a clean close snapshots it anyway.
+    fn snapshot_after_rebuild(&self, automatic: bool, capacity: u64) -> Option<SnapshotInfo> {
+        if self.persist.is_none()
+            || self.closing.load(Ordering::Relaxed)
+            || automatic && capacity < SNAPSHOT_AFTER_REBUILD_MIN
+        {
             return None;
         }
         match self.snapshot() {
