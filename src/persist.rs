@@ -69,8 +69,12 @@
 //! rebuilt as before, with [`Distrust::Journal`] saying why.
 //! - *Which writes each journal holds.* A writer sets its key's bits, reads *g* (the fence
 //!   above), makes the mark `dirty ≥ g` durable, appends the hash to journal *g*, and only
-//!   then writes to sled. A snapshot creates journal *g+1* **before** it moves the
-//!   sequence to *g+1*. A write that read *g < G* set its bits before the move to *G*,
+//!   then writes to sled. A snapshot starts journal *g+1* **before** it moves the
+//!   sequence to *g+1*; the file is made by the first write that reads *g+1*, in its
+//!   dirty mark, before the mark is stored (a writer that finds the mark made, by the
+//!   mark's release, finds the journal made). A sequence no write read has no file until
+//!   the next one starts, which makes it, empty: a later dirty mark makes replay ask for
+//!   every journal since the snapshot. A write that read *g < G* set its bits before the move to *G*,
 //!   so snapshot *G*'s copy holds them; one that read *g ≥ G* is in journal *g*, and its
 //!   durable mark makes `dirty ≥ g`, so replay reads that journal. Hence snapshot ∪
 //!   journals `G..=dirty` ⊇ every stored key. Journal *G* names snapshot *G*'s id; a later
