@@ -48,6 +48,7 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+mod faults;
 mod fs;
 mod harness;
 mod session;
@@ -61,6 +62,7 @@ use std::sync::{Arc, Mutex};
 
 use fuser::MountOption;
 
+pub use faults::{Failure, Op, OpRecord};
 use fs::{DataUndo, Fs, NameUndo, State, ROOT};
 pub use harness::{run_child, run_child_with, ChildRun, Fault};
 
@@ -186,6 +188,8 @@ impl PowerCutFs {
             handles: HashMap::new(),
             next_fh: 1,
             unsynced: HashMap::new(),
+            doomed: HashMap::new(),
+            faults: faults::Faults::default(),
             names: Vec::new(),
             frozen: false,
             model,
@@ -243,15 +247,28 @@ impl Mounted {
             z ^ (z >> 31)
         };
         let mut files: Vec<(u64, Vec<DataUndo>)> = s.unsynced.drain().collect();
+        for ino in s.doomed.keys() {
+            if !files.iter().any(|(i, _)| i == ino) {
+                files.push((*ino, Vec::new()));
+            }
+        }
         files.sort_by_key(|(ino, _)| *ino);
-        for (ino, undos) in files {
+        for (ino, unsynced) in files {
             let keep = if seed.is_none() || next() % 2 == 0 {
                 0
             } else {
-                (next() % (undos.len() as u64 + 1)) as usize
+                (next() % (unsynced.len() as u64 + 1)) as usize
             };
             report.writes_kept += keep;
-            if keep == undos.len() {
+            // What a failed fsync covered is lost whatever the seed says (older, so first
+            // in write order): undone after the unsynced writes above the kept prefix.
+            let doomed = s.doomed.remove(&ino).unwrap_or_default();
+            let undos: Vec<&DataUndo> = unsynced[keep..]
+                .iter()
+                .rev()
+                .chain(doomed.iter().rev())
+                .collect();
+            if undos.is_empty() {
                 continue;
             }
             let Some(path) = s.paths.get(&ino) else {
@@ -260,7 +277,7 @@ impl Mounted {
             let file = OpenOptions::new().write(true).open(path).map_err(|e| {
                 io::Error::new(e.kind(), format!("rolling back {}: {e}", path.display()))
             })?;
-            for u in undos[keep..].iter().rev() {
+            for u in undos {
                 file.set_len(u.old_len.max(u.offset + u.old.len() as u64))?;
                 file.write_all_at(&u.old, u.offset)?;
                 file.set_len(u.old_len)?;
@@ -293,6 +310,61 @@ impl Mounted {
             .stash
             .clone();
         stdfs::remove_dir_all(&stash)
+    }
+
+    /// Adds a fault rule (see [`Failure`]); it counts matching operations from now on.
+    ///
+    /// ```no_run
+    /// use bloomsled_powercut::{Failure, Op, PowerCutFs};
+    /// let fs = PowerCutFs::mount(std::path::Path::new("/tmp/pc-fail"))?;
+    /// let f = std::fs::File::create(fs.mountpoint().join("db"))?;
+    /// fs.fail(Failure::new(Op::Fsync, "db").errno(libc::EIO));
+    /// assert!(f.sync_all().is_err());
+    /// assert!(f.sync_all().is_ok()); // once: Linux reports a writeback error once
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn fail(&self, rule: Failure) {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .faults
+            .add(rule);
+    }
+
+    /// Removes every fault rule (the disk is healthy again).
+    pub fn heal(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .faults
+            .clear();
+    }
+
+    /// Every operation answered since the mount, in order (see [`OpRecord`]).
+    pub fn ops(&self) -> Vec<OpRecord> {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.faults.log().to_vec()
+    }
+
+    /// How many operations of kind `op` on a name matching `pattern` (a [`Failure`]
+    /// glob) were answered since the mount: count a run first, then fail its first, a
+    /// middle and its last such operation in the next.
+    ///
+    /// ```no_run
+    /// use bloomsled_powercut::{Op, PowerCutFs};
+    /// let fs = PowerCutFs::mount(std::path::Path::new("/tmp/pc-count"))?;
+    /// std::fs::write(fs.mountpoint().join("a.log"), b"x")?;
+    /// assert_eq!(fs.count(Op::Create, "*.log"), 1);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn count(&self, op: Op, pattern: &str) -> u64 {
+        let probe = Failure::new(op, pattern);
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.faults
+            .log()
+            .iter()
+            .filter(|r| r.op == op && probe.matches(&r.name))
+            .count() as u64
     }
 
     /// The number of changes a cut would now undo (file writes, folder changes).
