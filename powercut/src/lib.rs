@@ -17,6 +17,20 @@
 //! folder fsync is undone, newest first. [`Mounted::unmount`] without a cut keeps
 //! everything: that is a process crash (`kill -9`), the control.
 //!
+//! # Faults: a disk that errs while the program goes on
+//! [`Mounted::fail`] adds a rule ([`Failure`]): the Nth operation of a kind ([`Op`]:
+//! create, open, read, write, fsync, folder fsync, rename, unlink, truncate) on a file whose
+//! own name matches a glob fails with the errno chosen (`EIO`, `ENOSPC`, `EROFS`, …), once
+//! or from then on (sticky). Rules count from the moment they are set, in the order
+//! requests arrive, so a single-threaded writer meets the same fault on every run;
+//! [`Mounted::count`] and [`Mounted::ops`] read the log of every operation answered, so a
+//! test counts a run first, then faults its first, a middle and its last operation. A
+//! failed operation changes nothing, and a failed `fsync` makes nothing durable: the writes
+//! it covered are undone at the next cut even if a later `fsync` of the file succeeds, as
+//! Linux, which reports a writeback error once and may mark the failed pages clean
+//! (PostgreSQL's "fsyncgate"). Requests the kernel answers itself (from its caches) are
+//! neither counted nor failed.
+//!
 //! # The models
 //! File data is the same in both: a file's writes survive up to its last `fsync` or
 //! `fdatasync` (plus, with a seed, a prefix of the later ones). Names differ:
