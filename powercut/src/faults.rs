@@ -134,6 +134,7 @@ struct Armed {
 pub(crate) struct Faults {
     rules: Vec<Armed>,
     log: Vec<OpRecord>,
+    fired: u64,
 }
 
 impl Faults {
@@ -152,6 +153,7 @@ impl Faults {
                 failed = Some(armed.rule.errno);
             }
         }
+        self.fired += u64::from(failed.is_some());
         for name in names {
             self.log.push(OpRecord {
                 op,
@@ -172,6 +174,10 @@ impl Faults {
 
     pub(crate) fn log(&self) -> &[OpRecord] {
         &self.log
+    }
+
+    pub(crate) fn fired(&self) -> u64 {
+        self.fired
     }
 }
 
@@ -239,6 +245,7 @@ mod tests {
             assert_eq!(f.check(Op::Write, &["b.log"]), Err(libc::ENOSPC));
         }
         assert_eq!(f.log().len(), 8);
+        assert_eq!(f.fired(), 4);
         assert_eq!(f.log()[2].failed, Some(libc::EIO));
     }
 }

@@ -354,6 +354,21 @@ impl Mounted {
             .clear();
     }
 
+    /// How many operations the rules have failed since the mount.
+    ///
+    /// ```no_run
+    /// let fs = bloomsled_powercut::PowerCutFs::mount(std::path::Path::new("/tmp/pc-fired"))?;
+    /// assert_eq!(fs.fired(), 0);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn fired(&self) -> u64 {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .faults
+            .fired()
+    }
+
     /// Every operation answered since the mount, in order (see [`OpRecord`]).
     pub fn ops(&self) -> Vec<OpRecord> {
         let s = self.state.lock().unwrap_or_else(|p| p.into_inner());

@@ -1,0 +1,50 @@
+//! A failed fsync is never followed by an acknowledged flush (issue 57, DESIGN invariant 8).
+//!
+//! The reproducer: a database on the power-cut file system (`bloomsled-powercut`), sled's
+//! own flusher off, rounds of 100 inserts and `Db::flush()`; the fsync of sled's log in the
+//! first flush fails with `EIO`, once, as Linux reports a writeback error once per open
+//! file. Every later flush must fail too: the kernel may have dropped the pages the first
+//! one could not write, so a later `Ok` would vouch for data that is gone.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use bloomsled::Config;
+use bloomsled_powercut::{Failure, Op};
+
+#[test]
+fn after_a_failed_fsync_no_flush_returns_ok() {
+    let Some((base, fs)) = common::fuse::mount_or_skip("failed-fsync") else {
+        return;
+    };
+    let dir = fs.mountpoint().join("store");
+    let db = Config::new()
+        .path(&dir)
+        .flush_every_ms(None)
+        .open()
+        .unwrap();
+    let mut lines = Vec::new();
+    for round in 0..6 {
+        for i in 0..100 {
+            let _ = db.insert(format!("k{round}-{i}"), "v");
+        }
+        if round == 0 {
+            // The next fsync of sled's log (the first flush's) fails, once.
+            fs.fail(Failure::new(Op::Fsync, "db").errno(libc::EIO));
+        }
+        lines.push(match db.flush() {
+            Ok(_) => format!("flush {round} ok"),
+            Err(e) => format!("flush {round} err: {e}"),
+        });
+    }
+    println!("{}", lines.join("\n"));
+    drop(db);
+    fs.unmount().unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+    assert!(lines[0].contains("err"), "{lines:#?}");
+    let acknowledged: Vec<_> = lines.iter().filter(|l| l.ends_with(" ok")).collect();
+    assert!(
+        acknowledged.is_empty(),
+        "a flush returned Ok after a failed fsync: {lines:#?}"
+    );
+}
