@@ -38,13 +38,43 @@ fn after_a_failed_fsync_no_flush_returns_ok() {
         });
     }
     println!("{}", lines.join("\n"));
-    drop(db);
-    fs.unmount().unwrap();
-    let _ = std::fs::remove_dir_all(&base);
     assert!(lines[0].contains("err"), "{lines:#?}");
     let acknowledged: Vec<_> = lines.iter().filter(|l| l.ends_with(" ok")).collect();
     assert!(
         acknowledged.is_empty(),
         "a flush returned Ok after a failed fsync: {lines:#?}"
     );
+    // Every write and snapshot is refused too, naming the file, the step and the cure;
+    // reads go on.
+    for e in [
+        db.insert("late", "v").unwrap_err(),
+        db.open_tree("t")
+            .and_then(|t| t.insert("k", "v"))
+            .unwrap_err(),
+        db.snapshot().unwrap_err(),
+    ] {
+        assert!(matches!(e, bloomsled::Error::Poisoned { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains("store/db") && msg.contains("fsync") && msg.contains("reopen"));
+    }
+    assert!(db.contains_key("k0-0").unwrap());
+    assert!(db.close().is_err());
+    // Reopened after the process went (the disk keeps what it was handed): every stored
+    // key passes the filter.
+    fs.unmount().unwrap();
+    let db = Config::new()
+        .path(base.join("data/store"))
+        .background_recovery(false)
+        .open()
+        .unwrap();
+    let report = db.verify().unwrap();
+    assert_eq!(report.false_negatives, 0);
+    assert_eq!(
+        report.keys_checked, 100,
+        "round 0 only: every later insert was refused"
+    );
+    db.insert("after reopen", "v").unwrap();
+    db.flush().unwrap();
+    drop(db);
+    let _ = std::fs::remove_dir_all(&base);
 }

@@ -191,8 +191,8 @@ impl Db {
                 }
             }
         }
-        if self.state.meta.is_some() {
-            persist::sync_snapshot_dir(&self.state.config.path)?;
+        if let Some(meta) = &self.state.meta {
+            meta.sync_snapshot_dir()?;
         }
         self.flush_durably()?;
         // The records naming the new snapshots are with the OS: older journals can go.
