@@ -539,5 +539,21 @@ impl Drop for DbState {
         for t in trees.values() {
             t.holds.wait_released();
         }
+        // The last handles to sled usually go here, and sled 0.34's drop of its log ends in
+        // `sync_all().unwrap()`: on a disk whose fsync fails (a poisoned database, see
+        // `persist::poison`) that panics. The panic is caught and logged: the flush that
+        // mattered was the one `close` (or the caller) asked for, and it reported.
+        let trees = std::mem::take(trees);
+        let meta = self.meta.take();
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            drop(trees);
+            drop(meta);
+        }));
+        if dropped.is_err() {
+            log::error!(
+                "bloomsled: sled's final fsync at drop failed (it panics): caught; reopen the \
+                 database to recover from what is durable"
+            );
+        }
     }
 }
