@@ -136,6 +136,20 @@ fn undo_name(undo: NameUndo) -> io::Result<()> {
     Ok(())
 }
 
+/// Undoes `undos` (newest first) on the file at `path`; returns how many.
+fn roll_back(path: &Path, undos: &[&DataUndo]) -> io::Result<usize> {
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("rolling back {}: {e}", path.display())))?;
+    for u in undos {
+        file.set_len(u.old_len.max(u.offset + u.old.len() as u64))?;
+        file.write_all_at(&u.old, u.offset)?;
+        file.set_len(u.old_len)?;
+    }
+    Ok(undos.len())
+}
+
 /// What a power cut undid.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CutReport {
@@ -288,15 +302,7 @@ impl Mounted {
             let Some(path) = s.paths.get(&ino) else {
                 continue;
             };
-            let file = OpenOptions::new().write(true).open(path).map_err(|e| {
-                io::Error::new(e.kind(), format!("rolling back {}: {e}", path.display()))
-            })?;
-            for u in undos {
-                file.set_len(u.old_len.max(u.offset + u.old.len() as u64))?;
-                file.write_all_at(&u.old, u.offset)?;
-                file.set_len(u.old_len)?;
-                report.writes_undone += 1;
-            }
+            report.writes_undone += roll_back(path, &undos)?;
             report.files_rolled_back += 1;
         }
         let names = std::mem::take(&mut s.names);
