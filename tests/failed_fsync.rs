@@ -52,6 +52,7 @@ fn after_a_failed_fsync_no_flush_returns_ok() {
             .and_then(|t| t.insert("k", "v"))
             .unwrap_err(),
         db.snapshot().unwrap_err(),
+        db.remove("k0-0").unwrap_err(),
     ] {
         assert!(matches!(e, bloomsled::Error::Poisoned { .. }), "{e}");
         let msg = e.to_string();
