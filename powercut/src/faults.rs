@@ -11,6 +11,11 @@
 //! a later `fsync` of the same file succeeds.
 
 /// A kind of file-system operation that a rule can fail (and the log counts).
+///
+/// ```
+/// use bloomsled_powercut::Op;
+/// assert!(Op::ALL.contains(&Op::Rename));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
     /// Creating a file (`open` with `O_CREAT` of a new or existing name) or a folder.
@@ -112,6 +117,12 @@ impl Failure {
 
 /// An operation the file system answered: its kind and the file's own name (for a rename,
 /// the old name then the new, as two entries).
+///
+/// ```
+/// use bloomsled_powercut::{Op, OpRecord};
+/// let r = OpRecord { op: Op::Write, name: "db".into(), failed: Some(libc::EIO) };
+/// assert!(r.failed.is_some());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpRecord {
     /// The kind.

@@ -352,6 +352,16 @@ impl Mounted {
     }
 
     /// Removes every fault rule (the disk is healthy again).
+    ///
+    /// ```no_run
+    /// use bloomsled_powercut::{Failure, Op, PowerCutFs};
+    /// let fs = PowerCutFs::mount(std::path::Path::new("/tmp/pc-heal"))?;
+    /// fs.fail(Failure::new(Op::Create, "*").sticky());
+    /// assert!(std::fs::write(fs.mountpoint().join("a"), b"x").is_err());
+    /// fs.heal();
+    /// std::fs::write(fs.mountpoint().join("a"), b"x")?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn heal(&self) {
         self.state
             .lock()
@@ -376,6 +386,14 @@ impl Mounted {
     }
 
     /// Every operation answered since the mount, in order (see [`OpRecord`]).
+    ///
+    /// ```no_run
+    /// use bloomsled_powercut::{Op, PowerCutFs};
+    /// let fs = PowerCutFs::mount(std::path::Path::new("/tmp/pc-ops"))?;
+    /// std::fs::File::create(fs.mountpoint().join("a"))?.sync_all()?;
+    /// assert!(fs.ops().iter().any(|r| r.op == Op::Fsync && r.name == "a"));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn ops(&self) -> Vec<OpRecord> {
         let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.faults.log().to_vec()
