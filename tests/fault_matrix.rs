@@ -17,7 +17,7 @@
 //! - **every error names its file and step** (bloomsled's own errors do; an error sled
 //!   returns about its own files is counted apart, as sled gives no file).
 //!
-//! `CI=true` with `--all-features` (CI's last pass) runs every case (about 560 faults, 4
+//! `CI=true` with `--all-features` (CI's last pass) runs every case (565 faults, about 3.5
 //! minutes on two cores); otherwise a sample of a third of two writers' cases, so that
 //! `cargo test` stays quick. `BLOOMSLED_FAULT_MATRIX=all` runs every case anywhere, and
 //! `BLOOMSLED_FAULT_MATRIX_WRITERS=Counting,Window` only those writers, printing each case.
