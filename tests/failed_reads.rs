@@ -81,3 +81,74 @@ fn a_failed_read_is_an_error_never_absent_and_a_failed_scan_installs_nothing() {
     fs.unmount().unwrap();
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// Makes a database of 2,000 keys on the mount under a small cache, closes it, and removes
+/// its snapshot, so the next open rebuilds the filter from a scan that reads the file.
+fn store_without_snapshot(dir: &std::path::Path) -> Config {
+    let config = Config::new()
+        .path(dir)
+        .cache_capacity(64 * 1024)
+        .flush_every_ms(None);
+    let db = config.open().unwrap();
+    for i in 0..2_000 {
+        db.insert(key(i), vec![7u8; 2048]).unwrap();
+    }
+    db.close().unwrap();
+    for e in std::fs::read_dir(dir.join(bloomsled::persist::DIR_NAME)).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "snap") {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    config
+}
+
+/// The rebuild after open meets a read that fails: it tries again (a bounded number of
+/// times), installs nothing partial meanwhile, and with a disk that keeps failing gives up
+/// and says so, the tree answering from sled until `Tree::rebuild` succeeds.
+#[test]
+fn the_rebuild_after_open_retries_a_failed_scan_and_installs_nothing_partial() {
+    use bloomsled::persist::{pause_rebuild_scans_after, rebuild_scans_paused};
+    let Some((base, fs)) = common::fuse::mount_or_skip("failed-scan") else {
+        return;
+    };
+    for sticky in [false, true] {
+        let dir = fs.mountpoint().join(format!("store-{sticky}"));
+        let config = store_without_snapshot(&dir);
+        // Hold the scan at its start, then let the next read of sled's log fail.
+        pause_rebuild_scans_after(Some(0));
+        let db = config.open().unwrap();
+        while rebuild_scans_paused() == 0 {
+            std::thread::yield_now();
+        }
+        let fired = fs.fired();
+        let mut rule = Failure::new(Op::Read, "db").errno(libc::EIO);
+        if sticky {
+            rule = rule.sticky();
+        }
+        fs.fail(rule);
+        pause_rebuild_scans_after(None);
+        let waited = db.wait_for_filter(std::time::Duration::from_secs(60));
+        assert!(
+            fs.fired() > fired,
+            "no read of the scan failed: the test proves nothing"
+        );
+        fs.heal();
+        println!("sticky {sticky}: {waited:?}; {:?}", db.recovery_report());
+        if sticky {
+            // Every try failed: no filter, every lookup answered by sled, and a rebuild
+            // once the disk is back installs the whole one.
+            assert!(waited.is_err(), "{waited:?}");
+            assert!((0..2_000).all(|i| db.may_contain(key(i))));
+            db.rebuild().unwrap();
+        } else {
+            assert!(waited.unwrap(), "the retried rebuild did not finish");
+        }
+        assert!(db.recovery_report().rebuilding.is_none());
+        assert_eq!(db.verify().unwrap().false_negatives, 0);
+        assert!((0..2_000).all(|i| db.get(key(i)).unwrap().is_some()));
+        db.close().unwrap();
+    }
+    fs.unmount().unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+}
