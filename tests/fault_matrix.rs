@@ -357,8 +357,9 @@ fn check(dir: &Path, w: Writer, acked: &[Vec<u8>]) -> (u64, u64, Vec<String>) {
 
 /// True if `e` (an error's text) names a file (a path) and a step.
 fn names_file_and_step(e: &str) -> bool {
-    const STEPS: [&str; 9] = [
+    const STEPS: [&str; 10] = [
         "open of",
+        "read of",
         "create of",
         "write of",
         "fsync of",

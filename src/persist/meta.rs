@@ -40,9 +40,39 @@ pub(crate) struct Meta {
     dir: std::path::PathBuf,
     /// Set by the first failed sync: then no write, flush or snapshot is acknowledged.
     poison: Poison,
+    /// sled's settings, whose global error says a write of sled's failed (see
+    /// [`sled_flush`]).
+    sled: sled::Config,
     db_id: [u8; 16],
     /// Set if the database record was missing or damaged at open and replaced.
     reset: Option<DbRecordFault>,
+}
+
+/// sled's `flush()`, which must not wait forever for a write that failed.
+///
+/// sled 0.34 records a failed write of its log (made by its I/O threads) as its global
+/// error without waking a flush already waiting for that write to become stable: such a
+/// flush would wait forever (found by `tests/fault_matrix.rs`). A flush sled starts once
+/// the error is recorded returns it at once and wakes the waiters, so a watchdog beside the
+/// flush starts one as soon as the error appears.
+fn sled_flush(tree: &sled::Tree, sled: &sled::Config) -> sled::Result<usize> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let watchdog = s.spawn(|| {
+            while !done.load(Ordering::Acquire) {
+                if sled.global_error().is_err() {
+                    let _ = tree.flush();
+                    return;
+                }
+                std::thread::park_timeout(std::time::Duration::from_millis(20));
+            }
+        });
+        let flushed = tree.flush();
+        done.store(true, Ordering::Release);
+        watchdog.thread().unpark();
+        flushed
+    })
 }
 
 /// sled's `flush()`, then an fsync of its log (`<dir>/db`): durable against a power cut
@@ -52,10 +82,10 @@ fn flush_durably(
     log: Option<&std::fs::File>,
     dir: &std::path::Path,
     poison: &Poison,
+    sled: &sled::Config,
 ) -> Result<usize> {
     poison.check()?;
-    let bytes = tree
-        .flush()
+    let bytes = sled_flush(tree, sled)
         .map_err(|e| poison.set(dir.join("db"), Step::SledFlush, e.to_string()))?;
     sync_log(log, dir, poison)?;
     Ok(bytes)
@@ -138,11 +168,12 @@ struct Opening<'a> {
     log: Option<&'a std::fs::File>,
     dir: &'a std::path::Path,
     poison: &'a Poison,
+    sled: &'a sled::Config,
 }
 
 impl Opening<'_> {
     fn flush_durably(&self) -> Result<usize> {
-        flush_durably(self.tree, self.log, self.dir, self.poison)
+        flush_durably(self.tree, self.log, self.dir, self.poison, self.sled)
     }
 }
 
@@ -192,6 +223,18 @@ fn replace_db_record(
     Ok((write_db_record(at)?, Some(fault)))
 }
 
+/// A sled error of reading the meta tree at open; an I/O error names the store and the
+/// step (its kind kept).
+fn read_failed(db_dir: &std::path::Path, e: sled::Error) -> Error {
+    match e {
+        sled::Error::Io(io) => Error::Io(std::io::Error::new(
+            io.kind(),
+            format!("read of sled's store {}: {io}", db_dir.display()),
+        )),
+        other => other.into(),
+    }
+}
+
 const TREE_PREFIX: &[u8] = b"t/";
 
 fn tree_key(name: &[u8]) -> Vec<u8> {
@@ -215,10 +258,13 @@ impl Meta {
     /// sled lost its records ([`DbRecordFault::StoreEmptied`]), and is treated the same way.
     pub(crate) fn open(
         db: &sled::Db,
+        sled: &sled::Config,
         db_dir: &std::path::Path,
         recovery: RecoveryPolicy,
     ) -> Result<Arc<Meta>> {
-        let tree = db.open_tree(META_TREE)?;
+        let tree = db
+            .open_tree(META_TREE)
+            .map_err(|e| read_failed(db_dir, e))?;
         let poison = Poison::default();
         let log = open_log(db_dir, &poison)?;
         let at = Opening {
@@ -226,20 +272,23 @@ impl Meta {
             log: log.as_ref(),
             dir: db_dir,
             poison: &poison,
+            sled,
         };
-        let (db_id, reset) = match tree.get(DB_KEY)? {
+        let (db_id, reset) = match tree.get(DB_KEY).map_err(|e| read_failed(db_dir, e))? {
             Some(bytes) => match DbRecord::decode(&bytes) {
                 Ok(record) => (record.db_id, None),
                 Err(e) => replace_db_record(&at, DbRecordFault::Damaged(e), recovery)?,
             },
-            None if tree.first()?.is_none() => match earlier_files(db_dir)? {
-                // A new database.
-                0 => (write_db_record(&at)?, None),
-                files => {
-                    let fault = DbRecordFault::StoreEmptied { files };
-                    replace_db_record(&at, fault, recovery)?
+            None if tree.first().map_err(|e| read_failed(db_dir, e))?.is_none() => {
+                match earlier_files(db_dir)? {
+                    // A new database.
+                    0 => (write_db_record(&at)?, None),
+                    files => {
+                        let fault = DbRecordFault::StoreEmptied { files };
+                        replace_db_record(&at, fault, recovery)?
+                    }
                 }
-            },
+            }
             None => replace_db_record(&at, DbRecordFault::Missing, recovery)?,
         };
         Ok(Arc::new(Meta {
@@ -247,6 +296,7 @@ impl Meta {
             log,
             dir: db_dir.to_path_buf(),
             poison,
+            sled: sled.clone(),
             db_id,
             reset,
         }))
@@ -265,7 +315,7 @@ impl Meta {
     /// Refused with [`Error::Poisoned`] once a sync of this database failed; a failure of
     /// either step poisons it (see `persist::poison`).
     pub(crate) fn flush_user(&self, tree: &sled::Tree) -> Result<usize> {
-        flush_durably(tree, self.log.as_ref(), &self.dir, &self.poison)
+        flush_durably(tree, self.log.as_ref(), &self.dir, &self.poison, &self.sled)
     }
 
     /// The fsync of sled's log that makes what sled's `flush()` wrote durable (for a flush
@@ -337,7 +387,13 @@ impl Meta {
     }
 
     fn flush_durably(&self) -> Result<usize> {
-        flush_durably(&self.tree, self.log.as_ref(), &self.dir, &self.poison)
+        flush_durably(
+            &self.tree,
+            self.log.as_ref(),
+            &self.dir,
+            &self.poison,
+            &self.sled,
+        )
     }
 
     /// The record a layer above the store keeps under `prefix` for `name` (a window's

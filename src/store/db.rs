@@ -128,7 +128,12 @@ impl Db {
         let meta = if config.temporary {
             None
         } else {
-            Some(Meta::open(&inner, &config.path, config.recovery)?)
+            Some(Meta::open(
+                &inner,
+                &config.sled,
+                &config.path,
+                config.recovery,
+            )?)
         };
         let default_state = open_filter(&inner, &config, meta.as_ref(), DEFAULT_TREE, None, None)?;
         let default = Tree::new(inner.deref().clone(), default_state.clone());
