@@ -137,6 +137,37 @@ pub enum Error {
     #[error("corrupt filter data: {0}")]
     Corrupt(String),
 
+    /// A sync that bloomsled issued or relied on failed (the fsync of sled's log after
+    /// its flush, sled's flush itself, a snapshot's file or folder, a crash journal's),
+    /// this time or earlier: the kernel may have dropped the data it could not write and
+    /// reports that only once, so the database acknowledges no write, flush or snapshot
+    /// as durable any more (reads go on). Every later write, flush and snapshot of the
+    /// database returns this error, naming the first failure; reopen the database to
+    /// recover from what is durable (see `docs/persistence.md`, "A failed fsync").
+    ///
+    /// ```
+    /// let e = bloomsled::Error::Poisoned {
+    ///     file: "/srv/db/db".into(),
+    ///     step: "fsync",
+    ///     error: "Input/output error (os error 5)".into(),
+    /// };
+    /// assert!(e.to_string().contains("fsync of /srv/db/db failed"));
+    /// assert!(e.to_string().contains("reopen the database to recover"));
+    /// ```
+    #[error(
+        "{step} of {} failed ({error}): the database acknowledges no write, flush or \
+         snapshot as durable any more; reopen the database to recover",
+        .file.display()
+    )]
+    Poisoned {
+        /// The file (or folder) whose sync failed first.
+        file: std::path::PathBuf,
+        /// The step that failed: `fsync`, `fsync of the folder` or `sled's flush`.
+        step: &'static str,
+        /// The operating system's error, as text.
+        error: String,
+    },
+
     /// A classic (PHP) hash name that is none of the eight `hash::classic::ClassicHash`es.
     #[error(
         "unknown classic hash {name:?}: expected one of BKDR, SDBM, JS, PJW, ELF, DJB, DEK, \

@@ -201,6 +201,7 @@ mod journal_map;
 mod journal_names;
 mod live;
 mod meta;
+mod poison;
 mod recovery;
 mod scan_pause;
 mod settings;
@@ -216,7 +217,6 @@ pub use boot::set_boot_id;
 #[cfg(feature = "failpoints")]
 #[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use files::fail_snapshot_writes_after;
-pub(crate) use files::sync_snapshot_dir;
 pub use files::DIR_NAME;
 pub use meta::META_TREE;
 pub(crate) use scan_pause::{pause_limit, wait_at_pause};
@@ -399,7 +399,9 @@ pub(crate) fn forget_closed(
     name: &[u8],
 ) -> crate::error::Result<()> {
     if let Some(Ok(record)) = meta.read(name)? {
-        files::SnapshotFile::new(db_dir, &record.tree_id).remove(true)?;
+        files::SnapshotFile::new(db_dir, &record.tree_id)
+            .remove(true)
+            .map_err(|f| meta.absorb(f))?;
         let files = tree_files::TreeFiles::new(db_dir, meta, &record.tree_id, true);
         if let Some(j) = files.journals {
             #[allow(clippy::reversed_empty_ranges)]

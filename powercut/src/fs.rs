@@ -15,6 +15,7 @@ use fuser::{
     ReplyEntry, ReplyOpen, ReplyWrite, Request, TimeOrNow,
 };
 
+use crate::faults::{Faults, Op};
 use crate::Model;
 
 const TTL: Duration = Duration::from_secs(1);
@@ -62,6 +63,10 @@ pub(crate) struct State {
     pub(crate) handles: HashMap<u64, File>,
     pub(crate) next_fh: u64,
     pub(crate) unsynced: HashMap<u64, Vec<DataUndo>>,
+    /// Writes a failed `fsync` covered: lost at the next cut whatever later fsyncs say
+    /// (Linux marks the pages clean after a failed writeback).
+    pub(crate) doomed: HashMap<u64, Vec<DataUndo>>,
+    pub(crate) faults: Faults,
     pub(crate) names: Vec<NameChange>,
     pub(crate) frozen: bool,
     pub(crate) model: Model,
@@ -161,6 +166,23 @@ impl State {
         Ok(())
     }
 
+    /// Logs an operation of kind `op` on inode `ino` and fails it if a rule says so.
+    fn gate(&mut self, op: Op, ino: u64) -> Result<(), i32> {
+        let name = self.path(ino)?;
+        let name = name.file_name().unwrap_or_default().to_string_lossy();
+        self.faults.check(op, &[&name])
+    }
+
+    /// As [`State::gate`], for the entry `name` of a folder (or two, for a rename).
+    fn gate_names(&mut self, op: Op, names: &[&OsStr]) -> Result<(), i32> {
+        let names: Vec<String> = names
+            .iter()
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.faults.check(op, &names)
+    }
+
     fn record(&mut self, folders: &[u64], undo: NameUndo) {
         let mut waiting_for = folders.to_vec();
         waiting_for.dedup();
@@ -238,6 +260,7 @@ impl Filesystem for Fs {
             );
         }
         if let Some(size) = size {
+            tri!(reply, s.gate(Op::Truncate, ino));
             let file = tri!(
                 reply,
                 OpenOptions::new()
@@ -268,6 +291,7 @@ impl Filesystem for Fs {
     ) {
         let mut s = tri!(reply, self.state());
         let path = tri!(reply, s.child(parent, name));
+        tri!(reply, s.gate_names(Op::Create, &[name]));
         tri!(reply, fs::create_dir(&path).map_err(errno));
         {
             use std::os::unix::fs::PermissionsExt;
@@ -282,6 +306,7 @@ impl Filesystem for Fs {
         let mut s = tri!(reply, self.state());
         let path = tri!(reply, s.child(parent, name));
         tri!(reply, fs::symlink_metadata(&path).map_err(errno));
+        tri!(reply, s.gate_names(Op::Unlink, &[name]));
         let stash = s.next_stash();
         tri!(reply, fs::rename(&path, &stash).map_err(errno));
         s.moved(&path, &stash);
@@ -298,6 +323,7 @@ impl Filesystem for Fs {
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let mut s = tri!(reply, self.state());
         let path = tri!(reply, s.child(parent, name));
+        tri!(reply, s.gate_names(Op::Unlink, &[name]));
         tri!(reply, fs::remove_dir(&path).map_err(errno));
         if let Some(ino) = s.inodes.remove(&path) {
             s.paths.remove(&ino);
@@ -323,6 +349,7 @@ impl Filesystem for Fs {
         let from = tri!(reply, s.child(parent, name));
         let to = tri!(reply, s.child(newparent, newname));
         tri!(reply, fs::symlink_metadata(&from).map_err(errno));
+        tri!(reply, s.gate_names(Op::Rename, &[name, newname]));
         let replaced = match fs::symlink_metadata(&to) {
             Ok(m) if m.is_dir() => {
                 // Renaming over a folder: only an empty one, and it is simply gone.
@@ -355,6 +382,7 @@ impl Filesystem for Fs {
     fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
         let mut s = tri!(reply, self.state());
         let path = tri!(reply, s.path(ino));
+        tri!(reply, s.gate(Op::Open, ino));
         let access = flags & libc::O_ACCMODE;
         let file = tri!(
             reply,
@@ -382,6 +410,7 @@ impl Filesystem for Fs {
     ) {
         let mut s = tri!(reply, self.state());
         let path = tri!(reply, s.child(parent, name));
+        tri!(reply, s.gate_names(Op::Create, &[name]));
         let existed = path.exists();
         let file = tri!(
             reply,
@@ -407,7 +436,7 @@ impl Filesystem for Fs {
     fn read(
         &mut self,
         _req: &Request<'_>,
-        _ino: u64,
+        ino: u64,
         fh: u64,
         offset: i64,
         size: u32,
@@ -415,7 +444,8 @@ impl Filesystem for Fs {
         _lock_owner: Option<u64>,
         reply: ReplyData,
     ) {
-        let s = tri!(reply, self.state());
+        let mut s = tri!(reply, self.state());
+        tri!(reply, s.gate(Op::Read, ino));
         let file = tri!(reply, s.handles.get(&fh).ok_or(libc::EBADF));
         let mut buf = vec![0; size as usize];
         let mut got = 0;
@@ -443,6 +473,7 @@ impl Filesystem for Fs {
         reply: ReplyWrite,
     ) {
         let mut s = tri!(reply, self.state());
+        tri!(reply, s.gate(Op::Write, ino));
         let file = tri!(
             reply,
             s.handles
@@ -483,6 +514,13 @@ impl Filesystem for Fs {
 
     fn fsync(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _ds: bool, reply: ReplyEmpty) {
         let mut s = tri!(reply, self.state());
+        if let Err(code) = s.gate(Op::Fsync, ino) {
+            // Nothing became durable, and what the fsync covered never will (fsyncgate).
+            if let Some(undos) = s.unsynced.remove(&ino) {
+                s.doomed.entry(ino).or_default().extend(undos);
+            }
+            return reply.error(code);
+        }
         s.unsynced.remove(&ino);
         if s.model == Model::Ext4Ordered {
             s.names.clear();
@@ -491,8 +529,8 @@ impl Filesystem for Fs {
     }
 
     fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
-        let s = tri!(reply, self.state());
-        tri!(reply, s.path(ino));
+        let mut s = tri!(reply, self.state());
+        tri!(reply, s.gate(Op::Open, ino));
         reply.opened(0, 0);
     }
 
@@ -530,6 +568,7 @@ impl Filesystem for Fs {
 
     fn fsyncdir(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _ds: bool, reply: ReplyEmpty) {
         let mut s = tri!(reply, self.state());
+        tri!(reply, s.gate(Op::FsyncDir, ino));
         if s.model == Model::Ext4Ordered {
             s.names.clear();
         }

@@ -17,6 +17,20 @@
 //! folder fsync is undone, newest first. [`Mounted::unmount`] without a cut keeps
 //! everything: that is a process crash (`kill -9`), the control.
 //!
+//! # Faults: a disk that errs while the program goes on
+//! [`Mounted::fail`] adds a rule ([`Failure`]): the Nth operation of a kind ([`Op`]:
+//! create, open, read, write, fsync, folder fsync, rename, unlink, truncate) on a file whose
+//! own name matches a glob fails with the errno chosen (`EIO`, `ENOSPC`, `EROFS`, …), once
+//! or from then on (sticky). Rules count from the moment they are set, in the order
+//! requests arrive, so a single-threaded writer meets the same fault on every run;
+//! [`Mounted::count`] and [`Mounted::ops`] read the log of every operation answered, so a
+//! test counts a run first, then faults its first, a middle and its last operation. A
+//! failed operation changes nothing, and a failed `fsync` makes nothing durable: the writes
+//! it covered are undone at the next cut even if a later `fsync` of the file succeeds, as
+//! Linux, which reports a writeback error once and may mark the failed pages clean
+//! (PostgreSQL's "fsyncgate"). Requests the kernel answers itself (from its caches) are
+//! neither counted nor failed.
+//!
 //! # The models
 //! File data is the same in both: a file's writes survive up to its last `fsync` or
 //! `fdatasync` (plus, with a seed, a prefix of the later ones). Names differ:
@@ -48,6 +62,7 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+mod faults;
 mod fs;
 mod harness;
 mod session;
@@ -61,6 +76,7 @@ use std::sync::{Arc, Mutex};
 
 use fuser::MountOption;
 
+pub use faults::{Failure, Op, OpRecord};
 use fs::{DataUndo, Fs, NameUndo, State, ROOT};
 pub use harness::{run_child, run_child_with, ChildRun, Fault};
 
@@ -118,6 +134,20 @@ fn undo_name(undo: NameUndo) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Undoes `undos` (newest first) on the file at `path`; returns how many.
+fn roll_back(path: &Path, undos: &[&DataUndo]) -> io::Result<usize> {
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("rolling back {}: {e}", path.display())))?;
+    for u in undos {
+        file.set_len(u.old_len.max(u.offset + u.old.len() as u64))?;
+        file.write_all_at(&u.old, u.offset)?;
+        file.set_len(u.old_len)?;
+    }
+    Ok(undos.len())
 }
 
 /// What a power cut undid.
@@ -186,6 +216,8 @@ impl PowerCutFs {
             handles: HashMap::new(),
             next_fh: 1,
             unsynced: HashMap::new(),
+            doomed: HashMap::new(),
+            faults: faults::Faults::default(),
             names: Vec::new(),
             frozen: false,
             model,
@@ -243,29 +275,34 @@ impl Mounted {
             z ^ (z >> 31)
         };
         let mut files: Vec<(u64, Vec<DataUndo>)> = s.unsynced.drain().collect();
+        for ino in s.doomed.keys() {
+            if !files.iter().any(|(i, _)| i == ino) {
+                files.push((*ino, Vec::new()));
+            }
+        }
         files.sort_by_key(|(ino, _)| *ino);
-        for (ino, undos) in files {
+        for (ino, unsynced) in files {
             let keep = if seed.is_none() || next() % 2 == 0 {
                 0
             } else {
-                (next() % (undos.len() as u64 + 1)) as usize
+                (next() % (unsynced.len() as u64 + 1)) as usize
             };
             report.writes_kept += keep;
-            if keep == undos.len() {
+            // What a failed fsync covered is lost whatever the seed says (older, so first
+            // in write order): undone after the unsynced writes above the kept prefix.
+            let doomed = s.doomed.remove(&ino).unwrap_or_default();
+            let undos: Vec<&DataUndo> = unsynced[keep..]
+                .iter()
+                .rev()
+                .chain(doomed.iter().rev())
+                .collect();
+            if undos.is_empty() {
                 continue;
             }
             let Some(path) = s.paths.get(&ino) else {
                 continue;
             };
-            let file = OpenOptions::new().write(true).open(path).map_err(|e| {
-                io::Error::new(e.kind(), format!("rolling back {}: {e}", path.display()))
-            })?;
-            for u in undos[keep..].iter().rev() {
-                file.set_len(u.old_len.max(u.offset + u.old.len() as u64))?;
-                file.write_all_at(&u.old, u.offset)?;
-                file.set_len(u.old_len)?;
-                report.writes_undone += 1;
-            }
+            report.writes_undone += roll_back(path, &undos)?;
             report.files_rolled_back += 1;
         }
         let names = std::mem::take(&mut s.names);
@@ -293,6 +330,94 @@ impl Mounted {
             .stash
             .clone();
         stdfs::remove_dir_all(&stash)
+    }
+
+    /// Adds a fault rule (see [`Failure`]); it counts matching operations from now on.
+    ///
+    /// ```no_run
+    /// use bloomsled_powercut::{Failure, Op, PowerCutFs};
+    /// let fs = PowerCutFs::mount(std::path::Path::new("/tmp/pc-fail"))?;
+    /// let f = std::fs::File::create(fs.mountpoint().join("db"))?;
+    /// fs.fail(Failure::new(Op::Fsync, "db").errno(libc::EIO));
+    /// assert!(f.sync_all().is_err());
+    /// assert!(f.sync_all().is_ok()); // once: Linux reports a writeback error once
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn fail(&self, rule: Failure) {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .faults
+            .add(rule);
+    }
+
+    /// Removes every fault rule (the disk is healthy again).
+    ///
+    /// ```no_run
+    /// use bloomsled_powercut::{Failure, Op, PowerCutFs};
+    /// let fs = PowerCutFs::mount(std::path::Path::new("/tmp/pc-heal"))?;
+    /// fs.fail(Failure::new(Op::Create, "*").sticky());
+    /// assert!(std::fs::write(fs.mountpoint().join("a"), b"x").is_err());
+    /// fs.heal();
+    /// std::fs::write(fs.mountpoint().join("a"), b"x")?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn heal(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .faults
+            .clear();
+    }
+
+    /// How many operations the rules have failed since the mount.
+    ///
+    /// ```no_run
+    /// let fs = bloomsled_powercut::PowerCutFs::mount(std::path::Path::new("/tmp/pc-fired"))?;
+    /// assert_eq!(fs.fired(), 0);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn fired(&self) -> u64 {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .faults
+            .fired()
+    }
+
+    /// Every operation answered since the mount, in order (see [`OpRecord`]).
+    ///
+    /// ```no_run
+    /// use bloomsled_powercut::{Op, PowerCutFs};
+    /// let fs = PowerCutFs::mount(std::path::Path::new("/tmp/pc-ops"))?;
+    /// std::fs::File::create(fs.mountpoint().join("a"))?.sync_all()?;
+    /// assert!(fs.ops().iter().any(|r| r.op == Op::Fsync && r.name == "a"));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn ops(&self) -> Vec<OpRecord> {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.faults.log().to_vec()
+    }
+
+    /// How many operations of kind `op` on a name matching `pattern` (a [`Failure`]
+    /// glob) were answered since the mount: count a run first, then fail its first, a
+    /// middle and its last such operation in the next.
+    ///
+    /// ```no_run
+    /// use bloomsled_powercut::{Op, PowerCutFs};
+    /// let fs = PowerCutFs::mount(std::path::Path::new("/tmp/pc-count"))?;
+    /// std::fs::write(fs.mountpoint().join("a.log"), b"x")?;
+    /// assert_eq!(fs.count(Op::Create, "*.log"), 1);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn count(&self, op: Op, pattern: &str) -> u64 {
+        let probe = Failure::new(op, pattern);
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.faults
+            .log()
+            .iter()
+            .filter(|r| r.op == op && probe.matches(&r.name))
+            .count() as u64
     }
 
     /// The number of changes a cut would now undo (file writes, folder changes).

@@ -51,7 +51,21 @@ impl Served {
         let Some(thread) = self.thread.take() else {
             return Ok(());
         };
-        let unmounted = self.unmounter.unmount();
+        // A file on the mount still open makes the unmount fail (`EBUSY`): a writer's
+        // thread pool can hold one a moment after the writer let go (sled's does). Retry
+        // for a while; if it never goes, say so rather than wait for the loop forever.
+        let mut unmounted = self.unmounter.unmount();
+        let start = std::time::Instant::now();
+        while unmounted.is_err() && start.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            unmounted = self.unmounter.unmount();
+        }
+        if let Err(e) = unmounted {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("unmount failed (a file on the mount still open?): {e}"),
+            ));
+        }
         let ended = match thread.join() {
             Ok(Ok(())) => Ok(()),
             // The connection was torn down under a request in flight: the end we asked for.
@@ -62,7 +76,7 @@ impl Served {
             )),
             Err(_) => Err(io::Error::other("the FUSE session loop panicked")),
         };
-        unmounted.and(ended)
+        ended
     }
 }
 

@@ -29,6 +29,7 @@ the frontier. The set of done fingerprints it needs while it runs is a temporary
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
 import os
@@ -56,6 +57,15 @@ MAX_PAYLOAD = 64 * 1024 * 1024
 
 class JournalDamagedError(Exception):
     """A journal file that is not one (wrong magic): nothing is changed or deleted."""
+
+
+class JournalPoisonedError(OSError):
+    """An fsync of the journal failed: the kernel may have dropped the pages it could not
+    write and reports that only once, so a later fsync that returns could vouch for
+    records that are gone (PostgreSQL's "fsyncgate"). From then on every append, fsync and
+    compaction of this :class:`PendingLog` raises this error, naming the file and the step;
+    reopening the journal (resuming the crawl from its ``JOBDIR``) recovers from what is on
+    disk, and a request whose record was lost is fetched again, never dropped."""
 
 
 def fsync_dir(path: Path) -> None:
@@ -125,6 +135,36 @@ class PendingLog:
         #: Where the last full read of :meth:`records` stopped: the end of the valid prefix.
         self.read_end = 0
         self.done_torn_bytes_cut = 0
+        #: Why the journal acknowledges nothing any more (a failed fsync), if it does not.
+        self.poisoned: Optional[str] = None
+
+    # -- failed fsyncs ------------------------------------------------------------------
+
+    def check_poisoned(self) -> None:
+        """Raises :class:`JournalPoisonedError` if an fsync of the journal failed before."""
+        if self.poisoned is not None:
+            raise JournalPoisonedError(errno.EIO, self.poisoned)
+
+    def sync_fd(self, fd: int, path: Path, step: str = "fsync") -> None:
+        """``os.fsync(fd)`` of ``path``; a failure poisons the journal (see
+        :class:`JournalPoisonedError`) and raises that error."""
+        self.check_poisoned()
+        try:
+            os.fsync(fd)
+        except OSError as e:
+            self.poisoned = (
+                f"{step} of {path} failed ({e}): the journal acknowledges nothing as durable "
+                "any more; reopen it (resume the crawl) to recover"
+            )
+            raise JournalPoisonedError(e.errno or errno.EIO, self.poisoned) from e
+
+    def sync_dir(self, path: Path) -> None:
+        """:func:`fsync_dir` of ``path``, poisoning the journal if it fails."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self.sync_fd(fd, path, "fsync of the folder")
+        finally:
+            os.close(fd)
 
     # -- appending ----------------------------------------------------------------------
 
@@ -138,6 +178,7 @@ class PendingLog:
         disk, a quota) is cut off again before the error is raised, so that records
         appended later (once space is freed) never follow a torn one, which the next open
         would cut off with them."""
+        self.check_poisoned()
         fd = self._open_fd()
         end = os.fstat(fd).st_size
         try:
@@ -170,17 +211,20 @@ class PendingLog:
 
     def fsync(self) -> bool:
         """Makes every record appended so far survive a power loss; True if it synced."""
+        self.check_poisoned()
         if self._fd is None or not self.unsynced:
             return False
-        os.fsync(self._fd)
+        self.sync_fd(self._fd, self.path)
         self.unsynced = 0
         return True
 
     def close(self) -> None:
-        self.fsync()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        try:
+            self.fsync()
+        finally:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def dead_bytes(self) -> int:
         """An estimate of the bytes a compaction would drop (done requests' records)."""
@@ -296,6 +340,7 @@ class PendingLog:
         and :meth:`Compaction.abort` with its appends; :meth:`Compaction.run` needs no
         lock). Syncs ``seen`` and the log first: the compacted part then holds only
         records whose fingerprints ``seen`` keeps durably."""
+        self.check_poisoned()
         seen.sync()
         self.fsync()
         tmpdir = self.folder / "compaction.tmp"
@@ -399,7 +444,7 @@ class Compaction:
                 if batch:
                     log._move_done(done, out, batch)
                 out.flush()
-                os.fsync(out.fileno())
+                log.sync_fd(out.fileno(), log.done_path)
             if fill is not None:
                 if every:
                     fill.add_many(every)
@@ -444,9 +489,9 @@ class Compaction:
                 old.seek(self.end)
                 shutil.copyfileobj(old, out, 1 << 20)
             out.flush()
-            os.fsync(out.fileno())
+            log.sync_fd(out.fileno(), self.tmp)
         os.replace(self.tmp, log.path)
-        fsync_dir(log.folder)
+        log.sync_dir(log.folder)
         log._installed(self)
         return self.pending
 

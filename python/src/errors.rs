@@ -18,6 +18,14 @@ create_exception!(
 );
 create_exception!(
     _bloomsled,
+    PoisonedError,
+    Error,
+    "A sync (fsync) of the database failed, now or earlier: no write, flush or snapshot is \
+     acknowledged as durable any more (reads go on). The message names the file and the \
+     step; reopen the database to recover from what is durable."
+);
+create_exception!(
+    _bloomsled,
     InvalidConfigError,
     Error,
     "A setting out of range (zero items, a rate outside (0, 1), a reserved tree name...) or a \
@@ -82,6 +90,7 @@ pub fn to_py(e: bloomsled::Error) -> PyErr {
         }
         E::ShapeMismatch { .. } => ShapeMismatchError::new_err(msg),
         E::Closed(_) => ClosedError::new_err(msg),
+        E::Poisoned { .. } => PoisonedError::new_err(msg),
         _ => Error::new_err(msg),
     }
 }
@@ -159,6 +168,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("Error", py.get_type::<Error>())?;
     m.add("ClosedError", py.get_type::<ClosedError>())?;
+    m.add("PoisonedError", py.get_type::<PoisonedError>())?;
     m.add("InvalidConfigError", py.get_type::<InvalidConfigError>())?;
     m.add("CorruptError", py.get_type::<CorruptError>())?;
     m.add("InUseError", py.get_type::<InUseError>())?;

@@ -74,6 +74,7 @@ def test_closed_db_raises_not_crashes(tmp_path):
         with pytest.raises(bloomsled.ClosedError):
             call()
     assert issubclass(bloomsled.ClosedError, bloomsled.Error)
+    assert issubclass(bloomsled.PoisonedError, bloomsled.Error)
     # The files were released: the same path opens again in this process.
     with bloomsled.Db(str(tmp_path / "db")) as again:
         assert again.get("a") == b"b"

@@ -204,3 +204,40 @@ def test_a_damaged_count_in_done_fps_is_a_damaged_tail(tmp_path):
     assert [f for chunk in log.done_fingerprints() for f in chunk] == [fp(1), fp(2)]
     assert log.done_path.stat().st_size == whole
     assert log.done_torn_bytes_cut == 15
+
+
+def test_a_failed_fsync_poisons_the_log_until_it_is_reopened(tmp_path, monkeypatch):
+    """Linux reports a failed writeback once and may drop the pages: after one failed
+    fsync, no later fsync of the log may return as if the records were durable (issue 57)."""
+    import errno
+    import os
+
+    from bloomsled._journal import JournalPoisonedError
+
+    log = PendingLog(tmp_path, 20)
+    log.append_add(fp(0), b"payload-0")
+    real = os.fsync
+    calls = []
+
+    def fails_once(fd):
+        calls.append(fd)
+        if len(calls) == 1:
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fails_once)
+    with pytest.raises(JournalPoisonedError, match="pending.log.*reopen"):
+        log.fsync()
+    for act in (log.fsync, lambda: log.append_add(fp(1), b"p"), lambda: log.append_done(fp(0))):
+        with pytest.raises(JournalPoisonedError, match="fsync of .*pending.log failed"):
+            act()
+    assert len(calls) == 1  # no second fsync was even tried
+    with pytest.raises(JournalPoisonedError):
+        log.close()
+    monkeypatch.setattr(os, "fsync", real)
+    # Reopened: what the OS holds is read back (here every record reached it).
+    log = PendingLog(tmp_path, 20)
+    assert [k for k, _, _ in log.records()] == [ADD]
+    log.append_add(fp(1), b"p")
+    assert log.fsync()
+    log.close()

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 #[cfg(feature = "failpoints")]
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::poison::{At, FileFault, Step};
 use crate::error::{Distrust, Error, Result};
 use crate::format::{self, SnapshotMeta};
 
@@ -130,7 +131,8 @@ impl SnapshotFile {
     }
 
     /// Writes a snapshot atomically; returns the bytes written. On failure the temporary
-    /// file is gone and the previous snapshot untouched. Without `sync_dir`, the rename is
+    /// file is gone, the previous snapshot untouched, and the error names the file and
+    /// the step (a failed fsync poisons the database: the caller's `Meta::absorb`). Without `sync_dir`, the rename is
     /// made durable later by [`sync_snapshot_dir`] (one directory fsync for many trees),
     /// which must come before anything names the new file durably.
     pub(crate) fn write(
@@ -139,15 +141,22 @@ impl SnapshotFile {
         words: &[u64],
         page_size: u32,
         sync_dir_now: bool,
-    ) -> io::Result<u64> {
-        fs::create_dir_all(&self.dir)?;
+    ) -> std::result::Result<u64, FileFault> {
+        fs::create_dir_all(&self.dir).at(&self.dir, Step::Create)?;
+        let tmp = &self.tmp;
         let result = (|| {
-            let mut out = Budgeted(BufWriter::with_capacity(1 << 16, File::create(&self.tmp)?));
-            let written = format::encode_to(meta, words, page_size, &mut out)?;
-            let file = out.0.into_inner().map_err(|e| e.into_error())?;
-            file.sync_all()?;
+            let file = File::create(tmp).at(tmp, Step::Create)?;
+            let mut out = Budgeted(BufWriter::with_capacity(1 << 16, file));
+            let written =
+                format::encode_to(meta, words, page_size, &mut out).at(tmp, Step::Write)?;
+            let file = out
+                .0
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .at(tmp, Step::Write)?;
+            file.sync_all().at(tmp, Step::Fsync)?;
             drop(file);
-            fs::rename(&self.tmp, &self.path)?;
+            fs::rename(tmp, &self.path).at(&self.path, Step::Rename)?;
             if sync_dir_now {
                 sync_dir(&self.dir)?;
             }
@@ -166,12 +175,12 @@ impl SnapshotFile {
 
     /// Deletes the snapshot and any temporary file (the directory is fsynced if one was
     /// there and `sync_dir_now`).
-    pub(crate) fn remove(&self, sync_dir_now: bool) -> io::Result<()> {
+    pub(crate) fn remove(&self, sync_dir_now: bool) -> std::result::Result<(), FileFault> {
         let mut removed = false;
         for p in [&self.path, &self.tmp] {
             match fs::remove_file(p) {
                 Ok(()) => removed = true,
-                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e).at(p, Step::Remove),
                 Err(_) => {}
             }
         }
@@ -184,13 +193,16 @@ impl SnapshotFile {
 
 /// Makes every rename and removal in the database's snapshot directory durable (see
 /// [`SnapshotFile::write`]).
-pub(crate) fn sync_snapshot_dir(db_dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_snapshot_dir(db_dir: &Path) -> std::result::Result<(), FileFault> {
     match sync_dir(&db_dir.join(DIR_NAME)) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        Err(f) if f.error.kind() != io::ErrorKind::NotFound => Err(f),
         _ => Ok(()),
     }
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+fn sync_dir(dir: &Path) -> std::result::Result<(), FileFault> {
+    File::open(dir)
+        .at(dir, Step::Open)?
+        .sync_all()
+        .at(dir, Step::FsyncDir)
 }

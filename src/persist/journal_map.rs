@@ -220,7 +220,16 @@ impl Journal {
         // The header and length (a snapshot's cost, not a write's): a file whose records a
         // power cut dropped then still reads as this journal, and only its boot id refuses
         // it (the case `tests/power_cut.rs` reproduces), never its absence by luck.
-        file.sync_all()?;
+        file.sync_all().map_err(|error| {
+            // Named, so that the tree poisons the database (`Persistence::start_journal`).
+            let step = super::poison::Step::Fsync;
+            super::poison::FileFault {
+                path: path.to_path_buf(),
+                step,
+                error,
+            }
+            .into_io()
+        })?;
         // SAFETY: the file was just created by this process in the database's own folder,
         // which sled holds locked against a second process; nothing truncates it while it
         // is mapped (only this tree's `Journals` removes it, which unlinks without

@@ -11,6 +11,7 @@ use super::files::SnapshotFile;
 use super::journal::{JournalHeader, OP_INSERT, OP_REMOVE};
 use super::journal_map::CAPACITY;
 use super::meta::{random_id, Meta};
+use super::poison::FileFault;
 use super::settings::set_settings;
 use super::tree_files::{TreeFiles, TreeJournals};
 use super::trust::{judge, Identity};
@@ -106,6 +107,16 @@ impl Persistence {
         self.meta.sync_log()
     }
 
+    /// `Err(Error::Poisoned)` once a sync of the database failed.
+    pub(crate) fn check_poison(&self) -> Result<()> {
+        self.meta.check_poison()
+    }
+
+    /// The error for a failed sled flush the caller ran itself: it poisons the database.
+    pub(crate) fn flush_failed(&self, e: sled::Error) -> Error {
+        self.meta.flush_failed(e)
+    }
+
     fn tree_id(&self) -> [u8; 16] {
         self.record
             .lock()
@@ -148,10 +159,21 @@ impl Persistence {
         // a later dirty mark makes recovery ask for every journal since the snapshot: it
         // is made now, empty.
         if let Some(earlier) = pending.replace(h.sealed()) {
-            if let Err(e) = j.journals.start(earlier) {
-                let g = earlier.sequence.get();
-                log::warn!("bloomsled: crash journal of sequence {g}: {e}");
-            }
+            self.make_file(j, earlier);
+        }
+    }
+
+    /// Makes the journal file of `header` (its failure logged: that sequence is then not
+    /// journaled). A failed fsync of the journal's header poisons the database, as any
+    /// other.
+    fn make_file(&self, j: &TreeJournals, header: JournalHeader) {
+        if let Err(e) = j.journals.start(header) {
+            let e = match FileFault::take(e) {
+                Ok(fault) => self.meta.absorb(fault),
+                Err(e) => Error::Io(e),
+            };
+            let g = header.sequence.get();
+            log::warn!("bloomsled: crash journal of sequence {g}: {e}");
         }
     }
 
@@ -165,9 +187,7 @@ impl Persistence {
             .unwrap_or_else(|p| p.into_inner());
         if pending.is_some_and(|h| h.sequence.get() == sequence) {
             let h = pending.take().expect("checked");
-            if let Err(e) = j.journals.start(h) {
-                log::warn!("bloomsled: crash journal of sequence {sequence}: {e}");
-            }
+            self.make_file(j, h);
         }
     }
 
@@ -294,7 +314,7 @@ impl Persistence {
         let _r = self.record.lock().unwrap_or_else(|p| p.into_inner());
         self.dropped.store(true, Ordering::SeqCst);
         self.meta.remove(&self.name)?;
-        self.file.remove(true)?;
+        self.file.remove(true).map_err(|f| self.meta.absorb(f))?;
         if let Some(j) = &self.journal {
             #[allow(clippy::reversed_empty_ranges)]
             j.journals.retire(1..=0);
@@ -312,8 +332,11 @@ impl Persistence {
     /// Must be called after a key's bits are set and before its sled write: makes sure the
     /// tree's record durably says the current sequence is dirty, and returns that
     /// sequence (whose journal the write's keys go to).
+    ///
+    /// Refused with [`Error::Poisoned`] once a sync of the database failed.
     #[inline]
     pub(crate) fn before_write(&self) -> Result<u64> {
+        self.meta.check_poison()?;
         fence(Ordering::SeqCst);
         let g = self.sequence.load(Ordering::SeqCst);
         if self.marked.load(Ordering::Acquire) >= g {
@@ -375,6 +398,8 @@ impl Persistence {
         if self.dropped.load(Ordering::SeqCst) {
             return Err(Error::Closed("the tree was dropped".into()));
         }
+        // A poisoned database writes no snapshot: its record could not be made durable.
+        self.meta.check_poison()?;
         let snapshot_id = random_id()?;
         // Only snapshots (one at a time) move the sequence: this is the next one.
         self.start_journal(self.sequence.load(Ordering::SeqCst) + 1, snapshot_id, seed);
@@ -430,11 +455,15 @@ impl Persistence {
         meta.sequence = sequence;
         // An empty filter (a tree never written) needs no file: its record says so.
         let empty = words.iter().all(|&w| w == 0);
+        let absorb = |f| self.meta.absorb(f);
         let (bytes, pages) = if empty {
-            self.file.remove(durable)?;
+            self.file.remove(durable).map_err(absorb)?;
             (0, 0)
         } else {
-            let bytes = self.file.write(&meta, &words, self.page_size, durable)?;
+            let bytes = self
+                .file
+                .write(&meta, &words, self.page_size, durable)
+                .map_err(absorb)?;
             let pages = (words.len() as u64 * 8).div_ceil(u64::from(self.page_size)) as u32;
             (bytes, pages)
         };

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::IntoBytes;
 
+use super::files::sync_snapshot_dir;
+use super::poison::{FileFault, Poison, Step};
 use super::RecoveryPolicy;
 use crate::error::{DbRecordFault, DecodeError, Error, Result};
 use crate::format::{DbRecord, TreeRecord, FLAG_EMPTY};
@@ -34,6 +36,13 @@ pub(crate) struct Meta {
     /// `sync_file_range(2)`, which survives a process crash but not a power cut
     /// (spacejam/sled#1452). `None` for a database without one on disk.
     log: Option<std::fs::File>,
+    /// The database's folder (sled's log is `db` in it).
+    dir: std::path::PathBuf,
+    /// Set by the first failed sync: then no write, flush or snapshot is acknowledged.
+    poison: Poison,
+    /// sled's settings, whose global error says a write of sled's failed (see
+    /// [`sled_flush`]).
+    sled: sled::Config,
     db_id: [u8; 16],
     /// Set if the database record was missing or damaged at open and replaced.
     reset: Option<DbRecordFault>,
@@ -41,13 +50,56 @@ pub(crate) struct Meta {
     found: std::sync::OnceLock<super::journal_names::FoundFiles>,
 }
 
-/// sled's `flush()`, then an fsync of its log: durable against a power cut too.
-fn flush_durably(tree: &sled::Tree, log: Option<&std::fs::File>) -> Result<()> {
-    tree.flush()?;
-    if let Some(log) = log {
-        log.sync_all()?;
+/// sled's `flush()`, which must not wait forever for a write that failed.
+///
+/// sled 0.34 records a failed write of its log (made by its I/O threads) as its global
+/// error without waking a flush already waiting for that write to become stable: such a
+/// flush would wait forever (found by `tests/fault_matrix.rs`). A flush sled starts once
+/// the error is recorded returns it at once and wakes the waiters, so a watchdog beside the
+/// flush starts one as soon as the error appears.
+fn sled_flush(tree: &sled::Tree, sled: &sled::Config) -> sled::Result<usize> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let watchdog = s.spawn(|| {
+            while !done.load(Ordering::Acquire) {
+                if sled.global_error().is_err() {
+                    let _ = tree.flush();
+                    return;
+                }
+                std::thread::park_timeout(std::time::Duration::from_millis(20));
+            }
+        });
+        let flushed = tree.flush();
+        done.store(true, Ordering::Release);
+        watchdog.thread().unpark();
+        flushed
+    })
+}
+
+/// sled's `flush()`, then an fsync of its log (`<dir>/db`): durable against a power cut
+/// too. Refused once `poison` is set; a failure of either sets it. Returns sled's count.
+fn flush_durably(
+    tree: &sled::Tree,
+    log: Option<&std::fs::File>,
+    dir: &std::path::Path,
+    poison: &Poison,
+    sled: &sled::Config,
+) -> Result<usize> {
+    poison.check()?;
+    let bytes = sled_flush(tree, sled)
+        .map_err(|e| poison.set(dir.join("db"), Step::SledFlush, e.to_string()))?;
+    sync_log(log, dir, poison)?;
+    Ok(bytes)
+}
+
+/// The fsync of sled's log, refused once `poison` is set, setting it if it fails.
+fn sync_log(log: Option<&std::fs::File>, dir: &std::path::Path, poison: &Poison) -> Result<()> {
+    poison.check()?;
+    match log {
+        Some(log) => poison.step(&dir.join("db"), Step::Fsync, log.sync_all()),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// sled's log file `<db>/db`, with its name made durable (sled never fsyncs its folder),
@@ -60,23 +112,25 @@ fn flush_durably(tree: &sled::Tree, log: Option<&std::fs::File>) -> Result<()> {
 /// otherwise a power cut could keep flushed data and lose `conf`, and the next open would
 /// write a new one from its own settings and read the log with them, where sled refuses
 /// settings that differ from the creator's (`tests/power_cut.rs`).
-fn open_log(db_dir: &std::path::Path) -> Result<Option<std::fs::File>> {
+fn open_log(db_dir: &std::path::Path, poison: &Poison) -> Result<Option<std::fs::File>> {
     let Ok(log) = std::fs::File::open(db_dir.join("db")) else {
         return Ok(None);
     };
-    match std::fs::File::open(db_dir.join("conf")) {
-        Ok(conf) => conf.sync_all()?,
+    let conf = db_dir.join("conf");
+    match std::fs::File::open(&conf) {
+        Ok(f) => poison.step(&conf, Step::Fsync, f.sync_all())?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e.into()),
+        Err(e) => poison.step(&conf, Step::Open, Err(e))?,
     }
-    std::fs::File::open(db_dir)?.sync_all()?;
+    let folder = poison.step(db_dir, Step::Open, std::fs::File::open(db_dir))?;
+    poison.step(db_dir, Step::FsyncDir, folder.sync_all())?;
     let parent = match db_dir.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => std::path::Path::new("."),
     };
     // A parent this process may not read cannot be fsynced by it either.
-    if let Ok(parent) = std::fs::File::open(parent) {
-        parent.sync_all()?;
+    if let Ok(f) = std::fs::File::open(parent) {
+        poison.step(parent, Step::FsyncDir, f.sync_all())?;
     }
     Ok(Some(log))
 }
@@ -110,18 +164,34 @@ fn earlier_files(db_dir: &std::path::Path) -> Result<usize> {
     Ok(files)
 }
 
+/// What opening the meta tree works with before its [`Meta`] exists.
+struct Opening<'a> {
+    tree: &'a sled::Tree,
+    log: Option<&'a std::fs::File>,
+    dir: &'a std::path::Path,
+    poison: &'a Poison,
+    sled: &'a sled::Config,
+}
+
+impl Opening<'_> {
+    fn flush_durably(&self) -> Result<usize> {
+        flush_durably(self.tree, self.log, self.dir, self.poison, self.sled)
+    }
+}
+
 /// Writes a new random database id, durably; returns it.
-fn write_db_record(tree: &sled::Tree, log: Option<&std::fs::File>) -> Result<[u8; 16]> {
+fn write_db_record(at: &Opening<'_>) -> Result<[u8; 16]> {
     let id = random_id()?;
-    tree.insert(DB_KEY, DbRecord::new(id).as_bytes())?;
-    flush_durably(tree, log)?;
+    at.tree.insert(DB_KEY, DbRecord::new(id).as_bytes())?;
+    at.flush_durably()?;
     Ok(id)
 }
 
 /// Marks every readable tree record stale (dirty at its snapshot's sequence, not empty),
 /// durably, so that no snapshot is trusted again even if this open does not get to rebuild
 /// every tree before a crash. Unreadable records stay as they are (never trusted either).
-fn mark_every_tree_stale(tree: &sled::Tree, log: Option<&std::fs::File>) -> Result<()> {
+fn mark_every_tree_stale(at: &Opening<'_>) -> Result<()> {
+    let tree = at.tree;
     for entry in tree.scan_prefix(TREE_PREFIX) {
         let (key, bytes) = entry?;
         let Ok(mut record) = TreeRecord::decode(&bytes) else {
@@ -132,8 +202,39 @@ fn mark_every_tree_stale(tree: &sled::Tree, log: Option<&std::fs::File>) -> Resu
         record.flags = U32::new(record.flags.get() & !FLAG_EMPTY);
         tree.insert(key, &record.encode()[..])?;
     }
-    flush_durably(tree, log)?;
+    at.flush_durably()?;
     Ok(())
+}
+
+/// A database record that is `fault`: under [`RecoveryPolicy::Repair`] every tree record
+/// is durably marked stale, then a new database id written (returned, with the fault);
+/// under [`RecoveryPolicy::Strict`] it is [`Error::DatabaseRecordRejected`].
+fn replace_db_record(
+    at: &Opening<'_>,
+    fault: DbRecordFault,
+    recovery: RecoveryPolicy,
+) -> Result<([u8; 16], Option<DbRecordFault>)> {
+    if recovery == RecoveryPolicy::Strict {
+        return Err(Error::DatabaseRecordRejected { fault });
+    }
+    log::warn!(
+        "bloomsled: the database record is {fault}: every tree's filter will be rebuilt \
+         under a new database id"
+    );
+    mark_every_tree_stale(at)?;
+    Ok((write_db_record(at)?, Some(fault)))
+}
+
+/// A sled error of reading the meta tree at open; an I/O error names the store and the
+/// step (its kind kept).
+fn read_failed(db_dir: &std::path::Path, e: sled::Error) -> Error {
+    match e {
+        sled::Error::Io(io) => Error::Io(std::io::Error::new(
+            io.kind(),
+            format!("read of sled's store {}: {io}", db_dir.display()),
+        )),
+        other => other.into(),
+    }
 }
 
 const TREE_PREFIX: &[u8] = b"t/";
@@ -159,54 +260,47 @@ impl Meta {
     /// sled lost its records ([`DbRecordFault::StoreEmptied`]), and is treated the same way.
     pub(crate) fn open(
         db: &sled::Db,
+        sled: &sled::Config,
         db_dir: &std::path::Path,
         recovery: RecoveryPolicy,
     ) -> Result<Arc<Meta>> {
-        let tree = db.open_tree(META_TREE)?;
-        let log = open_log(db_dir)?;
-        let fault = match tree.get(DB_KEY)? {
-            Some(bytes) => match DbRecord::decode(&bytes) {
-                Ok(record) => {
-                    return Ok(Arc::new(Meta {
-                        tree,
-                        log,
-                        db_id: record.db_id,
-                        reset: None,
-                        found: Default::default(),
-                    }))
-                }
-                Err(e) => DbRecordFault::Damaged(e),
-            },
-            None if tree.first()?.is_none() => match earlier_files(db_dir)? {
-                0 => {
-                    // A new database.
-                    let db_id = write_db_record(&tree, log.as_ref())?;
-                    return Ok(Arc::new(Meta {
-                        tree,
-                        log,
-                        db_id,
-                        reset: None,
-                        found: Default::default(),
-                    }));
-                }
-                files => DbRecordFault::StoreEmptied { files },
-            },
-            None => DbRecordFault::Missing,
+        let tree = db
+            .open_tree(META_TREE)
+            .map_err(|e| read_failed(db_dir, e))?;
+        let poison = Poison::default();
+        let log = open_log(db_dir, &poison)?;
+        let at = Opening {
+            tree: &tree,
+            log: log.as_ref(),
+            dir: db_dir,
+            poison: &poison,
+            sled,
         };
-        if recovery == RecoveryPolicy::Strict {
-            return Err(Error::DatabaseRecordRejected { fault });
-        }
-        log::warn!(
-            "bloomsled: the database record is {fault}: every tree's filter will be rebuilt \
-             under a new database id"
-        );
-        mark_every_tree_stale(&tree, log.as_ref())?;
-        let db_id = write_db_record(&tree, log.as_ref())?;
+        let (db_id, reset) = match tree.get(DB_KEY).map_err(|e| read_failed(db_dir, e))? {
+            Some(bytes) => match DbRecord::decode(&bytes) {
+                Ok(record) => (record.db_id, None),
+                Err(e) => replace_db_record(&at, DbRecordFault::Damaged(e), recovery)?,
+            },
+            None if tree.first().map_err(|e| read_failed(db_dir, e))?.is_none() => {
+                match earlier_files(db_dir)? {
+                    // A new database.
+                    0 => (write_db_record(&at)?, None),
+                    files => {
+                        let fault = DbRecordFault::StoreEmptied { files };
+                        replace_db_record(&at, fault, recovery)?
+                    }
+                }
+            }
+            None => replace_db_record(&at, DbRecordFault::Missing, recovery)?,
+        };
         Ok(Arc::new(Meta {
             tree,
             log,
+            dir: db_dir.to_path_buf(),
+            poison,
+            sled: sled.clone(),
             db_id,
-            reset: Some(fault),
+            reset,
             found: Default::default(),
         }))
     }
@@ -220,19 +314,43 @@ impl Meta {
     /// `Db::close`): sled's `flush()` of the whole database (through any of its trees),
     /// then one fsync of sled's log, so a returned flush survives a power cut (sled's own
     /// ends in `sync_file_range(2)`, spacejam/sled#1452). Returns sled's byte count.
+    ///
+    /// Refused with [`Error::Poisoned`] once a sync of this database failed; a failure of
+    /// either step poisons it (see `persist::poison`).
     pub(crate) fn flush_user(&self, tree: &sled::Tree) -> Result<usize> {
-        let bytes = tree.flush()?;
-        self.sync_log()?;
-        Ok(bytes)
+        flush_durably(tree, self.log.as_ref(), &self.dir, &self.poison, &self.sled)
     }
 
     /// The fsync of sled's log that makes what sled's `flush()` wrote durable (for a flush
-    /// sled ran itself, as a transaction's at its commit).
+    /// sled ran itself, as a transaction's at its commit). Poisons as `flush_user`.
     pub(crate) fn sync_log(&self) -> Result<()> {
-        if let Some(log) = &self.log {
-            log.sync_all()?;
-        }
-        Ok(())
+        sync_log(self.log.as_ref(), &self.dir, &self.poison)
+    }
+
+    /// The error for a failed sled flush run by the caller: it poisons the database.
+    pub(crate) fn flush_failed(&self, e: sled::Error) -> Error {
+        self.poison
+            .set(self.dir.join("db"), Step::SledFlush, e.to_string())
+    }
+
+    /// `Err(Error::Poisoned)` once a sync of this database failed: the check every write
+    /// makes before it starts.
+    #[inline]
+    pub(crate) fn check_poison(&self) -> Result<()> {
+        self.poison.check()
+    }
+
+    /// The error for a failed step on one of the database's files: a failed sync
+    /// poisons the database (see `persist::poison`).
+    pub(crate) fn absorb(&self, fault: FileFault) -> Error {
+        self.poison.absorb(fault)
+    }
+
+    /// The folder fsync that makes the renames of snapshots written without one durable
+    /// (see `SnapshotFile::write`). Refused, and poisoning, as `flush_user`.
+    pub(crate) fn sync_snapshot_dir(&self) -> Result<()> {
+        self.poison.check()?;
+        sync_snapshot_dir(&self.dir).map_err(|f| self.absorb(f))
     }
 
     /// The database id.
@@ -260,19 +378,33 @@ impl Meta {
     }
 
     /// Stores the record of tree `name`; durable on return if `durable`.
+    /// Refused once the database is poisoned: a record written then could reach the disk
+    /// with sled's next flush, vouching for what the failed sync lost.
     pub(crate) fn write(&self, name: &[u8], record: &mut TreeRecord, durable: bool) -> Result<()> {
+        self.poison.check()?;
         self.tree.insert(tree_key(name), &record.encode()[..])?;
         if durable {
-            flush_durably(&self.tree, self.log.as_ref())?;
+            self.flush_durably()?;
         }
         Ok(())
     }
 
     /// Deletes the record of tree `name`, durably.
     pub(crate) fn remove(&self, name: &[u8]) -> Result<()> {
+        self.poison.check()?;
         self.tree.remove(tree_key(name))?;
-        flush_durably(&self.tree, self.log.as_ref())?;
+        self.flush_durably()?;
         Ok(())
+    }
+
+    fn flush_durably(&self) -> Result<usize> {
+        flush_durably(
+            &self.tree,
+            self.log.as_ref(),
+            &self.dir,
+            &self.poison,
+            &self.sled,
+        )
     }
 
     /// The record a layer above the store keeps under `prefix` for `name` (a window's
@@ -293,9 +425,10 @@ impl Meta {
         bytes: Vec<u8>,
         durable: bool,
     ) -> Result<()> {
+        self.poison.check()?;
         self.tree.insert(layer_key(prefix, name), bytes)?;
         if durable {
-            flush_durably(&self.tree, self.log.as_ref())?;
+            self.flush_durably()?;
         }
         Ok(())
     }

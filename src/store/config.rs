@@ -442,6 +442,11 @@ impl Config {
                         .min(LOCK_WAIT.saturating_sub(waited))
                         .max(Duration::from_millis(1));
                 }
+                // An I/O error names the store and the step (its kind kept).
+                Err(sled::Error::Io(e)) => {
+                    let what = format!("open of sled's store {}: {e}", self.path.display());
+                    return Err(crate::error::Error::Io(std::io::Error::new(e.kind(), what)));
+                }
                 opened => return Ok(opened?),
             }
         }

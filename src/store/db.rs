@@ -128,7 +128,12 @@ impl Db {
         let meta = if config.temporary {
             None
         } else {
-            Some(Meta::open(&inner, &config.path, config.recovery)?)
+            Some(Meta::open(
+                &inner,
+                &config.sled,
+                &config.path,
+                config.recovery,
+            )?)
         };
         let default_state = open_filter(&inner, &config, meta.as_ref(), DEFAULT_TREE, None, None)?;
         let default = Tree::new(inner.deref().clone(), default_state.clone());
@@ -191,8 +196,8 @@ impl Db {
                 }
             }
         }
-        if self.state.meta.is_some() {
-            persist::sync_snapshot_dir(&self.state.config.path)?;
+        if let Some(meta) = &self.state.meta {
+            meta.sync_snapshot_dir()?;
         }
         self.flush_durably()?;
         // The records naming the new snapshots are with the OS: older journals can go.
@@ -538,6 +543,22 @@ impl Drop for DbState {
         // the trees' closing snapshots go with this drop, not a moment after it.
         for t in trees.values() {
             t.holds.wait_released();
+        }
+        // The last handles to sled usually go here, and sled 0.34's drop of its log ends in
+        // `sync_all().unwrap()`: on a disk whose fsync fails (a poisoned database, see
+        // `persist::poison`) that panics. The panic is caught and logged: the flush that
+        // mattered was the one `close` (or the caller) asked for, and it reported.
+        let trees = std::mem::take(trees);
+        let meta = self.meta.take();
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            drop(trees);
+            drop(meta);
+        }));
+        if dropped.is_err() {
+            log::error!(
+                "bloomsled: sled's final fsync at drop failed (it panics): caught; reopen the \
+                 database to recover from what is durable"
+            );
         }
     }
 }

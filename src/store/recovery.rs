@@ -48,9 +48,33 @@ pub(crate) fn start(state: &Arc<TreeState>, background: bool) {
     }
 }
 
+/// Tries of the rebuild after open that an I/O error may end before it gives up.
+const RECOVERY_TRIES: u32 = 3;
+
+/// The rebuild after open, tried again (after 50 ms, then 200 ms) if an I/O error ended
+/// it: a failed scan installs nothing, the stand-in keeps sending every lookup to sled,
+/// and a disk that erred once may read the next time. Other errors end it at once.
+fn recover_with_retries(s: &Arc<TreeState>) -> crate::error::Result<super::RebuildReport> {
+    let mut tries = 1;
+    loop {
+        match Rebuild(s).recover(s.recovery.expected_keys) {
+            Err(Error::Io(e)) if tries < RECOVERY_TRIES && !s.closing.load(Ordering::Relaxed) => {
+                log::warn!(
+                    "bloomsled: tree {:?}: rebuilding the filter after open failed ({e}); \
+                     trying again",
+                    s.report.tree
+                );
+                thread::sleep(std::time::Duration::from_millis(50 << (2 * (tries - 1))));
+                tries += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// The rebuild after open, start to end (see [`start`]).
 fn run(s: &Arc<TreeState>) {
-    let result = Rebuild(s).recover(s.recovery.expected_keys);
+    let result = recover_with_retries(s);
     s.rebuild.pending.store(false, Ordering::Release);
     match result {
         Ok(r) => {

@@ -104,11 +104,14 @@ impl<'a> Writing<'a> {
     }
 
     /// [`Writing::mark_dirty`] before a write that may remove a key: counting mode only
-    /// (the filter will change after it); plain-mode removes leave the filter alone.
+    /// (the filter will change after it); plain-mode removes leave the filter alone, but
+    /// are refused as every write is once a sync of the database failed.
     #[inline]
     pub(crate) fn mark_dirty_for_remove(&self) -> Result<()> {
-        if self.state.mode == FilterMode::Counting {
-            self.state.mark_dirty()?;
+        match &self.state.persist {
+            _ if self.state.mode == FilterMode::Counting => drop(self.state.mark_dirty()?),
+            Some(p) => p.check_poison()?,
+            None => {}
         }
         Ok(())
     }

@@ -3,6 +3,8 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod child;
+#[cfg(target_os = "linux")]
+pub mod fuse;
 pub mod model;
 pub mod rng;
 

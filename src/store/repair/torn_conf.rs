@@ -81,10 +81,12 @@ pub(crate) fn complete_torn_conf(
     let mut f = fs::OpenOptions::new().write(true).open(&path)?;
     f.seek(SeekFrom::Start(on_disk.len() as u64))?;
     f.write_all(&whole[on_disk.len()..])?;
-    f.sync_all()?;
+    f.sync_all().map_err(|e| failed("fsync", &path, e))?;
     // A folder is fsynced through a handle to it on Unix; Windows has no such handle.
     #[cfg(unix)]
-    fs::File::open(db_dir)?.sync_all()?;
+    fs::File::open(db_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| failed("fsync of the folder", db_dir, e))?;
     log::warn!(
         "bloomsled: sled's {} was torn by a power cut ({} of {} bytes; sled 0.34.7 would \
          refuse to open); completed, the torn copy kept at {}",
@@ -94,6 +96,12 @@ pub(crate) fn complete_torn_conf(
         copy.display()
     );
     Ok(Some(copy))
+}
+
+/// `e`, its text naming the step and the file (its kind kept): the open that repairs
+/// fails with it.
+fn failed(step: &str, path: &Path, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{step} of {}: {e}", path.display()))
 }
 
 #[cfg(test)]

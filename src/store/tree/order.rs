@@ -72,10 +72,15 @@ impl Tree {
             return crate::blocking::off_the_runtime("Tree::flush_async", move || tree.flush())
                 .await;
         }
-        let bytes = self.inner.flush_async().await?;
-        if let Some(p) = &self.state.persist {
-            p.sync_log()?;
-        }
+        let Some(p) = &self.state.persist else {
+            return Ok(self.inner.flush_async().await?);
+        };
+        p.check_poison()?;
+        let bytes = match self.inner.flush_async().await {
+            Ok(bytes) => bytes,
+            Err(e) => return Err(p.flush_failed(e)),
+        };
+        p.sync_log()?;
         Ok(bytes)
     }
 

@@ -1,0 +1,91 @@
+//! A failed fsync is never followed by an acknowledged flush (issue 57, DESIGN invariant 8).
+//!
+//! The reproducer: a database on the power-cut file system (`bloomsled-powercut`), sled's
+//! own flusher off, rounds of 100 inserts and `Db::flush()`; the fsync of sled's log in the
+//! first flush fails with `EIO`, once, as Linux reports a writeback error once per open
+//! file. Every later flush must fail too: the kernel may have dropped the pages the first
+//! one could not write, so a later `Ok` would vouch for data that is gone.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use bloomsled::Config;
+use bloomsled_powercut::{Failure, Op};
+
+#[test]
+fn after_a_failed_fsync_no_flush_returns_ok() {
+    let Some((base, fs)) = common::fuse::mount_or_skip("failed-fsync") else {
+        return;
+    };
+    let dir = fs.mountpoint().join("store");
+    let db = Config::new()
+        .path(&dir)
+        .flush_every_ms(None)
+        .open()
+        .unwrap();
+    let mut lines = Vec::new();
+    for round in 0..6 {
+        for i in 0..100 {
+            let _ = db.insert(format!("k{round}-{i}"), "v");
+        }
+        if round == 0 {
+            // The next fsync of sled's log (the first flush's) fails, once.
+            fs.fail(Failure::new(Op::Fsync, "db").errno(libc::EIO));
+        }
+        lines.push(match db.flush() {
+            Ok(_) => format!("flush {round} ok"),
+            Err(e) => format!("flush {round} err: {e}"),
+        });
+    }
+    println!("{}", lines.join("\n"));
+    assert!(lines[0].contains("err"), "{lines:#?}");
+    let acknowledged: Vec<_> = lines.iter().filter(|l| l.ends_with(" ok")).collect();
+    assert!(
+        acknowledged.is_empty(),
+        "a flush returned Ok after a failed fsync: {lines:#?}"
+    );
+    // Every write and snapshot is refused too, naming the file, the step and the cure;
+    // reads go on.
+    for e in [
+        db.insert("late", "v").unwrap_err(),
+        db.open_tree("t")
+            .and_then(|t| t.insert("k", "v"))
+            .unwrap_err(),
+        db.snapshot().unwrap_err(),
+        db.remove("k0-0").unwrap_err(),
+    ] {
+        assert!(matches!(e, bloomsled::Error::Poisoned { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains("store/db") && msg.contains("fsync") && msg.contains("reopen"));
+    }
+    assert!(db.contains_key("k0-0").unwrap());
+    assert!(db.close().is_err());
+    // "Reopen the database": in the same process, on the same (now healthy) disk.
+    let db = Config::new()
+        .path(&dir)
+        .flush_every_ms(None)
+        .open()
+        .unwrap();
+    assert!(db.contains_key("k0-0").unwrap());
+    db.insert("after the reopen", "v").unwrap();
+    db.flush().unwrap();
+    db.close().unwrap();
+    // Reopened after the process went (the disk keeps what it was handed): every stored
+    // key passes the filter.
+    fs.unmount().unwrap();
+    let db = Config::new()
+        .path(base.join("data/store"))
+        .background_recovery(false)
+        .open()
+        .unwrap();
+    let report = db.verify().unwrap();
+    assert_eq!(report.false_negatives, 0);
+    assert_eq!(
+        report.keys_checked, 101,
+        "round 0 (every later insert was refused) and the key written after the reopen"
+    );
+    db.insert("after reopen", "v").unwrap();
+    db.flush().unwrap();
+    drop(db);
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -1,0 +1,154 @@
+//! An I/O error is never an answer (DESIGN invariant 8): a lookup whose store read fails
+//! returns the error, never "absent", and the false-positive memory never remembers it; a
+//! rebuild whose scan fails installs no partial filter. The reads fail on the power-cut
+//! file system's fault rules (`bloomsled-powercut`), under a cache too small to hold the
+//! store, so sled reads its pages from the file.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use bloomsled::Config;
+use bloomsled_powercut::{Failure, Op};
+
+fn key(i: u32) -> String {
+    format!("https://read.example.org/{i:05}")
+}
+
+#[test]
+fn a_failed_read_is_an_error_never_absent_and_a_failed_scan_installs_nothing() {
+    let Some((base, fs)) = common::fuse::mount_or_skip("failed-reads") else {
+        return;
+    };
+    let dir = fs.mountpoint().join("store");
+    let config = Config::new()
+        .path(&dir)
+        .cache_capacity(64 * 1024)
+        .flush_every_ms(None)
+        // Many false positives, so absent keys reach the store too.
+        .expected_items(2_000)
+        .bits_per_key(1.0);
+    let db = config.open().unwrap();
+    let value = vec![7u8; 2048];
+    for i in 0..2_000 {
+        db.insert(key(i), value.clone()).unwrap();
+    }
+    db.close().unwrap();
+    let db = config.open().unwrap();
+    fs.fail(Failure::new(Op::Read, "db").errno(libc::EIO).sticky());
+    let mut errors = 0;
+    for i in 0..2_000 {
+        match db.get(key(i)) {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("a stored key read as absent under a failing disk"),
+            Err(_) => errors += 1,
+        }
+    }
+    // Absent keys: those the filter passes (false positives) reach the failing store, and
+    // must fail rather than be answered, or be remembered, as absent.
+    let absent = |i: u32| format!("https://absent.example.org/{i:05}");
+    let mut absent_errors = 0;
+    for i in 0..20_000 {
+        match db.contains_key(absent(i)) {
+            Ok(false) => {}
+            Ok(true) => panic!("an absent key read as present"),
+            Err(_) => absent_errors += 1,
+        }
+    }
+    // A rebuild whose scan meets the failing reads.
+    let rebuilt = db.rebuild();
+    fs.heal();
+    println!("{absent_errors} lookups of absent keys failed (false positives of the filter)");
+    assert!(absent_errors > 0, "no false positive reached the store");
+    // None was remembered: after the disk is back each reads the store once more.
+    for i in 0..20_000 {
+        assert!(!db.contains_key(absent(i)).unwrap());
+    }
+    assert_eq!(db.stats().false_positives_remembered, 0);
+    println!("{errors} of 2000 lookups failed; the rebuild: {rebuilt:?}");
+    assert!(
+        errors > 0,
+        "no read reached the file: the test proves nothing"
+    );
+    // Nothing was remembered as absent, and no partial filter was installed.
+    for i in 0..2_000 {
+        assert!(
+            db.get(key(i)).unwrap().is_some(),
+            "key {i} remembered as absent"
+        );
+    }
+    assert_eq!(db.verify().unwrap().false_negatives, 0);
+    drop(db);
+    fs.unmount().unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Makes a database of 2,000 keys on the mount under a small cache, closes it, and removes
+/// its snapshot, so the next open rebuilds the filter from a scan that reads the file.
+fn store_without_snapshot(dir: &std::path::Path) -> Config {
+    let config = Config::new()
+        .path(dir)
+        .cache_capacity(64 * 1024)
+        .flush_every_ms(None);
+    let db = config.open().unwrap();
+    for i in 0..2_000 {
+        db.insert(key(i), vec![7u8; 2048]).unwrap();
+    }
+    db.close().unwrap();
+    for e in std::fs::read_dir(dir.join(bloomsled::persist::DIR_NAME)).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "snap") {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    config
+}
+
+/// The rebuild after open meets a read that fails: it tries again (a bounded number of
+/// times), installs nothing partial meanwhile, and with a disk that keeps failing gives up
+/// and says so, the tree answering from sled until `Tree::rebuild` succeeds.
+#[test]
+fn the_rebuild_after_open_retries_a_failed_scan_and_installs_nothing_partial() {
+    use bloomsled::persist::{pause_rebuild_scans_after, rebuild_scans_paused};
+    let Some((base, fs)) = common::fuse::mount_or_skip("failed-scan") else {
+        return;
+    };
+    for sticky in [false, true] {
+        let dir = fs.mountpoint().join(format!("store-{sticky}"));
+        let config = store_without_snapshot(&dir);
+        // Hold the scan at its start, then let the next read of sled's log fail.
+        pause_rebuild_scans_after(Some(0));
+        let db = config.open().unwrap();
+        while rebuild_scans_paused() == 0 {
+            std::thread::yield_now();
+        }
+        let fired = fs.fired();
+        let mut rule = Failure::new(Op::Read, "db").errno(libc::EIO);
+        if sticky {
+            rule = rule.sticky();
+        }
+        fs.fail(rule);
+        pause_rebuild_scans_after(None);
+        let waited = db.wait_for_filter(std::time::Duration::from_secs(60));
+        assert!(
+            fs.fired() > fired,
+            "no read of the scan failed: the test proves nothing"
+        );
+        fs.heal();
+        println!("sticky {sticky}: {waited:?}; {:?}", db.recovery_report());
+        if sticky {
+            // Every try failed: no filter, every lookup answered by sled, and a rebuild
+            // once the disk is back installs the whole one.
+            assert!(waited.is_err(), "{waited:?}");
+            assert!((0..2_000).all(|i| db.may_contain(key(i))));
+            db.rebuild().unwrap();
+        } else {
+            assert!(waited.unwrap(), "the retried rebuild did not finish");
+        }
+        assert!(db.recovery_report().rebuilding.is_none());
+        assert_eq!(db.verify().unwrap().false_negatives, 0);
+        assert!((0..2_000).all(|i| db.get(key(i)).unwrap().is_some()));
+        db.close().unwrap();
+    }
+    fs.unmount().unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+}
