@@ -27,9 +27,11 @@
 //! key therefore reaches the new filter exactly once, which keeps counting mode exact, and
 //! the scan never depends on how sled's iterators behave under concurrent writes.
 
+mod slots;
+
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::{OnceLock, TryLockError};
+use std::sync::TryLockError;
 
 use super::fp_memory::{FpMemory, Hashed, Pending};
 use super::scan::Cursor;
@@ -39,6 +41,7 @@ use crate::filter::Filter;
 use crate::sync::{
     fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
+use slots::Slots;
 
 /// Most filters a tree may allocate over its life. Rebuilds reuse a retired filter of the
 /// same shape and capacities grow by doubling, so a tree needs about one slot per size it
@@ -434,41 +437,6 @@ impl Filters {
                 }
             }
         }
-    }
-}
-
-/// Slots kept inline: a tree that is never rebuilt, or rebuilt at a few sizes, allocates
-/// no more (the rest cost a kilobyte a tree, which thousands of small trees notice).
-const INLINE_SLOTS: usize = 4;
-
-/// The write-once slots of [`Filters`]: `MAX_SLOTS` of them, the first [`INLINE_SLOTS`]
-/// inline, the rest in an array made (once, and never freed while the filters live) when
-/// a rebuild first needs one. A filled slot is never emptied, refilled, moved or freed.
-#[derive(Default)]
-struct Slots {
-    inline: [OnceLock<Box<AnyFilter>>; INLINE_SLOTS],
-    more: OnceLock<Box<[OnceLock<Box<AnyFilter>>; MAX_SLOTS - INLINE_SLOTS]>>,
-}
-
-impl Slots {
-    /// Slot `i` (`i < MAX_SLOTS`), making the outer array if it is needed first.
-    fn cell(&self, i: usize) -> &OnceLock<Box<AnyFilter>> {
-        match i.checked_sub(INLINE_SLOTS) {
-            None => &self.inline[i],
-            Some(j) => &self
-                .more
-                .get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())))[j],
-        }
-    }
-
-    /// The filter in slot `i` (`i < MAX_SLOTS`), if it was filled.
-    #[inline(always)]
-    fn get(&self, i: usize) -> Option<&AnyFilter> {
-        match i.checked_sub(INLINE_SLOTS) {
-            None => self.inline[i].get(),
-            Some(j) => self.more.get()?[j].get(),
-        }
-        .map(|b| &**b)
     }
 }
 
