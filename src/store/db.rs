@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use sled::IVec;
 
-use super::config::TreeConfig;
+use super::config::sizing::TreeConfig;
 #[cfg(feature = "metrics")]
 use super::holds::Hold;
 use super::rebuild::Rebuild;

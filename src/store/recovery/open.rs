@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::error::Result;
 use crate::filter::any::AnyFilter;
 use crate::persist::{self, Meta, Opening, RecoveryOutcome, RecoveryReport, Start};
-use crate::store::config::TreeConfig;
+use crate::store::config::sizing::TreeConfig;
 use crate::store::policy::RebuildPolicy;
 use crate::store::ready::RecoveryState;
 use crate::store::rebuild::Rebuild;
