@@ -5,6 +5,7 @@
 //! and locks come from `crate::sync`, which is loom's under `--cfg bloomsled_loom`). Run it with
 //! `RUSTFLAGS="--cfg bloomsled_loom" cargo test --release --lib loom` (see `.ci/run`).
 
+use super::read_any::read_any;
 use super::*;
 use crate::filter::any::FilterMode;
 use crate::filter::FilterConfig;

@@ -1,5 +1,6 @@
 //! Unit tests of the slots, the seqlock read and `read_any`, with real threads.
 
+use super::read_any::read_any;
 use super::*;
 use crate::filter::any::FilterMode;
 use crate::filter::FilterConfig;
