@@ -4,10 +4,28 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-/// Stripes per set of counters: every tree has two sets (its lookups' and its filter's
-/// items), so this is a per-tree cost (8 × 64 bytes each); threads past this many share a
-/// stripe, and a racing increment may then be lost (see [`Counters::add`]).
+/// At most this many stripes per set of counters. Every tree has two sets (its lookups' and
+/// its filter's items), so stripes are a per-tree cost (64 bytes each): a set has one per
+/// core the process may run on (see [`stripes`]), since no more threads than cores bump a
+/// counter at the same instant, and at most this many.
 const STRIPES: usize = 8;
+
+/// Stripes per set: the cores this process may run on, rounded up to a power of two, at
+/// most [`STRIPES`]; read once.
+fn stripes() -> usize {
+    static STRIPES_HERE: AtomicUsize = AtomicUsize::new(0);
+    match STRIPES_HERE.load(Relaxed) {
+        0 => {
+            let n = std::thread::available_parallelism()
+                .map_or(STRIPES, |n| n.get())
+                .next_power_of_two()
+                .min(STRIPES);
+            STRIPES_HERE.store(n, Relaxed);
+            n
+        }
+        n => n,
+    }
+}
 
 /// One stripe of `N` counters per cache line (64 bytes for `N` up to 8).
 #[repr(align(64))]
@@ -16,13 +34,16 @@ struct Stripe<const N: usize>([AtomicU64; N]);
 /// `N` sums spread over stripes. Each thread adds to its own stripe, so a hot lookup path
 /// from many threads never bounces a shared cache line between cores.
 pub(crate) struct Counters<const N: usize> {
-    stripes: [Stripe<N>; STRIPES],
+    /// A power-of-two count of stripes ([`stripes`]).
+    stripes: Box<[Stripe<N>]>,
 }
 
 impl<const N: usize> Default for Counters<N> {
     fn default() -> Self {
         Counters {
-            stripes: std::array::from_fn(|_| Stripe(std::array::from_fn(|_| AtomicU64::new(0)))),
+            stripes: (0..stripes())
+                .map(|_| Stripe(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
         }
     }
 }
@@ -48,14 +69,27 @@ pub(crate) fn my_stripe() -> usize {
 impl<const N: usize> Counters<N> {
     /// Adds `n` to counter `which`.
     ///
-    /// A plain load and store, not a locked read-modify-write: a stripe belongs to one
-    /// thread unless more than [`STRIPES`] threads count at once, and then an increment that
-    /// races another on the same stripe may be lost. Statistics tolerate that; a locked add
-    /// on every lookup would cost more than the filter probe itself.
+    /// A plain load and store, not a locked read-modify-write: threads that share a stripe
+    /// (more threads than stripes) may lose an increment that races another on the same
+    /// stripe. Statistics tolerate that; a locked add on every lookup would cost more than
+    /// the filter probe itself. Counts that must be exact use [`Counters::add_exact`].
     #[inline]
     pub(crate) fn add(&self, which: usize, n: u64) {
-        let c = &self.stripes[my_stripe()].0[which];
+        let c = self.mine(which);
         c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    /// Adds `n` to counter `which` with a locked add: never lost, whatever the threads.
+    #[inline]
+    pub(crate) fn add_exact(&self, which: usize, n: u64) {
+        self.mine(which).fetch_add(n, Relaxed);
+    }
+
+    /// This thread's copy of counter `which`.
+    #[inline]
+    fn mine(&self, which: usize) -> &AtomicU64 {
+        // `stripes()` is a power of two, so the mask keeps every stripe in use.
+        &self.stripes[my_stripe() & (self.stripes.len() - 1)].0[which]
     }
 
     /// Sets every counter to zero.

@@ -214,7 +214,7 @@ impl Filter {
         let i = block_index(h, self.blocks.len() as u64);
         let new = self.kernel.insert(self.blocks.block(i), h);
         if new {
-            self.items.add(0, 1);
+            self.items.add_exact(0, 1);
         }
         new
     }
