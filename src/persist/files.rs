@@ -10,6 +10,7 @@ use std::io::{self, BufWriter, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 #[cfg(feature = "failpoints")]
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use super::poison::{At, FileFault, Step};
 use crate::error::{Distrust, Error, Result};
@@ -78,30 +79,53 @@ impl<W: Seek> Seek for Budgeted<W> {
 /// The snapshot file of one tree.
 #[derive(Debug, Clone)]
 pub(crate) struct SnapshotFile {
-    dir: PathBuf,
-    path: PathBuf,
-    tmp: PathBuf,
+    /// The database's `bloomsled` folder, shared by its trees: the names are built when
+    /// used, so an open tree holds none.
+    dir: Arc<Path>,
+    tree_id: [u8; 16],
+    /// The path, built by the first [`SnapshotFile::path_ref`] (the public accessor's).
+    path: std::sync::OnceLock<PathBuf>,
 }
 
 impl SnapshotFile {
-    pub(crate) fn new(db_dir: &Path, tree_id: &[u8; 16]) -> Self {
-        let dir = db_dir.join(DIR_NAME);
-        let stem = super::journal_names::hex(tree_id);
+    /// The snapshot of tree `tree_id` in `files_dir` (the database's `bloomsled` folder).
+    pub(crate) fn new(files_dir: Arc<Path>, tree_id: &[u8; 16]) -> Self {
         SnapshotFile {
-            path: dir.join(format!("{stem}.snap")),
-            tmp: dir.join(format!("{stem}.snap.tmp")),
-            dir,
+            dir: files_dir,
+            tree_id: *tree_id,
+            path: std::sync::OnceLock::new(),
         }
     }
 
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
+    /// The snapshot of tree `tree_id` of the database at `db_dir`.
+    pub(crate) fn in_db(db_dir: &Path, tree_id: &[u8; 16]) -> Self {
+        SnapshotFile::new(Arc::from(db_dir.join(DIR_NAME)), tree_id)
+    }
+
+    /// `<tree id>.snap`.
+    pub(crate) fn path(&self) -> PathBuf {
+        self.name("snap")
+    }
+
+    /// [`SnapshotFile::path`], kept once asked for.
+    pub(crate) fn path_ref(&self) -> &Path {
+        self.path.get_or_init(|| self.path())
+    }
+
+    /// `<tree id>.snap.tmp`, where a snapshot is written before its rename.
+    fn tmp(&self) -> PathBuf {
+        self.name("snap.tmp")
+    }
+
+    fn name(&self, extension: &str) -> PathBuf {
+        let stem = super::journal_names::hex(&self.tree_id);
+        self.dir.join(format!("{stem}.{extension}"))
     }
 
     /// The file's bytes: `Ok(Err)` if it is missing or unreadable (a reason to distrust),
     /// `Err` if its size cannot be allocated.
     pub(crate) fn read(&self) -> Result<std::result::Result<Vec<u8>, Distrust>> {
-        let mut f = match File::open(&self.path) {
+        let mut f = match File::open(self.path()) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Err(Distrust::Missing)),
             Err(e) => return Ok(Err(Distrust::Io(e.to_string()))),
@@ -117,8 +141,12 @@ impl SnapshotFile {
                 what: "reading a snapshot",
                 bytes: len,
             })?;
-        match f.read_to_end(&mut bytes) {
-            Ok(_) => Ok(Ok(bytes)),
+        // Exactly the length asked of the open file (a snapshot is replaced by a rename,
+        // never rewritten in place): one read, where `read_to_end` asks the size again and
+        // reads once more to meet the end.
+        bytes.resize(len as usize, 0);
+        match f.read_exact(&mut bytes) {
+            Ok(()) => Ok(Ok(bytes)),
             Err(e) => Ok(Err(Distrust::Io(e.to_string()))),
         }
     }
@@ -126,7 +154,7 @@ impl SnapshotFile {
     /// The header alone, if the file exists and its header is intact.
     pub(crate) fn peek_header(&self) -> Option<format::Header> {
         let mut buf = [0u8; format::HEADER_LEN];
-        File::open(&self.path).ok()?.read_exact(&mut buf).ok()?;
+        File::open(self.path()).ok()?.read_exact(&mut buf).ok()?;
         format::parse_header(&buf).ok()
     }
 
@@ -142,8 +170,8 @@ impl SnapshotFile {
         page_size: u32,
         sync_dir_now: bool,
     ) -> std::result::Result<u64, FileFault> {
-        fs::create_dir_all(&self.dir).at(&self.dir, Step::Create)?;
-        let tmp = &self.tmp;
+        fs::create_dir_all(&*self.dir).at(&self.dir, Step::Create)?;
+        let (tmp, path) = (&self.tmp(), &self.path());
         let result = (|| {
             let file = File::create(tmp).at(tmp, Step::Create)?;
             let mut out = Budgeted(BufWriter::with_capacity(1 << 16, file));
@@ -156,16 +184,16 @@ impl SnapshotFile {
                 .at(tmp, Step::Write)?;
             file.sync_all().at(tmp, Step::Fsync)?;
             drop(file);
-            fs::rename(tmp, &self.path).at(&self.path, Step::Rename)?;
+            fs::rename(tmp, path).at(path, Step::Rename)?;
             if sync_dir_now {
                 sync_dir(&self.dir)?;
             }
             Ok(written)
         })();
         if result.is_err() {
-            match fs::remove_file(&self.tmp) {
+            match fs::remove_file(tmp) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    log::warn!("bloomsled: cannot remove {}: {e}", self.tmp.display());
+                    log::warn!("bloomsled: cannot remove {}: {e}", tmp.display());
                 }
                 _ => {}
             }
@@ -177,7 +205,7 @@ impl SnapshotFile {
     /// there and `sync_dir_now`).
     pub(crate) fn remove(&self, sync_dir_now: bool) -> std::result::Result<(), FileFault> {
         let mut removed = false;
-        for p in [&self.path, &self.tmp] {
+        for p in [&self.path(), &self.tmp()] {
             match fs::remove_file(p) {
                 Ok(()) => removed = true,
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e).at(p, Step::Remove),

@@ -434,14 +434,16 @@ impl Journal {
 /// The journals of one tree: the mapped ones writers append to (the current sequence's
 /// and, while a snapshot moves on, the previous one's), and the files on disk.
 pub(crate) struct Journals {
-    dir: PathBuf,
-    stem: String,
+    /// The database's `bloomsled` folder, shared by its trees (names are built when a file
+    /// is made, so a tree that writes none holds no name).
+    dir: Arc<Path>,
+    tree_id: [u8; 16],
     /// The folder of the counter files (see [`counter_dir`]; `None`: no journal is made).
-    counter_dir: Option<PathBuf>,
-    /// `bloomsled-<database id>-<tree id>-`: the counter files' names before the
-    /// sequence, so no two databases' or trees' counters collide (a copy of the folder
-    /// shares them: see the counter file's lock in [`Journal::create`]).
-    counter_stem: String,
+    counter_dir: Option<Arc<Path>>,
+    /// With the tree id, names the counter files: `bloomsled-<database id>-<tree id>-`
+    /// before the sequence, so no two databases' or trees' counters collide (a copy of the
+    /// folder shares them: see the counter file's lock in [`Journal::create`]).
+    db_id: [u8; 16],
     live: RwLock<Vec<Arc<Journal>>>,
     /// The sequences whose journal or counter file may be on disk: those found when the
     /// database was opened, and those made since. Retiring removes only these, with no
@@ -453,32 +455,38 @@ impl Journals {
     /// The journals of tree `tree_id` of database `db_id` in `db_dir`, their counter files
     /// in `counter_dir`; `found`: the files on disk when the database was opened.
     pub(crate) fn new(
-        db_dir: &Path,
+        files_dir: Arc<Path>,
         db_id: &[u8; 16],
         tree_id: &[u8; 16],
-        counter_dir: Option<PathBuf>,
+        counter_dir: Option<Arc<Path>>,
         found: &FoundFiles,
     ) -> Journals {
-        let stem = hex(tree_id);
-        let counter_stem = counter_prefix(db_id) + &stem + "-";
-        let files = found.sequences(&stem, &counter_stem);
-        Journals {
-            dir: db_dir.join(super::DIR_NAME),
-            stem,
+        let journals = Journals {
+            dir: files_dir,
+            tree_id: *tree_id,
             counter_dir,
-            counter_stem,
+            db_id: *db_id,
             live: RwLock::new(Vec::new()),
-            files: Mutex::new(files),
-        }
+            files: Mutex::new(BTreeSet::new()),
+        };
+        let files = found.sequences(&hex(tree_id), &journals.counter_stem());
+        *journals.files.lock().unwrap_or_else(|p| p.into_inner()) = files;
+        journals
     }
 
     fn path(&self, sequence: u64) -> PathBuf {
-        self.dir.join(format!("{}.{sequence}.jnl", self.stem))
+        self.dir
+            .join(format!("{}.{sequence}.jnl", hex(&self.tree_id)))
+    }
+
+    /// `bloomsled-<database id>-<tree id>-`: the counter files' names before the sequence.
+    fn counter_stem(&self) -> String {
+        counter_prefix(&self.db_id) + &hex(&self.tree_id) + "-"
     }
 
     /// The counter file of `sequence`'s journal (`None`: no counter folder).
     fn counter_path(&self, sequence: u64) -> Option<PathBuf> {
-        let name = format!("{}{sequence}.jctr", self.counter_stem);
+        let name = format!("{}{sequence}.jctr", self.counter_stem());
         self.counter_dir.as_ref().map(|d| d.join(name))
     }
 
@@ -486,7 +494,7 @@ impl Journals {
     /// sequence append to. Older live journals stay live (a writer may still be about to
     /// append to one) until [`Journals::retire`].
     pub(crate) fn start(&self, header: JournalHeader) -> io::Result<()> {
-        fs::create_dir_all(&self.dir)?;
+        fs::create_dir_all(&*self.dir)?;
         let g = header.sequence.get();
         let counters = self
             .counter_path(g)

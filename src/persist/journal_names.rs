@@ -13,7 +13,7 @@ use std::path::Path;
 #[derive(Default)]
 pub(crate) struct FoundFiles {
     /// The counter folder when the listing was made (see `journal_map::counter_dir`).
-    pub(crate) counter_dir: Option<std::path::PathBuf>,
+    pub(crate) counter_dir: Option<std::sync::Arc<Path>>,
     /// Sequences by the name before them: `<tree id>` for journals, `bloomsled-<database
     /// id>-<tree id>` for counter files.
     by_stem: HashMap<String, BTreeSet<u64>>,
@@ -32,7 +32,7 @@ impl FoundFiles {
         if let Some(dir) = &counter_dir {
             found.add(dir, counter_prefix, ".jctr", '-');
         }
-        found.counter_dir = counter_dir;
+        found.counter_dir = counter_dir.map(std::sync::Arc::from);
         found
     }
 

@@ -272,7 +272,7 @@ impl Persistence {
     }
 
     pub(crate) fn snapshot_path(&self) -> &Path {
-        self.file.path()
+        self.file.path_ref()
     }
 
     /// Replaces the sizing and mode new and rebuilt filters get (durable on return).

@@ -38,6 +38,9 @@ pub(crate) struct Meta {
     log: Option<std::fs::File>,
     /// The database's folder (sled's log is `db` in it).
     dir: std::path::PathBuf,
+    /// Its `bloomsled` folder, which every tree's files name (shared: see
+    /// [`Meta::files_dir`]).
+    files_dir: Arc<std::path::Path>,
     /// Set by the first failed sync: then no write, flush or snapshot is acknowledged.
     poison: Poison,
     /// sled's settings, whose global error says a write of sled's failed (see
@@ -297,6 +300,7 @@ impl Meta {
             tree,
             log,
             dir: db_dir.to_path_buf(),
+            files_dir: Arc::from(db_dir.join(super::DIR_NAME)),
             poison,
             sled: sled.clone(),
             db_id,
@@ -351,6 +355,11 @@ impl Meta {
     pub(crate) fn sync_snapshot_dir(&self) -> Result<()> {
         self.poison.check()?;
         sync_snapshot_dir(&self.dir).map_err(|f| self.absorb(f))
+    }
+
+    /// The database's `bloomsled` folder, one allocation shared by every tree's files.
+    pub(crate) fn files_dir(&self) -> &Arc<std::path::Path> {
+        &self.files_dir
     }
 
     /// The database id.

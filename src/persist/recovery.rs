@@ -362,7 +362,7 @@ fn restart(
     let (mut record, sizing, expected_keys) = match old {
         Some(old) => {
             let sizing = sizing_of(at, &old);
-            let own = own_file_header(&SnapshotFile::new(at.db_dir, &old.tree_id), meta, &old);
+            let own = own_file_header(&SnapshotFile::in_db(at.db_dir, &old.tree_id), meta, &old);
             let file_sequence = own.map_or(0, |h| h.sequence.get());
             let mut fresh = record_for(old.tree_id, mode, &sizing);
             // Past every sequence seen; a corrupt record's huge sequence would only

@@ -43,14 +43,20 @@ impl TreeFiles {
                     )
                 });
                 found.counter_dir.clone().map(|counters| TreeJournals {
-                    journals: Journals::new(db_dir, &db_id, tree_id, Some(counters), found),
+                    journals: Journals::new(
+                        meta.files_dir().clone(),
+                        &db_id,
+                        tree_id,
+                        Some(counters),
+                        found,
+                    ),
                     boot_id,
                 })
             }
             _ => None,
         };
         TreeFiles {
-            snapshot: SnapshotFile::new(db_dir, tree_id),
+            snapshot: SnapshotFile::new(meta.files_dir().clone(), tree_id),
             journals,
         }
     }

@@ -26,7 +26,7 @@ fn the_page_size_is_read_from_the_kernel() {
 fn concurrent_appends_all_read_back() {
     let dir = tempfile::tempdir().unwrap();
     let js = Journals::new(
-        dir.path(),
+        dir.path().join(crate::persist::DIR_NAME).into(),
         &[9; 16],
         &[1; 16],
         Some(dir.path().into()),
@@ -63,7 +63,7 @@ fn concurrent_appends_all_read_back() {
 fn batched_appends_read_back_and_overflow_past_the_capacity() {
     let dir = tempfile::tempdir().unwrap();
     let js = Journals::new(
-        dir.path(),
+        dir.path().join(crate::persist::DIR_NAME).into(),
         &[9; 16],
         &[1; 16],
         Some(dir.path().into()),
@@ -97,7 +97,7 @@ fn batched_appends_read_back_and_overflow_past_the_capacity() {
 fn a_full_or_wrong_seed_journal_reads_as_overflowed_and_retire_keeps_the_range() {
     let dir = tempfile::tempdir().unwrap();
     let js = Journals::new(
-        dir.path(),
+        dir.path().join(crate::persist::DIR_NAME).into(),
         &[9; 16],
         &[1; 16],
         Some(dir.path().into()),
@@ -128,7 +128,7 @@ fn a_replay_reads_what_was_written_and_finds_a_record_past_a_hole() {
     use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().unwrap();
     let js = Journals::new(
-        dir.path(),
+        dir.path().join(crate::persist::DIR_NAME).into(),
         &[9; 16],
         &[1; 16],
         Some(dir.path().into()),
