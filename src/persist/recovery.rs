@@ -41,9 +41,10 @@ pub(crate) struct Opening<'a> {
     /// True if `sizing` replaces the sizing the tree's record stores (its seed only if it
     /// fixes one: a tree keeps its seed otherwise).
     pub(crate) override_sizing: bool,
-    /// The seed of a new tree's filter when `sizing` fixes none: secret, drawn from the
-    /// operating system (a window's generations share their window's).
-    pub(crate) new_seed: u64,
+    /// The seed of a new tree's filter when `sizing` fixes none (a window's generations
+    /// share their window's); `None`: a secret one, drawn from the operating system when a
+    /// new filter needs it (a tree that opens from its snapshot draws none).
+    pub(crate) new_seed: Option<u64>,
     /// `Strict` turns a reason to rebuild into an error.
     pub(crate) recovery: RecoveryPolicy,
     /// The database directory.
@@ -254,6 +255,22 @@ fn trusted_filter(
     }
 }
 
+impl Opening<'_> {
+    /// The sizing of a new filter of this tree: `sizing`, with the new seed unless it fixes
+    /// one.
+    fn new_sizing(&self) -> Result<FilterConfig> {
+        let sizing = self.sizing.clone();
+        if sizing.get_seed().is_some() {
+            return Ok(sizing);
+        }
+        let seed = match self.new_seed {
+            Some(seed) => seed,
+            None => crate::hash::secret_seed()?,
+        };
+        Ok(sizing.seed_or(seed))
+    }
+}
+
 /// A new (or never written) tree: the empty filter. Its record (sequence 0, no snapshot
 /// yet: stale by construction, so a crash before the first snapshot rebuilds with the
 /// tree's sizing) needs no flush, and its first writes need no dirty mark; the first
@@ -267,7 +284,7 @@ fn create(
     mode: FilterMode,
     start: Instant,
 ) -> Result<Recovered> {
-    let sizing = at.sizing.clone().seed_or(at.new_seed);
+    let sizing = at.new_sizing()?;
     let mut record = record_for(random_id()?, mode, &sizing);
     if at.override_sizing {
         meta.write(at.name, &mut record, false)?;
@@ -378,7 +395,7 @@ fn restart(
             (fresh, sizing, own.map(|h| h.items.get()))
         }
         None => {
-            let sizing = at.sizing.clone().seed_or(at.new_seed);
+            let sizing = at.new_sizing()?;
             (record_for(random_id()?, mode, &sizing), sizing, None)
         }
     };

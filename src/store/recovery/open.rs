@@ -40,18 +40,18 @@ pub(in crate::store) fn open_filter(
     new_seed: Option<u64>,
 ) -> Result<Arc<TreeState>> {
     let every = config.snapshot_every_writes;
-    // A new tree's secret seed, unless the configuration fixes one (or the tree is a
-    // window's generation, whose seed is its window's).
-    let new_seed = match new_seed {
-        Some(s) => s,
-        None => crate::hash::secret_seed()?,
-    };
     let mode = tree_config
         .and_then(|c| c.filter_mode)
         .or(config.filter_mode);
     let sizing = tree_config.map_or(&config.filter, |c| &c.filter);
     let Some(meta) = meta else {
-        let sizing = sizing.clone().seed_or(new_seed);
+        // A new filter: its secret seed, unless the configuration fixes one (or the tree
+        // is a window's generation, whose seed is its window's).
+        let seed = match new_seed {
+            Some(s) => s,
+            None => crate::hash::secret_seed()?,
+        };
+        let sizing = sizing.clone().seed_or(seed);
         return open_in_memory(tree, config, mode.unwrap_or_default(), &sizing, name);
     };
     let at = Opening {
