@@ -34,6 +34,18 @@ pub(crate) fn filter_image(f: &AnyFilter) -> Result<FilterImage> {
 }
 
 /// The persistence state of one tree (see the protocol in [`crate::persist`]).
+/// A journal started and not made yet: what its header takes from the moment it started.
+#[derive(Clone, Copy)]
+struct PendingJournal {
+    sequence: u64,
+    tree_id: [u8; 16],
+    /// The snapshot of its sequence.
+    snapshot_id: [u8; 16],
+    /// The snapshot the record named when it started.
+    base_id: [u8; 16],
+    seed: u64,
+}
+
 pub(crate) struct Persistence {
     meta: Arc<Meta>,
     name: Vec<u8>,
@@ -56,10 +68,9 @@ pub(crate) struct Persistence {
     dropped: AtomicBool,
     /// The crash journals (`None`: switched off, or no boot id on this platform).
     journal: Option<TreeJournals>,
-    /// The header of the journal of the latest sequence started, until its first write
-    /// makes it (in [`Persistence::mark`], before the dirty mark): a tree that is opened or
+    /// The journal of the latest sequence started, until its first write makes it (in [`Persistence::mark`], before the dirty mark): a tree that is opened or
     /// snapshotted and then not written makes no journal file.
-    pending_journal: Mutex<Option<JournalHeader>>,
+    pending_journal: Mutex<Option<PendingJournal>>,
     /// Held (shared) by a counting-mode correction from its counter decrement to its
     /// journal record, taken (exclusive) by a snapshot from the sequence's move to the
     /// end of its copy: a decrement is in the copy iff its record is in an older journal.
@@ -132,14 +143,40 @@ impl Persistence {
     /// (`JournalFault::Missing`).
     pub(crate) fn start_journal(&self, sequence: u64, snapshot_id: [u8; 16], seed: u64) {
         let Some(j) = &self.journal else { return };
-        let mut h = JournalHeader::blank();
-        {
+        let (tree_id, base_id) = {
             let r = self.record.lock().unwrap_or_else(|p| p.into_inner());
-            h.tree_id = r.tree_id;
-            h.base_id = r.snapshot_id;
+            (r.tree_id, r.snapshot_id)
+        };
+        let started = PendingJournal {
+            sequence,
+            tree_id,
+            snapshot_id,
+            base_id,
+            seed,
+        };
+        let mut pending = self
+            .pending_journal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        // The sequence before this one was never written (its journal was never made), but
+        // a later dirty mark makes recovery ask for every journal since the snapshot: it
+        // is made now, empty.
+        if let Some(earlier) = pending.replace(started) {
+            self.make_file(j, earlier);
         }
+    }
+
+    /// Makes the journal file of `started` (its failure logged: that sequence is then not
+    /// journaled). A failed fsync of the journal's header poisons the database, as any
+    /// other. Its header, with a fresh random nonce, is built here: a tree that opens and
+    /// never writes draws no nonce and holds no header.
+    fn make_file(&self, j: &TreeJournals, started: PendingJournal) {
+        let sequence = started.sequence;
+        let mut h = JournalHeader::blank();
+        h.tree_id = started.tree_id;
+        h.base_id = started.base_id;
         h.db_id = self.meta.db_id();
-        h.snapshot_id = snapshot_id;
+        h.snapshot_id = started.snapshot_id;
         h.boot_id = j.boot_id;
         h.nonce = match random_id() {
             Ok(nonce) => nonce,
@@ -149,24 +186,9 @@ impl Persistence {
             }
         };
         h.sequence = U64::new(sequence);
-        h.seed = U64::new(seed);
+        h.seed = U64::new(started.seed);
         h.capacity = U64::new(CAPACITY);
-        let mut pending = self
-            .pending_journal
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        // The sequence before this one was never written (its journal was never made), but
-        // a later dirty mark makes recovery ask for every journal since the snapshot: it
-        // is made now, empty.
-        if let Some(earlier) = pending.replace(h.sealed()) {
-            self.make_file(j, earlier);
-        }
-    }
-
-    /// Makes the journal file of `header` (its failure logged: that sequence is then not
-    /// journaled). A failed fsync of the journal's header poisons the database, as any
-    /// other.
-    fn make_file(&self, j: &TreeJournals, header: JournalHeader) {
+        let header = h.sealed();
         if let Err(e) = j.journals.start(header) {
             let e = match FileFault::take(e) {
                 Ok(fault) => self.meta.absorb(fault),
@@ -185,7 +207,7 @@ impl Persistence {
             .pending_journal
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if pending.is_some_and(|h| h.sequence.get() == sequence) {
+        if pending.is_some_and(|h| h.sequence == sequence) {
             let h = pending.take().expect("checked");
             self.make_file(j, h);
         }
