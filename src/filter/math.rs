@@ -183,6 +183,12 @@ pub(crate) fn remembered(key: ModelKey, compute: impl FnOnce() -> f64) -> f64 {
 /// Smallest bits-per-key (to 1/100) at which the blocked layout, with its best `k`, reaches
 /// false-positive rate `p`; `None` when no size up to [`MAX_BITS_PER_KEY`] reaches it.
 pub(crate) fn bits_per_key_for(p: f64) -> Option<f64> {
+    // The default rate's answer, known without the search (about 6 ms: a fresh process
+    // opening a database of the default sizing would pay it before its first answer);
+    // `the_default_rates_answer_is_the_searchs` keeps it equal to the search.
+    if p == crate::filter::DEFAULT_FALSE_POSITIVE_RATE {
+        return Some(DEFAULT_RATE_BITS_PER_KEY);
+    }
     // NaN (none) is remembered as such.
     let bpk = remembered((0, p.to_bits(), 3), || {
         search_bits_per_key(p).unwrap_or(f64::NAN)
@@ -207,12 +213,23 @@ fn search_bits_per_key(p: f64) -> Option<f64> {
     Some((hi * 100.0).ceil() / 100.0)
 }
 
+/// [`bits_per_key_for`] of the default false-positive rate.
+const DEFAULT_RATE_BITS_PER_KEY: f64 = 15.5;
+
 /// The largest bits-per-key bloomsled accepts (a 512-bit block then holds about 4 keys).
 pub(crate) const MAX_BITS_PER_KEY: f64 = 128.0;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_rates_answer_is_the_searchs() {
+        assert_eq!(
+            search_bits_per_key(crate::filter::DEFAULT_FALSE_POSITIVE_RATE),
+            Some(DEFAULT_RATE_BITS_PER_KEY)
+        );
+    }
 
     #[test]
     fn classic_reference_point() {
