@@ -4,7 +4,7 @@ use std::borrow::Borrow;
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::Ordering::SeqCst;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use redb::{
     CacheStats, CompactionError, ConcurrencyMode, DatabaseError, Key, OwnedAccessGuard,
@@ -49,19 +49,50 @@ pub trait ReadableDatabase {
 /// # Ok::<(), bloomsled_redb::Error>(())
 /// ```
 pub struct Database {
-    inner: Arc<redb::Database>,
     shared: Arc<Shared>,
 }
 
+/// The redb handle inside `shared` (`Some` until the user's handle is dropped or closed).
+fn rw(shared: &Shared) -> &RwLock<Option<redb::Database>> {
+    match &shared.source {
+        Source::ReadWrite(db) => db,
+        Source::ReadOnly(_) => unreachable!("a Database's source is read-write"),
+    }
+}
+
+fn ro(shared: &Shared) -> &RwLock<Option<redb::ReadOnlyDatabase>> {
+    match &shared.source {
+        Source::ReadOnly(db) => db,
+        Source::ReadWrite(_) => unreachable!("a ReadOnlyDatabase's source is read-only"),
+    }
+}
+
+const OPEN: &str = "the redb handle lives as long as the user's handle";
+
 impl Database {
     fn wrap(inner: redb::Database, mode: ConcurrencyMode) -> Database {
-        let inner = Arc::new(inner);
-        let source = Source::ReadWrite(Arc::downgrade(&inner));
+        let source = Source::ReadWrite(RwLock::new(Some(inner)));
         let enabled = mode == ConcurrencyMode::ExclusiveWriter;
         Database {
-            inner,
             shared: Arc::new(Shared::new(enabled, source)),
         }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&redb::Database) -> T) -> T {
+        let db = rw(&self.shared).read().unwrap_or_else(|e| e.into_inner());
+        f(db.as_ref().expect(OPEN))
+    }
+
+    fn with_mut<T>(&mut self, f: impl FnOnce(&mut redb::Database) -> T) -> T {
+        let mut db = rw(&self.shared).write().unwrap_or_else(|e| e.into_inner());
+        f(db.as_mut().expect(OPEN))
+    }
+
+    fn take(&self) -> Option<redb::Database> {
+        rw(&self.shared)
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     /// Opens the database at `path`, creating it if it does not exist (redb's `create`).
@@ -112,7 +143,7 @@ impl Database {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn begin_write(&self) -> Result<WriteTransaction, TransactionError> {
-        let inner = self.inner.begin_write()?;
+        let inner = self.with(|db| db.begin_write())?;
         Ok(WriteTransaction::new(inner, self.shared.clone()))
     }
 
@@ -127,7 +158,7 @@ impl Database {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn try_begin_write(&self) -> Result<WriteTransaction, TransactionError> {
-        let inner = self.inner.try_begin_write()?;
+        let inner = self.with(|db| db.try_begin_write())?;
         Ok(WriteTransaction::new(inner, self.shared.clone()))
     }
 
@@ -183,10 +214,7 @@ impl Database {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn check_integrity(&mut self) -> Result<bool, DatabaseError> {
-        match Arc::get_mut(&mut self.inner) {
-            Some(db) => db.check_integrity(),
-            None => Err(DatabaseError::TransactionInProgress),
-        }
+        self.with_mut(|db| db.check_integrity())
     }
 
     /// Compacts the file (redb's `compact`). Filters are untouched: compaction moves no key.
@@ -198,10 +226,7 @@ impl Database {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn compact(&mut self) -> Result<bool, CompactionError> {
-        match Arc::get_mut(&mut self.inner) {
-            Some(db) => db.compact(),
-            None => Err(CompactionError::TransactionInProgress),
-        }
+        self.with_mut(|db| db.compact())
     }
 
     /// Closes the database, releasing its file now (redb's `close`).
@@ -213,10 +238,7 @@ impl Database {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn close(self) -> Result<(), DatabaseError> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(db) => db.close(),
-            Err(_) => Ok(()),
-        }
+        self.take().expect(OPEN).close()
     }
 
     /// How many commits this handle has made (a test and bench aid).
@@ -229,12 +251,20 @@ impl Database {
 impl ReadableDatabase for Database {
     fn begin_read(&self) -> Result<ReadTransaction, TransactionError> {
         let seq = self.shared.finished.load(SeqCst);
-        let inner = redb::ReadableDatabase::begin_read(&*self.inner)?;
+        let inner = self.with(redb::ReadableDatabase::begin_read)?;
         Ok(ReadTransaction::new(inner, self.shared.clone(), seq))
     }
 
     fn cache_stats(&self) -> CacheStats {
-        redb::ReadableDatabase::cache_stats(&*self.inner)
+        self.with(redb::ReadableDatabase::cache_stats)
+    }
+}
+
+impl Drop for Database {
+    /// Drops redb's handle now, as dropping redb's `Database` does, even while transactions
+    /// (which hold the filters) live on.
+    fn drop(&mut self) {
+        drop(self.take());
     }
 }
 
@@ -257,19 +287,28 @@ impl std::fmt::Debug for Database {
 /// # Ok::<(), bloomsled_redb::Error>(())
 /// ```
 pub struct ReadOnlyDatabase {
-    inner: Arc<redb::ReadOnlyDatabase>,
     shared: Arc<Shared>,
 }
 
 impl ReadOnlyDatabase {
     fn wrap(inner: redb::ReadOnlyDatabase, mode: ConcurrencyMode) -> ReadOnlyDatabase {
-        let inner = Arc::new(inner);
-        let source = Source::ReadOnly(Arc::downgrade(&inner));
+        let source = Source::ReadOnly(RwLock::new(Some(inner)));
         let enabled = mode == ConcurrencyMode::ExclusiveWriter;
         ReadOnlyDatabase {
-            inner,
             shared: Arc::new(Shared::new(enabled, source)),
         }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&redb::ReadOnlyDatabase) -> T) -> T {
+        let db = ro(&self.shared).read().unwrap_or_else(|e| e.into_inner());
+        f(db.as_ref().expect(OPEN))
+    }
+
+    fn take(&self) -> Option<redb::ReadOnlyDatabase> {
+        ro(&self.shared)
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     /// Opens an existing database read-only.
@@ -296,21 +335,24 @@ impl ReadOnlyDatabase {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn close(self) -> Result<(), DatabaseError> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(db) => db.close(),
-            Err(_) => Ok(()),
-        }
+        self.take().expect(OPEN).close()
+    }
+}
+
+impl Drop for ReadOnlyDatabase {
+    fn drop(&mut self) {
+        drop(self.take());
     }
 }
 
 impl ReadableDatabase for ReadOnlyDatabase {
     fn begin_read(&self) -> Result<ReadTransaction, TransactionError> {
-        let inner = redb::ReadableDatabase::begin_read(&*self.inner)?;
+        let inner = self.with(redb::ReadableDatabase::begin_read)?;
         Ok(ReadTransaction::new(inner, self.shared.clone(), 0))
     }
 
     fn cache_stats(&self) -> CacheStats {
-        redb::ReadableDatabase::cache_stats(&*self.inner)
+        self.with(redb::ReadableDatabase::cache_stats)
     }
 }
 

@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use bloomsled::{Filter, FilterConfig};
 
@@ -27,6 +27,9 @@ use bloomsled::{Filter, FilterConfig};
 const MIN_CAPACITY: u64 = 1024;
 /// Each new stage holds this many times the capacity of all stages before it.
 const GROWTH: u64 = 4;
+/// A list with this many stages is rebuilt as one, sized for its keys, after the commit
+/// that grew it.
+const COMPACT_STAGES: usize = 3;
 
 /// A scalable filter: stages of growing capacity, one seed, the newest takes inserts.
 #[derive(Clone)]
@@ -140,6 +143,11 @@ impl TableFilter {
         })
     }
 
+    /// True if the list has grown to [`COMPACT_STAGES`] stages.
+    pub(crate) fn wants_compaction(&self) -> bool {
+        self.read().current.len() >= COMPACT_STAGES
+    }
+
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, Slots> {
         self.slots.read().unwrap_or_else(|e| e.into_inner())
     }
@@ -176,18 +184,19 @@ impl TableFilter {
     }
 }
 
-/// Where a build begins its own read transaction.
+/// The redb database itself, held here so a build can begin its own read transaction;
+/// `None` once the user's handle was dropped or closed.
 pub(crate) enum Source {
-    ReadWrite(Weak<redb::Database>),
-    ReadOnly(Weak<redb::ReadOnlyDatabase>),
+    ReadWrite(RwLock<Option<redb::Database>>),
+    ReadOnly(RwLock<Option<redb::ReadOnlyDatabase>>),
 }
 
 impl Source {
     fn begin_read(&self) -> Option<redb::ReadTransaction> {
         use redb::ReadableDatabase;
         match self {
-            Source::ReadWrite(db) => db.upgrade()?.begin_read().ok(),
-            Source::ReadOnly(db) => db.upgrade()?.begin_read().ok(),
+            Source::ReadWrite(db) => db.read().ok()?.as_ref()?.begin_read().ok(),
+            Source::ReadOnly(db) => db.read().ok()?.as_ref()?.begin_read().ok(),
         }
     }
 }
@@ -206,7 +215,7 @@ pub(crate) struct Shared {
     /// Commits begun (bumped before redb's commit) and ended (after it returns).
     pub(crate) started: AtomicU64,
     pub(crate) finished: AtomicU64,
-    source: Source,
+    pub(crate) source: Source,
 }
 
 /// Which namespace a table name lives in.
@@ -287,24 +296,30 @@ impl Shared {
         }
     }
 
-    /// Builds `tf` from a scan of the latest committed state unless it is trusted for `seq`,
-    /// a build runs already, or a restore or rename is in flight. Synchronous. `len` and
-    /// `scan` read the table in a read transaction the build begins (rule 2 and 3).
+    /// Builds `tf` from a scan of the latest committed state, synchronously, if it is needed:
+    /// `Some(seq)`, a transaction whose state is `seq` cannot trust the current list;
+    /// `None`, the list has grown to [`COMPACT_STAGES`] stages. Nothing is done while a
+    /// build runs already or a restore or rename is in flight. `len` and `scan` read the
+    /// table in a read transaction the build begins (rules 2 and 3).
     pub(crate) fn build_if_needed(
         &self,
         tf: &TableFilter,
-        seq: u64,
+        seq: Option<u64>,
         len: impl Fn(&redb::ReadTransaction) -> Option<u64>,
         scan: impl Fn(&redb::ReadTransaction, &mut dyn FnMut(&[u8])) -> bool,
     ) {
-        if tf.read().current.trusted_for(self.epoch.load(SeqCst), seq) {
+        let needed = |epoch: u64| match seq {
+            Some(seq) => !tf.read().current.trusted_for(epoch, seq),
+            None => tf.wants_compaction(),
+        };
+        if !needed(self.epoch.load(SeqCst)) {
             return;
         }
         let Ok(_building) = tf.building.try_lock() else {
             return;
         };
         let epoch = self.epoch.load(SeqCst);
-        if self.unsettled.load(SeqCst) > 0 || tf.read().current.trusted_for(epoch, seq) {
+        if self.unsettled.load(SeqCst) > 0 || !needed(epoch) {
             return;
         }
         let Some(sizing) = self.source.begin_read() else {

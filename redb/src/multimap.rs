@@ -126,7 +126,7 @@ pub trait ReadableMultimapTable<K: Key + 'static, V: Key + 'static>: ReadableTab
 fn build<K: Key + 'static, V: Key + 'static>(
     shared: &Shared,
     tf: &TableFilter,
-    seq: u64,
+    seq: Option<u64>,
     name: &str,
 ) {
     let def = MultimapTableDefinition::<K, V>::new(name);
@@ -183,9 +183,12 @@ pub struct MultimapTable<'txn, K: Key + 'static, V: Key + 'static> {
 impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
     pub(crate) fn new(inner: redb::MultimapTable<'txn, K, V>, txn: &'txn WriteTransaction) -> Self {
         let name = redb::MultimapTableHandle::name(&inner).to_string();
-        let opened = txn.filter_for(Kind::Multimap, &name, |shared, tf, seq| {
-            build::<K, V>(shared, tf, seq, &name)
-        });
+        let owned = name.clone();
+        let opened = txn.filter_for(
+            Kind::Multimap,
+            &name,
+            Box::new(move |shared, tf, seq| build::<K, V>(shared, tf, seq, &owned)),
+        );
         let (filter, gen_seen) = match opened {
             Some((tf, g)) => (Some(tf), g),
             None => (None, 0),
@@ -356,7 +359,7 @@ impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
         use redb::MultimapTableHandle;
         let shared = txn.shared();
         let stages = shared.table(Kind::Multimap, def.name()).and_then(|tf| {
-            build::<K, V>(shared, &tf, txn.seq(), def.name());
+            build::<K, V>(shared, &tf, Some(txn.seq()), def.name());
             let current = tf.read().current.clone();
             current
                 .trusted_for(shared.epoch.load(SeqCst), txn.seq())

@@ -55,7 +55,7 @@ fn scan_table<K: Key + 'static, V: Value + 'static>(
 fn build<K: Key + 'static, V: Value + 'static>(
     shared: &Shared,
     tf: &TableFilter,
-    seq: u64,
+    seq: Option<u64>,
     name: &str,
 ) {
     let def = TableDefinition::<K, V>::new(name);
@@ -98,9 +98,12 @@ pub struct Table<'txn, K: Key + 'static, V: Value + 'static> {
 impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     pub(crate) fn new(inner: redb::Table<'txn, K, V>, txn: &'txn WriteTransaction) -> Self {
         let name = redb::TableHandle::name(&inner).to_string();
-        let opened = txn.filter_for(Kind::Table, &name, |shared, tf, seq| {
-            build::<K, V>(shared, tf, seq, &name)
-        });
+        let owned = name.clone();
+        let opened = txn.filter_for(
+            Kind::Table,
+            &name,
+            Box::new(move |shared, tf, seq| build::<K, V>(shared, tf, seq, &owned)),
+        );
         let (filter, gen_seen) = match opened {
             Some((tf, g)) => (Some(tf), g),
             None => (None, 0),
@@ -726,7 +729,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         use redb::TableHandle;
         let shared = txn.shared();
         let stages = shared.table(Kind::Table, def.name()).and_then(|tf| {
-            build::<K, V>(shared, &tf, txn.seq(), def.name());
+            build::<K, V>(shared, &tf, Some(txn.seq()), def.name());
             let current = tf.read().current.clone();
             current
                 .trusted_for(shared.epoch.load(SeqCst), txn.seq())

@@ -20,9 +20,14 @@ use crate::{MultimapTableHandle, TableHandle};
 /// first opened the table, and the hashes of the keys it wrote since.
 pub(crate) struct WriteLog {
     filter: Arc<TableFilter>,
+    /// Builds this table's filter (`None`: compacts its stages), knowing its types.
+    build: Builder,
     gen_seen: u64,
     hashes: Vec<u64>,
 }
+
+/// A table's build, with its key and value types inside.
+pub(crate) type Builder = Box<dyn Fn(&Shared, &TableFilter, Option<u64>) + Send + Sync>;
 
 /// A write transaction (redb's `WriteTransaction`, same methods).
 ///
@@ -87,7 +92,7 @@ impl WriteTransaction {
         &self,
         kind: Kind,
         name: &str,
-        build: impl FnOnce(&Shared, &TableFilter, u64),
+        build: Builder,
     ) -> Option<(Arc<TableFilter>, u64)> {
         let tf = self.shared.table(kind, name)?;
         let key = (kind, name.to_string());
@@ -97,12 +102,13 @@ impl WriteTransaction {
             .unwrap_or_else(|e| e.into_inner())
             .contains_key(&key);
         if first && self.settled() {
-            build(&self.shared, &tf, self.seq);
+            build(&self.shared, &tf, Some(self.seq));
         }
         let mut logs = self.logs.lock().unwrap_or_else(|e| e.into_inner());
         let log = logs.entry(key).or_insert_with(|| WriteLog {
             gen_seen: tf.read().gen,
             filter: tf.clone(),
+            build,
             hashes: Vec::new(),
         });
         Some((tf, log.gen_seen))
@@ -461,7 +467,9 @@ impl WriteTransaction {
     }
 
     /// Commits. Before redb's commit, a filter built since this transaction first opened a
-    /// table gets the keys it wrote there (rule 2 of the filters' protocol).
+    /// table gets the keys it wrote there (rule 2 of the filters' protocol). After it, a
+    /// filter this transaction grew to several stages is rebuilt as one, sized for its
+    /// keys, from a scan (synchronously, in this call).
     ///
     /// ```
     /// # let dir = tempfile::tempdir().unwrap();
@@ -493,6 +501,11 @@ impl WriteTransaction {
         drop(guards);
         shared.finished.fetch_add(1, SeqCst);
         drop(unsettle);
+        if result.is_ok() {
+            for log in logs.values().filter(|log| log.filter.wants_compaction()) {
+                (log.build)(&shared, &log.filter, None);
+            }
+        }
         result
     }
 
