@@ -297,20 +297,25 @@ impl Shared {
     }
 
     /// Builds `tf` from a scan of the latest committed state, synchronously, if it is needed:
-    /// `Some(seq)`, a transaction whose state is `seq` cannot trust the current list;
-    /// `None`, the list has grown to [`COMPACT_STAGES`] stages. Nothing is done while a
-    /// build runs already or a restore or rename is in flight. `len` and `scan` read the
-    /// table in a read transaction the build begins (rules 2 and 3).
+    /// `compact` false, its list is not trusted at the current epoch (never built, or a
+    /// restore or rename since); `compact` true, the list has grown to [`COMPACT_STAGES`]
+    /// stages. Nothing is done while a build runs already or a restore or rename is in
+    /// flight. `len` and `scan` read the table in a read transaction the build begins (rules
+    /// 2 and 3). A transaction older than an existing list's scan does not rebuild it: it
+    /// answers from redb.
     pub(crate) fn build_if_needed(
         &self,
         tf: &TableFilter,
-        seq: Option<u64>,
+        compact: bool,
         len: impl Fn(&redb::ReadTransaction) -> Option<u64>,
         scan: impl Fn(&redb::ReadTransaction, &mut dyn FnMut(&[u8])) -> bool,
     ) {
-        let needed = |epoch: u64| match seq {
-            Some(seq) => !tf.read().current.trusted_for(epoch, seq),
-            None => tf.wants_compaction(),
+        let needed = |epoch: u64| {
+            if compact {
+                tf.wants_compaction()
+            } else {
+                tf.read().current.trusted_epoch != Some(epoch)
+            }
         };
         if !needed(self.epoch.load(SeqCst)) {
             return;

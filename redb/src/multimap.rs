@@ -122,17 +122,17 @@ pub trait ReadableMultimapTable<K: Key + 'static, V: Key + 'static>: ReadableTab
     }
 }
 
-/// Builds the multimap table's filter if it has none `seq` may trust.
+/// Builds the multimap table's filter if it has none trusted, or compacts it.
 fn build<K: Key + 'static, V: Key + 'static>(
     shared: &Shared,
     tf: &TableFilter,
-    seq: Option<u64>,
+    compact: bool,
     name: &str,
 ) {
     let def = MultimapTableDefinition::<K, V>::new(name);
     shared.build_if_needed(
         tf,
-        seq,
+        compact,
         |txn| match txn.open_multimap_table(def) {
             Ok(t) => t.len().ok(),
             Err(redb::TableError::TableDoesNotExist(_)) => Some(0),
@@ -187,7 +187,7 @@ impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
         let opened = txn.filter_for(
             Kind::Multimap,
             &name,
-            Box::new(move |shared, tf, seq| build::<K, V>(shared, tf, seq, &owned)),
+            Box::new(move |shared, tf, compact| build::<K, V>(shared, tf, compact, &owned)),
         );
         let (filter, gen_seen) = match opened {
             Some((tf, g)) => (Some(tf), g),
@@ -359,7 +359,7 @@ impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
         use redb::MultimapTableHandle;
         let shared = txn.shared();
         let stages = shared.table(Kind::Multimap, def.name()).and_then(|tf| {
-            build::<K, V>(shared, &tf, Some(txn.seq()), def.name());
+            build::<K, V>(shared, &tf, false, def.name());
             let current = tf.read().current.clone();
             current
                 .trusted_for(shared.epoch.load(SeqCst), txn.seq())

@@ -51,17 +51,17 @@ fn scan_table<K: Key + 'static, V: Value + 'static>(
     true
 }
 
-/// Builds the table's filter if it has none `seq` may trust (first use, after a restore).
+/// Builds the table's filter if it has none trusted (first use, after a restore) or compacts it.
 fn build<K: Key + 'static, V: Value + 'static>(
     shared: &Shared,
     tf: &TableFilter,
-    seq: Option<u64>,
+    compact: bool,
     name: &str,
 ) {
     let def = TableDefinition::<K, V>::new(name);
     shared.build_if_needed(
         tf,
-        seq,
+        compact,
         |txn| table_len(txn, def),
         |txn, add| scan_table(txn, def, add),
     );
@@ -102,7 +102,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         let opened = txn.filter_for(
             Kind::Table,
             &name,
-            Box::new(move |shared, tf, seq| build::<K, V>(shared, tf, seq, &owned)),
+            Box::new(move |shared, tf, compact| build::<K, V>(shared, tf, compact, &owned)),
         );
         let (filter, gen_seen) = match opened {
             Some((tf, g)) => (Some(tf), g),
@@ -729,7 +729,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         use redb::TableHandle;
         let shared = txn.shared();
         let stages = shared.table(Kind::Table, def.name()).and_then(|tf| {
-            build::<K, V>(shared, &tf, Some(txn.seq()), def.name());
+            build::<K, V>(shared, &tf, false, def.name());
             let current = tf.read().current.clone();
             current
                 .trusted_for(shared.epoch.load(SeqCst), txn.seq())

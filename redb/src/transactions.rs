@@ -20,14 +20,14 @@ use crate::{MultimapTableHandle, TableHandle};
 /// first opened the table, and the hashes of the keys it wrote since.
 pub(crate) struct WriteLog {
     filter: Arc<TableFilter>,
-    /// Builds this table's filter (`None`: compacts its stages), knowing its types.
+    /// Builds this table's filter (`true`: compacts its stages), knowing its types.
     build: Builder,
     gen_seen: u64,
     hashes: Vec<u64>,
 }
 
 /// A table's build, with its key and value types inside.
-pub(crate) type Builder = Box<dyn Fn(&Shared, &TableFilter, Option<u64>) + Send + Sync>;
+pub(crate) type Builder = Box<dyn Fn(&Shared, &TableFilter, bool) + Send + Sync>;
 
 /// A write transaction (redb's `WriteTransaction`, same methods).
 ///
@@ -102,7 +102,7 @@ impl WriteTransaction {
             .unwrap_or_else(|e| e.into_inner())
             .contains_key(&key);
         if first && self.settled() {
-            build(&self.shared, &tf, Some(self.seq));
+            build(&self.shared, &tf, false);
         }
         let mut logs = self.logs.lock().unwrap_or_else(|e| e.into_inner());
         let log = logs.entry(key).or_insert_with(|| WriteLog {
@@ -503,7 +503,7 @@ impl WriteTransaction {
         drop(unsettle);
         if result.is_ok() {
             for log in logs.values().filter(|log| log.filter.wants_compaction()) {
-                (log.build)(&shared, &log.filter, None);
+                (log.build)(&shared, &log.filter, true);
             }
         }
         result
