@@ -15,7 +15,8 @@
 //!
 //! The lookups run twice: right after the load (a filter grown from empty, several stages)
 //! and after both files are reopened (the filter built at first use from one scan, whose
-//! time is printed).
+//! time is printed). Last, the core's `Filter::contains` alone on the same absent keys, at
+//! the size a build gives a table: the floor of an absent `get` on this machine.
 
 use std::hint::black_box;
 use std::io::Write as _;
@@ -215,6 +216,24 @@ fn lookups(
     rows
 }
 
+/// The core's filter alone, sized as a build sizes a table's (twice the keys), probed with
+/// the same absent keys: what an absent `get` cannot beat on this machine.
+fn filter_alone(rounds: usize, n: u64, absent: &[Vec<u8>]) -> f64 {
+    let f = bloomsled::FilterConfig::new(2 * n).build().unwrap();
+    let mut buf = Vec::with_capacity(80);
+    for id in 0..n {
+        write_key(&mut buf, id);
+        f.insert(&buf);
+    }
+    let per_round: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let d = timed(|| absent.iter().filter(|k| f.contains(k)).count());
+            d.as_nanos() as f64 / absent.len() as f64
+        })
+        .collect();
+    median(per_round)
+}
+
 fn timed(f: impl FnOnce() -> usize) -> Duration {
     let t0 = Instant::now();
     black_box(f());
@@ -277,4 +296,9 @@ fn main() {
         size_label(n)
     );
     print(&lookups(rounds, &ours, &theirs, &absent, &present));
+    println!(
+        "\nthe filter alone (`Filter::contains`, {} keys, absent keys): {:.0} ns",
+        size_label(n),
+        filter_alone(rounds, n, &absent)
+    );
 }
