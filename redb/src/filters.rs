@@ -206,8 +206,8 @@ pub(crate) struct Shared {
     /// False when another process may write the file: nothing it writes reaches our
     /// filters, so every lookup goes to redb.
     pub(crate) enabled: bool,
-    tables: RwLock<HashMap<String, Arc<TableFilter>>>,
-    multimap_tables: RwLock<HashMap<String, Arc<TableFilter>>>,
+    tables: RwLock<Names>,
+    multimap_tables: RwLock<Names>,
     /// Bumped when a restore or rename begins and when its transaction ends.
     pub(crate) epoch: AtomicU64,
     /// Write transactions that restored a savepoint or renamed a table and have not ended.
@@ -217,6 +217,24 @@ pub(crate) struct Shared {
     pub(crate) finished: AtomicU64,
     pub(crate) source: Source,
 }
+
+/// The tables' map's hasher: the core's xxh3 (seed 0) instead of SipHash, whose cost per
+/// name is most of a per-request lookup's map access. Table names are the program's own,
+/// not an adversary's, so a fixed seed is fine here.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct NameHasher(u64);
+
+impl std::hash::Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = bloomsled::hash::hash_key(bytes, self.0);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Names = HashMap<String, Arc<TableFilter>, std::hash::BuildHasherDefault<NameHasher>>;
 
 /// Which namespace a table name lives in.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -239,7 +257,7 @@ impl Shared {
         }
     }
 
-    fn map(&self, kind: Kind) -> &RwLock<HashMap<String, Arc<TableFilter>>> {
+    fn map(&self, kind: Kind) -> &RwLock<Names> {
         match kind {
             Kind::Table => &self.tables,
             Kind::Multimap => &self.multimap_tables,
