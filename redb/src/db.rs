@@ -11,9 +11,9 @@ use redb::{
     RepairSession, StorageBackend, TableDefinition, TableError, TransactionError, Value,
 };
 
+use crate::Error;
 use crate::filters::{Kind, Shared, Source};
 use crate::transactions::{ReadTransaction, WriteTransaction};
-use crate::Error;
 
 /// What redb's `ReadableDatabase` is: a database that begins read transactions.
 ///

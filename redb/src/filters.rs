@@ -9,9 +9,9 @@
 //! The rules (the argument is in `docs/redb.md`, "No false negative"):
 //! 1. Every write that can create a key sets its bits in `current` and `pending` before redb
 //!    stores it, and logs its hash in its write transaction.
-//! 2. A build installs `pending` (bumping `gen`) before it begins the read transaction it
-//!    scans; a commit holds a read guard of each table it wrote from before checking `gen`
-//!    until redb's commit returns, and re-inserts its logged hashes if `gen` moved since the
+//! 2. A build installs `pending` (bumping `build_gen`) before it begins the read transaction it
+//!    scans; a commit holds a read guard of each table it wrote from before checking `build_gen`
+//!    until redb's commit returns, and re-inserts its logged hashes if `build_gen` moved since the
 //!    transaction first opened the table. So a key is in the scan or in `pending`.
 //! 3. A built list is trusted by a transaction only if its epoch is the database's epoch
 //!    (restores and renames bump it) and the transaction's state is at least as new as the
@@ -109,7 +109,7 @@ pub(crate) struct Slots {
     pub(crate) current: Arc<Stages>,
     pending: Option<Arc<Stages>>,
     /// Bumped each time a build installs `pending`.
-    pub(crate) gen: u64,
+    pub(crate) build_gen: u64,
 }
 
 impl Slots {
@@ -136,7 +136,7 @@ impl TableFilter {
             slots: RwLock::new(Slots {
                 current: Arc::new(Stages::new(seed, MIN_CAPACITY)?),
                 pending: None,
-                gen: 0,
+                build_gen: 0,
             }),
             seed,
             building: Mutex::new(()),
@@ -171,15 +171,15 @@ impl TableFilter {
 
     fn grow(&self) {
         let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
-        if s.current.full() {
-            if let Some(g) = s.current.grown() {
-                s.current = Arc::new(g);
-            }
+        if s.current.full()
+            && let Some(g) = s.current.grown()
+        {
+            s.current = Arc::new(g);
         }
-        if let Some(p) = s.pending.as_ref().filter(|p| p.full()) {
-            if let Some(g) = p.grown() {
-                s.pending = Some(Arc::new(g));
-            }
+        if let Some(p) = s.pending.as_ref().filter(|p| p.full())
+            && let Some(g) = p.grown()
+        {
+            s.pending = Some(Arc::new(g));
         }
     }
 }
@@ -358,7 +358,7 @@ impl Shared {
         {
             let mut s = tf.slots.write().unwrap_or_else(|e| e.into_inner());
             s.pending = Some(Arc::new(fresh));
-            s.gen += 1;
+            s.build_gen += 1;
         }
         let scanned = self.source.begin_read().is_some_and(|txn| {
             let valid_from = self.started.load(SeqCst);

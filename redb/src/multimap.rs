@@ -2,8 +2,8 @@
 
 use std::borrow::Borrow;
 use std::ops::RangeBounds;
-use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
 
 use redb::{
     AccessGuard, Key, MultimapRange, MultimapTableDefinition, OwnedMultimapRange,
@@ -208,7 +208,7 @@ impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
             return false;
         };
         let slots = tf.read();
-        slots.gen == self.gen_seen
+        slots.build_gen == self.gen_seen
             && self.txn.settled()
             && slots
                 .current

@@ -2,8 +2,8 @@
 
 use std::borrow::Borrow;
 use std::ops::{Bound, RangeBounds};
-use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
 
 use redb::{
     AccessGuard, AccessGuardMut, AccessGuardMutInPlace, Cursor, CursorError, Entry, ExtractIf, Key,
@@ -131,7 +131,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             return false;
         };
         let slots = tf.read();
-        slots.gen == self.gen_seen
+        slots.build_gen == self.gen_seen
             && self.txn.settled()
             && slots
                 .current

@@ -106,7 +106,7 @@ impl WriteTransaction {
         }
         let mut logs = self.logs.lock().unwrap_or_else(|e| e.into_inner());
         let log = logs.entry(key).or_insert_with(|| WriteLog {
-            gen_seen: tf.read().gen,
+            gen_seen: tf.read().build_gen,
             filter: tf.clone(),
             build,
             hashes: Vec::new(),
@@ -491,7 +491,7 @@ impl WriteTransaction {
             .values()
             .map(|log| {
                 let slots = log.filter.read();
-                if slots.gen != log.gen_seen {
+                if slots.build_gen != log.gen_seen {
                     TableFilter::reinsert(&slots, &log.hashes);
                 }
                 slots

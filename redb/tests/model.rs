@@ -163,10 +163,10 @@ fn run(steps: Vec<Step>) {
                 let before = committed.clone();
                 let mut w = d.begin_write().unwrap();
                 let mut m = committed.clone();
-                if let Some(i) = restore.filter(|i| *i < savepoints.len()) {
-                    if w.restore_savepoint(&savepoints[i].0).is_ok() {
-                        m = savepoints[i].1.clone();
-                    }
+                if let Some(i) = restore.filter(|i| *i < savepoints.len())
+                    && w.restore_savepoint(&savepoints[i].0).is_ok()
+                {
+                    m = savepoints[i].1.clone();
                 }
                 let saved = if save {
                     w.ephemeral_savepoint().ok().map(|s| (s, m.clone()))

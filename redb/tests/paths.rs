@@ -1,8 +1,8 @@
 //! Each removal path leaves false positives at most; restores and renames bring keys back
 //! and the filters hold them; builds racing writers lose nothing.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bloomsled_redb::{
     Database, Durability, MultimapTableDefinition, ReadableDatabase, ReadableTable, TableDefinition,
