@@ -1,0 +1,304 @@
+//! redb and bloomsled-redb on the same keys, loaded the same way: issue 58's figures.
+//!
+//! Both databases (two files in one temporary directory, `BLOOMSLED_REDB_DIR` or the system's
+//! temporary folder) are loaded with the same URL-like keys (`common::write_key`, 40..=80
+//! bytes, an 8-byte value) in write transactions of 10,000 inserts at redb's default
+//! durability (`Immediate`), `BLOOMSLED_REDB_KEYS` keys in all (default 1,000,000), the two
+//! loads interleaved transaction by transaction (the first store alternating). Then, in
+//! `BLOOMSLED_REDB_ROUNDS` interleaved rounds (default 5; medians), over
+//! `BLOOMSLED_REDB_SAMPLE` keys each (default 200,000, made before the load):
+//!
+//! * absent `get` on an open table (`ReadOnlyTable::get` of keys never inserted);
+//! * the per-request path: bloomsled-redb's `Database::get_latest` against redb's
+//!   `begin_read` + `open_table` + `get`, absent keys;
+//! * present `get` on an open table.
+//!
+//! The lookups run twice: right after the load (a filter grown from empty, several stages)
+//! and after both files are reopened (the filter built at first use from one scan, whose
+//! time is printed). Last, the core's `Filter::contains` alone on the same absent keys, at
+//! the size a build gives a table: the floor of an absent `get` on this machine.
+
+use std::hint::black_box;
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+const T: redb::TableDefinition<&[u8], u64> = redb::TableDefinition::new("urls");
+const B: bloomsled_redb::TableDefinition<&[u8], u64> = bloomsled_redb::TableDefinition::new("urls");
+const TXN: u64 = 10_000;
+
+fn env_count(name: &str, default: u64) -> u64 {
+    std::env::var(name).map_or(default, |s| {
+        s.replace('_', "")
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={s:?} is not a number"))
+    })
+}
+
+fn size_label(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
+        n if n >= 1_000 && n % 1_000 == 0 => format!("{}K", n / 1_000),
+        n => n.to_string(),
+    }
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Key number `id`: `https://hNN.example.com/<16 hex digits>/<path>`, 40..=80 bytes, spread
+/// over the key space (present and absent keys land in the same B-tree leaves).
+fn write_key(buf: &mut Vec<u8>, id: u64) {
+    buf.clear();
+    let token = splitmix64(id);
+    let m = splitmix64(token);
+    write!(buf, "https://h{:02}.example.com/{token:016x}/", m % 100).unwrap();
+    let len = 40 + (m >> 32) as usize % 41;
+    let mut x = m;
+    while buf.len() < len {
+        x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
+        buf.push(b"abcdefghijklmnopqrstuvwxyz0123456789"[(x >> 58) as usize % 36]);
+    }
+}
+
+fn key(id: u64) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(80);
+    write_key(&mut buf, id);
+    buf
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Each contender once per round, the first one alternating; ns per item, round by round.
+fn interleaved(
+    rounds: usize,
+    n: usize,
+    mut a: impl FnMut() -> Duration,
+    mut b: impl FnMut() -> Duration,
+) -> [Vec<f64>; 2] {
+    let (mut va, mut vb) = (Vec::new(), Vec::new());
+    for r in 0..rounds {
+        let per = |d: Duration| d.as_nanos() as f64 / n as f64;
+        if r % 2 == 0 {
+            va.push(per(a()));
+            vb.push(per(b()));
+        } else {
+            vb.push(per(b()));
+            va.push(per(a()));
+        }
+    }
+    [va, vb]
+}
+
+fn load(n: u64, ours: &bloomsled_redb::Database, theirs: &redb::Database) -> (f64, f64) {
+    let (mut t_ours, mut t_theirs) = (Duration::ZERO, Duration::ZERO);
+    let mut buf = Vec::with_capacity(80);
+    for (c, start) in (0..n).step_by(TXN as usize).enumerate() {
+        let ids = start..(start + TXN).min(n);
+        let mut run_ours = |buf: &mut Vec<u8>| {
+            let t0 = Instant::now();
+            let w = ours.begin_write().unwrap();
+            {
+                let mut t = w.open_table(B).unwrap();
+                for id in ids.clone() {
+                    write_key(buf, id);
+                    t.insert(buf.as_slice(), id).unwrap();
+                }
+            }
+            w.commit().unwrap();
+            t_ours += t0.elapsed();
+        };
+        let mut run_theirs = |buf: &mut Vec<u8>| {
+            let t0 = Instant::now();
+            let w = theirs.begin_write().unwrap();
+            {
+                let mut t = w.open_table(T).unwrap();
+                for id in ids.clone() {
+                    write_key(buf, id);
+                    t.insert(buf.as_slice(), id).unwrap();
+                }
+            }
+            w.commit().unwrap();
+            t_theirs += t0.elapsed();
+        };
+        if c % 2 == 0 {
+            run_ours(&mut buf);
+            run_theirs(&mut buf);
+        } else {
+            run_theirs(&mut buf);
+            run_ours(&mut buf);
+        }
+    }
+    (
+        n as f64 / t_ours.as_secs_f64(),
+        n as f64 / t_theirs.as_secs_f64(),
+    )
+}
+
+/// Rows of (what, bloomsled-redb ns, redb ns, speed-up).
+fn lookups(
+    rounds: usize,
+    ours: &bloomsled_redb::Database,
+    theirs: &redb::Database,
+    absent: &[Vec<u8>],
+    present: &[Vec<u8>],
+) -> Vec<(String, f64, f64, f64)> {
+    use bloomsled_redb::ReadableDatabase as _;
+    use redb::ReadableDatabase as _;
+    let n = absent.len();
+    let r_ours = ours.begin_read().unwrap();
+    let t_ours = r_ours.open_table(B).unwrap();
+    let r_theirs = theirs.begin_read().unwrap();
+    let t_theirs = r_theirs.open_table(T).unwrap();
+    println!("filter stages in use: {:?}\n", t_ours.filter_stages());
+    let mut rows = Vec::new();
+    let mut row = |what: &str, [a, b]: [Vec<f64>; 2]| {
+        let ratios: Vec<f64> = a.iter().zip(&b).map(|(x, y)| y / x).collect();
+        rows.push((what.to_string(), median(a), median(b), median(ratios)));
+    };
+    let get_ours = |keys: &[Vec<u8>]| {
+        timed(|| {
+            keys.iter()
+                .filter(|k| t_ours.get(k.as_slice()).unwrap().is_some())
+                .count()
+        })
+    };
+    let get_theirs = |keys: &[Vec<u8>]| {
+        timed(|| {
+            keys.iter()
+                .filter(|k| t_theirs.get(k.as_slice()).unwrap().is_some())
+                .count()
+        })
+    };
+    row(
+        "absent `get`, open table",
+        interleaved(rounds, n, || get_ours(absent), || get_theirs(absent)),
+    );
+    let latest_ours = || {
+        timed(|| {
+            absent
+                .iter()
+                .filter(|k| ours.get_latest(B, k.as_slice()).unwrap().is_some())
+                .count()
+        })
+    };
+    let latest_theirs = || {
+        timed(|| {
+            absent
+                .iter()
+                .filter(|k| {
+                    let r = theirs.begin_read().unwrap();
+                    let t = r.open_table(T).unwrap();
+                    t.get(k.as_slice()).unwrap().is_some()
+                })
+                .count()
+        })
+    };
+    row(
+        "per request, absent (`get_latest` / `begin_read`+`open_table`+`get`)",
+        interleaved(rounds, n, latest_ours, latest_theirs),
+    );
+    row(
+        "present `get`, open table",
+        interleaved(
+            rounds,
+            present.len(),
+            || get_ours(present),
+            || get_theirs(present),
+        ),
+    );
+    rows
+}
+
+/// The core's filter alone, sized as a build sizes a table's (twice the keys), probed with
+/// the same absent keys: what an absent `get` cannot beat on this machine.
+fn filter_alone(rounds: usize, n: u64, absent: &[Vec<u8>]) -> f64 {
+    let f = bloomsled::FilterConfig::new(2 * n).build().unwrap();
+    let mut buf = Vec::with_capacity(80);
+    for id in 0..n {
+        write_key(&mut buf, id);
+        f.insert(&buf);
+    }
+    let per_round: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let d = timed(|| absent.iter().filter(|k| f.contains(k)).count());
+            d.as_nanos() as f64 / absent.len() as f64
+        })
+        .collect();
+    median(per_round)
+}
+
+fn timed(f: impl FnOnce() -> usize) -> Duration {
+    let t0 = Instant::now();
+    black_box(f());
+    t0.elapsed()
+}
+
+fn print(rows: &[(String, f64, f64, f64)]) {
+    println!("| lookup | bloomsled-redb | redb 4.6 | speed-up |");
+    println!("|---|---:|---:|---:|");
+    for (what, a, b, r) in rows {
+        println!("| {what} | {a:.0} ns | {b:.0} ns | {r:.1}× |");
+    }
+}
+
+fn main() {
+    let n = env_count("BLOOMSLED_REDB_KEYS", 1_000_000);
+    let rounds = env_count("BLOOMSLED_REDB_ROUNDS", 5) as usize;
+    let sample = env_count("BLOOMSLED_REDB_SAMPLE", 200_000).min(n);
+    let step = (n / sample).max(1);
+    let present: Vec<Vec<u8>> = (0..sample).map(|i| key(i * step)).collect();
+    let absent: Vec<Vec<u8>> = (0..sample).map(|i| key(n + i * step + (1 << 40))).collect();
+    let dir = match std::env::var_os("BLOOMSLED_REDB_DIR") {
+        Some(d) => tempfile::tempdir_in(d),
+        None => tempfile::tempdir(),
+    }
+    .unwrap();
+    let (p_ours, p_theirs) = (
+        dir.path().join("bloomsled.redb"),
+        dir.path().join("redb.redb"),
+    );
+    let ours = bloomsled_redb::Database::create(&p_ours).unwrap();
+    let theirs = redb::Database::create(&p_theirs).unwrap();
+    let (k_ours, k_theirs) = load(n, &ours, &theirs);
+    println!(
+        "## {} keys, transactions of {TXN}, {rounds} rounds of {} lookups\n",
+        size_label(n),
+        size_label(sample)
+    );
+    println!(
+        "load: bloomsled-redb {:.0} keys/s, redb {:.0} keys/s, ratio {:.3}\n",
+        k_ours,
+        k_theirs,
+        k_ours / k_theirs
+    );
+    println!("### after the load (filter grown from empty)\n");
+    print(&lookups(rounds, &ours, &theirs, &absent, &present));
+    drop((ours, theirs));
+    let ours = bloomsled_redb::Database::open(&p_ours).unwrap();
+    let theirs = redb::Database::open(&p_theirs).unwrap();
+    let t0 = Instant::now();
+    {
+        use bloomsled_redb::ReadableDatabase as _;
+        let r = ours.begin_read().unwrap();
+        let t = r.open_table(B).unwrap();
+        assert_eq!(t.filter_stages(), Some(1));
+    }
+    println!(
+        "\n### after reopening (filter built at first use: {:.0} ms for {} keys)\n",
+        t0.elapsed().as_secs_f64() * 1e3,
+        size_label(n)
+    );
+    print(&lookups(rounds, &ours, &theirs, &absent, &present));
+    println!(
+        "\nthe filter alone (`Filter::contains`, {} keys, absent keys): {:.0} ns",
+        size_label(n),
+        filter_alone(rounds, n, &absent)
+    );
+}

@@ -1,0 +1,541 @@
+//! `Database`, `ReadOnlyDatabase` and `Builder`: redb's, with the tables' filters beside them.
+
+use std::borrow::Borrow;
+use std::fs::File;
+use std::path::Path;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::{Arc, RwLock};
+
+use redb::{
+    CacheStats, CompactionError, ConcurrencyMode, DatabaseError, Key, OwnedAccessGuard,
+    RepairSession, StorageBackend, TableDefinition, TableError, TransactionError, Value,
+};
+
+use crate::Error;
+use crate::filters::{Kind, Shared, Source};
+use crate::transactions::{ReadTransaction, WriteTransaction};
+
+/// What redb's `ReadableDatabase` is: a database that begins read transactions.
+///
+/// ```
+/// use bloomsled_redb::{Database, ReadableDatabase};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = Database::create(dir.path().join("a.redb"))?;
+/// let txn = db.begin_read()?;
+/// # drop(txn);
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub trait ReadableDatabase {
+    /// Begins a read transaction: it sees the data committed before this call.
+    fn begin_read(&self) -> Result<ReadTransaction, TransactionError>;
+
+    /// redb's cache statistics.
+    fn cache_stats(&self) -> CacheStats;
+}
+
+/// A redb database with a Bloom filter per table: redb's `Database`, same methods.
+///
+/// ```
+/// use bloomsled_redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+/// const T: TableDefinition<&str, u64> = TableDefinition::new("t");
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = Database::create(dir.path().join("a.redb"))?;
+/// let w = db.begin_write()?;
+/// w.open_table(T)?.insert("a", &1)?;
+/// w.commit()?;
+/// let r = db.begin_read()?;
+/// assert_eq!(r.open_table(T)?.get("a")?.unwrap().value(), 1);
+/// assert!(r.open_table(T)?.get("b")?.is_none()); // answered by the filter
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub struct Database {
+    shared: Arc<Shared>,
+}
+
+/// The redb handle inside `shared` (`Some` until the user's handle is dropped or closed).
+fn rw(shared: &Shared) -> &RwLock<Option<redb::Database>> {
+    match &shared.source {
+        Source::ReadWrite(db) => db,
+        Source::ReadOnly(_) => unreachable!("a Database's source is read-write"),
+    }
+}
+
+fn ro(shared: &Shared) -> &RwLock<Option<redb::ReadOnlyDatabase>> {
+    match &shared.source {
+        Source::ReadOnly(db) => db,
+        Source::ReadWrite(_) => unreachable!("a ReadOnlyDatabase's source is read-only"),
+    }
+}
+
+const OPEN: &str = "the redb handle lives as long as the user's handle";
+
+impl Database {
+    fn wrap(inner: redb::Database, mode: ConcurrencyMode) -> Database {
+        let source = Source::ReadWrite(RwLock::new(Some(inner)));
+        let enabled = mode == ConcurrencyMode::ExclusiveWriter;
+        Database {
+            shared: Arc::new(Shared::new(enabled, source)),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&redb::Database) -> T) -> T {
+        let db = rw(&self.shared).read().unwrap_or_else(|e| e.into_inner());
+        f(db.as_ref().expect(OPEN))
+    }
+
+    fn with_mut<T>(&mut self, f: impl FnOnce(&mut redb::Database) -> T) -> T {
+        let mut db = rw(&self.shared).write().unwrap_or_else(|e| e.into_inner());
+        f(db.as_mut().expect(OPEN))
+    }
+
+    fn take(&self) -> Option<redb::Database> {
+        rw(&self.shared)
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Opens the database at `path`, creating it if it does not exist (redb's `create`).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn create(path: impl AsRef<Path>) -> Result<Database, DatabaseError> {
+        Builder::new().create(path)
+    }
+
+    /// Opens an existing database.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("a.redb");
+    /// # drop(bloomsled_redb::Database::create(&path)?);
+    /// let db = bloomsled_redb::Database::open(&path)?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn open(path: impl AsRef<Path>) -> Result<Database, DatabaseError> {
+        Builder::new().open(path)
+    }
+
+    /// A [`Builder`] with redb's defaults.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = bloomsled_redb::Database::builder().create(dir.path().join("a.redb"))?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    /// Begins a write transaction (one at a time; waits for the current one).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.commit()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn begin_write(&self) -> Result<WriteTransaction, TransactionError> {
+        let inner = self.with(|db| db.begin_write())?;
+        Ok(WriteTransaction::new(inner, self.shared.clone()))
+    }
+
+    /// [`Database::begin_write`], or `TransactionError::WouldBlock` if a write is in progress.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.try_begin_write()?;
+    /// assert!(db.try_begin_write().is_err());
+    /// # drop(w);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn try_begin_write(&self) -> Result<WriteTransaction, TransactionError> {
+        let inner = self.with(|db| db.try_begin_write())?;
+        Ok(WriteTransaction::new(inner, self.shared.clone()))
+    }
+
+    /// The value of `key` in the latest committed state of `table`, for a request handler.
+    ///
+    /// Asks the table's filter before any transaction exists: a key it rules out answers
+    /// `None` without `begin_read`. Otherwise it is `begin_read` + `open_table` + `get_owned`
+    /// (a table that does not exist answers `None`). An absent answer is exact for the state
+    /// after every commit that returned before this call: each key was in the filter before
+    /// its commit began (see `docs/redb.md`, "The per-request path").
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<&str, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.open_table(T)?.insert("a", &1)?;
+    /// w.commit()?;
+    /// assert_eq!(db.get_latest(T, "a")?.unwrap().value(), 1);
+    /// assert!(db.get_latest(T, "b")?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn get_latest<'a, K: Key + 'static, V: Value + 'static>(
+        &self,
+        table: TableDefinition<K, V>,
+        key: impl Borrow<K::SelfType<'a>>,
+    ) -> Result<Option<OwnedAccessGuard<V>>, Error> {
+        use redb::TableHandle;
+        let absent = {
+            let bytes = K::as_bytes(key.borrow());
+            self.shared
+                .rules_out_latest(Kind::Table, table.name(), bytes.as_ref())
+        };
+        if absent {
+            return Ok(None);
+        }
+        let txn = self.begin_read()?;
+        let t = match txn.open_table(table) {
+            Ok(t) => t,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(t.get_owned(key)?)
+    }
+
+    /// Verifies the file and repairs it if needed (redb's `check_integrity`).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let mut db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// assert!(db.check_integrity()?);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn check_integrity(&mut self) -> Result<bool, DatabaseError> {
+        self.with_mut(|db| db.check_integrity())
+    }
+
+    /// Compacts the file (redb's `compact`). Filters are untouched: compaction moves no key.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let mut db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// db.compact()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn compact(&mut self) -> Result<bool, CompactionError> {
+        self.with_mut(|db| db.compact())
+    }
+
+    /// Closes the database, releasing its file now (redb's `close`).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// db.close()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn close(self) -> Result<(), DatabaseError> {
+        self.take().expect(OPEN).close()
+    }
+
+    /// How many commits this handle has made (a test and bench aid).
+    #[doc(hidden)]
+    pub fn commits(&self) -> u64 {
+        self.shared.finished.load(SeqCst)
+    }
+}
+
+impl ReadableDatabase for Database {
+    fn begin_read(&self) -> Result<ReadTransaction, TransactionError> {
+        let seq = self.shared.finished.load(SeqCst);
+        let inner = self.with(redb::ReadableDatabase::begin_read)?;
+        Ok(ReadTransaction::new(inner, self.shared.clone(), seq))
+    }
+
+    fn cache_stats(&self) -> CacheStats {
+        self.with(redb::ReadableDatabase::cache_stats)
+    }
+}
+
+impl Drop for Database {
+    /// Drops redb's handle now, as dropping redb's `Database` does, even while transactions
+    /// (which hold the filters) live on.
+    fn drop(&mut self) {
+        drop(self.take());
+    }
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database").finish_non_exhaustive()
+    }
+}
+
+/// A database opened read-only (redb's `ReadOnlyDatabase`). Its filters are built at first
+/// use; in `ConcurrencyMode::ExclusiveWriter` no process writes the file while it is open.
+///
+/// ```
+/// use bloomsled_redb::{Database, ReadOnlyDatabase};
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let path = dir.path().join("a.redb");
+/// drop(Database::create(&path)?);
+/// let db = ReadOnlyDatabase::open(&path)?;
+/// # drop(db);
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub struct ReadOnlyDatabase {
+    shared: Arc<Shared>,
+}
+
+impl ReadOnlyDatabase {
+    fn wrap(inner: redb::ReadOnlyDatabase, mode: ConcurrencyMode) -> ReadOnlyDatabase {
+        let source = Source::ReadOnly(RwLock::new(Some(inner)));
+        let enabled = mode == ConcurrencyMode::ExclusiveWriter;
+        ReadOnlyDatabase {
+            shared: Arc::new(Shared::new(enabled, source)),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&redb::ReadOnlyDatabase) -> T) -> T {
+        let db = ro(&self.shared).read().unwrap_or_else(|e| e.into_inner());
+        f(db.as_ref().expect(OPEN))
+    }
+
+    fn take(&self) -> Option<redb::ReadOnlyDatabase> {
+        ro(&self.shared)
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Opens an existing database read-only.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("a.redb");
+    /// # drop(bloomsled_redb::Database::create(&path)?);
+    /// let db = bloomsled_redb::ReadOnlyDatabase::open(&path)?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn open(path: impl AsRef<Path>) -> Result<ReadOnlyDatabase, DatabaseError> {
+        Builder::new().open_read_only(path)
+    }
+
+    /// Closes the database now (redb's `close`).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("a.redb");
+    /// # drop(bloomsled_redb::Database::create(&path)?);
+    /// bloomsled_redb::ReadOnlyDatabase::open(&path)?.close()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn close(self) -> Result<(), DatabaseError> {
+        self.take().expect(OPEN).close()
+    }
+}
+
+impl Drop for ReadOnlyDatabase {
+    fn drop(&mut self) {
+        drop(self.take());
+    }
+}
+
+impl ReadableDatabase for ReadOnlyDatabase {
+    fn begin_read(&self) -> Result<ReadTransaction, TransactionError> {
+        let inner = self.with(redb::ReadableDatabase::begin_read)?;
+        Ok(ReadTransaction::new(inner, self.shared.clone(), 0))
+    }
+
+    fn cache_stats(&self) -> CacheStats {
+        self.with(redb::ReadableDatabase::cache_stats)
+    }
+}
+
+/// Configuration of a database (redb's `Builder`, same setters).
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = bloomsled_redb::Builder::new()
+///     .set_cache_size(64 << 20)
+///     .create(dir.path().join("a.redb"))?;
+/// # drop(db);
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub struct Builder {
+    inner: redb::Builder,
+    mode: ConcurrencyMode,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
+impl Builder {
+    /// redb's defaults (a 1 GiB cache).
+    ///
+    /// ```
+    /// let b = bloomsled_redb::Builder::new();
+    /// # drop(b);
+    /// ```
+    pub fn new() -> Self {
+        Builder {
+            inner: redb::Builder::new(),
+            mode: ConcurrencyMode::default(),
+        }
+    }
+
+    /// Called when an open needs a repair.
+    ///
+    /// ```
+    /// let mut b = bloomsled_redb::Builder::new();
+    /// b.set_repair_callback(|s| drop(s.progress()));
+    /// ```
+    pub fn set_repair_callback(
+        &mut self,
+        callback: impl Fn(&mut RepairSession) + 'static,
+    ) -> &mut Self {
+        self.inner.set_repair_callback(callback);
+        self
+    }
+
+    /// The cache size in bytes.
+    ///
+    /// ```
+    /// bloomsled_redb::Builder::new().set_cache_size(1 << 20);
+    /// ```
+    pub fn set_cache_size(&mut self, bytes: usize) -> &mut Self {
+        self.inner.set_cache_size(bytes);
+        self
+    }
+
+    /// Who else may open the file. In any mode but `ExclusiveWriter` another process may
+    /// write it, so the filters are off: every lookup goes to redb.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Builder, ConcurrencyMode};
+    /// Builder::new().set_concurrency_mode(ConcurrencyMode::ExclusiveWriter);
+    /// ```
+    pub fn set_concurrency_mode(&mut self, mode: ConcurrencyMode) -> &mut Self {
+        self.inner.set_concurrency_mode(mode);
+        self.mode = mode;
+        self
+    }
+
+    /// Whether an open verifies every checksum.
+    ///
+    /// ```
+    /// bloomsled_redb::Builder::new().set_check_integrity_on_open(true);
+    /// ```
+    pub fn set_check_integrity_on_open(&mut self, enabled: bool) -> &mut Self {
+        self.inner.set_check_integrity_on_open(enabled);
+        self
+    }
+
+    /// Opens or creates the database at `path`.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = bloomsled_redb::Builder::new().create(dir.path().join("a.redb"))?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn create(&self, path: impl AsRef<Path>) -> Result<Database, DatabaseError> {
+        Ok(Database::wrap(self.inner.create(path)?, self.mode))
+    }
+
+    /// Opens an existing database.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("a.redb");
+    /// # drop(bloomsled_redb::Database::create(&path)?);
+    /// let db = bloomsled_redb::Builder::new().open(&path)?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<Database, DatabaseError> {
+        Ok(Database::wrap(self.inner.open(path)?, self.mode))
+    }
+
+    /// Opens an existing database read-only.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("a.redb");
+    /// # drop(bloomsled_redb::Database::create(&path)?);
+    /// let db = bloomsled_redb::Builder::new().open_read_only(&path)?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn open_read_only(
+        &self,
+        path: impl AsRef<Path>,
+    ) -> Result<ReadOnlyDatabase, DatabaseError> {
+        Ok(ReadOnlyDatabase::wrap(
+            self.inner.open_read_only(path)?,
+            self.mode,
+        ))
+    }
+
+    /// [`Builder::open_read_only`] over a storage backend.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("a.redb");
+    /// # drop(bloomsled_redb::Database::create(&path)?);
+    /// use bloomsled_redb::backends::FileBackend;
+    /// let file = std::fs::File::open(&path)?;
+    /// let db = bloomsled_redb::Builder::new()
+    ///     .open_read_only_with_backend(FileBackend::new(file)?)?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn open_read_only_with_backend(
+        &self,
+        backend: impl StorageBackend,
+    ) -> Result<ReadOnlyDatabase, DatabaseError> {
+        Ok(ReadOnlyDatabase::wrap(
+            self.inner.open_read_only_with_backend(backend)?,
+            self.mode,
+        ))
+    }
+
+    /// Opens or creates a database in an open file.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let file = tempfile::tempfile_in(dir.path())?;
+    /// let db = bloomsled_redb::Builder::new().create_file(file)?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn create_file(&self, file: File) -> Result<Database, DatabaseError> {
+        #[allow(deprecated)]
+        Ok(Database::wrap(self.inner.create_file(file)?, self.mode))
+    }
+
+    /// Opens or creates a database over a storage backend.
+    ///
+    /// ```
+    /// use bloomsled_redb::backends::InMemoryBackend;
+    /// let db = bloomsled_redb::Builder::new().create_with_backend(InMemoryBackend::new())?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn create_with_backend(
+        &self,
+        backend: impl StorageBackend,
+    ) -> Result<Database, DatabaseError> {
+        Ok(Database::wrap(
+            self.inner.create_with_backend(backend)?,
+            self.mode,
+        ))
+    }
+}

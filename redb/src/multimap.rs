@@ -1,0 +1,491 @@
+//! Multimap tables: redb's, with `get` of a key the filter rules out answering empty.
+
+use std::borrow::Borrow;
+use std::ops::RangeBounds;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
+
+use redb::{
+    AccessGuard, Key, MultimapRange, MultimapTableDefinition, OwnedMultimapRange,
+    OwnedMultimapValue, ReadableTableMetadata, StorageError, TableStats,
+};
+
+use crate::filters::{Kind, Shared, Stages, TableFilter};
+use crate::transactions::{ReadTransaction, WriteTransaction};
+
+type Result<T = (), E = StorageError> = std::result::Result<T, E>;
+
+/// The values of one key (redb's `MultimapValue`), or none when the filter ruled it out.
+///
+/// ```
+/// use bloomsled_redb::{Database, MultimapTableDefinition, ReadableMultimapTable};
+/// const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::create(dir.path().join("a.redb"))?;
+/// let w = db.begin_write()?;
+/// let mut m = w.open_multimap_table(M)?;
+/// m.insert(1, 10)?;
+/// m.insert(1, 11)?;
+/// let v = m.get(1)?;
+/// assert_eq!(v.len(), 2);
+/// assert_eq!(v.map(|g| g.unwrap().value()).collect::<Vec<_>>(), [10, 11]);
+/// assert!(m.get(2)?.is_empty());
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub struct MultimapValue<'a, V: Key + 'static> {
+    inner: Option<redb::MultimapValue<'a, V>>,
+}
+
+impl<'a, V: Key + 'static> MultimapValue<'a, V> {
+    fn empty() -> Self {
+        MultimapValue { inner: None }
+    }
+
+    fn of(inner: redb::MultimapValue<'a, V>) -> Self {
+        MultimapValue { inner: Some(inner) }
+    }
+
+    /// How many values remain.
+    ///
+    /// ```
+    /// # use bloomsled_redb::{Database, MultimapTableDefinition, ReadableMultimapTable};
+    /// # const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let m = w.open_multimap_table(M)?;
+    /// assert_eq!(m.get(1)?.len(), 0);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn len(&self) -> u64 {
+        self.inner.as_ref().map_or(0, |v| v.len())
+    }
+
+    /// True if no value remains.
+    ///
+    /// ```
+    /// # use bloomsled_redb::{Database, MultimapTableDefinition, ReadableMultimapTable};
+    /// # const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let m = w.open_multimap_table(M)?;
+    /// assert!(m.get(1)?.is_empty());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<'a, V: Key + 'static> Iterator for MultimapValue<'a, V> {
+    type Item = Result<AccessGuard<'a, V>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.inner.as_mut()?.next()
+    }
+}
+
+impl<V: Key + 'static> DoubleEndedIterator for MultimapValue<'_, V> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.inner.as_mut()?.next_back()
+    }
+}
+
+/// What redb's `ReadableMultimapTable` is, with [`MultimapValue`] as `get`'s answer.
+///
+/// ```
+/// use bloomsled_redb::{Database, MultimapTableDefinition, ReadableDatabase, ReadableMultimapTable};
+/// const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+/// fn count(t: &impl ReadableMultimapTable<u64, u64>) -> usize {
+///     t.iter().unwrap().count()
+/// }
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::create(dir.path().join("a.redb"))?;
+/// # let w = db.begin_write()?; w.open_multimap_table(M)?; w.commit()?;
+/// assert_eq!(count(&db.begin_read()?.open_multimap_table(M)?), 0);
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub trait ReadableMultimapTable<K: Key + 'static, V: Key + 'static>: ReadableTableMetadata {
+    /// The values of `key`, in ascending order (empty from the filter alone if it rules
+    /// the key out).
+    fn get<'a>(&self, key: impl Borrow<K::SelfType<'a>>) -> Result<MultimapValue<'_, V>>;
+
+    /// The keys in `range` with their values.
+    fn range<'a, KR>(&self, range: impl RangeBounds<KR> + 'a) -> Result<MultimapRange<'_, K, V>>
+    where
+        KR: Borrow<K::SelfType<'a>> + 'a;
+
+    /// Every key with its values.
+    fn iter(&self) -> Result<MultimapRange<'_, K, V>> {
+        self.range::<K::SelfType<'_>>(..)
+    }
+}
+
+/// Builds the multimap table's filter if it has none trusted, or compacts it.
+fn build<K: Key + 'static, V: Key + 'static>(
+    shared: &Shared,
+    tf: &TableFilter,
+    compact: bool,
+    name: &str,
+) {
+    let def = MultimapTableDefinition::<K, V>::new(name);
+    shared.build_if_needed(
+        tf,
+        compact,
+        |txn| match txn.open_multimap_table(def) {
+            Ok(t) => t.len().ok(),
+            Err(redb::TableError::TableDoesNotExist(_)) => Some(0),
+            Err(_) => None,
+        },
+        |txn, add| {
+            use redb::ReadableMultimapTable as _;
+            let table = match txn.open_multimap_table(def) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return true,
+                Err(_) => return false,
+            };
+            let Ok(iter) = table.iter() else {
+                return false;
+            };
+            for entry in iter {
+                let Ok((k, _)) = entry else {
+                    return false;
+                };
+                add(K::as_bytes(&k.value()).as_ref());
+            }
+            true
+        },
+    );
+}
+
+/// A multimap table in a write transaction (redb's `MultimapTable`).
+///
+/// ```
+/// use bloomsled_redb::{Database, MultimapTableDefinition};
+/// const M: MultimapTableDefinition<&str, u64> = MultimapTableDefinition::new("m");
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::create(dir.path().join("a.redb"))?;
+/// let w = db.begin_write()?;
+/// assert!(!w.open_multimap_table(M)?.insert("a", 1)?);
+/// w.commit()?;
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub struct MultimapTable<'txn, K: Key + 'static, V: Key + 'static> {
+    inner: redb::MultimapTable<'txn, K, V>,
+    txn: &'txn WriteTransaction,
+    name: String,
+    filter: Option<Arc<TableFilter>>,
+    gen_seen: u64,
+    log: Vec<u64>,
+}
+
+impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
+    pub(crate) fn new(inner: redb::MultimapTable<'txn, K, V>, txn: &'txn WriteTransaction) -> Self {
+        let name = redb::MultimapTableHandle::name(&inner).to_string();
+        let owned = name.clone();
+        let opened = txn.filter_for(
+            Kind::Multimap,
+            &name,
+            Box::new(move |shared, tf, compact| build::<K, V>(shared, tf, compact, &owned)),
+        );
+        let (filter, gen_seen) = match opened {
+            Some((tf, g)) => (Some(tf), g),
+            None => (None, 0),
+        };
+        MultimapTable {
+            inner,
+            txn,
+            name,
+            filter,
+            gen_seen,
+            log: Vec::new(),
+        }
+    }
+
+    fn rules_out(&self, key: &[u8]) -> bool {
+        let Some(tf) = &self.filter else {
+            return false;
+        };
+        let slots = tf.read();
+        slots.build_gen == self.gen_seen
+            && self.txn.settled()
+            && slots
+                .current
+                .trusted_for(self.txn.shared().epoch.load(SeqCst), self.txn.seq())
+            && !slots.current.may_contain(key)
+    }
+
+    /// Adds `value` to `key`'s values; true if it was there. The key enters the filter first.
+    ///
+    /// ```
+    /// # use bloomsled_redb::{Database, MultimapTableDefinition};
+    /// # const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut m = w.open_multimap_table(M)?;
+    /// assert!(!m.insert(1, 1)?);
+    /// assert!(m.insert(1, 1)?);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn insert<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+    ) -> Result<bool> {
+        if let Some(tf) = &self.filter {
+            self.log.push(tf.insert(K::as_bytes(key.borrow()).as_ref()));
+        }
+        self.inner.insert(key, value)
+    }
+
+    /// Removes one value of `key`; true if it was there.
+    ///
+    /// ```
+    /// # use bloomsled_redb::{Database, MultimapTableDefinition};
+    /// # const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut m = w.open_multimap_table(M)?;
+    /// m.insert(1, 1)?;
+    /// assert!(m.remove(1, 1)?);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn remove<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+    ) -> Result<bool> {
+        self.inner.remove(key, value)
+    }
+
+    /// Removes every value of `key` and returns them.
+    ///
+    /// ```
+    /// # use bloomsled_redb::{Database, MultimapTableDefinition};
+    /// # const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut m = w.open_multimap_table(M)?;
+    /// m.insert(1, 1)?;
+    /// assert_eq!(m.remove_all(1)?.len(), 1);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn remove_all<'a>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'a>>,
+    ) -> Result<MultimapValue<'_, V>> {
+        Ok(MultimapValue::of(self.inner.remove_all(key)?))
+    }
+}
+
+impl<K: Key + 'static, V: Key + 'static> Drop for MultimapTable<'_, K, V> {
+    fn drop(&mut self) {
+        self.txn
+            .append_log(Kind::Multimap, &self.name, &mut self.log);
+    }
+}
+
+impl<K: Key + 'static, V: Key + 'static> ReadableTableMetadata for MultimapTable<'_, K, V> {
+    fn stats(&self) -> Result<TableStats> {
+        self.inner.stats()
+    }
+
+    fn len(&self) -> Result<u64> {
+        self.inner.len()
+    }
+}
+
+impl<K: Key + 'static, V: Key + 'static> ReadableMultimapTable<K, V> for MultimapTable<'_, K, V> {
+    fn get<'a>(&self, key: impl Borrow<K::SelfType<'a>>) -> Result<MultimapValue<'_, V>> {
+        if self.rules_out(K::as_bytes(key.borrow()).as_ref()) {
+            return Ok(MultimapValue::empty());
+        }
+        Ok(MultimapValue::of(redb::ReadableMultimapTable::get(
+            &self.inner,
+            key,
+        )?))
+    }
+
+    fn range<'a, KR>(&self, range: impl RangeBounds<KR> + 'a) -> Result<MultimapRange<'_, K, V>>
+    where
+        KR: Borrow<K::SelfType<'a>> + 'a,
+    {
+        redb::ReadableMultimapTable::range(&self.inner, range)
+    }
+}
+
+impl<K: Key + 'static, V: Key + 'static> crate::MultimapTableHandle for MultimapTable<'_, K, V> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl<K: Key + 'static, V: Key + 'static> std::fmt::Debug for MultimapTable<'_, K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultimapTable")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A multimap table in a read transaction (redb's `ReadOnlyMultimapTable`).
+///
+/// ```
+/// use bloomsled_redb::{Database, MultimapTableDefinition, ReadableDatabase};
+/// const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::create(dir.path().join("a.redb"))?;
+/// # let w = db.begin_write()?; w.open_multimap_table(M)?.insert(1, 2)?; w.commit()?;
+/// let m = db.begin_read()?.open_multimap_table(M)?;
+/// assert_eq!(m.get(1)?.len(), 1);
+/// assert!(m.get(3)?.is_empty());
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub struct ReadOnlyMultimapTable<K: Key + 'static, V: Key + 'static> {
+    inner: redb::ReadOnlyMultimapTable<K, V>,
+    stages: Option<Arc<Stages>>,
+}
+
+impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
+    pub(crate) fn new(
+        inner: redb::ReadOnlyMultimapTable<K, V>,
+        txn: &ReadTransaction,
+        def: MultimapTableDefinition<K, V>,
+    ) -> Self {
+        use redb::MultimapTableHandle;
+        let shared = txn.shared();
+        let stages = shared.table(Kind::Multimap, def.name()).and_then(|tf| {
+            build::<K, V>(shared, &tf, false, def.name());
+            let current = tf.read().current.clone();
+            current
+                .trusted_for(shared.epoch.load(SeqCst), txn.seq())
+                .then_some(current)
+        });
+        ReadOnlyMultimapTable { inner, stages }
+    }
+
+    /// The values of `key` (empty from the filter alone if it rules the key out).
+    ///
+    /// ```
+    /// # use bloomsled_redb::{Database, MultimapTableDefinition, ReadableDatabase};
+    /// # const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?; w.open_multimap_table(M)?; w.commit()?;
+    /// assert!(db.begin_read()?.open_multimap_table(M)?.get(1)?.is_empty());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn get<'a>(&self, key: impl Borrow<K::SelfType<'a>>) -> Result<MultimapValue<'static, V>> {
+        if self
+            .stages
+            .as_ref()
+            .is_some_and(|s| !s.may_contain(K::as_bytes(key.borrow()).as_ref()))
+        {
+            return Ok(MultimapValue::empty());
+        }
+        Ok(MultimapValue::of(self.inner.get(key)?))
+    }
+
+    /// The values of `key`, keeping the transaction alive (redb answers; no filter).
+    ///
+    /// ```
+    /// # use bloomsled_redb::{Database, MultimapTableDefinition, ReadableDatabase};
+    /// # const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?; w.open_multimap_table(M)?; w.commit()?;
+    /// assert!(db.begin_read()?.open_multimap_table(M)?.get_owned(1)?.is_empty());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn get_owned<'a>(
+        &self,
+        key: impl Borrow<K::SelfType<'a>>,
+    ) -> Result<OwnedMultimapValue<V>> {
+        self.inner.get_owned(key)
+    }
+
+    /// The keys in `range` with their values.
+    ///
+    /// ```
+    /// # use bloomsled_redb::{Database, MultimapTableDefinition, ReadableDatabase};
+    /// # const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?; w.open_multimap_table(M)?; w.commit()?;
+    /// assert_eq!(db.begin_read()?.open_multimap_table(M)?.range(0..3)?.count(), 0);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn range<'a, KR>(&self, range: impl RangeBounds<KR>) -> Result<MultimapRange<'static, K, V>>
+    where
+        KR: Borrow<K::SelfType<'a>>,
+    {
+        self.inner.range(range)
+    }
+
+    /// [`ReadOnlyMultimapTable::range`], keeping the transaction alive.
+    ///
+    /// ```
+    /// # use bloomsled_redb::{Database, MultimapTableDefinition, ReadableDatabase};
+    /// # const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?; w.open_multimap_table(M)?; w.commit()?;
+    /// assert_eq!(db.begin_read()?.open_multimap_table(M)?.range_owned(0..3)?.count(), 0);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn range_owned<'a, KR>(
+        &self,
+        range: impl RangeBounds<KR>,
+    ) -> Result<OwnedMultimapRange<K, V>>
+    where
+        KR: Borrow<K::SelfType<'a>>,
+    {
+        self.inner.range_owned(range)
+    }
+}
+
+impl<K: Key + 'static, V: Key + 'static> ReadableTableMetadata for ReadOnlyMultimapTable<K, V> {
+    fn stats(&self) -> Result<TableStats> {
+        self.inner.stats()
+    }
+
+    fn len(&self) -> Result<u64> {
+        self.inner.len()
+    }
+}
+
+impl<K: Key + 'static, V: Key + 'static> ReadableMultimapTable<K, V>
+    for ReadOnlyMultimapTable<K, V>
+{
+    fn get<'a>(&self, key: impl Borrow<K::SelfType<'a>>) -> Result<MultimapValue<'_, V>> {
+        ReadOnlyMultimapTable::get(self, key)
+    }
+
+    fn range<'a, KR>(&self, range: impl RangeBounds<KR> + 'a) -> Result<MultimapRange<'_, K, V>>
+    where
+        KR: Borrow<K::SelfType<'a>> + 'a,
+    {
+        self.inner.range(range)
+    }
+}
+
+impl<K: Key + 'static, V: Key + 'static> crate::MultimapTableHandle
+    for ReadOnlyMultimapTable<K, V>
+{
+    fn name(&self) -> &str {
+        redb::MultimapTableHandle::name(&self.inner)
+    }
+}
+
+impl<K: Key + 'static, V: Key + 'static> std::fmt::Debug for ReadOnlyMultimapTable<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = redb::MultimapTableHandle::name(&self.inner);
+        f.debug_struct("ReadOnlyMultimapTable")
+            .field("name", &name)
+            .finish_non_exhaustive()
+    }
+}

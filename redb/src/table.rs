@@ -1,0 +1,890 @@
+//! `Table` and `ReadOnlyTable`: redb's, with `get` asking the table's filter first.
+
+use std::borrow::Borrow;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
+
+use redb::{
+    AccessGuard, AccessGuardMut, AccessGuardMutInPlace, Cursor, CursorError, Entry, ExtractIf, Key,
+    MutInPlaceValue, OwnedAccessGuard, OwnedRange, Range, ReadableTable, ReadableTableMetadata,
+    StorageError, TableDefinition, TableStats, Value,
+};
+
+use crate::filters::{Kind, Shared, Stages, TableFilter};
+use crate::transactions::{ReadTransaction, WriteTransaction};
+
+type Result<T = (), E = StorageError> = std::result::Result<T, E>;
+
+/// How many keys a table holds, for sizing its filter's build.
+fn table_len<K: Key + 'static, V: Value + 'static>(
+    txn: &redb::ReadTransaction,
+    def: TableDefinition<K, V>,
+) -> Option<u64> {
+    match txn.open_table(def) {
+        Ok(t) => t.len().ok(),
+        Err(redb::TableError::TableDoesNotExist(_)) => Some(0),
+        Err(_) => None,
+    }
+}
+
+/// Feeds every key's stored bytes to `add`; false if the scan failed (nothing is trusted).
+fn scan_table<K: Key + 'static, V: Value + 'static>(
+    txn: &redb::ReadTransaction,
+    def: TableDefinition<K, V>,
+    add: &mut dyn FnMut(&[u8]),
+) -> bool {
+    let table = match txn.open_table(def) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return true,
+        Err(_) => return false,
+    };
+    let Ok(iter) = table.iter() else {
+        return false;
+    };
+    for entry in iter {
+        let Ok((k, _)) = entry else {
+            return false;
+        };
+        add(K::as_bytes(&k.value()).as_ref());
+    }
+    true
+}
+
+/// Builds the table's filter if it has none trusted (first use, after a restore) or compacts it.
+fn build<K: Key + 'static, V: Value + 'static>(
+    shared: &Shared,
+    tf: &TableFilter,
+    compact: bool,
+    name: &str,
+) {
+    let def = TableDefinition::<K, V>::new(name);
+    shared.build_if_needed(
+        tf,
+        compact,
+        |txn| table_len(txn, def),
+        |txn, add| scan_table(txn, def, add),
+    );
+}
+
+/// A table in a write transaction (redb's `Table`, same methods).
+///
+/// Writes put their key in the filter before redb; `get` and `get_mut` of a key the filter
+/// rules out answer `None` without touching redb.
+///
+/// ```
+/// use bloomsled_redb::{Database, ReadableTable, TableDefinition};
+/// const T: TableDefinition<&str, u64> = TableDefinition::new("t");
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::create(dir.path().join("a.redb"))?;
+/// let w = db.begin_write()?;
+/// let mut t = w.open_table(T)?;
+/// t.insert("a", 1)?;
+/// assert_eq!(t.get("a")?.unwrap().value(), 1);
+/// assert!(t.get("b")?.is_none());
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub struct Table<'txn, K: Key + 'static, V: Value + 'static> {
+    inner: redb::Table<'txn, K, V>,
+    txn: &'txn WriteTransaction,
+    name: String,
+    /// `None` when filters are off (another process may write).
+    filter: Option<Arc<TableFilter>>,
+    gen_seen: u64,
+    /// Hashes of the keys written through this handle, handed to the transaction at drop.
+    log: Vec<u64>,
+}
+
+impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
+    pub(crate) fn new(inner: redb::Table<'txn, K, V>, txn: &'txn WriteTransaction) -> Self {
+        let name = redb::TableHandle::name(&inner).to_string();
+        let owned = name.clone();
+        let opened = txn.filter_for(
+            Kind::Table,
+            &name,
+            Box::new(move |shared, tf, compact| build::<K, V>(shared, tf, compact, &owned)),
+        );
+        let (filter, gen_seen) = match opened {
+            Some((tf, g)) => (Some(tf), g),
+            None => (None, 0),
+        };
+        Table {
+            inner,
+            txn,
+            name,
+            filter,
+            gen_seen,
+            log: Vec::new(),
+        }
+    }
+
+    /// Sets the key's bits before a write that may create it.
+    fn admit(&mut self, key: &[u8]) {
+        if let Some(tf) = &self.filter {
+            self.log.push(tf.insert(key));
+        }
+    }
+
+    /// True if the filter proves the key absent from this transaction's view.
+    fn rules_out(&self, key: &[u8]) -> bool {
+        let Some(tf) = &self.filter else {
+            return false;
+        };
+        let slots = tf.read();
+        slots.build_gen == self.gen_seen
+            && self.txn.settled()
+            && slots
+                .current
+                .trusted_for(self.txn.shared().epoch.load(SeqCst), self.txn.seq())
+            && !slots.current.may_contain(key)
+    }
+
+    /// The value of `key` for in-place change; `None` if absent (the filter may say so).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut t = w.open_table(T)?;
+    /// t.insert(1, 1)?;
+    /// t.get_mut(1)?.unwrap().insert(2)?;
+    /// assert!(t.get_mut(9)?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn get_mut<'k>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+    ) -> Result<Option<AccessGuardMut<'_, V>>> {
+        if self.rules_out(K::as_bytes(key.borrow()).as_ref()) {
+            return Ok(None);
+        }
+        self.inner.get_mut(key)
+    }
+
+    /// Removes and returns the first pair (its key stays in the filter: a false positive).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut t = w.open_table(T)?;
+    /// t.insert(1, 1)?;
+    /// assert_eq!(t.pop_first()?.unwrap().0.value(), 1);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn pop_first(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.pop_first()
+    }
+
+    /// Removes and returns the last pair.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut t = w.open_table(T)?;
+    /// t.insert(1, 1)?;
+    /// assert_eq!(t.pop_last()?.unwrap().0.value(), 1);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn pop_last(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.pop_last()
+    }
+
+    /// Removes the pairs `predicate` selects, as they are iterated.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut t = w.open_table(T)?;
+    /// t.insert(1, 1)?;
+    /// assert_eq!(t.extract_if(|k, _| k == 1)?.count(), 1);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn extract_if<F: for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool>(
+        &mut self,
+        predicate: F,
+    ) -> Result<ExtractIf<'_, K, V, F>> {
+        self.inner.extract_if(predicate)
+    }
+
+    /// [`Table::extract_if`] within a range of keys.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut t = w.open_table(T)?;
+    /// t.insert(1, 1)?;
+    /// assert_eq!(t.extract_from_if(0..5, |_, _| true)?.count(), 1);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn extract_from_if<'a, KR, F: for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool>(
+        &mut self,
+        range: impl RangeBounds<KR> + 'a,
+        predicate: F,
+    ) -> Result<ExtractIf<'_, K, V, F>>
+    where
+        KR: Borrow<K::SelfType<'a>> + 'a,
+    {
+        self.inner.extract_from_if(range, predicate)
+    }
+
+    /// Keeps only the pairs `predicate` accepts.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, ReadableTableMetadata, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut t = w.open_table(T)?;
+    /// t.insert(1, 1)?;
+    /// t.retain(|k, _| k != 1)?;
+    /// assert!(t.is_empty()?);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn retain<F: for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool>(
+        &mut self,
+        predicate: F,
+    ) -> Result {
+        self.inner.retain(predicate)
+    }
+
+    /// [`Table::retain`] within a range of keys.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.open_table(T)?.retain_in(0..5, |_, _| false)?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn retain_in<'a, KR, F: for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool>(
+        &mut self,
+        range: impl RangeBounds<KR> + 'a,
+        predicate: F,
+    ) -> Result
+    where
+        KR: Borrow<K::SelfType<'a>> + 'a,
+    {
+        self.inner.retain_in(range, predicate)
+    }
+
+    /// Inserts a pair; returns the old value. The key is in the filter before redb stores it.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut t = w.open_table(T)?;
+    /// assert!(t.insert(1, 1)?.is_none());
+    /// assert_eq!(t.insert(1, 2)?.unwrap().value(), 1);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn insert<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+    ) -> Result<Option<AccessGuard<'_, V>>> {
+        self.admit(K::as_bytes(key.borrow()).as_ref());
+        self.inner.insert(key, value)
+    }
+
+    /// Removes a key; returns its value. The key stays in the filter (a false positive).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut t = w.open_table(T)?;
+    /// t.insert(1, 1)?;
+    /// assert_eq!(t.remove(1)?.unwrap().value(), 1);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn remove<'a>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'a>>,
+    ) -> Result<Option<AccessGuard<'_, V>>> {
+        self.inner.remove(key)
+    }
+
+    /// A mutable cursor at the gap before the first key not below `bound`.
+    ///
+    /// ```
+    /// use std::ops::Bound;
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// c.insert_before(1, 1)?;
+    /// c.close()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn lower_bound_mut<'a>(
+        &mut self,
+        bound: Bound<impl Borrow<K::SelfType<'a>>>,
+    ) -> Result<CursorMut<'_, K, V>> {
+        Ok(CursorMut {
+            inner: self.inner.lower_bound_mut(bound)?,
+            filter: self.filter.as_deref(),
+            log: &mut self.log,
+        })
+    }
+
+    /// A mutable cursor at the gap after the last key not above `bound`.
+    ///
+    /// ```
+    /// use std::ops::Bound;
+    /// use bloomsled_redb::{Database, ReadableTable, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut t = w.open_table(T)?;
+    /// let mut c = t.upper_bound_mut(Bound::<u64>::Unbounded)?;
+    /// c.insert_before(7, 1)?;
+    /// c.close()?;
+    /// assert!(t.get(7)?.is_some());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn upper_bound_mut<'a>(
+        &mut self,
+        bound: Bound<impl Borrow<K::SelfType<'a>>>,
+    ) -> Result<CursorMut<'_, K, V>> {
+        Ok(CursorMut {
+            inner: self.inner.upper_bound_mut(bound)?,
+            filter: self.filter.as_deref(),
+            log: &mut self.log,
+        })
+    }
+
+    /// The entry of `key` for in-place manipulation. The key is put in the filter first
+    /// (if the entry stays vacant, a false positive).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, ReadableTable, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut t = w.open_table(T)?;
+    /// t.entry(1)?.or_insert(5)?;
+    /// assert_eq!(t.get(1)?.unwrap().value(), 5);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn entry<'a>(&'a mut self, key: K::SelfType<'a>) -> Result<Entry<'a, K, V>> {
+        self.admit(K::as_bytes(&key).as_ref());
+        self.inner.entry(key)
+    }
+}
+
+impl<K: Key + 'static, V: MutInPlaceValue + 'static> Table<'_, K, V> {
+    /// Reserves `value_length` bytes for the value of `key` (the key enters the filter first).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let mut t = w.open_table(T)?;
+    /// t.insert_reserve(1, 3)?.as_mut().copy_from_slice(b"abc");
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn insert_reserve<'a>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'a>>,
+        value_length: usize,
+    ) -> Result<AccessGuardMutInPlace<'_, V>> {
+        self.admit(K::as_bytes(key.borrow()).as_ref());
+        self.inner.insert_reserve(key, value_length)
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> Drop for Table<'_, K, V> {
+    fn drop(&mut self) {
+        self.txn.append_log(Kind::Table, &self.name, &mut self.log);
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> ReadableTableMetadata for Table<'_, K, V> {
+    fn stats(&self) -> Result<TableStats> {
+        self.inner.stats()
+    }
+
+    fn len(&self) -> Result<u64> {
+        self.inner.len()
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, V> {
+    fn get<'a>(&self, key: impl Borrow<K::SelfType<'a>>) -> Result<Option<AccessGuard<'_, V>>> {
+        if self.rules_out(K::as_bytes(key.borrow()).as_ref()) {
+            return Ok(None);
+        }
+        self.inner.get(key)
+    }
+
+    fn range<'a, KR>(&self, range: impl RangeBounds<KR> + 'a) -> Result<Range<'_, K, V>>
+    where
+        KR: Borrow<K::SelfType<'a>> + 'a,
+    {
+        self.inner.range(range)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn first(&self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.first()
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn last(&self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.last()
+    }
+
+    fn lower_bound<'a>(
+        &self,
+        bound: Bound<impl Borrow<K::SelfType<'a>>>,
+    ) -> Result<Cursor<'_, K, V>> {
+        self.inner.lower_bound(bound)
+    }
+
+    fn upper_bound<'a>(
+        &self,
+        bound: Bound<impl Borrow<K::SelfType<'a>>>,
+    ) -> Result<Cursor<'_, K, V>> {
+        self.inner.upper_bound(bound)
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> crate::TableHandle for Table<'_, K, V> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> std::fmt::Debug for Table<'_, K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+/// A cursor that writes (redb's `CursorMut`): its inserts put their key in the filter first.
+///
+/// ```
+/// use std::ops::Bound;
+/// use bloomsled_redb::{Database, TableDefinition};
+/// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::create(dir.path().join("a.redb"))?;
+/// let w = db.begin_write()?;
+/// let mut t = w.open_table(T)?;
+/// let mut c = t.upper_bound_mut(Bound::<u64>::Unbounded)?;
+/// for k in 0..10 {
+///     c.insert_before(k, k)?;
+/// }
+/// c.close()?;
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub struct CursorMut<'a, K: Key + 'static, V: Value + 'static> {
+    inner: redb::CursorMut<'a, K, V>,
+    filter: Option<&'a TableFilter>,
+    log: &'a mut Vec<u64>,
+}
+
+impl<K: Key + 'static, V: Value + 'static> CursorMut<'_, K, V> {
+    fn admit(&mut self, key: &[u8]) {
+        if let Some(tf) = self.filter {
+            self.log.push(tf.insert(key));
+        }
+    }
+
+    /// The pair after the cursor, without moving.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// assert!(c.peek_next()?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn peek_next(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.peek_next()
+    }
+
+    /// The pair before the cursor, without moving.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// assert!(c.peek_prev()?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn peek_prev(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.peek_prev()
+    }
+
+    /// Moves past the next pair and returns it.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// assert!(c.next()?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity, clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.next()
+    }
+
+    /// Moves before the previous pair and returns it.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// assert!(c.prev()?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn prev(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.prev()
+    }
+
+    /// Inserts a pair at the cursor, before it (keys must stay in order).
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// c.insert_before(1, 1)?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn insert_before<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+    ) -> std::result::Result<(), CursorError> {
+        self.admit(K::as_bytes(key.borrow()).as_ref());
+        self.inner.insert_before(key, value)
+    }
+
+    /// Inserts a pair at the cursor, after it (keys must stay in order).
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// c.insert_after(1, 1)?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn insert_after<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+    ) -> std::result::Result<(), CursorError> {
+        self.admit(K::as_bytes(key.borrow()).as_ref());
+        self.inner.insert_after(key, value)
+    }
+
+    /// Removes the pair after the cursor.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// assert!(c.remove_next()?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn remove_next(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.remove_next()
+    }
+
+    /// Removes the pair before the cursor.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// assert!(c.remove_prev()?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn remove_prev(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.remove_prev()
+    }
+
+    /// Ends the cursor, reporting an error it latched.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// t.lower_bound_mut(Bound::<u64>::Unbounded)?.close()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn close(self) -> Result {
+        self.inner.close()
+    }
+}
+
+/// A table in a read transaction (redb's `ReadOnlyTable`). It keeps the filter it was
+/// opened with if that filter is complete for its transaction's snapshot.
+///
+/// ```
+/// use bloomsled_redb::{Database, ReadableDatabase, TableDefinition};
+/// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::create(dir.path().join("a.redb"))?;
+/// # let w = db.begin_write()?; w.open_table(T)?.insert(1, 1)?; w.commit()?;
+/// let t = db.begin_read()?.open_table(T)?;
+/// assert!(t.get(1)?.is_some());
+/// assert!(t.get(2)?.is_none());
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub struct ReadOnlyTable<K: Key + 'static, V: Value + 'static> {
+    inner: redb::ReadOnlyTable<K, V>,
+    /// `Some` only if complete for this snapshot at open.
+    stages: Option<Arc<Stages>>,
+}
+
+impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
+    pub(crate) fn new(
+        inner: redb::ReadOnlyTable<K, V>,
+        txn: &ReadTransaction,
+        def: TableDefinition<K, V>,
+    ) -> Self {
+        use redb::TableHandle;
+        let shared = txn.shared();
+        let stages = shared.table(Kind::Table, def.name()).and_then(|tf| {
+            build::<K, V>(shared, &tf, false, def.name());
+            let current = tf.read().current.clone();
+            current
+                .trusted_for(shared.epoch.load(SeqCst), txn.seq())
+                .then_some(current)
+        });
+        ReadOnlyTable { inner, stages }
+    }
+
+    #[inline]
+    fn rules_out(&self, key: &[u8]) -> bool {
+        self.stages.as_ref().is_some_and(|s| !s.may_contain(key))
+    }
+
+    /// The value of `key`; `None` from the filter alone if it rules the key out.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, ReadableDatabase, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?; w.open_table(T)?; w.commit()?;
+    /// assert!(db.begin_read()?.open_table(T)?.get(1)?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[inline]
+    pub fn get<'a>(
+        &self,
+        key: impl Borrow<K::SelfType<'a>>,
+    ) -> Result<Option<AccessGuard<'static, V>>> {
+        if self.rules_out(K::as_bytes(key.borrow()).as_ref()) {
+            return Ok(None);
+        }
+        self.inner.get(key)
+    }
+
+    /// [`ReadOnlyTable::get`] with a value that keeps the transaction alive.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, ReadableDatabase, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?; w.open_table(T)?.insert(1, 7)?; w.commit()?;
+    /// let v = db.begin_read()?.open_table(T)?.get_owned(1)?.unwrap();
+    /// assert_eq!(v.value(), 7);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn get_owned<'a>(
+        &self,
+        key: impl Borrow<K::SelfType<'a>>,
+    ) -> Result<Option<OwnedAccessGuard<V>>> {
+        if self.rules_out(K::as_bytes(key.borrow()).as_ref()) {
+            return Ok(None);
+        }
+        self.inner.get_owned(key)
+    }
+
+    /// The pairs in `range`.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, ReadableDatabase, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?; w.open_table(T)?.insert(1, 7)?; w.commit()?;
+    /// assert_eq!(db.begin_read()?.open_table(T)?.range(0..9)?.count(), 1);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn range<'a, KR>(&self, range: impl RangeBounds<KR>) -> Result<Range<'static, K, V>>
+    where
+        KR: Borrow<K::SelfType<'a>>,
+    {
+        self.inner.range(range)
+    }
+
+    /// The pairs in `range`, keeping the transaction alive.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, ReadableDatabase, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?; w.open_table(T)?.insert(1, 7)?; w.commit()?;
+    /// assert_eq!(db.begin_read()?.open_table(T)?.range_owned(0..9)?.count(), 1);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn range_owned<'a, KR>(&self, range: impl RangeBounds<KR>) -> Result<OwnedRange<K, V>>
+    where
+        KR: Borrow<K::SelfType<'a>>,
+    {
+        self.inner.range_owned(range)
+    }
+
+    /// How many stages the filter this table uses has (`None`: it uses none).
+    #[doc(hidden)]
+    pub fn filter_stages(&self) -> Option<usize> {
+        self.stages.as_ref().map(|s| s.len())
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> ReadableTableMetadata for ReadOnlyTable<K, V> {
+    fn stats(&self) -> Result<TableStats> {
+        self.inner.stats()
+    }
+
+    fn len(&self) -> Result<u64> {
+        self.inner.len()
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for ReadOnlyTable<K, V> {
+    fn get<'a>(&self, key: impl Borrow<K::SelfType<'a>>) -> Result<Option<AccessGuard<'_, V>>> {
+        ReadOnlyTable::get(self, key)
+    }
+
+    fn range<'a, KR>(&self, range: impl RangeBounds<KR> + 'a) -> Result<Range<'_, K, V>>
+    where
+        KR: Borrow<K::SelfType<'a>> + 'a,
+    {
+        self.inner.range(range)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn first(&self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        ReadableTable::first(&self.inner)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn last(&self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        ReadableTable::last(&self.inner)
+    }
+
+    fn lower_bound<'a>(
+        &self,
+        bound: Bound<impl Borrow<K::SelfType<'a>>>,
+    ) -> Result<Cursor<'_, K, V>> {
+        self.inner.lower_bound(bound)
+    }
+
+    fn upper_bound<'a>(
+        &self,
+        bound: Bound<impl Borrow<K::SelfType<'a>>>,
+    ) -> Result<Cursor<'_, K, V>> {
+        self.inner.upper_bound(bound)
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> crate::TableHandle for ReadOnlyTable<K, V> {
+    fn name(&self) -> &str {
+        redb::TableHandle::name(&self.inner)
+    }
+}
+
+impl<K: Key + 'static, V: Value + 'static> std::fmt::Debug for ReadOnlyTable<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}

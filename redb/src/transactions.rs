@@ -1,0 +1,687 @@
+//! `WriteTransaction` and `ReadTransaction`: redb's, with each write logged for the filters.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::{Arc, Mutex};
+
+use redb::{
+    CommitError, DatabaseStats, Durability, Key, MultimapTableDefinition,
+    ReadOnlyUntypedMultimapTable, ReadOnlyUntypedTable, Savepoint, SavepointError,
+    SetDurabilityError, StorageError, TableDefinition, TableError, TransactionError,
+    UntypedMultimapTableHandle, UntypedTableHandle, Value,
+};
+
+use crate::filters::{Kind, Shared, TableFilter, Unsettle};
+use crate::multimap::{MultimapTable, ReadOnlyMultimapTable};
+use crate::table::{ReadOnlyTable, Table};
+use crate::{MultimapTableHandle, TableHandle};
+
+/// What a write transaction did to one table's filter: the build generation it saw when it
+/// first opened the table, and the hashes of the keys it wrote since.
+pub(crate) struct WriteLog {
+    filter: Arc<TableFilter>,
+    /// Builds this table's filter (`true`: compacts its stages), knowing its types.
+    build: Builder,
+    gen_seen: u64,
+    hashes: Vec<u64>,
+}
+
+/// A table's build, with its key and value types inside.
+pub(crate) type Builder = Box<dyn Fn(&Shared, &TableFilter, bool) + Send + Sync>;
+
+/// A write transaction (redb's `WriteTransaction`, same methods).
+///
+/// Every key it writes is in its table's filter before redb stores it; its commit makes
+/// sure a filter built meanwhile holds them too.
+///
+/// ```
+/// use bloomsled_redb::{Database, TableDefinition};
+/// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = Database::create(dir.path().join("a.redb"))?;
+/// let w = db.begin_write()?;
+/// {
+///     let mut t = w.open_table(T)?;
+///     t.insert(1, 2)?;
+/// }
+/// w.commit()?;
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub struct WriteTransaction {
+    inner: redb::WriteTransaction,
+    shared: Arc<Shared>,
+    /// Commits that began before this transaction: its state is theirs.
+    seq: u64,
+    logs: Mutex<HashMap<(Kind, String), WriteLog>>,
+    /// Set from the first restore or rename until the transaction ends (after `inner`).
+    unsettle: Mutex<Option<Unsettle>>,
+}
+
+impl WriteTransaction {
+    pub(crate) fn new(inner: redb::WriteTransaction, shared: Arc<Shared>) -> WriteTransaction {
+        // This transaction holds redb's write lock: every commit counted in `started` has
+        // returned from redb, so the state it sees is the one after them.
+        let seq = shared.started.load(SeqCst);
+        WriteTransaction {
+            inner,
+            shared,
+            seq,
+            logs: Mutex::default(),
+            unsettle: Mutex::default(),
+        }
+    }
+
+    fn unsettled(&self) -> bool {
+        self.unsettle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    fn unsettle(&self) {
+        let mut u = self.unsettle.lock().unwrap_or_else(|e| e.into_inner());
+        if u.is_none() {
+            *u = Some(self.shared.unsettle());
+        }
+    }
+
+    /// The table's filter for this transaction, and the generation it first saw. At the
+    /// table's first open in this transaction, `build` runs first (unless a restore or
+    /// rename of this transaction made the latest committed state not its own).
+    pub(crate) fn filter_for(
+        &self,
+        kind: Kind,
+        name: &str,
+        build: Builder,
+    ) -> Option<(Arc<TableFilter>, u64)> {
+        let tf = self.shared.table(kind, name)?;
+        let key = (kind, name.to_string());
+        let first = !self
+            .logs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&key);
+        if first && self.settled() {
+            build(&self.shared, &tf, false);
+        }
+        let mut logs = self.logs.lock().unwrap_or_else(|e| e.into_inner());
+        let log = logs.entry(key).or_insert_with(|| WriteLog {
+            gen_seen: tf.read().build_gen,
+            filter: tf.clone(),
+            build,
+            hashes: Vec::new(),
+        });
+        Some((tf, log.gen_seen))
+    }
+
+    /// Appends a table handle's logged hashes when it is dropped.
+    pub(crate) fn append_log(&self, kind: Kind, name: &str, hashes: &mut Vec<u64>) {
+        if hashes.is_empty() {
+            return;
+        }
+        let mut logs = self.logs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(log) = logs.get_mut(&(kind, name.to_string())) {
+            log.hashes.append(hashes);
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// True if this transaction may build or trust filters (it restored or renamed nothing).
+    pub(crate) fn settled(&self) -> bool {
+        !self.unsettled()
+    }
+
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Opens (creating it if needed) a table. Its filter is built now, from a scan of the
+    /// latest committed state, if it has none that this transaction may trust.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<&str, &str> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.open_table(T)?.insert("k", "v")?;
+    /// w.commit()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn open_table<'txn, K: Key + 'static, V: Value + 'static>(
+        &'txn self,
+        definition: TableDefinition<K, V>,
+    ) -> Result<Table<'txn, K, V>, TableError> {
+        let inner = self.inner.open_table(definition)?;
+        Ok(Table::new(inner, self))
+    }
+
+    /// Opens (creating it if needed) a multimap table.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, MultimapTableDefinition};
+    /// const M: MultimapTableDefinition<&str, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.open_multimap_table(M)?.insert("k", 1)?;
+    /// w.commit()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn open_multimap_table<'txn, K: Key + 'static, V: Key + 'static>(
+        &'txn self,
+        definition: MultimapTableDefinition<K, V>,
+    ) -> Result<MultimapTable<'txn, K, V>, TableError> {
+        let inner = self.inner.open_multimap_table(definition)?;
+        Ok(MultimapTable::new(inner, self))
+    }
+
+    /// Renames a table. The new name's filter is distrusted until rebuilt after this
+    /// transaction ends (its keys were the old name's).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const A: TableDefinition<u64, u64> = TableDefinition::new("a");
+    /// const B: TableDefinition<u64, u64> = TableDefinition::new("b");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.open_table(A)?.insert(1, 1)?;
+    /// w.rename_table(A, B)?;
+    /// w.commit()?;
+    /// assert!(db.get_latest(B, 1)?.is_some());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn rename_table(
+        &self,
+        definition: impl TableHandle,
+        new_name: impl TableHandle,
+    ) -> Result<(), TableError> {
+        let name = definition.name().to_string();
+        drop(definition);
+        self.unsettle();
+        self.inner.rename_table(
+            TableDefinition::<(), ()>::new(&name),
+            TableDefinition::<(), ()>::new(new_name.name()),
+        )
+    }
+
+    /// Renames a multimap table (see [`WriteTransaction::rename_table`]).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, MultimapTableDefinition};
+    /// const A: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("a");
+    /// const B: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("b");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.open_multimap_table(A)?.insert(1, 1)?;
+    /// w.rename_multimap_table(A, B)?;
+    /// w.commit()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn rename_multimap_table(
+        &self,
+        definition: impl MultimapTableHandle,
+        new_name: impl MultimapTableHandle,
+    ) -> Result<(), TableError> {
+        let name = definition.name().to_string();
+        drop(definition);
+        self.unsettle();
+        self.inner.rename_multimap_table(
+            MultimapTableDefinition::<(), ()>::new(&name),
+            MultimapTableDefinition::<(), ()>::new(new_name.name()),
+        )
+    }
+
+    /// Deletes a table. Its filter keeps the keys: false positives only, until rebuilt.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.open_table(T)?;
+    /// assert!(w.delete_table(T)?);
+    /// w.commit()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn delete_table(&self, definition: impl TableHandle) -> Result<bool, TableError> {
+        let name = definition.name().to_string();
+        drop(definition);
+        self.inner
+            .delete_table(TableDefinition::<(), ()>::new(&name))
+    }
+
+    /// Deletes a multimap table (see [`WriteTransaction::delete_table`]).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, MultimapTableDefinition};
+    /// const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// assert!(!w.delete_multimap_table(M)?);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn delete_multimap_table(
+        &self,
+        definition: impl MultimapTableHandle,
+    ) -> Result<bool, TableError> {
+        let name = definition.name().to_string();
+        drop(definition);
+        self.inner
+            .delete_multimap_table(MultimapTableDefinition::<(), ()>::new(&name))
+    }
+
+    /// The tables' names.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition, TableHandle};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.open_table(T)?;
+    /// assert_eq!(w.list_tables()?.map(|t| t.name().to_string()).collect::<Vec<_>>(), ["t"]);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn list_tables(
+        &self,
+    ) -> Result<impl Iterator<Item = UntypedTableHandle> + '_, StorageError> {
+        self.inner.list_tables()
+    }
+
+    /// The multimap tables' names.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// assert_eq!(w.list_multimap_tables()?.count(), 0);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn list_multimap_tables(
+        &self,
+    ) -> Result<impl Iterator<Item = UntypedMultimapTableHandle> + '_, StorageError> {
+        self.inner.list_multimap_tables()
+    }
+
+    /// Makes a persistent savepoint; returns its id.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let id = w.persistent_savepoint()?;
+    /// w.commit()?;
+    /// # let _ = id;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn persistent_savepoint(&self) -> Result<u64, SavepointError> {
+        self.inner.persistent_savepoint()
+    }
+
+    /// The persistent savepoint `id`.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let id = w.persistent_savepoint()?;
+    /// # w.commit()?;
+    /// let w = db.begin_write()?;
+    /// let s = w.get_persistent_savepoint(id)?;
+    /// # drop(s);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn get_persistent_savepoint(&self, id: u64) -> Result<Savepoint, SavepointError> {
+        self.inner.get_persistent_savepoint(id)
+    }
+
+    /// Deletes the persistent savepoint `id`; false if there was none.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// assert!(!w.delete_persistent_savepoint(7)?);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn delete_persistent_savepoint(&self, id: u64) -> Result<bool, SavepointError> {
+        self.inner.delete_persistent_savepoint(id)
+    }
+
+    /// The ids of the persistent savepoints.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// assert_eq!(w.list_persistent_savepoints()?.count(), 0);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn list_persistent_savepoints(
+        &self,
+    ) -> Result<impl Iterator<Item = u64> + '_, StorageError> {
+        self.inner.list_persistent_savepoints()
+    }
+
+    /// Makes an ephemeral savepoint (lives while the returned value does).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// let s = w.ephemeral_savepoint()?;
+    /// # drop(s);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn ephemeral_savepoint(&self) -> Result<Savepoint, SavepointError> {
+        self.inner.ephemeral_savepoint()
+    }
+
+    /// Restores the savepoint: the keys removed since come back. Every table's filter is
+    /// distrusted from now until it is rebuilt after this transaction ends (see
+    /// `docs/redb.md`, "Savepoints").
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.open_table(T)?.insert(1, 1)?;
+    /// w.commit()?;
+    /// let w = db.begin_write()?;
+    /// let s = w.ephemeral_savepoint()?;
+    /// w.open_table(T)?.remove(1)?;
+    /// w.commit()?;
+    /// let mut w = db.begin_write()?;
+    /// w.restore_savepoint(&s)?;
+    /// w.commit()?;
+    /// assert!(db.get_latest(T, 1)?.is_some());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn restore_savepoint(&mut self, savepoint: &Savepoint) -> Result<(), SavepointError> {
+        self.unsettle();
+        self.inner.restore_savepoint(savepoint)
+    }
+
+    /// How durable the commit is. `Durability::None` commits may be lost at a crash: their
+    /// keys stay in the filters (false positives only).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// let mut w = db.begin_write()?;
+    /// w.set_durability(bloomsled_redb::Durability::None)?;
+    /// w.commit()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn set_durability(&mut self, durability: Durability) -> Result<(), SetDurabilityError> {
+        self.inner.set_durability(durability)
+    }
+
+    /// Whether the commit uses redb's two-phase protocol.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// let mut w = db.begin_write()?;
+    /// w.set_two_phase_commit(true);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn set_two_phase_commit(&mut self, enabled: bool) {
+        self.inner.set_two_phase_commit(enabled)
+    }
+
+    /// Whether the commit saves the allocator state for a quick repair.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// let mut w = db.begin_write()?;
+    /// w.set_quick_repair(true);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn set_quick_repair(&mut self, enabled: bool) {
+        self.inner.set_quick_repair(enabled)
+    }
+
+    /// redb's statistics of the database as this transaction sees it.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// assert!(w.stats()?.page_size() > 0);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn stats(&self) -> Result<DatabaseStats, StorageError> {
+        self.inner.stats()
+    }
+
+    /// Commits. Before redb's commit, a filter built since this transaction first opened a
+    /// table gets the keys it wrote there (rule 2 of the filters' protocol). After it, a
+    /// filter this transaction grew to several stages is rebuilt as one, sized for its
+    /// keys, from a scan (synchronously, in this call).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// db.begin_write()?.commit()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn commit(self) -> Result<(), CommitError> {
+        let WriteTransaction {
+            inner,
+            shared,
+            logs,
+            unsettle,
+            ..
+        } = self;
+        let logs = logs.into_inner().unwrap_or_else(|e| e.into_inner());
+        shared.started.fetch_add(1, SeqCst);
+        let guards: Vec<_> = logs
+            .values()
+            .map(|log| {
+                let slots = log.filter.read();
+                if slots.build_gen != log.gen_seen {
+                    TableFilter::reinsert(&slots, &log.hashes);
+                }
+                slots
+            })
+            .collect();
+        let result = inner.commit();
+        drop(guards);
+        shared.finished.fetch_add(1, SeqCst);
+        drop(unsettle);
+        if result.is_ok() {
+            for log in logs.values().filter(|log| log.filter.wants_compaction()) {
+                (log.build)(&shared, &log.filter, true);
+            }
+        }
+        result
+    }
+
+    /// Aborts: nothing is stored; keys already in filters are false positives only.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// db.begin_write()?.abort()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn abort(self) -> Result<(), StorageError> {
+        self.inner.abort()
+    }
+}
+
+impl std::fmt::Debug for WriteTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteTransaction").finish_non_exhaustive()
+    }
+}
+
+/// A read transaction (redb's `ReadTransaction`): it sees the state of its `begin_read`.
+///
+/// ```
+/// use bloomsled_redb::{Database, ReadableDatabase};
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::create(dir.path().join("a.redb"))?;
+/// let r = db.begin_read()?;
+/// r.close()?;
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub struct ReadTransaction {
+    inner: redb::ReadTransaction,
+    shared: Arc<Shared>,
+    /// Commits that had returned before it began: its state is at least theirs.
+    seq: u64,
+}
+
+impl ReadTransaction {
+    pub(crate) fn new(inner: redb::ReadTransaction, shared: Arc<Shared>, seq: u64) -> Self {
+        ReadTransaction { inner, shared, seq }
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Opens a table. Its filter is used only if complete for this transaction's state;
+    /// if the table has none yet, it is built now from a scan (first use).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?; w.open_table(T)?; w.commit()?;
+    /// let r = db.begin_read()?;
+    /// assert!(r.open_table(T)?.get(1)?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn open_table<K: Key + 'static, V: Value + 'static>(
+        &self,
+        definition: TableDefinition<K, V>,
+    ) -> Result<ReadOnlyTable<K, V>, TableError> {
+        let inner = self.inner.open_table(definition)?;
+        Ok(ReadOnlyTable::new(inner, self, definition))
+    }
+
+    /// Opens a table without its types (no lookups: redb's own).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, ReadableDatabase, ReadableTableMetadata, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?; w.open_table(T)?; w.commit()?;
+    /// assert_eq!(db.begin_read()?.open_untyped_table(T)?.len()?, 0);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn open_untyped_table(
+        &self,
+        handle: impl TableHandle,
+    ) -> Result<ReadOnlyUntypedTable, TableError> {
+        self.inner
+            .open_untyped_table(TableDefinition::<(), ()>::new(handle.name()))
+    }
+
+    /// Opens a multimap table (see [`ReadTransaction::open_table`]).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, MultimapTableDefinition, ReadableDatabase};
+    /// const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?; w.open_multimap_table(M)?; w.commit()?;
+    /// assert!(db.begin_read()?.open_multimap_table(M)?.get(1)?.is_empty());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn open_multimap_table<K: Key + 'static, V: Key + 'static>(
+        &self,
+        definition: MultimapTableDefinition<K, V>,
+    ) -> Result<ReadOnlyMultimapTable<K, V>, TableError> {
+        let inner = self.inner.open_multimap_table(definition)?;
+        Ok(ReadOnlyMultimapTable::new(inner, self, definition))
+    }
+
+    /// Opens a multimap table without its types.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, MultimapTableDefinition, ReadableDatabase};
+    /// const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?; w.open_multimap_table(M)?; w.commit()?;
+    /// db.begin_read()?.open_untyped_multimap_table(M)?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn open_untyped_multimap_table(
+        &self,
+        handle: impl MultimapTableHandle,
+    ) -> Result<ReadOnlyUntypedMultimapTable, TableError> {
+        self.inner
+            .open_untyped_multimap_table(MultimapTableDefinition::<(), ()>::new(handle.name()))
+    }
+
+    /// The tables' names.
+    ///
+    /// ```
+    /// # use bloomsled_redb::ReadableDatabase;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// assert_eq!(db.begin_read()?.list_tables()?.count(), 0);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn list_tables(
+        &self,
+    ) -> Result<impl Iterator<Item = UntypedTableHandle> + '_, StorageError> {
+        self.inner.list_tables()
+    }
+
+    /// The multimap tables' names.
+    ///
+    /// ```
+    /// # use bloomsled_redb::ReadableDatabase;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// assert_eq!(db.begin_read()?.list_multimap_tables()?.count(), 0);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn list_multimap_tables(
+        &self,
+    ) -> Result<impl Iterator<Item = UntypedMultimapTableHandle> + '_, StorageError> {
+        self.inner.list_multimap_tables()
+    }
+
+    /// Ends the transaction; an error if a table or range of it is still alive.
+    ///
+    /// ```
+    /// # use bloomsled_redb::ReadableDatabase;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = bloomsled_redb::Database::create(dir.path().join("a.redb"))?;
+    /// db.begin_read()?.close()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn close(self) -> Result<(), TransactionError> {
+        self.inner.close()
+    }
+}
+
+impl std::fmt::Debug for ReadTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadTransaction").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,238 @@
+//! A property test against a model (a `BTreeMap`): random write transactions (inserts,
+//! removes, retain, extract_if, pop, delete_table), aborts, `Durability::None` commits,
+//! savepoints and restores, renames back and forth, reopens, with readers held across
+//! commits. Every lookup path must answer what the model holds: a false negative fails.
+
+use std::collections::BTreeMap;
+
+use bloomsled_redb::{
+    Database, Durability, ReadOnlyTable, ReadableDatabase, ReadableTable, Savepoint,
+    TableDefinition,
+};
+use proptest::prelude::*;
+
+const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+const T2: TableDefinition<u64, u64> = TableDefinition::new("t2");
+const KEYS: u64 = 96;
+
+type Model = BTreeMap<u64, u64>;
+
+#[derive(Debug, Clone)]
+enum Write {
+    Insert(u64, u64),
+    Remove(u64),
+    Retain(u64),
+    ExtractIf(u64),
+    PopFirst,
+    PopLast,
+}
+
+/// What a transaction does to the whole table after its writes.
+#[derive(Debug, Clone)]
+enum Finally {
+    DeleteTable,
+    RenameAwayAndBack,
+}
+
+#[derive(Debug, Clone)]
+enum End {
+    Commit,
+    CommitNonDurable,
+    Abort,
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Txn {
+        restore: Option<usize>,
+        save: bool,
+        writes: Vec<Write>,
+        finally: Option<Finally>,
+        end: End,
+        hold_reader: bool,
+    },
+    Reopen,
+}
+
+fn write() -> impl Strategy<Value = Write> {
+    prop_oneof![
+        8 => (0..KEYS, any::<u64>()).prop_map(|(k, v)| Write::Insert(k, v)),
+        4 => (0..KEYS).prop_map(Write::Remove),
+        1 => (2..5u64).prop_map(Write::Retain),
+        1 => (2..5u64).prop_map(Write::ExtractIf),
+        1 => Just(Write::PopFirst),
+        1 => Just(Write::PopLast),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        10 => (
+            proptest::option::weighted(0.2, 0..4usize),
+            proptest::bool::weighted(0.3),
+            proptest::collection::vec(write(), 0..24),
+            proptest::option::weighted(
+                0.1,
+                prop_oneof![Just(Finally::DeleteTable), Just(Finally::RenameAwayAndBack)],
+            ),
+            prop_oneof![6 => Just(End::Commit), 2 => Just(End::CommitNonDurable), 2 => Just(End::Abort)],
+            proptest::bool::weighted(0.3),
+        )
+            .prop_map(|(restore, save, writes, finally, end, hold_reader)| Step::Txn {
+                restore,
+                save,
+                writes,
+                finally,
+                end,
+                hold_reader,
+            }),
+        1 => Just(Step::Reopen),
+    ]
+}
+
+/// Every key through a read transaction's table and the per-request path.
+fn check_committed(db: &Database, model: &Model) {
+    let r = db.begin_read().unwrap();
+    let table: Option<ReadOnlyTable<u64, u64>> = r.open_table(T).ok();
+    for k in 0..KEYS + 8 {
+        let want = model.get(&k).copied();
+        let got = table
+            .as_ref()
+            .and_then(|t| t.get(k).unwrap().map(|v| v.value()));
+        assert_eq!(got, want, "read transaction, key {k}");
+        let latest = db.get_latest(T, k).unwrap().map(|v| v.value());
+        assert_eq!(latest, want, "get_latest, key {k}");
+    }
+}
+
+fn apply(t: &mut bloomsled_redb::Table<'_, u64, u64>, w: &Write, m: &mut Model) {
+    match *w {
+        Write::Insert(k, v) => {
+            t.insert(k, v).unwrap();
+            m.insert(k, v);
+        }
+        Write::Remove(k) => {
+            t.remove(k).unwrap();
+            m.remove(&k);
+        }
+        Write::Retain(n) => {
+            t.retain(|k, _| k % n != 0).unwrap();
+            m.retain(|k, _| k % n != 0);
+        }
+        Write::ExtractIf(n) => {
+            let gone = t.extract_if(|k, _| k % n == 1).unwrap().count();
+            let before = m.len();
+            m.retain(|k, _| k % n != 1);
+            assert_eq!(gone, before - m.len());
+        }
+        Write::PopFirst => {
+            t.pop_first().unwrap();
+            m.pop_first();
+        }
+        Write::PopLast => {
+            t.pop_last().unwrap();
+            m.pop_last();
+        }
+    }
+}
+
+fn run(steps: Vec<Step>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.redb");
+    let mut db = Some(Database::create(&path).unwrap());
+    let mut committed = Model::new();
+    let mut savepoints: Vec<(Savepoint, Model)> = Vec::new();
+    for step in steps {
+        let d = db.as_ref().unwrap();
+        match step {
+            Step::Reopen => {
+                savepoints.clear();
+                drop(db.take());
+                db = Some(Database::open(&path).unwrap());
+            }
+            Step::Txn {
+                restore,
+                save,
+                writes,
+                finally,
+                end,
+                hold_reader,
+            } => {
+                let reader = hold_reader.then(|| d.begin_read().unwrap());
+                let reader_table = reader.as_ref().and_then(|r| r.open_table(T).ok());
+                let before = committed.clone();
+                let mut w = d.begin_write().unwrap();
+                let mut m = committed.clone();
+                if let Some(i) = restore.filter(|i| *i < savepoints.len())
+                    && w.restore_savepoint(&savepoints[i].0).is_ok()
+                {
+                    m = savepoints[i].1.clone();
+                }
+                let saved = if save {
+                    w.ephemeral_savepoint().ok().map(|s| (s, m.clone()))
+                } else {
+                    None
+                };
+                {
+                    let mut t = w.open_table(T).unwrap();
+                    for x in &writes {
+                        apply(&mut t, x, &mut m);
+                    }
+                    for k in 0..KEYS {
+                        let got = t.get(k).unwrap().map(|v| v.value());
+                        assert_eq!(got, m.get(&k).copied(), "in the write transaction, key {k}");
+                    }
+                }
+                match finally {
+                    Some(Finally::DeleteTable) => {
+                        w.delete_table(T).unwrap();
+                        m.clear();
+                    }
+                    Some(Finally::RenameAwayAndBack) => {
+                        w.delete_table(T2).unwrap();
+                        w.rename_table(T, T2).unwrap();
+                        w.rename_table(T2, T).unwrap();
+                    }
+                    None => {}
+                }
+                match end {
+                    End::Commit => {
+                        w.commit().unwrap();
+                        committed = m;
+                    }
+                    End::CommitNonDurable => {
+                        w.set_durability(Durability::None).unwrap();
+                        w.commit().unwrap();
+                        committed = m;
+                    }
+                    End::Abort => w.abort().unwrap(),
+                }
+                if let Some((s, sm)) = saved {
+                    if matches!(end, End::Abort) {
+                        drop(s);
+                    } else {
+                        savepoints.push((s, sm));
+                    }
+                }
+                if let Some(t) = reader_table {
+                    for k in 0..KEYS {
+                        assert_eq!(
+                            t.get(k).unwrap().map(|v| v.value()),
+                            before.get(&k).copied(),
+                            "held reader, key {k}"
+                        );
+                    }
+                }
+                check_committed(d, &committed);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #[test]
+    fn answers_equal_the_model(steps in proptest::collection::vec(step(), 1..24)) {
+        run(steps);
+    }
+}
