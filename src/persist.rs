@@ -399,7 +399,7 @@ pub(crate) fn forget_closed(
     name: &[u8],
 ) -> crate::error::Result<()> {
     if let Some(Ok(record)) = meta.read(name)? {
-        files::SnapshotFile::new(db_dir, &record.tree_id)
+        files::SnapshotFile::in_db(db_dir, &record.tree_id)
             .remove(true)
             .map_err(|f| meta.absorb(f))?;
         let files = tree_files::TreeFiles::new(db_dir, meta, &record.tree_id, true);
