@@ -35,7 +35,7 @@ pub struct FilterConfig {
 
 /// The capacity a tree's filter starts at when no setting sizes it: it grows from here
 /// with the tree's keys (see `docs/guide.md`, "Sizing").
-pub(crate) const INITIAL_CAPACITY: u64 = 256;
+pub(crate) const INITIAL_CAPACITY: u64 = 128;
 
 /// The false-positive rate filters are sized for unless told otherwise: 0.1%.
 ///
