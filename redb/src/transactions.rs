@@ -20,7 +20,7 @@ use crate::{MultimapTableHandle, TableHandle};
 /// first opened the table, and the hashes of the keys it wrote since.
 pub(crate) struct WriteLog {
     filter: Arc<TableFilter>,
-    /// Builds this table's filter (`true`: compacts its stages), knowing its types.
+    /// Builds this table's filter (`true`: rebuilds it larger), knowing its types.
     build: Builder,
     gen_seen: u64,
     hashes: Vec<u64>,
@@ -468,7 +468,7 @@ impl WriteTransaction {
 
     /// Commits. Before redb's commit, a filter built since this transaction first opened a
     /// table gets the keys it wrote there (rule 2 of the filters' protocol). After it, a
-    /// filter this transaction grew to several stages is rebuilt as one, sized for its
+    /// filter this transaction filled past its capacity is rebuilt larger, sized for its
     /// keys, from a scan (synchronously, in this call).
     ///
     /// ```
@@ -502,7 +502,7 @@ impl WriteTransaction {
         shared.finished.fetch_add(1, SeqCst);
         drop(unsettle);
         if result.is_ok() {
-            for log in logs.values().filter(|log| log.filter.wants_compaction()) {
+            for log in logs.values().filter(|log| log.filter.wants_growth()) {
                 (log.build)(&shared, &log.filter, true);
             }
         }
