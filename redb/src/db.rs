@@ -13,6 +13,7 @@ use redb::{
 
 use crate::Error;
 use crate::filters::{Kind, Shared, Source};
+use crate::persist;
 use crate::transactions::{ReadTransaction, WriteTransaction};
 
 /// What redb's `ReadableDatabase` is: a database that begins read transactions.
@@ -71,10 +72,37 @@ const OPEN: &str = "the redb handle lives as long as the user's handle";
 
 impl Database {
     fn wrap(inner: redb::Database, mode: ConcurrencyMode) -> Database {
+        let on_disk = persist::read_on_disk_of(&inner);
         let source = Source::ReadWrite(RwLock::new(Some(inner)));
         let enabled = mode == ConcurrencyMode::ExclusiveWriter;
         Database {
-            shared: Arc::new(Shared::new(enabled, source)),
+            shared: Arc::new(Shared::new(enabled, source, on_disk)),
+        }
+    }
+
+    /// How this handle's tables got their filters so far: loaded from the clean close that
+    /// wrote them (no key read), or built from a scan of their keys.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, ReadableDatabase, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("a.redb");
+    /// let db = Database::create(&path)?;
+    /// let w = db.begin_write()?;
+    /// w.open_table(T)?.insert(1, 1)?;
+    /// w.commit()?;
+    /// drop(db); // a clean close writes the filter
+    /// let db = Database::open(&path)?;
+    /// assert!(db.begin_read()?.open_table(T)?.get(2)?.is_none());
+    /// assert_eq!(db.filter_stats().loaded, 1);
+    /// assert_eq!(db.filter_stats().scanned, 0);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn filter_stats(&self) -> FilterStats {
+        FilterStats {
+            loaded: self.shared.loaded.load(SeqCst),
+            scanned: self.shared.scanned.load(SeqCst),
         }
     }
 
@@ -261,11 +289,39 @@ impl ReadableDatabase for Database {
 }
 
 impl Drop for Database {
-    /// Drops redb's handle now, as dropping redb's `Database` does, even while transactions
-    /// (which hold the filters) live on.
+    /// Closes cleanly: writes each table's filter that is complete for the latest committed
+    /// state, with its record, in one commit (unless a write transaction is still alive:
+    /// then the next open scans). Then drops redb's handle now, as dropping redb's
+    /// `Database` does, even while transactions (which hold the filters) live on.
     fn drop(&mut self) {
-        drop(self.take());
+        let Some(db) = self.take() else {
+            return;
+        };
+        if self.shared.writers.load(SeqCst) == 0 {
+            let clean = self.shared.clean_filters();
+            if !clean.is_empty() || !self.shared.on_disk().keys.is_empty() {
+                // An error leaves the last committed records, which stay true: a failed
+                // close costs a scan at the next open, never a stale filter.
+                let _ = persist::write_close(&db, &clean);
+            }
+        }
+        drop(db);
     }
+}
+
+/// How a database's tables got their filters (see [`Database::filter_stats`]).
+///
+/// ```
+/// let s = bloomsled_redb::FilterStats::default();
+/// assert_eq!((s.loaded, s.scanned), (0, 0));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilterStats {
+    /// Filters loaded from the clean close that wrote them, without reading a key.
+    pub loaded: u64,
+    /// Filters built from a scan of their table's keys (first use with no clean record,
+    /// after a restore or rename, or grown past their capacity).
+    pub scanned: u64,
 }
 
 impl std::fmt::Debug for Database {
@@ -292,10 +348,11 @@ pub struct ReadOnlyDatabase {
 
 impl ReadOnlyDatabase {
     fn wrap(inner: redb::ReadOnlyDatabase, mode: ConcurrencyMode) -> ReadOnlyDatabase {
+        let on_disk = persist::read_on_disk_of(&inner);
         let source = Source::ReadOnly(RwLock::new(Some(inner)));
         let enabled = mode == ConcurrencyMode::ExclusiveWriter;
         ReadOnlyDatabase {
-            shared: Arc::new(Shared::new(enabled, source)),
+            shared: Arc::new(Shared::new(enabled, source, on_disk)),
         }
     }
 

@@ -30,6 +30,8 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
 
 use bloomsled::{Filter, FilterConfig};
 
+use crate::persist::{self, OnDisk};
+
 /// The smallest capacity a table's filter is sized for.
 const MIN_CAPACITY: u64 = 1024;
 /// A build sizes the filter for this many times the table's keys.
@@ -61,6 +63,20 @@ impl Built {
     #[inline]
     pub(crate) fn may_contain(&self, key: &[u8]) -> bool {
         self.filter.contains(key)
+    }
+
+    /// A filter loaded from a clean close, not yet trusted (a build installs it).
+    fn loaded(filter: Filter) -> Built {
+        Built {
+            filter,
+            trusted_epoch: None,
+            valid_from: u64::MAX,
+        }
+    }
+
+    /// The core's filter inside.
+    pub(crate) fn filter(&self) -> &Filter {
+        &self.filter
     }
 
     fn insert_hash(&self, h: u64) {
@@ -101,11 +117,14 @@ pub(crate) struct TableFilter {
     pub(crate) slots: RwLock<Slots>,
     seed: u64,
     building: Mutex<()>,
+    /// The table's key in bloomsled's own tables (`persist::key`).
+    pub(crate) key: Box<str>,
 }
 
 impl TableFilter {
-    fn new(seed: u64) -> Option<TableFilter> {
+    fn new(seed: u64, key: String) -> Option<TableFilter> {
         Some(TableFilter {
+            key: key.into(),
             slots: RwLock::new(Slots {
                 current: Arc::new(Built::new(seed, MIN_CAPACITY)?),
                 pending: None,
@@ -178,6 +197,13 @@ pub(crate) struct Shared {
     version: Version,
     /// This database's number in the process, never reused (the per-thread cache's key).
     id: u64,
+    /// Write transactions alive (a clean close writes nothing while one is).
+    pub(crate) writers: AtomicUsize,
+    /// Which tables have a record of a clean close in the latest committed state.
+    pub(crate) on_disk: Mutex<OnDisk>,
+    /// Filters loaded from a clean close, and filters built from a scan.
+    pub(crate) loaded: AtomicU64,
+    pub(crate) scanned: AtomicU64,
 }
 
 /// See [`Shared::version`].
@@ -233,7 +259,7 @@ pub(crate) enum Kind {
 }
 
 impl Shared {
-    pub(crate) fn new(enabled: bool, source: Source) -> Shared {
+    pub(crate) fn new(enabled: bool, source: Source, on_disk: OnDisk) -> Shared {
         Shared {
             enabled,
             tables: RwLock::default(),
@@ -245,6 +271,10 @@ impl Shared {
             source,
             version: Version::default(),
             id: NEXT_ID.fetch_add(1, SeqCst),
+            writers: AtomicUsize::new(0),
+            on_disk: Mutex::new(on_disk),
+            loaded: AtomicU64::new(0),
+            scanned: AtomicU64::new(0),
         }
     }
 
@@ -345,9 +375,39 @@ impl Shared {
         if let Some(tf) = map.get(name) {
             return Some(tf.clone());
         }
-        let tf = Arc::new(TableFilter::new(bloomsled::hash::secret_seed().ok()?)?);
+        let key = persist::key(kind, name);
+        let recorded = self.on_disk().seeds.get(&key).copied();
+        let seed = match recorded {
+            Some(seed) => seed,
+            None => bloomsled::hash::secret_seed().ok()?,
+        };
+        let tf = Arc::new(TableFilter::new(seed, key)?);
         map.insert(name.to_string(), tf.clone());
         Some(tf)
+    }
+
+    pub(crate) fn on_disk(&self) -> std::sync::MutexGuard<'_, OnDisk> {
+        self.on_disk.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The filters complete for the latest committed state, by their key in bloomsled's
+    /// tables: those trusted at the current epoch, while no restore or rename is in flight.
+    pub(crate) fn clean_filters(&self) -> Vec<(String, Arc<Built>)> {
+        let epoch = self.epoch.load(SeqCst);
+        if !self.enabled || self.unsettled.load(SeqCst) > 0 {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for kind in [Kind::Table, Kind::Multimap] {
+            let map = self.map(kind).read().unwrap_or_else(|e| e.into_inner());
+            for tf in map.values() {
+                let current = tf.read().current.clone();
+                if current.trusted_epoch == Some(epoch) {
+                    out.push((tf.key.to_string(), current));
+                }
+            }
+        }
+        out
     }
 
     /// Marks the start of a restore or rename (see `Unsettle`).
@@ -397,9 +457,19 @@ impl Shared {
         let Some(keys) = len(&sizing) else {
             return;
         };
+        // A filter written by a clean close, if its record holds; `record` is what the scan's
+        // transaction must still see for the scan to be skipped.
+        let saved = (!grow)
+            .then(|| persist::load(&sizing, &tf.key, tf.seed))
+            .flatten()
+            .zip(persist::raw_record(&sizing, &tf.key));
         drop(sizing);
-        let Some(fresh) = Built::new(tf.seed, keys.saturating_mul(GROWTH)) else {
-            return;
+        let (fresh, record) = match saved {
+            Some((filter, record)) => (Built::loaded(filter), Some(record)),
+            None => match Built::new(tf.seed, keys.saturating_mul(GROWTH)) {
+                Some(b) => (b, None),
+                None => return,
+            },
         };
         let fresh = Arc::new(fresh);
         {
@@ -409,11 +479,25 @@ impl Shared {
         }
         let scanned = self.source.begin_read().is_some_and(move |txn| {
             let valid_from = self.started.load(SeqCst);
-            let ok = scan(&txn, &mut |key| {
-                fresh.insert_hash(bloomsled::hash::hash_key(key, tf.seed));
-            });
+            // The record still there: no commit touched the table since the close that wrote
+            // the filter (a touch removes it in its own commit), so the filter holds every
+            // key of this state. Else the scan fills it, loaded or fresh.
+            let unchanged = record.is_some() && persist::raw_record(&txn, &tf.key) == record;
+            let ok = unchanged
+                || scan(&txn, &mut |key| {
+                    fresh.insert_hash(bloomsled::hash::hash_key(key, tf.seed));
+                });
             drop(fresh);
-            ok && self.install(tf, epoch, valid_from)
+            let counter = if unchanged {
+                &self.loaded
+            } else {
+                &self.scanned
+            };
+            let installed = ok && self.install(tf, epoch, valid_from);
+            if installed {
+                counter.fetch_add(1, SeqCst);
+            }
+            installed
         });
         if !scanned {
             tf.slots.write().unwrap_or_else(|e| e.into_inner()).pending = None;
