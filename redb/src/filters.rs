@@ -454,23 +454,24 @@ impl Shared {
         let Some(sizing) = self.source.begin_read() else {
             return;
         };
-        let Some(keys) = len(&sizing) else {
-            return;
-        };
         // A filter written by a clean close, if its record holds; `record` is what the scan's
         // transaction must still see for the scan to be skipped.
         let saved = (!grow)
             .then(|| persist::load(&sizing, &tf.key, tf.seed))
             .flatten()
             .zip(persist::raw_record(&sizing, &tf.key));
-        drop(sizing);
         let (fresh, record) = match saved {
             Some((filter, record)) => (Built::loaded(filter), Some(record)),
-            None => match Built::new(tf.seed, keys.saturating_mul(GROWTH)) {
-                Some(b) => (b, None),
-                None => return,
-            },
+            None => {
+                let Some(b) =
+                    len(&sizing).and_then(|keys| Built::new(tf.seed, keys.saturating_mul(GROWTH)))
+                else {
+                    return;
+                };
+                (b, None)
+            }
         };
+        drop(sizing);
         let fresh = Arc::new(fresh);
         {
             let mut s = tf.slots.write().unwrap_or_else(|e| e.into_inner());
