@@ -51,6 +51,9 @@ pub trait ReadableDatabase {
 /// ```
 pub struct Database {
     shared: Arc<Shared>,
+    /// False over a user's `StorageBackend`: its writes stay exactly redb's (no close is
+    /// written), as a backend that records or replays them expects.
+    close_writes: bool,
 }
 
 /// The redb handle inside `shared` (`Some` until the user's handle is dropped or closed).
@@ -71,17 +74,19 @@ fn ro(shared: &Shared) -> &RwLock<Option<redb::ReadOnlyDatabase>> {
 const OPEN: &str = "the redb handle lives as long as the user's handle";
 
 impl Database {
-    fn wrap(inner: redb::Database, mode: ConcurrencyMode) -> Database {
+    fn wrap(inner: redb::Database, mode: ConcurrencyMode, close_writes: bool) -> Database {
         let on_disk = persist::read_on_disk_of(&inner);
         let source = Source::ReadWrite(RwLock::new(Some(inner)));
         let enabled = mode == ConcurrencyMode::ExclusiveWriter;
         Database {
             shared: Arc::new(Shared::new(enabled, source, on_disk)),
+            close_writes,
         }
     }
 
     /// How this handle's tables got their filters so far: loaded from the clean close that
-    /// wrote them (no key read), or built from a scan of their keys.
+    /// wrote them (no key read), or built from a scan of their keys. A close writes the
+    /// filters of tables of at least 256 keys; smaller ones are scanned.
     ///
     /// ```
     /// use bloomsled_redb::{Database, ReadableDatabase, TableDefinition};
@@ -90,11 +95,16 @@ impl Database {
     /// # let path = dir.path().join("a.redb");
     /// let db = Database::create(&path)?;
     /// let w = db.begin_write()?;
-    /// w.open_table(T)?.insert(1, 1)?;
+    /// {
+    ///     let mut t = w.open_table(T)?;
+    ///     for i in 0..1_000 {
+    ///         t.insert(i, i)?;
+    ///     }
+    /// }
     /// w.commit()?;
     /// drop(db); // a clean close writes the filter
     /// let db = Database::open(&path)?;
-    /// assert!(db.begin_read()?.open_table(T)?.get(2)?.is_none());
+    /// assert!(db.begin_read()?.open_table(T)?.get(5_000)?.is_none());
     /// assert_eq!(db.filter_stats().loaded, 1);
     /// assert_eq!(db.filter_stats().scanned, 0);
     /// # Ok::<(), bloomsled_redb::Error>(())
@@ -290,15 +300,17 @@ impl ReadableDatabase for Database {
 
 impl Drop for Database {
     /// Closes cleanly: writes each table's filter that is complete for the latest committed
-    /// state, with its record, in one commit (unless a write transaction is still alive:
-    /// then the next open scans). Then drops redb's handle now, as dropping redb's
+    /// state, with its record, in one commit (unless a write transaction is still alive or
+    /// redb's write lock is held, or the database is over a user's `StorageBackend`: then
+    /// the next open scans). Then drops redb's handle now, as dropping redb's
     /// `Database` does, even while transactions (which hold the filters) live on.
     fn drop(&mut self) {
         let Some(db) = self.take() else {
             return;
         };
-        if self.shared.writers.load(SeqCst) == 0 {
-            let clean = self.shared.clean_filters();
+        if self.close_writes && self.shared.writers.load(SeqCst) == 0 {
+            let mut clean = self.shared.clean_filters();
+            clean.retain(|(_, built)| built.filter().items() >= persist::MIN_ITEMS);
             if !clean.is_empty() || !self.shared.on_disk().keys.is_empty() {
                 // An error leaves the last committed records, which stay true: a failed
                 // close costs a scan at the next open, never a stale filter.
@@ -504,7 +516,7 @@ impl Builder {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn create(&self, path: impl AsRef<Path>) -> Result<Database, DatabaseError> {
-        Ok(Database::wrap(self.inner.create(path)?, self.mode))
+        Ok(Database::wrap(self.inner.create(path)?, self.mode, true))
     }
 
     /// Opens an existing database.
@@ -518,7 +530,7 @@ impl Builder {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Database, DatabaseError> {
-        Ok(Database::wrap(self.inner.open(path)?, self.mode))
+        Ok(Database::wrap(self.inner.open(path)?, self.mode, true))
     }
 
     /// Opens an existing database read-only.
@@ -575,7 +587,11 @@ impl Builder {
     /// ```
     pub fn create_file(&self, file: File) -> Result<Database, DatabaseError> {
         #[allow(deprecated)]
-        Ok(Database::wrap(self.inner.create_file(file)?, self.mode))
+        Ok(Database::wrap(
+            self.inner.create_file(file)?,
+            self.mode,
+            true,
+        ))
     }
 
     /// Opens or creates a database over a storage backend.
@@ -593,6 +609,7 @@ impl Builder {
         Ok(Database::wrap(
             self.inner.create_with_backend(backend)?,
             self.mode,
+            false,
         ))
     }
 }

@@ -48,6 +48,10 @@ use crate::filters::{Built, Kind};
 /// ```
 pub const RESERVED_PREFIX: &str = "__bloomsled_";
 
+/// A table whose filter holds fewer keys is not written at close: its scan at the next open
+/// costs less than the pages its filter would take in the file.
+pub(crate) const MIN_ITEMS: u64 = 256;
+
 pub(crate) const RECORDS: TableDefinition<&str, &[u8]> =
     TableDefinition::new("__bloomsled_records");
 pub(crate) const FILTERS: TableDefinition<&str, &[u8]> =
@@ -252,7 +256,8 @@ pub(crate) fn write_close(
     db: &redb::Database,
     clean: &[(String, std::sync::Arc<Built>)],
 ) -> Result<(), redb::Error> {
-    let txn = db.begin_write()?;
+    // Never wait: a leaked table of a failed commit may hold redb's write lock for good.
+    let txn = db.try_begin_write()?;
     {
         let mut records = txn.open_table(RECORDS)?;
         let mut filters = txn.open_table(FILTERS)?;
