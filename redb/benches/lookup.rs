@@ -219,7 +219,11 @@ fn lookups(
 /// The core's filter alone, sized as a build sizes a table's (twice the keys), probed with
 /// the same absent keys: what an absent `get` cannot beat on this machine.
 fn filter_alone(rounds: usize, n: u64, absent: &[Vec<u8>]) -> f64 {
-    let f = bloomsled::FilterConfig::new(2 * n).build().unwrap();
+    // The rate bloomsled-redb sizes its tables' filters for (`redb/src/filters.rs`).
+    let f = bloomsled::FilterConfig::new(2 * n)
+        .false_positive_rate(0.003)
+        .build()
+        .unwrap();
     let mut buf = Vec::with_capacity(80);
     for id in 0..n {
         write_key(&mut buf, id);

@@ -36,6 +36,11 @@ use crate::persist::{self, OnDisk};
 const MIN_CAPACITY: u64 = 1024;
 /// A build sizes the filter for this many times the table's keys.
 const GROWTH: u64 = 2;
+/// The false-positive rate a filter is sized for, at its capacity. A false positive costs
+/// one redb lookup (1.2–1.6 µs at 1M keys), a probe ~20 ns: at the core's default (1%) a
+/// filter near its capacity spends as much on false positives as on its probes. At 0.3%
+/// (12 bits per key instead of 10) they cost at most ~4 ns per absent lookup.
+const FALSE_POSITIVE_RATE: f64 = 0.003;
 
 /// One table's filter as a build made it.
 pub(crate) struct Built {
@@ -51,6 +56,7 @@ impl Built {
     fn new(seed: u64, capacity: u64) -> Option<Built> {
         Some(Built {
             filter: FilterConfig::new(capacity.max(MIN_CAPACITY))
+                .false_positive_rate(FALSE_POSITIVE_RATE)
                 .seed(seed)
                 .build()
                 .ok()?,
