@@ -308,7 +308,10 @@ impl Drop for Database {
         let Some(db) = self.take() else {
             return;
         };
-        if self.close_writes && self.shared.writers.load(SeqCst) == 0 {
+        // Filters off (another process may write the file): no close; records of tables
+        // untouched since the last one stay true.
+        let filters_on = self.shared.enabled;
+        if self.close_writes && filters_on && self.shared.writers.load(SeqCst) == 0 {
             let mut clean = self.shared.clean_filters();
             clean.retain(|(_, built)| built.filter().items() >= persist::MIN_ITEMS);
             if !clean.is_empty() || !self.shared.on_disk().keys.is_empty() {

@@ -376,3 +376,27 @@ fn a_record_or_filter_of_an_older_close_is_never_trusted() {
     });
     scanned_and_complete(&path);
 }
+
+#[test]
+fn a_write_with_filters_off_still_removes_the_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.redb");
+    let db = Database::create(&path).unwrap();
+    write(&db, T, 0..300);
+    write(&db, U, 0..300);
+    drop(db);
+    let shared = bloomsled_redb::Builder::new()
+        .set_concurrency_mode(bloomsled_redb::ConcurrencyMode::MultiWriter)
+        .open(&path)
+        .unwrap();
+    write(&shared, T, 300..600);
+    drop(shared);
+    let s = stats_after_first_use(&path, &[T, U]);
+    assert_eq!(
+        (s.loaded, s.scanned),
+        (1, 1),
+        "U untouched, T written without filters"
+    );
+    let db = Database::open(&path).unwrap();
+    assert_eq!(no_false_negative(&db, T), 600);
+}
