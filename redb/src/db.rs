@@ -13,6 +13,7 @@ use redb::{
 
 use crate::Error;
 use crate::filters::{Kind, Shared, Source};
+use crate::persist;
 use crate::transactions::{ReadTransaction, WriteTransaction};
 
 /// What redb's `ReadableDatabase` is: a database that begins read transactions.
@@ -50,6 +51,9 @@ pub trait ReadableDatabase {
 /// ```
 pub struct Database {
     shared: Arc<Shared>,
+    /// False over a user's `StorageBackend`: its writes stay exactly redb's (no close is
+    /// written), as a backend that records or replays them expects.
+    close_writes: bool,
 }
 
 /// The redb handle inside `shared` (`Some` until the user's handle is dropped or closed).
@@ -70,11 +74,45 @@ fn ro(shared: &Shared) -> &RwLock<Option<redb::ReadOnlyDatabase>> {
 const OPEN: &str = "the redb handle lives as long as the user's handle";
 
 impl Database {
-    fn wrap(inner: redb::Database, mode: ConcurrencyMode) -> Database {
+    fn wrap(inner: redb::Database, mode: ConcurrencyMode, close_writes: bool) -> Database {
+        let on_disk = persist::read_on_disk_of(&inner);
         let source = Source::ReadWrite(RwLock::new(Some(inner)));
         let enabled = mode == ConcurrencyMode::ExclusiveWriter;
         Database {
-            shared: Arc::new(Shared::new(enabled, source)),
+            shared: Arc::new(Shared::new(enabled, source, on_disk)),
+            close_writes,
+        }
+    }
+
+    /// How this handle's tables got their filters so far: loaded from the clean close that
+    /// wrote them (no key read), or built from a scan of their keys. A close writes the
+    /// filters of tables of at least 256 keys; smaller ones are scanned.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, ReadableDatabase, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("a.redb");
+    /// let db = Database::create(&path)?;
+    /// let w = db.begin_write()?;
+    /// {
+    ///     let mut t = w.open_table(T)?;
+    ///     for i in 0..1_000 {
+    ///         t.insert(i, i)?;
+    ///     }
+    /// }
+    /// w.commit()?;
+    /// drop(db); // a clean close writes the filter
+    /// let db = Database::open(&path)?;
+    /// assert!(db.begin_read()?.open_table(T)?.get(5_000)?.is_none());
+    /// assert_eq!(db.filter_stats().loaded, 1);
+    /// assert_eq!(db.filter_stats().scanned, 0);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn filter_stats(&self) -> FilterStats {
+        FilterStats {
+            loaded: self.shared.loaded.load(SeqCst),
+            scanned: self.shared.scanned.load(SeqCst),
         }
     }
 
@@ -261,11 +299,44 @@ impl ReadableDatabase for Database {
 }
 
 impl Drop for Database {
-    /// Drops redb's handle now, as dropping redb's `Database` does, even while transactions
-    /// (which hold the filters) live on.
+    /// Closes cleanly: writes each table's filter that is complete for the latest committed
+    /// state, with its record, in one commit (unless a write transaction is still alive or
+    /// redb's write lock is held, or the database is over a user's `StorageBackend`: then
+    /// the next open scans). Then drops redb's handle now, as dropping redb's
+    /// `Database` does, even while transactions (which hold the filters) live on.
     fn drop(&mut self) {
-        drop(self.take());
+        let Some(db) = self.take() else {
+            return;
+        };
+        // Filters off (another process may write the file): no close; records of tables
+        // untouched since the last one stay true.
+        let filters_on = self.shared.enabled;
+        if self.close_writes && filters_on && self.shared.writers.load(SeqCst) == 0 {
+            let mut clean = self.shared.clean_filters();
+            clean.retain(|(_, built)| built.filter().items() >= persist::MIN_ITEMS);
+            if !clean.is_empty() || !self.shared.on_disk().keys.is_empty() {
+                // An error leaves the last committed records, which stay true: a failed
+                // close costs a scan at the next open, never a stale filter.
+                let _ = persist::write_close(&db, &clean);
+            }
+        }
+        drop(db);
     }
+}
+
+/// How a database's tables got their filters (see [`Database::filter_stats`]).
+///
+/// ```
+/// let s = bloomsled_redb::FilterStats::default();
+/// assert_eq!((s.loaded, s.scanned), (0, 0));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilterStats {
+    /// Filters loaded from the clean close that wrote them, without reading a key.
+    pub loaded: u64,
+    /// Filters built from a scan of their table's keys (first use with no clean record,
+    /// after a restore or rename, or grown past their capacity).
+    pub scanned: u64,
 }
 
 impl std::fmt::Debug for Database {
@@ -292,10 +363,11 @@ pub struct ReadOnlyDatabase {
 
 impl ReadOnlyDatabase {
     fn wrap(inner: redb::ReadOnlyDatabase, mode: ConcurrencyMode) -> ReadOnlyDatabase {
+        let on_disk = persist::read_on_disk_of(&inner);
         let source = Source::ReadOnly(RwLock::new(Some(inner)));
         let enabled = mode == ConcurrencyMode::ExclusiveWriter;
         ReadOnlyDatabase {
-            shared: Arc::new(Shared::new(enabled, source)),
+            shared: Arc::new(Shared::new(enabled, source, on_disk)),
         }
     }
 
@@ -447,7 +519,7 @@ impl Builder {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn create(&self, path: impl AsRef<Path>) -> Result<Database, DatabaseError> {
-        Ok(Database::wrap(self.inner.create(path)?, self.mode))
+        Ok(Database::wrap(self.inner.create(path)?, self.mode, true))
     }
 
     /// Opens an existing database.
@@ -461,7 +533,7 @@ impl Builder {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Database, DatabaseError> {
-        Ok(Database::wrap(self.inner.open(path)?, self.mode))
+        Ok(Database::wrap(self.inner.open(path)?, self.mode, true))
     }
 
     /// Opens an existing database read-only.
@@ -518,7 +590,11 @@ impl Builder {
     /// ```
     pub fn create_file(&self, file: File) -> Result<Database, DatabaseError> {
         #[allow(deprecated)]
-        Ok(Database::wrap(self.inner.create_file(file)?, self.mode))
+        Ok(Database::wrap(
+            self.inner.create_file(file)?,
+            self.mode,
+            true,
+        ))
     }
 
     /// Opens or creates a database over a storage backend.
@@ -536,6 +612,7 @@ impl Builder {
         Ok(Database::wrap(
             self.inner.create_with_backend(backend)?,
             self.mode,
+            false,
         ))
     }
 }

@@ -1,10 +1,12 @@
 //! The filters of one database's tables, and the protocol that keeps them complete.
 //!
-//! Each table has a [`TableFilter`]: its `current` [`Stages`] (what lookups ask) and, while a
-//! build runs, its `pending` stages (what the build fills). A stage list is a scalable Bloom
-//! filter: the core's [`Filter`]s of growing capacity sharing one secret seed, so a key is
-//! hashed once and is "maybe" if any stage holds it. Stages are only ever added, never
-//! cleared: a handle that cached a stage list keeps every key that list ever held.
+//! Each table has a [`TableFilter`]: its `current` [`Built`] filter (what lookups ask) and,
+//! while a build runs, its `pending` one (what the build fills). A table has one filter, the
+//! core's [`Filter`], never a list: a lookup hashes the key once and probes one block (one
+//! cache line). A filter past its capacity keeps every key it was given (its false-positive
+//! rate rises, nothing is lost) until the commit that overfilled it rebuilds it from a scan,
+//! sized for twice the table's keys, while lookups keep using the full one. A filter is never
+//! cleared: a handle that holds one keeps every key it was ever given.
 //!
 //! The rules (the argument is in `docs/redb.md`, "No false negative"):
 //! 1. Every write that can create a key sets its bits in `current` and `pending` before redb
@@ -13,29 +15,36 @@
 //!    scans; a commit holds a read guard of each table it wrote from before checking `build_gen`
 //!    until redb's commit returns, and re-inserts its logged hashes if `build_gen` moved since the
 //!    transaction first opened the table. So a key is in the scan or in `pending`.
-//! 3. A built list is trusted by a transaction only if its epoch is the database's epoch
+//! 3. A built filter is trusted by a transaction only if its epoch is the database's epoch
 //!    (restores and renames bump it) and the transaction's state is at least as new as the
 //!    scan's (`valid_from`, in commits): an older snapshot may hold keys removed since.
+//! 4. `version` moves after every change of a table's `current` (under that table's write
+//!    lock, so no key reaches the new filter before it moves) and after every move of the
+//!    epoch. A per-thread copy of a `current` (the per-request path's cache, [`Shared::rules_out_latest`])
+//!    is used only while `version` has not moved since it was read.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
 
 use bloomsled::{Filter, FilterConfig};
 
-/// The smallest capacity a table's first stage is sized for.
-const MIN_CAPACITY: u64 = 1024;
-/// Each new stage holds this many times the capacity of all stages before it.
-const GROWTH: u64 = 4;
-/// A list with this many stages is rebuilt as one, sized for its keys, after the commit
-/// that grew it.
-const COMPACT_STAGES: usize = 3;
+use crate::persist::{self, OnDisk};
 
-/// A scalable filter: stages of growing capacity, one seed, the newest takes inserts.
-#[derive(Clone)]
-pub(crate) struct Stages {
-    filters: Vec<Arc<Filter>>,
-    seed: u64,
+/// The smallest capacity a table's filter is sized for.
+const MIN_CAPACITY: u64 = 1024;
+/// A build sizes the filter for this many times the table's keys.
+const GROWTH: u64 = 2;
+/// The false-positive rate a filter is sized for, at its capacity. A false positive costs
+/// one redb lookup (1.2–1.6 µs at 1M keys), a probe ~20 ns: at the core's default (1%) a
+/// filter near its capacity spends as much on false positives as on its probes. At 0.3%
+/// (12 bits per key instead of 10) they cost at most ~4 ns per absent lookup.
+const FALSE_POSITIVE_RATE: f64 = 0.003;
+
+/// One table's filter as a build made it.
+pub(crate) struct Built {
+    filter: Filter,
     /// `Some(epoch)`: complete for every state at least as new as `valid_from`, unless the
     /// database's epoch moved since. `None`: still being built, never rules a key out.
     trusted_epoch: Option<u64>,
@@ -43,11 +52,14 @@ pub(crate) struct Stages {
     valid_from: u64,
 }
 
-impl Stages {
-    fn new(seed: u64, capacity: u64) -> Option<Stages> {
-        Some(Stages {
-            filters: vec![Arc::new(stage(seed, capacity)?)],
-            seed,
+impl Built {
+    fn new(seed: u64, capacity: u64) -> Option<Built> {
+        Some(Built {
+            filter: FilterConfig::new(capacity.max(MIN_CAPACITY))
+                .false_positive_rate(FALSE_POSITIVE_RATE)
+                .seed(seed)
+                .build()
+                .ok()?,
             trusted_epoch: None,
             valid_from: u64::MAX,
         })
@@ -56,70 +68,53 @@ impl Stages {
     /// False: no key with these bytes was ever inserted.
     #[inline]
     pub(crate) fn may_contain(&self, key: &[u8]) -> bool {
-        if let [only] = self.filters.as_slice() {
-            return only.contains(key);
+        self.filter.contains(key)
+    }
+
+    /// A filter loaded from a clean close, not yet trusted (a build installs it).
+    fn loaded(filter: Filter) -> Built {
+        Built {
+            filter,
+            trusted_epoch: None,
+            valid_from: u64::MAX,
         }
-        let h = bloomsled::hash::hash_key(key, self.seed);
-        self.filters.iter().any(|f| f.contains_hash(h))
     }
 
-    fn insert_hash(&self, h: u64) -> bool {
-        let newest = self.filters.last().expect("a stage list is never empty");
-        newest.insert_hash(h);
-        newest.items() > newest.capacity()
+    /// The core's filter inside.
+    pub(crate) fn filter(&self) -> &Filter {
+        &self.filter
     }
 
-    fn grown(&self) -> Option<Stages> {
-        let total: u64 = self.filters.iter().map(|f| f.capacity()).sum();
-        let mut filters = self.filters.clone();
-        filters.push(Arc::new(stage(self.seed, total.saturating_mul(GROWTH))?));
-        Some(Stages {
-            filters,
-            seed: self.seed,
-            trusted_epoch: self.trusted_epoch,
-            valid_from: self.valid_from,
-        })
+    fn insert_hash(&self, h: u64) {
+        self.filter.insert_hash(h);
     }
 
+    /// True once the filter holds more keys than it was sized for.
     fn full(&self) -> bool {
-        let newest = self.filters.last().expect("a stage list is never empty");
-        newest.items() > newest.capacity()
+        self.filter.items() > self.filter.capacity()
     }
 
-    /// Whether a transaction whose state is at least `seq` commits new may trust this list.
+    /// Whether a transaction whose state is at least `seq` commits new may trust this filter.
     pub(crate) fn trusted_for(&self, epoch: u64, seq: u64) -> bool {
         self.trusted_epoch == Some(epoch) && seq >= self.valid_from
     }
-
-    /// How many stages the list has (1 after a build at its size).
-    pub(crate) fn len(&self) -> usize {
-        self.filters.len()
-    }
-}
-
-fn stage(seed: u64, capacity: u64) -> Option<Filter> {
-    FilterConfig::new(capacity.max(MIN_CAPACITY))
-        .seed(seed)
-        .build()
-        .ok()
 }
 
 /// What the lookups and writes of one table share.
 pub(crate) struct Slots {
-    pub(crate) current: Arc<Stages>,
-    pending: Option<Arc<Stages>>,
+    pub(crate) current: Arc<Built>,
+    pending: Option<Arc<Built>>,
     /// Bumped each time a build installs `pending`.
     pub(crate) build_gen: u64,
 }
 
 impl Slots {
-    /// Sets `h` in every list; true if a newest stage is over its capacity.
-    fn insert_hash(&self, h: u64) -> bool {
-        let mut full = self.current.insert_hash(h);
+    /// Sets `h` in every filter (rule 1).
+    fn insert_hash(&self, h: u64) {
+        self.current.insert_hash(h);
         if let Some(p) = &self.pending {
-            full |= p.insert_hash(h);
+            p.insert_hash(h);
         }
-        full
     }
 }
 
@@ -128,13 +123,16 @@ pub(crate) struct TableFilter {
     pub(crate) slots: RwLock<Slots>,
     seed: u64,
     building: Mutex<()>,
+    /// The table's key in bloomsled's own tables (`persist::key`).
+    pub(crate) key: Box<str>,
 }
 
 impl TableFilter {
-    fn new(seed: u64) -> Option<TableFilter> {
+    fn new(seed: u64, key: String) -> Option<TableFilter> {
         Some(TableFilter {
+            key: key.into(),
             slots: RwLock::new(Slots {
-                current: Arc::new(Stages::new(seed, MIN_CAPACITY)?),
+                current: Arc::new(Built::new(seed, MIN_CAPACITY)?),
                 pending: None,
                 build_gen: 0,
             }),
@@ -143,43 +141,27 @@ impl TableFilter {
         })
     }
 
-    /// True if the list has grown to [`COMPACT_STAGES`] stages.
-    pub(crate) fn wants_compaction(&self) -> bool {
-        self.read().current.len() >= COMPACT_STAGES
+    /// True once the current filter holds more keys than it was sized for: the commit
+    /// that filled it rebuilds it larger.
+    pub(crate) fn wants_growth(&self) -> bool {
+        self.read().current.full()
     }
 
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, Slots> {
         self.slots.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sets the key's bits in every list (rule 1) and returns its hash for the write log.
+    /// Sets the key's bits in every filter (rule 1) and returns its hash for the write log.
     pub(crate) fn insert(&self, key: &[u8]) -> u64 {
         let h = bloomsled::hash::hash_key(key, self.seed);
-        let full = self.read().insert_hash(h);
-        if full {
-            self.grow();
-        }
+        self.read().insert_hash(h);
         h
     }
 
-    /// Re-inserts logged hashes under the caller's guard (rule 2); growth waits for later.
+    /// Re-inserts logged hashes under the caller's guard (rule 2).
     pub(crate) fn reinsert(slots: &Slots, hashes: &[u64]) {
         for &h in hashes {
             slots.insert_hash(h);
-        }
-    }
-
-    fn grow(&self) {
-        let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
-        if s.current.full()
-            && let Some(g) = s.current.grown()
-        {
-            s.current = Arc::new(g);
-        }
-        if let Some(p) = s.pending.as_ref().filter(|p| p.full())
-            && let Some(g) = p.grown()
-        {
-            s.pending = Some(Arc::new(g));
         }
     }
 }
@@ -216,6 +198,45 @@ pub(crate) struct Shared {
     pub(crate) started: AtomicU64,
     pub(crate) finished: AtomicU64,
     pub(crate) source: Source,
+    /// Rule 4, on a cache line of its own: every per-request lookup reads it, and the
+    /// commit counters beside it are written by every commit.
+    version: Version,
+    /// This database's number in the process, never reused (the per-thread cache's key).
+    id: u64,
+    /// Write transactions alive (a clean close writes nothing while one is).
+    pub(crate) writers: AtomicUsize,
+    /// Which tables have a record of a clean close in the latest committed state.
+    pub(crate) on_disk: Mutex<OnDisk>,
+    /// Filters loaded from a clean close, and filters built from a scan.
+    pub(crate) loaded: AtomicU64,
+    pub(crate) scanned: AtomicU64,
+}
+
+/// See [`Shared::version`].
+#[repr(align(128))]
+#[derive(Default)]
+struct Version(AtomicU64);
+
+/// Numbers the databases opened in this process.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// At most this many tables' filters are kept per thread by the per-request path.
+const LATEST_ENTRIES: usize = 8;
+
+/// A filter the per-request path of this thread used, valid while the database's `version`
+/// is `version` (rule 4).
+struct Latest {
+    db: u64,
+    kind: Kind,
+    name: Box<str>,
+    version: u64,
+    built: Arc<Built>,
+    /// To forget entries of dropped databases.
+    shared: Weak<Shared>,
+}
+
+thread_local! {
+    static LATEST: RefCell<Vec<Latest>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The tables' map's hasher: the core's xxh3 (seed 0) instead of SipHash, whose cost per
@@ -244,7 +265,7 @@ pub(crate) enum Kind {
 }
 
 impl Shared {
-    pub(crate) fn new(enabled: bool, source: Source) -> Shared {
+    pub(crate) fn new(enabled: bool, source: Source, on_disk: OnDisk) -> Shared {
         Shared {
             enabled,
             tables: RwLock::default(),
@@ -254,6 +275,12 @@ impl Shared {
             started: AtomicU64::new(0),
             finished: AtomicU64::new(0),
             source,
+            version: Version::default(),
+            id: NEXT_ID.fetch_add(1, SeqCst),
+            writers: AtomicUsize::new(0),
+            on_disk: Mutex::new(on_disk),
+            loaded: AtomicU64::new(0),
+            scanned: AtomicU64::new(0),
         }
     }
 
@@ -274,18 +301,72 @@ impl Shared {
     }
 
     /// True if the latest committed state certainly lacks `key` in table `name`.
+    ///
+    /// No lock and no read-modify-write on the way: the filter comes from this thread's
+    /// cache, valid while `version` has not moved (rule 4). A locked instruction per lookup
+    /// would wait for the previous lookup's cache miss, so a stream of lookups would pay one
+    /// memory latency each instead of overlapping them.
     #[inline]
-    pub(crate) fn rules_out_latest(&self, kind: Kind, name: &str, key: &[u8]) -> bool {
+    pub(crate) fn rules_out_latest(self: &Arc<Self>, kind: Kind, name: &str, key: &[u8]) -> bool {
         if !self.enabled {
             return false;
         }
-        let map = self.map(kind).read().unwrap_or_else(|e| e.into_inner());
-        let Some(tf) = map.get(name) else {
+        let version = self.version.0.load(SeqCst);
+        let cached = LATEST.with_borrow(|entries| {
+            entries
+                .iter()
+                .find(|e| e.db == self.id && e.kind == kind && &*e.name == name)
+                .filter(|e| e.version == version)
+                .map(|e| !e.built.may_contain(key))
+        });
+        match cached {
+            Some(absent) => absent,
+            None => self.rules_out_latest_uncached(kind, name, key, version),
+        }
+    }
+
+    /// [`Shared::rules_out_latest`] through the locks; caches the table's filter if it is
+    /// trusted. `version` was read before anything else.
+    #[cold]
+    fn rules_out_latest_uncached(
+        self: &Arc<Self>,
+        kind: Kind,
+        name: &str,
+        key: &[u8],
+        version: u64,
+    ) -> bool {
+        let Some(tf) = self.lookup(kind, name) else {
             return false;
         };
-        let slots = tf.read();
-        slots.current.trusted_epoch == Some(self.epoch.load(SeqCst))
-            && !slots.current.may_contain(key)
+        let built = tf.read().current.clone();
+        if built.trusted_epoch != Some(self.epoch.load(SeqCst)) {
+            return false;
+        }
+        let absent = !built.may_contain(key);
+        LATEST.with_borrow_mut(|entries| {
+            entries.retain(|e| {
+                e.shared.strong_count() > 0
+                    && !(e.db == self.id && e.kind == kind && &*e.name == name)
+            });
+            if entries.len() >= LATEST_ENTRIES {
+                entries.remove(0);
+            }
+            entries.push(Latest {
+                db: self.id,
+                kind,
+                name: name.into(),
+                version,
+                built,
+                shared: Arc::downgrade(self),
+            });
+        });
+        absent
+    }
+
+    /// Moves `version` (rule 4): after a change of a table's `current`, under its write
+    /// lock, or after a move of the epoch.
+    fn changed(&self) {
+        self.version.0.fetch_add(1, SeqCst);
     }
 
     /// The table's filter, made (empty, untrusted) at its first use.
@@ -300,37 +381,68 @@ impl Shared {
         if let Some(tf) = map.get(name) {
             return Some(tf.clone());
         }
-        let tf = Arc::new(TableFilter::new(bloomsled::hash::secret_seed().ok()?)?);
+        let key = persist::key(kind, name);
+        let recorded = self.on_disk().seeds.get(&key).copied();
+        let seed = match recorded {
+            Some(seed) => seed,
+            None => bloomsled::hash::secret_seed().ok()?,
+        };
+        let tf = Arc::new(TableFilter::new(seed, key)?);
         map.insert(name.to_string(), tf.clone());
         Some(tf)
+    }
+
+    pub(crate) fn on_disk(&self) -> std::sync::MutexGuard<'_, OnDisk> {
+        self.on_disk.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The filters complete for the latest committed state, by their key in bloomsled's
+    /// tables: those trusted at the current epoch, while no restore or rename is in flight.
+    pub(crate) fn clean_filters(&self) -> Vec<(String, Arc<Built>)> {
+        let epoch = self.epoch.load(SeqCst);
+        if !self.enabled || self.unsettled.load(SeqCst) > 0 {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for kind in [Kind::Table, Kind::Multimap] {
+            let map = self.map(kind).read().unwrap_or_else(|e| e.into_inner());
+            for tf in map.values() {
+                let current = tf.read().current.clone();
+                if current.trusted_epoch == Some(epoch) {
+                    out.push((tf.key.to_string(), current));
+                }
+            }
+        }
+        out
     }
 
     /// Marks the start of a restore or rename (see `Unsettle`).
     pub(crate) fn unsettle(self: &Arc<Self>) -> Unsettle {
         self.unsettled.fetch_add(1, SeqCst);
         self.epoch.fetch_add(1, SeqCst);
+        self.changed();
         Unsettle {
             shared: self.clone(),
         }
     }
 
     /// Builds `tf` from a scan of the latest committed state, synchronously, if it is needed:
-    /// `compact` false, its list is not trusted at the current epoch (never built, or a
-    /// restore or rename since); `compact` true, the list has grown to [`COMPACT_STAGES`]
-    /// stages. Nothing is done while a build runs already or a restore or rename is in
-    /// flight. `len` and `scan` read the table in a read transaction the build begins (rules
-    /// 2 and 3). A transaction older than an existing list's scan does not rebuild it: it
-    /// answers from redb.
+    /// `grow` false, its filter is not trusted at the current epoch (never built, or a
+    /// restore or rename since); `grow` true, its filter holds more keys than it was sized
+    /// for. The new filter is sized for [`GROWTH`] times the table's keys. Nothing is done
+    /// while a build runs already or a restore or rename is in flight. `len` and `scan` read
+    /// the table in a read transaction the build begins (rules 2 and 3). A transaction older
+    /// than an existing filter's scan does not rebuild it: it answers from redb.
     pub(crate) fn build_if_needed(
         &self,
         tf: &TableFilter,
-        compact: bool,
+        grow: bool,
         len: impl Fn(&redb::ReadTransaction) -> Option<u64>,
         scan: impl Fn(&redb::ReadTransaction, &mut dyn FnMut(&[u8])) -> bool,
     ) {
         let needed = |epoch: u64| {
-            if compact {
-                tf.wants_compaction()
+            if grow {
+                tf.wants_growth()
             } else {
                 tf.read().current.trusted_epoch != Some(epoch)
             }
@@ -348,41 +460,77 @@ impl Shared {
         let Some(sizing) = self.source.begin_read() else {
             return;
         };
-        let Some(keys) = len(&sizing) else {
-            return;
+        // A filter written by a clean close, if its record holds; `record` is what the scan's
+        // transaction must still see for the scan to be skipped.
+        let saved = (!grow)
+            .then(|| persist::load(&sizing, &tf.key, tf.seed))
+            .flatten()
+            .zip(persist::raw_record(&sizing, &tf.key));
+        let (fresh, record) = match saved {
+            Some((filter, record)) => (Built::loaded(filter), Some(record)),
+            None => {
+                let Some(b) =
+                    len(&sizing).and_then(|keys| Built::new(tf.seed, keys.saturating_mul(GROWTH)))
+                else {
+                    return;
+                };
+                (b, None)
+            }
         };
         drop(sizing);
-        let Some(fresh) = Stages::new(tf.seed, keys.saturating_mul(2)) else {
-            return;
-        };
+        let fresh = Arc::new(fresh);
         {
             let mut s = tf.slots.write().unwrap_or_else(|e| e.into_inner());
-            s.pending = Some(Arc::new(fresh));
+            s.pending = Some(fresh.clone());
             s.build_gen += 1;
         }
-        let scanned = self.source.begin_read().is_some_and(|txn| {
+        let scanned = self.source.begin_read().is_some_and(move |txn| {
             let valid_from = self.started.load(SeqCst);
-            let ok = scan(&txn, &mut |key| {
-                tf.insert(key);
-            });
-            ok.then_some(valid_from).is_some_and(|v| {
-                let mut s = tf.slots.write().unwrap_or_else(|e| e.into_inner());
-                let Some(pending) = s.pending.take() else {
-                    return false;
-                };
-                if self.epoch.load(SeqCst) != epoch {
-                    return false;
-                }
-                let mut built = Arc::unwrap_or_clone(pending);
-                built.trusted_epoch = Some(epoch);
-                built.valid_from = v;
-                s.current = Arc::new(built);
-                true
-            })
+            // The record still there: no commit touched the table since the close that wrote
+            // the filter (a touch removes it in its own commit), so the filter holds every
+            // key of this state. Else the scan fills it, loaded or fresh.
+            let unchanged = record.is_some() && persist::raw_record(&txn, &tf.key) == record;
+            let ok = unchanged
+                || scan(&txn, &mut |key| {
+                    fresh.insert_hash(bloomsled::hash::hash_key(key, tf.seed));
+                });
+            drop(fresh);
+            let counter = if unchanged {
+                &self.loaded
+            } else {
+                &self.scanned
+            };
+            let installed = ok && self.install(tf, epoch, valid_from);
+            if installed {
+                counter.fetch_add(1, SeqCst);
+            }
+            installed
         });
         if !scanned {
             tf.slots.write().unwrap_or_else(|e| e.into_inner()).pending = None;
         }
+    }
+
+    /// Makes the pending filter of `tf` its current one, trusted at `epoch` from the state
+    /// `valid_from` on, unless the epoch moved during the build.
+    fn install(&self, tf: &TableFilter, epoch: u64, valid_from: u64) -> bool {
+        let mut s = tf.slots.write().unwrap_or_else(|e| e.into_inner());
+        let Some(pending) = s.pending.take() else {
+            return false;
+        };
+        if self.epoch.load(SeqCst) != epoch {
+            return false;
+        }
+        // Only the slots hold `pending` now (the build dropped the handle it filled), so this
+        // takes it without a copy.
+        let Ok(mut built) = Arc::try_unwrap(pending) else {
+            return false;
+        };
+        built.trusted_epoch = Some(epoch);
+        built.valid_from = valid_from;
+        s.current = Arc::new(built);
+        self.changed();
+        true
     }
 }
 
@@ -396,6 +544,7 @@ pub(crate) struct Unsettle {
 impl Drop for Unsettle {
     fn drop(&mut self) {
         self.shared.epoch.fetch_add(1, SeqCst);
+        self.shared.changed();
         self.shared.unsettled.fetch_sub(1, SeqCst);
     }
 }

@@ -33,11 +33,13 @@
 mod db;
 mod filters;
 mod multimap;
+mod persist;
 mod table;
 mod transactions;
 
-pub use db::{Builder, Database, ReadOnlyDatabase, ReadableDatabase};
+pub use db::{Builder, Database, FilterStats, ReadOnlyDatabase, ReadableDatabase};
 pub use multimap::{MultimapTable, MultimapValue, ReadOnlyMultimapTable, ReadableMultimapTable};
+pub use persist::RESERVED_PREFIX;
 pub use table::{CursorMut, ReadOnlyTable, Table};
 pub use transactions::{ReadTransaction, WriteTransaction};
 

@@ -10,7 +10,7 @@ use redb::{
     OwnedMultimapValue, ReadableTableMetadata, StorageError, TableStats,
 };
 
-use crate::filters::{Kind, Shared, Stages, TableFilter};
+use crate::filters::{Built, Kind, Shared, TableFilter};
 use crate::transactions::{ReadTransaction, WriteTransaction};
 
 type Result<T = (), E = StorageError> = std::result::Result<T, E>;
@@ -122,17 +122,17 @@ pub trait ReadableMultimapTable<K: Key + 'static, V: Key + 'static>: ReadableTab
     }
 }
 
-/// Builds the multimap table's filter if it has none trusted, or compacts it.
+/// Builds the multimap table's filter if it has none trusted, or grows it.
 fn build<K: Key + 'static, V: Key + 'static>(
     shared: &Shared,
     tf: &TableFilter,
-    compact: bool,
+    grow: bool,
     name: &str,
 ) {
     let def = MultimapTableDefinition::<K, V>::new(name);
     shared.build_if_needed(
         tf,
-        compact,
+        grow,
         |txn| match txn.open_multimap_table(def) {
             Ok(t) => t.len().ok(),
             Err(redb::TableError::TableDoesNotExist(_)) => Some(0),
@@ -187,7 +187,7 @@ impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
         let opened = txn.filter_for(
             Kind::Multimap,
             &name,
-            Box::new(move |shared, tf, compact| build::<K, V>(shared, tf, compact, &owned)),
+            Box::new(move |shared, tf, grow| build::<K, V>(shared, tf, grow, &owned)),
         );
         let (filter, gen_seen) = match opened {
             Some((tf, g)) => (Some(tf), g),
@@ -347,7 +347,7 @@ impl<K: Key + 'static, V: Key + 'static> std::fmt::Debug for MultimapTable<'_, K
 /// ```
 pub struct ReadOnlyMultimapTable<K: Key + 'static, V: Key + 'static> {
     inner: redb::ReadOnlyMultimapTable<K, V>,
-    stages: Option<Arc<Stages>>,
+    filter: Option<Arc<Built>>,
 }
 
 impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
@@ -358,14 +358,14 @@ impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
     ) -> Self {
         use redb::MultimapTableHandle;
         let shared = txn.shared();
-        let stages = shared.table(Kind::Multimap, def.name()).and_then(|tf| {
+        let filter = shared.table(Kind::Multimap, def.name()).and_then(|tf| {
             build::<K, V>(shared, &tf, false, def.name());
             let current = tf.read().current.clone();
             current
                 .trusted_for(shared.epoch.load(SeqCst), txn.seq())
                 .then_some(current)
         });
-        ReadOnlyMultimapTable { inner, stages }
+        ReadOnlyMultimapTable { inner, filter }
     }
 
     /// The values of `key` (empty from the filter alone if it rules the key out).
@@ -381,7 +381,7 @@ impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
     /// ```
     pub fn get<'a>(&self, key: impl Borrow<K::SelfType<'a>>) -> Result<MultimapValue<'static, V>> {
         if self
-            .stages
+            .filter
             .as_ref()
             .is_some_and(|s| !s.may_contain(K::as_bytes(key.borrow()).as_ref()))
         {

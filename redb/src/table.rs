@@ -11,7 +11,7 @@ use redb::{
     StorageError, TableDefinition, TableStats, Value,
 };
 
-use crate::filters::{Kind, Shared, Stages, TableFilter};
+use crate::filters::{Built, Kind, Shared, TableFilter};
 use crate::transactions::{ReadTransaction, WriteTransaction};
 
 type Result<T = (), E = StorageError> = std::result::Result<T, E>;
@@ -51,17 +51,17 @@ fn scan_table<K: Key + 'static, V: Value + 'static>(
     true
 }
 
-/// Builds the table's filter if it has none trusted (first use, after a restore) or compacts it.
+/// Builds the table's filter if it has none trusted (first use, after a restore) or grows it.
 fn build<K: Key + 'static, V: Value + 'static>(
     shared: &Shared,
     tf: &TableFilter,
-    compact: bool,
+    grow: bool,
     name: &str,
 ) {
     let def = TableDefinition::<K, V>::new(name);
     shared.build_if_needed(
         tf,
-        compact,
+        grow,
         |txn| table_len(txn, def),
         |txn, add| scan_table(txn, def, add),
     );
@@ -102,7 +102,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         let opened = txn.filter_for(
             Kind::Table,
             &name,
-            Box::new(move |shared, tf, compact| build::<K, V>(shared, tf, compact, &owned)),
+            Box::new(move |shared, tf, grow| build::<K, V>(shared, tf, grow, &owned)),
         );
         let (filter, gen_seen) = match opened {
             Some((tf, g)) => (Some(tf), g),
@@ -717,7 +717,7 @@ impl<K: Key + 'static, V: Value + 'static> CursorMut<'_, K, V> {
 pub struct ReadOnlyTable<K: Key + 'static, V: Value + 'static> {
     inner: redb::ReadOnlyTable<K, V>,
     /// `Some` only if complete for this snapshot at open.
-    stages: Option<Arc<Stages>>,
+    filter: Option<Arc<Built>>,
 }
 
 impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
@@ -728,19 +728,19 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
     ) -> Self {
         use redb::TableHandle;
         let shared = txn.shared();
-        let stages = shared.table(Kind::Table, def.name()).and_then(|tf| {
+        let filter = shared.table(Kind::Table, def.name()).and_then(|tf| {
             build::<K, V>(shared, &tf, false, def.name());
             let current = tf.read().current.clone();
             current
                 .trusted_for(shared.epoch.load(SeqCst), txn.seq())
                 .then_some(current)
         });
-        ReadOnlyTable { inner, stages }
+        ReadOnlyTable { inner, filter }
     }
 
     #[inline]
     fn rules_out(&self, key: &[u8]) -> bool {
-        self.stages.as_ref().is_some_and(|s| !s.may_contain(key))
+        self.filter.as_ref().is_some_and(|s| !s.may_contain(key))
     }
 
     /// The value of `key`; `None` from the filter alone if it rules the key out.
@@ -823,10 +823,10 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         self.inner.range_owned(range)
     }
 
-    /// How many stages the filter this table uses has (`None`: it uses none).
+    /// True if this table's lookups ask its filter (false: they all go to redb).
     #[doc(hidden)]
-    pub fn filter_stages(&self) -> Option<usize> {
-        self.stages.as_ref().map(|s| s.len())
+    pub fn filter_in_use(&self) -> bool {
+        self.filter.is_some()
     }
 }
 

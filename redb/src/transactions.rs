@@ -13,6 +13,7 @@ use redb::{
 
 use crate::filters::{Kind, Shared, TableFilter, Unsettle};
 use crate::multimap::{MultimapTable, ReadOnlyMultimapTable};
+use crate::persist;
 use crate::table::{ReadOnlyTable, Table};
 use crate::{MultimapTableHandle, TableHandle};
 
@@ -20,7 +21,7 @@ use crate::{MultimapTableHandle, TableHandle};
 /// first opened the table, and the hashes of the keys it wrote since.
 pub(crate) struct WriteLog {
     filter: Arc<TableFilter>,
-    /// Builds this table's filter (`true`: compacts its stages), knowing its types.
+    /// Builds this table's filter (`true`: rebuilds it larger), knowing its types.
     build: Builder,
     gen_seen: u64,
     hashes: Vec<u64>,
@@ -55,6 +56,19 @@ pub struct WriteTransaction {
     logs: Mutex<HashMap<(Kind, String), WriteLog>>,
     /// Set from the first restore or rename until the transaction ends (after `inner`).
     unsettle: Mutex<Option<Unsettle>>,
+    /// The records of clean closes this transaction removed (`persist`), and whether it
+    /// removed them all (a restore).
+    unmarked: Mutex<(Vec<String>, bool)>,
+    _alive: Alive,
+}
+
+/// Counts a write transaction in `Shared::writers` while it lives.
+struct Alive(Arc<Shared>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.writers.fetch_sub(1, SeqCst);
+    }
 }
 
 impl WriteTransaction {
@@ -62,13 +76,29 @@ impl WriteTransaction {
         // This transaction holds redb's write lock: every commit counted in `started` has
         // returned from redb, so the state it sees is the one after them.
         let seq = shared.started.load(SeqCst);
+        shared.writers.fetch_add(1, SeqCst);
         WriteTransaction {
             inner,
+            _alive: Alive(shared.clone()),
             shared,
             seq,
             logs: Mutex::default(),
             unsettle: Mutex::default(),
+            unmarked: Mutex::default(),
         }
+    }
+
+    /// Before this transaction changes table `name`: removes its record of a clean close,
+    /// in this transaction, so redb commits or loses the change and the mark together.
+    fn touch(&self, kind: Kind, name: &str) -> Result<(), TableError> {
+        let key = persist::key(kind, name);
+        let mut unmarked = self.unmarked.lock().unwrap_or_else(|e| e.into_inner());
+        if unmarked.1 || unmarked.0.contains(&key) || !self.shared.on_disk().keys.contains(&key) {
+            return Ok(());
+        }
+        persist::mark_dirty(&self.inner, [key.as_str()])?;
+        unmarked.0.push(key);
+        Ok(())
     }
 
     fn unsettled(&self) -> bool {
@@ -155,6 +185,7 @@ impl WriteTransaction {
         &'txn self,
         definition: TableDefinition<K, V>,
     ) -> Result<Table<'txn, K, V>, TableError> {
+        self.touch(Kind::Table, redb::TableHandle::name(&definition))?;
         let inner = self.inner.open_table(definition)?;
         Ok(Table::new(inner, self))
     }
@@ -175,6 +206,7 @@ impl WriteTransaction {
         &'txn self,
         definition: MultimapTableDefinition<K, V>,
     ) -> Result<MultimapTable<'txn, K, V>, TableError> {
+        self.touch(Kind::Multimap, redb::MultimapTableHandle::name(&definition))?;
         let inner = self.inner.open_multimap_table(definition)?;
         Ok(MultimapTable::new(inner, self))
     }
@@ -202,6 +234,8 @@ impl WriteTransaction {
     ) -> Result<(), TableError> {
         let name = definition.name().to_string();
         drop(definition);
+        self.touch(Kind::Table, &name)?;
+        self.touch(Kind::Table, new_name.name())?;
         self.unsettle();
         self.inner.rename_table(
             TableDefinition::<(), ()>::new(&name),
@@ -230,6 +264,8 @@ impl WriteTransaction {
     ) -> Result<(), TableError> {
         let name = definition.name().to_string();
         drop(definition);
+        self.touch(Kind::Multimap, &name)?;
+        self.touch(Kind::Multimap, new_name.name())?;
         self.unsettle();
         self.inner.rename_multimap_table(
             MultimapTableDefinition::<(), ()>::new(&name),
@@ -253,6 +289,7 @@ impl WriteTransaction {
     pub fn delete_table(&self, definition: impl TableHandle) -> Result<bool, TableError> {
         let name = definition.name().to_string();
         drop(definition);
+        self.touch(Kind::Table, &name)?;
         self.inner
             .delete_table(TableDefinition::<(), ()>::new(&name))
     }
@@ -274,11 +311,12 @@ impl WriteTransaction {
     ) -> Result<bool, TableError> {
         let name = definition.name().to_string();
         drop(definition);
+        self.touch(Kind::Multimap, &name)?;
         self.inner
             .delete_multimap_table(MultimapTableDefinition::<(), ()>::new(&name))
     }
 
-    /// The tables' names.
+    /// The tables' names (bloomsled's own, under [`crate::RESERVED_PREFIX`], are not listed).
     ///
     /// ```
     /// use bloomsled_redb::{Database, TableDefinition, TableHandle};
@@ -293,7 +331,10 @@ impl WriteTransaction {
     pub fn list_tables(
         &self,
     ) -> Result<impl Iterator<Item = UntypedTableHandle> + '_, StorageError> {
-        self.inner.list_tables()
+        Ok(self
+            .inner
+            .list_tables()?
+            .filter(|t| !persist::reserved(redb::TableHandle::name(t))))
     }
 
     /// The multimap tables' names.
@@ -409,7 +450,15 @@ impl WriteTransaction {
     /// ```
     pub fn restore_savepoint(&mut self, savepoint: &Savepoint) -> Result<(), SavepointError> {
         self.unsettle();
-        self.inner.restore_savepoint(savepoint)
+        self.inner.restore_savepoint(savepoint)?;
+        // The restored state may hold records of an older close: none is kept, in this
+        // same transaction.
+        persist::forget_all(&self.inner).map_err(|e| match e {
+            TableError::Storage(e) => SavepointError::Storage(e),
+            other => SavepointError::Storage(StorageError::Corrupted(other.to_string())),
+        })?;
+        self.unmarked.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        Ok(())
     }
 
     /// How durable the commit is. `Durability::None` commits may be lost at a crash: their
@@ -468,7 +517,7 @@ impl WriteTransaction {
 
     /// Commits. Before redb's commit, a filter built since this transaction first opened a
     /// table gets the keys it wrote there (rule 2 of the filters' protocol). After it, a
-    /// filter this transaction grew to several stages is rebuilt as one, sized for its
+    /// filter this transaction filled past its capacity is rebuilt larger, sized for its
     /// keys, from a scan (synchronously, in this call).
     ///
     /// ```
@@ -483,6 +532,7 @@ impl WriteTransaction {
             shared,
             logs,
             unsettle,
+            unmarked,
             ..
         } = self;
         let logs = logs.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -498,11 +548,21 @@ impl WriteTransaction {
             })
             .collect();
         let result = inner.commit();
+        if result.is_ok() {
+            let (keys, all) = unmarked.into_inner().unwrap_or_else(|e| e.into_inner());
+            let mut on_disk = shared.on_disk();
+            if all {
+                on_disk.keys.clear();
+            }
+            for k in keys {
+                on_disk.keys.remove(&k);
+            }
+        }
         drop(guards);
         shared.finished.fetch_add(1, SeqCst);
         drop(unsettle);
         if result.is_ok() {
-            for log in logs.values().filter(|log| log.filter.wants_compaction()) {
+            for log in logs.values().filter(|log| log.filter.wants_growth()) {
                 (log.build)(&shared, &log.filter, true);
             }
         }
@@ -636,7 +696,7 @@ impl ReadTransaction {
             .open_untyped_multimap_table(MultimapTableDefinition::<(), ()>::new(handle.name()))
     }
 
-    /// The tables' names.
+    /// The tables' names (bloomsled's own, under [`crate::RESERVED_PREFIX`], are not listed).
     ///
     /// ```
     /// # use bloomsled_redb::ReadableDatabase;
@@ -648,7 +708,10 @@ impl ReadTransaction {
     pub fn list_tables(
         &self,
     ) -> Result<impl Iterator<Item = UntypedTableHandle> + '_, StorageError> {
-        self.inner.list_tables()
+        Ok(self
+            .inner
+            .list_tables()?
+            .filter(|t| !persist::reserved(redb::TableHandle::name(t))))
     }
 
     /// The multimap tables' names.

@@ -37,7 +37,7 @@ fn load(db: &Database, range: std::ops::Range<u64>) {
 fn expect(db: &Database, present: impl Iterator<Item = u64>, absent: impl Iterator<Item = u64>) {
     let r = db.begin_read().unwrap();
     let t = r.open_table(T).unwrap();
-    assert_eq!(t.filter_stages(), Some(1), "the filter is in use");
+    assert!(t.filter_in_use(), "the filter is in use");
     for i in present {
         let k = key(i);
         assert_eq!(t.get(k.as_str()).unwrap().unwrap().value(), i, "{k}");
@@ -151,9 +151,8 @@ fn rename_brings_the_keys_to_the_new_name() {
         );
     }
     let r = db.begin_read().unwrap();
-    assert_eq!(
-        r.open_table(U).unwrap().filter_stages(),
-        Some(1),
+    assert!(
+        r.open_table(U).unwrap().filter_in_use(),
         "rebuilt after the rename"
     );
 }

@@ -1,0 +1,346 @@
+//! Filters that survive a clean close: bloomsled's two tables inside the user's redb file.
+//!
+//! * `__bloomsled_filters`: per table, its filter as the core's [`Filter::to_bytes`] writes it
+//!   (a stable, checksummed form; this crate adds no filter format of its own).
+//! * `__bloomsled_records`: per table, a small **record** saying "the filter in
+//!   `__bloomsled_filters` is this table's, clean as of close N" (the close's sequence and a
+//!   random nonce, the table's seed, the length and xxh3 of the filter's bytes), and one
+//!   **header** naming the last clean close.
+//!
+//! A record exists only while its table is clean: the first write transaction that touches a
+//! table (opens it for writing, deletes or renames it) removes its record **in that same
+//! transaction**, so redb commits (or loses) the data and the mark together; a savepoint
+//! restore removes every record in its transaction. A clean close writes, in one commit, the
+//! filter and record of every table whose filter is complete for the latest state, re-stamps
+//! the records of tables untouched since the previous close, and a new header. At open, a
+//! table's filter is loaded instead of scanned only if its record decodes, names the header's
+//! close, carries the table's seed, and the bytes match its length and xxh3 and decode with
+//! [`Filter::from_bytes`] to that seed. Anything else: a scan, as at first use.
+//!
+//! Names beginning with [`RESERVED_PREFIX`] are bloomsled's: hidden from `list_tables`.
+
+use std::collections::HashSet;
+
+use bloomsled::Filter;
+use redb::{ReadableTable as _, TableDefinition};
+
+use crate::filters::{Built, Kind};
+
+/// Table names beginning with this are bloomsled's own (its filters and their records),
+/// hidden from `list_tables`; a user's table must not use it.
+///
+/// ```
+/// use bloomsled_redb::{Database, ReadableDatabase, TableDefinition};
+/// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let path = dir.path().join("a.redb");
+/// let db = Database::create(&path)?;
+/// let w = db.begin_write()?;
+/// w.open_table(T)?.insert(1, 1)?;
+/// w.commit()?;
+/// drop(db); // writes bloomsled's tables
+/// let db = Database::open(&path)?;
+/// let r = db.begin_read()?;
+/// assert!(r.list_tables()?.all(|t| {
+///     !bloomsled_redb::TableHandle::name(&t).starts_with(bloomsled_redb::RESERVED_PREFIX)
+/// }));
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub const RESERVED_PREFIX: &str = "__bloomsled_";
+
+/// A table whose filter holds fewer keys is not written at close: its scan at the next open
+/// costs less than the pages its filter would take in the file.
+pub(crate) const MIN_ITEMS: u64 = 256;
+
+pub(crate) const RECORDS: TableDefinition<&str, &[u8]> =
+    TableDefinition::new("__bloomsled_records");
+pub(crate) const FILTERS: TableDefinition<&str, &[u8]> =
+    TableDefinition::new("__bloomsled_filters");
+
+/// The header's key in `RECORDS` (table keys all begin with `t/` or `m/`).
+const HEADER: &str = "close";
+const RECORD_MAGIC: &[u8; 4] = b"BSR1";
+const HEADER_MAGIC: &[u8; 4] = b"BSH1";
+const RECORD_LEN: usize = 4 + 8 * 6;
+const HEADER_LEN: usize = 4 + 8 * 3;
+
+/// True if `name` is bloomsled's own table.
+pub(crate) fn reserved(name: &str) -> bool {
+    name.starts_with(RESERVED_PREFIX)
+}
+
+/// A table's key in both of bloomsled's tables.
+pub(crate) fn key(kind: Kind, name: &str) -> String {
+    match kind {
+        Kind::Table => format!("t/{name}"),
+        Kind::Multimap => format!("m/{name}"),
+    }
+}
+
+/// One clean close: its sequence number and a random nonce (so a record of another history
+/// with the same sequence is not taken for this one's).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Close {
+    pub(crate) sequence: u64,
+    pub(crate) nonce: u64,
+}
+
+/// A table's record: its filter is clean as of `close`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Record {
+    pub(crate) close: Close,
+    pub(crate) seed: u64,
+    pub(crate) len: u64,
+    pub(crate) digest: u64,
+}
+
+fn words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+}
+
+fn check(fields: &[u64]) -> u64 {
+    let bytes: Vec<u8> = fields.iter().flat_map(|w| w.to_le_bytes()).collect();
+    bloomsled::hash::hash_key(&bytes, 0x6273_7265_6362)
+}
+
+impl Record {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let fields = [
+            self.close.sequence,
+            self.close.nonce,
+            self.seed,
+            self.len,
+            self.digest,
+        ];
+        let mut out = RECORD_MAGIC.to_vec();
+        for w in fields.iter().chain([check(&fields)].iter()) {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
+    /// `None` for anything that is not a record this version wrote, intact.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
+        if bytes.len() != RECORD_LEN || &bytes[..4] != RECORD_MAGIC {
+            return None;
+        }
+        let w: Vec<u64> = words(&bytes[4..]).collect();
+        (check(&w[..5]) == w[5]).then_some(Record {
+            close: Close {
+                sequence: w[0],
+                nonce: w[1],
+            },
+            seed: w[2],
+            len: w[3],
+            digest: w[4],
+        })
+    }
+}
+
+fn encode_header(close: Close) -> Vec<u8> {
+    let fields = [close.sequence, close.nonce];
+    let mut out = HEADER_MAGIC.to_vec();
+    for w in fields.iter().chain([check(&fields)].iter()) {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    out
+}
+
+fn decode_header(bytes: &[u8]) -> Option<Close> {
+    if bytes.len() != HEADER_LEN || &bytes[..4] != HEADER_MAGIC {
+        return None;
+    }
+    let w: Vec<u64> = words(&bytes[4..]).collect();
+    (check(&w[..2]) == w[2]).then_some(Close {
+        sequence: w[0],
+        nonce: w[1],
+    })
+}
+
+/// The xxh3 of a filter's bytes, as its record keeps it.
+fn digest(bytes: &[u8]) -> u64 {
+    bloomsled::hash::hash_key(bytes, 0)
+}
+
+/// What a read of bloomsled's tables found at open: the keys that have a record (a write
+/// must remove them), and the seeds records give (a table made anew takes its record's seed,
+/// so the filter it may load hashes as its writers do).
+#[derive(Default)]
+pub(crate) struct OnDisk {
+    pub(crate) keys: HashSet<String>,
+    pub(crate) seeds: std::collections::HashMap<String, u64>,
+}
+
+/// Reads the records of `txn`'s state; nothing on any error (nothing is then trusted).
+pub(crate) fn read_on_disk(txn: &redb::ReadTransaction) -> OnDisk {
+    let mut on_disk = OnDisk::default();
+    let Ok(records) = txn.open_table(RECORDS) else {
+        return on_disk;
+    };
+    let header = records
+        .get(HEADER)
+        .ok()
+        .flatten()
+        .and_then(|v| decode_header(v.value()));
+    let Ok(iter) = records.iter() else {
+        return on_disk;
+    };
+    for entry in iter {
+        let Ok((k, v)) = entry else {
+            return OnDisk::default();
+        };
+        let k = k.value();
+        if k == HEADER {
+            continue;
+        }
+        on_disk.keys.insert(k.to_string());
+        if let Some(r) = Record::decode(v.value()).filter(|r| Some(r.close) == header) {
+            on_disk.seeds.insert(k.to_string(), r.seed);
+        }
+    }
+    on_disk
+}
+
+/// A table's record and header as `txn` sees them, raw (a build compares them between its
+/// two transactions).
+pub(crate) fn raw_record(txn: &redb::ReadTransaction, key: &str) -> Option<(Vec<u8>, Vec<u8>)> {
+    let records = txn.open_table(RECORDS).ok()?;
+    let header = records.get(HEADER).ok()??.value().to_vec();
+    let record = records.get(key).ok()??.value().to_vec();
+    Some((header, record))
+}
+
+/// The table's filter from its record in `txn`'s state, if every check passes.
+pub(crate) fn load(txn: &redb::ReadTransaction, key: &str, seed: u64) -> Option<Filter> {
+    let (header, record) = raw_record(txn, key)?;
+    let close = decode_header(&header)?;
+    let record = Record::decode(&record)?;
+    if record.close != close || record.seed != seed {
+        return None;
+    }
+    let filters = txn.open_table(FILTERS).ok()?;
+    let bytes = filters.get(key).ok()??;
+    let bytes = bytes.value();
+    if bytes.len() as u64 != record.len || digest(bytes) != record.digest {
+        return None;
+    }
+    let filter = Filter::from_bytes(bytes).ok()?;
+    (filter.seed() == seed).then_some(filter)
+}
+
+/// Removes the records of `keys` in `txn` (their tables are being written).
+pub(crate) fn mark_dirty<'k>(
+    txn: &redb::WriteTransaction,
+    keys: impl IntoIterator<Item = &'k str>,
+) -> Result<(), redb::TableError> {
+    let mut records = txn.open_table(RECORDS)?;
+    for k in keys {
+        records.remove(k)?;
+    }
+    Ok(())
+}
+
+/// Removes every record in `txn` (after a savepoint restore brought back older ones).
+pub(crate) fn forget_all(txn: &redb::WriteTransaction) -> Result<(), redb::TableError> {
+    txn.delete_table(RECORDS)?;
+    Ok(())
+}
+
+/// The clean close: in one commit, the filters of `clean` (key, filter: each complete for
+/// the latest state), records re-stamped for tables untouched since the last close, and a
+/// new header. Records that are not valid under the old header are dropped, and so are
+/// filters without a record.
+pub(crate) fn write_close(
+    db: &redb::Database,
+    clean: &[(String, std::sync::Arc<Built>)],
+) -> Result<(), redb::Error> {
+    // Never wait: a leaked table of a failed commit may hold redb's write lock for good.
+    let txn = db.try_begin_write()?;
+    {
+        let mut records = txn.open_table(RECORDS)?;
+        let mut filters = txn.open_table(FILTERS)?;
+        let old = records.get(HEADER)?.and_then(|v| decode_header(v.value()));
+        let close = Close {
+            sequence: old.map_or(1, |c| c.sequence.wrapping_add(1)),
+            nonce: bloomsled::hash::secret_seed()
+                .map_err(|e| redb::StorageError::Io(std::io::Error::other(e.to_string())))?,
+        };
+        let mut kept: Vec<(String, Record)> = Vec::new();
+        for entry in records.iter()? {
+            let (k, v) = entry?;
+            let k = k.value().to_string();
+            if let Some(r) = Record::decode(v.value()).filter(|r| Some(r.close) == old) {
+                kept.push((k, r));
+            }
+        }
+        records.retain(|_, _| false)?;
+        for (k, r) in kept {
+            records.insert(k.as_str(), Record { close, ..r }.encode().as_slice())?;
+        }
+        for (k, built) in clean {
+            let f = built.filter();
+            let bytes = f.to_bytes();
+            let r = Record {
+                close,
+                seed: f.seed(),
+                len: bytes.len() as u64,
+                digest: digest(&bytes),
+            };
+            filters.insert(k.as_str(), bytes.as_slice())?;
+            records.insert(k.as_str(), r.encode().as_slice())?;
+        }
+        let orphans: Vec<String> = filters
+            .iter()?
+            .filter_map(|e| e.ok().map(|(k, _)| k.value().to_string()))
+            .filter(|k| records.get(k.as_str()).ok().flatten().is_none())
+            .collect();
+        for k in orphans {
+            filters.remove(k.as_str())?;
+        }
+        records.insert(HEADER, encode_header(close).as_slice())?;
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+/// Reads bloomsled's records of `db`'s latest state.
+pub(crate) fn read_on_disk_of(db: &impl redb::ReadableDatabase) -> OnDisk {
+    db.begin_read()
+        .map_or_else(|_| OnDisk::default(), |t| read_on_disk(&t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any bytes: a record or header, or `None`; never a panic. A record read back
+        /// is the one written, and a flipped bit anywhere makes it unreadable.
+        #[test]
+        fn records_decode_only_what_was_encoded(
+            bytes in proptest::collection::vec(any::<u8>(), 0..80),
+            fields in any::<[u64; 5]>(),
+            flip in 0usize..(RECORD_LEN * 8),
+        ) {
+            let _ = Record::decode(&bytes);
+            let _ = decode_header(&bytes);
+            let r = Record {
+                close: Close { sequence: fields[0], nonce: fields[1] },
+                seed: fields[2],
+                len: fields[3],
+                digest: fields[4],
+            };
+            let mut enc = r.encode();
+            prop_assert_eq!(Record::decode(&enc), Some(r));
+            prop_assert_eq!(decode_header(&enc), None);
+            enc[flip / 8] ^= 1 << (flip % 8);
+            prop_assert_eq!(Record::decode(&enc), None);
+            let h = encode_header(r.close);
+            prop_assert_eq!(decode_header(&h), Some(r.close));
+            prop_assert_eq!(Record::decode(&h), None);
+        }
+    }
+}
