@@ -40,6 +40,9 @@ fn stats_prometheus_parses_and_carries_every_series() {
             .open_window("recent", WindowConfig::new(Duration::from_secs(3600), 4))
             .unwrap();
         w.insert("token-1", "").unwrap();
+        // The tree grew from its default size: its last growth rebuild may still be
+        // running, and the close snapshots the filter it ends with.
+        t.wait_for_rebuild();
         let s = t.stats();
         drop(w);
         db.close().unwrap();
