@@ -1,0 +1,216 @@
+//! `CursorMut`: redb's writing cursor, its inserts putting their key in the filter first.
+
+use std::borrow::Borrow;
+
+use redb::{AccessGuard, CursorError, Key, Value};
+
+use super::Result;
+use crate::filters::TableFilter;
+
+/// A cursor that writes (redb's `CursorMut`): its inserts put their key in the filter first.
+///
+/// ```
+/// use std::ops::Bound;
+/// use bloomsled_redb::{Database, TableDefinition};
+/// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::create(dir.path().join("a.redb"))?;
+/// let w = db.begin_write()?;
+/// let mut t = w.open_table(T)?;
+/// let mut c = t.upper_bound_mut(Bound::<u64>::Unbounded)?;
+/// for k in 0..10 {
+///     c.insert_before(k, k)?;
+/// }
+/// c.close()?;
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub struct CursorMut<'a, K: Key + 'static, V: Value + 'static> {
+    pub(super) inner: redb::CursorMut<'a, K, V>,
+    pub(super) filter: Option<&'a TableFilter>,
+    pub(super) log: &'a mut Vec<u64>,
+}
+
+impl<K: Key + 'static, V: Value + 'static> CursorMut<'_, K, V> {
+    fn admit(&mut self, key: &[u8]) {
+        if let Some(tf) = self.filter {
+            self.log.push(tf.insert(key));
+        }
+    }
+
+    /// The pair after the cursor, without moving.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// assert!(c.peek_next()?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn peek_next(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.peek_next()
+    }
+
+    /// The pair before the cursor, without moving.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// assert!(c.peek_prev()?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn peek_prev(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.peek_prev()
+    }
+
+    /// Moves past the next pair and returns it.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// assert!(c.next()?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity, clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.next()
+    }
+
+    /// Moves before the previous pair and returns it.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// assert!(c.prev()?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn prev(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.prev()
+    }
+
+    /// Inserts a pair at the cursor, before it (keys must stay in order).
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// c.insert_before(1, 1)?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn insert_before<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+    ) -> std::result::Result<(), CursorError> {
+        self.admit(K::as_bytes(key.borrow()).as_ref());
+        self.inner.insert_before(key, value)
+    }
+
+    /// Inserts a pair at the cursor, after it (keys must stay in order).
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// c.insert_after(1, 1)?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn insert_after<'k, 'v>(
+        &mut self,
+        key: impl Borrow<K::SelfType<'k>>,
+        value: impl Borrow<V::SelfType<'v>>,
+    ) -> std::result::Result<(), CursorError> {
+        self.admit(K::as_bytes(key.borrow()).as_ref());
+        self.inner.insert_after(key, value)
+    }
+
+    /// Removes the pair after the cursor.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// assert!(c.remove_next()?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn remove_next(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.remove_next()
+    }
+
+    /// Removes the pair before the cursor.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// let mut c = t.lower_bound_mut(Bound::<u64>::Unbounded)?;
+    /// assert!(c.remove_prev()?.is_none());
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn remove_prev(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
+        self.inner.remove_prev()
+    }
+
+    /// Ends the cursor, reporting an error it latched.
+    ///
+    /// ```
+    /// # use std::ops::Bound;
+    /// # use bloomsled_redb::{Database, TableDefinition};
+    /// # const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::create(dir.path().join("a.redb"))?;
+    /// # let w = db.begin_write()?;
+    /// # let mut t = w.open_table(T)?;
+    /// t.lower_bound_mut(Bound::<u64>::Unbounded)?.close()?;
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn close(self) -> Result {
+        self.inner.close()
+    }
+}
