@@ -1,0 +1,197 @@
+//! `Builder`: redb's, its `create` and `open` giving a `Database` with its tables' filters.
+
+use std::fs::File;
+use std::path::Path;
+
+use redb::{ConcurrencyMode, DatabaseError, RepairSession, StorageBackend};
+
+use super::{Database, ReadOnlyDatabase};
+
+/// Configuration of a database (redb's `Builder`, same setters).
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = bloomsled_redb::Builder::new()
+///     .set_cache_size(64 << 20)
+///     .create(dir.path().join("a.redb"))?;
+/// # drop(db);
+/// # Ok::<(), bloomsled_redb::Error>(())
+/// ```
+pub struct Builder {
+    inner: redb::Builder,
+    mode: ConcurrencyMode,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
+impl Builder {
+    /// redb's defaults (a 1 GiB cache).
+    ///
+    /// ```
+    /// let b = bloomsled_redb::Builder::new();
+    /// # drop(b);
+    /// ```
+    pub fn new() -> Self {
+        Builder {
+            inner: redb::Builder::new(),
+            mode: ConcurrencyMode::default(),
+        }
+    }
+
+    /// Called when an open needs a repair.
+    ///
+    /// ```
+    /// let mut b = bloomsled_redb::Builder::new();
+    /// b.set_repair_callback(|s| drop(s.progress()));
+    /// ```
+    pub fn set_repair_callback(
+        &mut self,
+        callback: impl Fn(&mut RepairSession) + 'static,
+    ) -> &mut Self {
+        self.inner.set_repair_callback(callback);
+        self
+    }
+
+    /// The cache size in bytes.
+    ///
+    /// ```
+    /// bloomsled_redb::Builder::new().set_cache_size(1 << 20);
+    /// ```
+    pub fn set_cache_size(&mut self, bytes: usize) -> &mut Self {
+        self.inner.set_cache_size(bytes);
+        self
+    }
+
+    /// Who else may open the file. In any mode but `ExclusiveWriter` another process may
+    /// write it, so the filters are off: every lookup goes to redb.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Builder, ConcurrencyMode};
+    /// Builder::new().set_concurrency_mode(ConcurrencyMode::ExclusiveWriter);
+    /// ```
+    pub fn set_concurrency_mode(&mut self, mode: ConcurrencyMode) -> &mut Self {
+        self.inner.set_concurrency_mode(mode);
+        self.mode = mode;
+        self
+    }
+
+    /// Whether an open verifies every checksum.
+    ///
+    /// ```
+    /// bloomsled_redb::Builder::new().set_check_integrity_on_open(true);
+    /// ```
+    pub fn set_check_integrity_on_open(&mut self, enabled: bool) -> &mut Self {
+        self.inner.set_check_integrity_on_open(enabled);
+        self
+    }
+
+    /// Opens or creates the database at `path`.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = bloomsled_redb::Builder::new().create(dir.path().join("a.redb"))?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn create(&self, path: impl AsRef<Path>) -> Result<Database, DatabaseError> {
+        Ok(Database::wrap(self.inner.create(path)?, self.mode, true))
+    }
+
+    /// Opens an existing database.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("a.redb");
+    /// # drop(bloomsled_redb::Database::create(&path)?);
+    /// let db = bloomsled_redb::Builder::new().open(&path)?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<Database, DatabaseError> {
+        Ok(Database::wrap(self.inner.open(path)?, self.mode, true))
+    }
+
+    /// Opens an existing database read-only.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("a.redb");
+    /// # drop(bloomsled_redb::Database::create(&path)?);
+    /// let db = bloomsled_redb::Builder::new().open_read_only(&path)?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn open_read_only(
+        &self,
+        path: impl AsRef<Path>,
+    ) -> Result<ReadOnlyDatabase, DatabaseError> {
+        Ok(ReadOnlyDatabase::wrap(
+            self.inner.open_read_only(path)?,
+            self.mode,
+        ))
+    }
+
+    /// [`Builder::open_read_only`] over a storage backend.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("a.redb");
+    /// # drop(bloomsled_redb::Database::create(&path)?);
+    /// use bloomsled_redb::backends::FileBackend;
+    /// let file = std::fs::File::open(&path)?;
+    /// let db = bloomsled_redb::Builder::new()
+    ///     .open_read_only_with_backend(FileBackend::new(file)?)?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn open_read_only_with_backend(
+        &self,
+        backend: impl StorageBackend,
+    ) -> Result<ReadOnlyDatabase, DatabaseError> {
+        Ok(ReadOnlyDatabase::wrap(
+            self.inner.open_read_only_with_backend(backend)?,
+            self.mode,
+        ))
+    }
+
+    /// Opens or creates a database in an open file.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let file = tempfile::tempfile_in(dir.path())?;
+    /// let db = bloomsled_redb::Builder::new().create_file(file)?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn create_file(&self, file: File) -> Result<Database, DatabaseError> {
+        #[allow(deprecated)]
+        Ok(Database::wrap(
+            self.inner.create_file(file)?,
+            self.mode,
+            true,
+        ))
+    }
+
+    /// Opens or creates a database over a storage backend.
+    ///
+    /// ```
+    /// use bloomsled_redb::backends::InMemoryBackend;
+    /// let db = bloomsled_redb::Builder::new().create_with_backend(InMemoryBackend::new())?;
+    /// # drop(db);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn create_with_backend(
+        &self,
+        backend: impl StorageBackend,
+    ) -> Result<Database, DatabaseError> {
+        Ok(Database::wrap(
+            self.inner.create_with_backend(backend)?,
+            self.mode,
+            false,
+        ))
+    }
+}
