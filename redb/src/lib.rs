@@ -36,6 +36,7 @@ mod multimap;
 mod persist;
 mod table;
 mod transactions;
+mod writing;
 
 pub use db::{Builder, Database, FilterStats, ReadOnlyDatabase, ReadableDatabase};
 pub use multimap::{MultimapTable, MultimapValue, ReadOnlyMultimapTable, ReadableMultimapTable};

@@ -12,6 +12,7 @@ use redb::{
 
 use crate::filters::{Built, Kind, Shared, TableFilter};
 use crate::transactions::{ReadTransaction, WriteTransaction};
+use crate::writing::Writing;
 
 type Result<T = (), E = StorageError> = std::result::Result<T, E>;
 
@@ -172,48 +173,26 @@ fn build<K: Key + 'static, V: Key + 'static>(
 /// # Ok::<(), bloomsled_redb::Error>(())
 /// ```
 pub struct MultimapTable<'txn, K: Key + 'static, V: Key + 'static> {
+    /// Before `inner`: its log reaches the transaction before redb's table is dropped.
+    writing: Writing<'txn>,
     inner: redb::MultimapTable<'txn, K, V>,
-    txn: &'txn WriteTransaction,
-    name: String,
-    filter: Option<Arc<TableFilter>>,
-    gen_seen: u64,
-    log: Vec<u64>,
 }
 
 impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
     pub(crate) fn new(inner: redb::MultimapTable<'txn, K, V>, txn: &'txn WriteTransaction) -> Self {
         let name = redb::MultimapTableHandle::name(&inner).to_string();
         let owned = name.clone();
-        let opened = txn.filter_for(
-            Kind::Multimap,
-            &name,
-            Box::new(move |shared, tf, grow| build::<K, V>(shared, tf, grow, &owned)),
-        );
-        let (filter, gen_seen) = match opened {
-            Some((tf, g)) => (Some(tf), g),
-            None => (None, 0),
-        };
+        let build =
+            Box::new(move |shared: &_, tf: &_, grow| build::<K, V>(shared, tf, grow, &owned));
         MultimapTable {
+            writing: Writing::open(txn, Kind::Multimap, name, build),
             inner,
-            txn,
-            name,
-            filter,
-            gen_seen,
-            log: Vec::new(),
         }
     }
 
+    /// True if the filter proves the key absent from this transaction's view.
     fn rules_out(&self, key: &[u8]) -> bool {
-        let Some(tf) = &self.filter else {
-            return false;
-        };
-        let slots = tf.read();
-        slots.build_gen == self.gen_seen
-            && self.txn.settled()
-            && slots
-                .current
-                .trusted_for(self.txn.shared().epoch.load(SeqCst), self.txn.seq())
-            && !slots.current.may_contain(key)
+        self.writing.rules_out(key)
     }
 
     /// Adds `value` to `key`'s values; true if it was there. The key enters the filter first.
@@ -234,9 +213,7 @@ impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
         key: impl Borrow<K::SelfType<'k>>,
         value: impl Borrow<V::SelfType<'v>>,
     ) -> Result<bool> {
-        if let Some(tf) = &self.filter {
-            self.log.push(tf.insert(K::as_bytes(key.borrow()).as_ref()));
-        }
+        self.writing.admit(K::as_bytes(key.borrow()).as_ref());
         self.inner.insert(key, value)
     }
 
@@ -282,13 +259,6 @@ impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
     }
 }
 
-impl<K: Key + 'static, V: Key + 'static> Drop for MultimapTable<'_, K, V> {
-    fn drop(&mut self) {
-        self.txn
-            .append_log(Kind::Multimap, &self.name, &mut self.log);
-    }
-}
-
 impl<K: Key + 'static, V: Key + 'static> ReadableTableMetadata for MultimapTable<'_, K, V> {
     fn stats(&self) -> Result<TableStats> {
         self.inner.stats()
@@ -320,14 +290,14 @@ impl<K: Key + 'static, V: Key + 'static> ReadableMultimapTable<K, V> for Multima
 
 impl<K: Key + 'static, V: Key + 'static> crate::MultimapTableHandle for MultimapTable<'_, K, V> {
     fn name(&self) -> &str {
-        &self.name
+        self.writing.name()
     }
 }
 
 impl<K: Key + 'static, V: Key + 'static> std::fmt::Debug for MultimapTable<'_, K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MultimapTable")
-            .field("name", &self.name)
+            .field("name", &self.writing.name())
             .finish_non_exhaustive()
     }
 }

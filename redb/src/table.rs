@@ -3,8 +3,6 @@
 
 use std::borrow::Borrow;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
-use std::sync::atomic::Ordering::SeqCst;
 
 use redb::{
     AccessGuard, AccessGuardMut, AccessGuardMutInPlace, Cursor, Entry, ExtractIf, Key,
@@ -14,6 +12,7 @@ use redb::{
 
 use crate::filters::{Kind, Shared, TableFilter};
 use crate::transactions::WriteTransaction;
+use crate::writing::Writing;
 
 mod cursor;
 mod read_only;
@@ -92,58 +91,31 @@ fn build<K: Key + 'static, V: Value + 'static>(
 /// # Ok::<(), bloomsled_redb::Error>(())
 /// ```
 pub struct Table<'txn, K: Key + 'static, V: Value + 'static> {
+    /// Before `inner`: its log reaches the transaction before redb's table is dropped.
+    writing: Writing<'txn>,
     inner: redb::Table<'txn, K, V>,
-    txn: &'txn WriteTransaction,
-    name: String,
-    /// `None` when filters are off (another process may write).
-    filter: Option<Arc<TableFilter>>,
-    gen_seen: u64,
-    /// Hashes of the keys written through this handle, handed to the transaction at drop.
-    log: Vec<u64>,
 }
 
 impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     pub(crate) fn new(inner: redb::Table<'txn, K, V>, txn: &'txn WriteTransaction) -> Self {
         let name = redb::TableHandle::name(&inner).to_string();
         let owned = name.clone();
-        let opened = txn.filter_for(
-            Kind::Table,
-            &name,
-            Box::new(move |shared, tf, grow| build::<K, V>(shared, tf, grow, &owned)),
-        );
-        let (filter, gen_seen) = match opened {
-            Some((tf, g)) => (Some(tf), g),
-            None => (None, 0),
-        };
+        let build =
+            Box::new(move |shared: &_, tf: &_, grow| build::<K, V>(shared, tf, grow, &owned));
         Table {
+            writing: Writing::open(txn, Kind::Table, name, build),
             inner,
-            txn,
-            name,
-            filter,
-            gen_seen,
-            log: Vec::new(),
         }
     }
 
     /// Sets the key's bits before a write that may create it.
     fn admit(&mut self, key: &[u8]) {
-        if let Some(tf) = &self.filter {
-            self.log.push(tf.insert(key));
-        }
+        self.writing.admit(key);
     }
 
     /// True if the filter proves the key absent from this transaction's view.
     fn rules_out(&self, key: &[u8]) -> bool {
-        let Some(tf) = &self.filter else {
-            return false;
-        };
-        let slots = tf.read();
-        slots.build_gen == self.gen_seen
-            && self.txn.settled()
-            && slots
-                .current
-                .trusted_for(self.txn.shared().epoch.load(SeqCst), self.txn.seq())
-            && !slots.current.may_contain(key)
+        self.writing.rules_out(key)
     }
 
     /// The value of `key` for in-place change; `None` if absent (the filter may say so).
@@ -354,11 +326,9 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         &mut self,
         bound: Bound<impl Borrow<K::SelfType<'a>>>,
     ) -> Result<CursorMut<'_, K, V>> {
-        Ok(CursorMut {
-            inner: self.inner.lower_bound_mut(bound)?,
-            filter: self.filter.as_deref(),
-            log: &mut self.log,
-        })
+        let inner = self.inner.lower_bound_mut(bound)?;
+        let (filter, log) = self.writing.for_cursor();
+        Ok(CursorMut { inner, filter, log })
     }
 
     /// A mutable cursor at the gap after the last key not above `bound`.
@@ -381,11 +351,9 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         &mut self,
         bound: Bound<impl Borrow<K::SelfType<'a>>>,
     ) -> Result<CursorMut<'_, K, V>> {
-        Ok(CursorMut {
-            inner: self.inner.upper_bound_mut(bound)?,
-            filter: self.filter.as_deref(),
-            log: &mut self.log,
-        })
+        let inner = self.inner.upper_bound_mut(bound)?;
+        let (filter, log) = self.writing.for_cursor();
+        Ok(CursorMut { inner, filter, log })
     }
 
     /// The entry of `key` for in-place manipulation. The key is put in the filter first
@@ -428,12 +396,6 @@ impl<K: Key + 'static, V: MutInPlaceValue + 'static> Table<'_, K, V> {
     ) -> Result<AccessGuardMutInPlace<'_, V>> {
         self.admit(K::as_bytes(key.borrow()).as_ref());
         self.inner.insert_reserve(key, value_length)
-    }
-}
-
-impl<K: Key + 'static, V: Value + 'static> Drop for Table<'_, K, V> {
-    fn drop(&mut self) {
-        self.txn.append_log(Kind::Table, &self.name, &mut self.log);
     }
 }
 
@@ -489,7 +451,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, 
 
 impl<K: Key + 'static, V: Value + 'static> crate::TableHandle for Table<'_, K, V> {
     fn name(&self) -> &str {
-        &self.name
+        self.writing.name()
     }
 }
 

@@ -1,0 +1,83 @@
+//! The filter side of a table open in a write transaction, shared by `Table` and
+//! `MultimapTable`: every key a write may create goes through [`Writing::admit`] before
+//! redb stores it, and a lookup asks [`Writing::rules_out`] before redb.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
+
+use crate::filters::{Kind, TableFilter};
+use crate::transactions::{Builder, WriteTransaction};
+
+/// One table's filter as a write transaction sees it, and the hashes of the keys written
+/// through this handle (handed to the transaction when the handle drops, so that its
+/// commit can re-insert them into a filter a build installed meanwhile).
+pub(crate) struct Writing<'txn> {
+    txn: &'txn WriteTransaction,
+    kind: Kind,
+    name: String,
+    /// `None` when filters are off (another process may write).
+    filter: Option<Arc<TableFilter>>,
+    /// The build generation the transaction saw when it first opened the table.
+    gen_seen: u64,
+    log: Vec<u64>,
+}
+
+impl<'txn> Writing<'txn> {
+    /// The filter of table `name` for `txn`, built by `build` if it has none yet.
+    pub(crate) fn open(
+        txn: &'txn WriteTransaction,
+        kind: Kind,
+        name: String,
+        build: Builder,
+    ) -> Writing<'txn> {
+        let (filter, gen_seen) = match txn.filter_for(kind, &name, build) {
+            Some((tf, g)) => (Some(tf), g),
+            None => (None, 0),
+        };
+        Writing {
+            txn,
+            kind,
+            name,
+            filter,
+            gen_seen,
+            log: Vec::new(),
+        }
+    }
+
+    /// The table's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets the key's bits before a write that may create it.
+    pub(crate) fn admit(&mut self, key: &[u8]) {
+        if let Some(tf) = &self.filter {
+            self.log.push(tf.insert(key));
+        }
+    }
+
+    /// True if the filter proves the key absent from this transaction's view.
+    pub(crate) fn rules_out(&self, key: &[u8]) -> bool {
+        let Some(tf) = &self.filter else {
+            return false;
+        };
+        let slots = tf.read();
+        slots.build_gen == self.gen_seen
+            && self.txn.settled()
+            && slots
+                .current
+                .trusted_for(self.txn.shared().epoch.load(SeqCst), self.txn.seq())
+            && !slots.current.may_contain(key)
+    }
+
+    /// The filter and the log, for a cursor that writes through this handle.
+    pub(crate) fn for_cursor(&mut self) -> (Option<&TableFilter>, &mut Vec<u64>) {
+        (self.filter.as_deref(), &mut self.log)
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.txn.append_log(self.kind, &self.name, &mut self.log);
+    }
+}
