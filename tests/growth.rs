@@ -169,10 +169,11 @@ fn growth_under_reopens_crashes_and_removes_denies_no_stored_key() {
                 }
                 _ => {
                     // A crash: flushed, then left as a kill would leave it, and reopened
-                    // from a copy.
+                    // from a copy made while its background work (a growth) may still
+                    // write, rename and retire files.
                     db.flush().unwrap();
                     let copy = tempfile::tempdir().unwrap();
-                    common::copy_dir(&path, copy.path());
+                    common::copy_live_dir(&path, copy.path());
                     std::mem::forget(db);
                     path = copy.path().to_path_buf();
                     copies.push(copy);

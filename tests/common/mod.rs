@@ -59,6 +59,32 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// [`copy_dir`] of a folder a live database is writing (a crash image): a file removed or
+/// renamed between the listing and its copy (a retired journal, a snapshot's temporary file)
+/// is left out, as it would be from a copy made a moment later.
+pub fn copy_live_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    let entries = match fs::read_dir(from) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => panic!("listing {}: {e}", from.display()),
+    };
+    for e in entries {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        match e.file_type() {
+            Ok(t) if t.is_dir() => copy_live_dir(&e.path(), &target),
+            Ok(_) => match fs::copy(e.path(), &target) {
+                Ok(_) => {}
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => panic!("copying {}: {err}", e.path().display()),
+            },
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => panic!("{}: {err}", e.path().display()),
+        }
+    }
+}
+
 /// The counter file of the crash journal at `jnl` (`src/persist/journal.rs`): in
 /// `$BLOOMSLED_JOURNAL_COUNTER_DIR`, else `/dev/shm`, named by the database id, tree id and
 /// sequence its header holds.
