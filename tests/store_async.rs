@@ -4,15 +4,20 @@
 //! worker ticking; and a call outside any runtime is an error, not a panic.
 #![cfg(feature = "tokio")]
 
+use std::future::Future;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bloomsled::persist::{pause_rebuild_scans_after, rebuild_scans_paused};
 use bloomsled::{Config, Error};
 
 /// The rebuild-scan pause is process-wide: tests that rebuild take turns.
 static REBUILDS: Mutex<()> = Mutex::new(());
+
+/// How long a test may run before it fails instead of hanging.
+const LIMIT: Duration = Duration::from_secs(120);
 
 /// A multi-threaded runtime of two workers.
 fn multi_thread() -> tokio::runtime::Runtime {
@@ -23,10 +28,34 @@ fn multi_thread() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Runs `test` on `rt` for at most [`LIMIT`]. A test that panics or runs out of time fails
+/// with its message, and its runtime is shut down without waiting on a blocking task that
+/// never ends (dropping a runtime would wait for it: a hang, not a failure).
+fn run<F: Future>(rt: tokio::runtime::Runtime, test: F) -> F::Output {
+    let out = catch_unwind(AssertUnwindSafe(|| {
+        rt.block_on(async { tokio::time::timeout(LIMIT, test).await })
+    }));
+    rt.shutdown_timeout(Duration::from_secs(5));
+    match out {
+        Ok(Ok(v)) => v,
+        Ok(Err(_)) => panic!("the test ran past {LIMIT:?}"),
+        Err(panic) => resume_unwind(panic),
+    }
+}
+
+/// Lifts the rebuild-scan pause when dropped, also when a test panics mid-pause.
+struct Unpause;
+
+impl Drop for Unpause {
+    fn drop(&mut self) {
+        pause_rebuild_scans_after(None);
+    }
+}
+
 #[test]
 fn open_write_snapshot_close_and_reopen_without_a_scan() {
     let _turn = REBUILDS.lock().unwrap_or_else(|p| p.into_inner());
-    multi_thread().block_on(async {
+    run(multi_thread(), async {
         let dir = tempfile::tempdir().unwrap();
         let config = Config::new().path(dir.path()).expected_items(10_000);
         let db = config.open_async().await.unwrap();
@@ -58,7 +87,7 @@ fn open_write_snapshot_close_and_reopen_without_a_scan() {
 #[test]
 fn rebuild_async_resizes_a_filter_past_its_capacity() {
     let _turn = REBUILDS.lock().unwrap_or_else(|p| p.into_inner());
-    multi_thread().block_on(async {
+    run(multi_thread(), async {
         let db = Config::new()
             .temporary(true)
             .expected_items(100)
@@ -83,7 +112,7 @@ fn a_paused_rebuild_leaves_the_only_worker_ticking() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async {
+    run(rt, async {
         let db = Config::new()
             .temporary(true)
             .expected_items(100)
@@ -105,16 +134,27 @@ fn a_paused_rebuild_leaves_the_only_worker_ticking() {
         });
         // The scan stops after 1,000 keys until released.
         pause_rebuild_scans_after(Some(1_000));
+        let _unpause = Unpause;
         let tree = (*db).clone();
-        let rebuild = tokio::spawn(async move { tree.rebuild_async().await });
+        let mut rebuild = tokio::spawn(async move { tree.rebuild_async().await });
         while rebuild_scans_paused() == 0 {
+            if rebuild.is_finished() {
+                let r = (&mut rebuild).await;
+                panic!("the rebuild ended without reaching the pause: {r:?}");
+            }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         // The rebuild is in flight and paused: the worker keeps running other tasks,
         // and lookups are answered meanwhile.
         let before = ticks.load(Ordering::SeqCst);
+        let since = Instant::now();
         while ticks.load(Ordering::SeqCst) < before + 10 {
             assert!(db.may_contain(5u32.to_be_bytes()));
+            assert!(
+                since.elapsed() < Duration::from_secs(30),
+                "the ticker ticked {} times in 30 s beside the paused rebuild",
+                ticks.load(Ordering::SeqCst) - before
+            );
             tokio::task::yield_now().await;
         }
         assert!(!rebuild.is_finished());

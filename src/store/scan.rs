@@ -188,8 +188,10 @@ impl Cursor {
 
 /// One round of a rebuild scan: one thread per range not yet read to its end, each reading
 /// its range from where the last round stopped and admitting each key's hash (with `seed`)
-/// to `into`, until its range ends or `stop(elapsed, keys read this round)` says the round
-/// is over (checked every [`STOP_EVERY`] keys and every half millisecond). Returns the
+/// to `into`, until its range ends, `stop(elapsed)` says the round
+/// is over (checked every [`STOP_EVERY`] keys and every half millisecond), or the round's
+/// threads together have read `limit` keys (checked by each thread every [`STOP_EVERY`]
+/// keys, so a round stops near `limit` however late the watcher wakes). Returns the
 /// advanced cursor and the keys read. The caller holds the gate's write side for the whole
 /// round, so no write is in flight: each thread iterates a quiet tree, and sled's iterators
 /// are never relied on under concurrent writes.
@@ -198,7 +200,8 @@ pub(crate) fn scan_round(
     cursor: &Cursor,
     into: &AnyFilter,
     seed: u64,
-    stop: impl Fn(Duration, u64) -> bool,
+    limit: u64,
+    stop: impl Fn(Duration) -> bool,
 ) -> Result<(Cursor, u64)> {
     let over = AtomicBool::new(false);
     let read_now = AtomicU64::new(0);
@@ -209,8 +212,8 @@ pub(crate) fn scan_round(
             into.admit_hash(hash_key(&key, seed));
             n += 1;
             if n.is_multiple_of(STOP_EVERY) {
-                read_now.fetch_add(STOP_EVERY, Ordering::Relaxed);
-                if over.load(Ordering::Relaxed) {
+                let all = read_now.fetch_add(STOP_EVERY, Ordering::Relaxed) + STOP_EVERY;
+                if over.load(Ordering::Relaxed) || all >= limit {
                     return Ok((At::After(key), n));
                 }
             }
@@ -228,7 +231,7 @@ pub(crate) fn scan_round(
             .map(|&i| (i, s.spawn(move || read(i))))
             .collect();
         while !handles.iter().all(|(_, h)| h.is_finished()) {
-            if stop(start.elapsed(), read_now.load(Ordering::Relaxed)) {
+            if stop(start.elapsed()) {
                 over.store(true, Ordering::Relaxed);
                 break;
             }

@@ -12,7 +12,7 @@ macro_rules! sizing_setters {
     ($builder:ident) => {
         impl $builder {
             /// Items the filter is sized for (at least 1). Unset (the default), a tree's
-            /// filter starts at 256 items and grows with its keys, holding the
+            /// filter starts at 128 items and grows with its keys, holding the
             /// false-positive rate, so a tree costs what it holds; set, the filter is sized
             /// for `n` from the start (and still grows if the tree outgrows it). A tree that
             /// already holds more keys when it is opened gets a filter sized for its key
