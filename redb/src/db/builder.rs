@@ -89,7 +89,9 @@ impl Builder {
         self
     }
 
-    /// Opens or creates the database at `path`.
+    /// Opens or creates the database at `path`, then fsyncs the folder that names it (redb
+    /// fsyncs the file but never its folder, so a power cut could take a new file's name,
+    /// and every commit in it, with it: see [`sync_folder_of`]).
     ///
     /// ```
     /// # let dir = tempfile::tempdir().unwrap();
@@ -98,10 +100,14 @@ impl Builder {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn create(&self, path: impl AsRef<Path>) -> Result<Database, DatabaseError> {
-        Ok(Database::wrap(self.inner.create(path)?, self.mode, true))
+        let inner = self.inner.create(&path)?;
+        sync_folder_of(path.as_ref())?;
+        Ok(Database::wrap(inner, self.mode, true))
     }
 
-    /// Opens an existing database.
+    /// Opens an existing database, then fsyncs the folder that names it (a file made by a
+    /// process that died before its own folder fsync may have a name that is not durable
+    /// yet; see [`sync_folder_of`]).
     ///
     /// ```
     /// # let dir = tempfile::tempdir().unwrap();
@@ -112,7 +118,9 @@ impl Builder {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Database, DatabaseError> {
-        Ok(Database::wrap(self.inner.open(path)?, self.mode, true))
+        let inner = self.inner.open(&path)?;
+        sync_folder_of(path.as_ref())?;
+        Ok(Database::wrap(inner, self.mode, true))
     }
 
     /// Opens an existing database read-only.
@@ -194,4 +202,30 @@ impl Builder {
             false,
         ))
     }
+}
+
+/// Fsyncs the folder holding `path`, so that the file's name is as durable as its commits.
+/// redb makes a new file with `O_CREAT` and fsyncs its data at each durable commit, but a
+/// file system that follows POSIX to the letter keeps a new name only once its folder was
+/// fsynced: without this, a power cut can take the whole database with it. One fsync per
+/// open. Only on Unix (elsewhere a folder cannot be opened to be synced; NTFS journals its
+/// names). An error names the folder; the database is not opened.
+fn sync_folder_of(path: &Path) -> Result<(), DatabaseError> {
+    #[cfg(unix)]
+    {
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        File::open(dir).and_then(|d| d.sync_all()).map_err(|e| {
+            let what = format!(
+                "fsync of the folder {} that names the database: {e}",
+                dir.display()
+            );
+            DatabaseError::Storage(redb::StorageError::Io(std::io::Error::new(e.kind(), what)))
+        })?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
