@@ -256,7 +256,7 @@ impl Database {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn check_integrity(&mut self) -> Result<bool, DatabaseError> {
-        self.with_mut(|db| db.check_integrity())
+        self.without_builds(|db| db.check_integrity())
     }
 
     /// Compacts the file (redb's `compact`). Filters are untouched: compaction moves no key.
@@ -268,10 +268,44 @@ impl Database {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn compact(&mut self) -> Result<bool, CompactionError> {
-        self.with_mut(|db| db.compact())
+        self.without_builds(|db| db.compact())
     }
 
-    /// Closes the database, releasing its file now (redb's `close`).
+    /// `f` on redb's handle with no build running (each holds a read transaction, which
+    /// redb's `compact` and `check_integrity` refuse): builds in flight are stopped, and
+    /// their tables build again at their next use.
+    fn without_builds<T>(&mut self, f: impl FnOnce(&mut redb::Database) -> T) -> T {
+        self.shared.builds.stop();
+        let out = self.with_mut(f);
+        self.shared.builds.resume();
+        out
+    }
+
+    /// Waits until no filter build runs: each table opened so far that had no trusted
+    /// filter has one now (unless its build failed or was stopped; its lookups then go to
+    /// redb). A table that needs a scan (written since the last clean close, or never
+    /// closed cleanly) is built in the background at its first use, while redb answers
+    /// its lookups; a service calls this before it takes traffic, or a test before it
+    /// counts `filter_stats`.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, ReadableDatabase, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.open_table(T)?.insert(1, 1)?;
+    /// w.commit()?;
+    /// db.wait_for_filters();
+    /// assert_eq!(db.filter_stats().scanned, 1);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn wait_for_filters(&self) {
+        self.shared.builds.wait();
+    }
+
+    /// Closes the database as a drop does (builds in flight finish, complete filters are
+    /// written), and releases its file now (redb's `close`).
     ///
     /// ```
     /// # let dir = tempfile::tempdir().unwrap();
@@ -280,7 +314,29 @@ impl Database {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn close(self) -> Result<(), DatabaseError> {
-        self.take().expect(OPEN).close()
+        self.shared.builds.finish();
+        let db = self.take().expect(OPEN);
+        self.write_close(&db);
+        db.close()
+    }
+
+    /// Writes each table's filter that is complete for the latest committed state, with its
+    /// record, in one commit (unless a write transaction is still alive or redb's write lock
+    /// is held, or the database is over a user's `StorageBackend`: then the next open
+    /// scans). The builds in flight finished first.
+    fn write_close(&self, db: &redb::Database) {
+        // Filters off (another process may write the file): no close; records of tables
+        // untouched since the last one stay true.
+        if !self.close_writes || !self.shared.enabled || self.shared.writers.load(SeqCst) > 0 {
+            return;
+        }
+        let mut clean = self.shared.clean_filters();
+        clean.retain(|(_, built)| built.filter().items() >= persist::MIN_ITEMS);
+        if !clean.is_empty() || !self.shared.on_disk().keys.is_empty() {
+            // An error leaves the last committed records, which stay true: a failed close
+            // costs a scan at the next open, never a stale filter.
+            let _ = persist::write_close(db, &clean);
+        }
     }
 
     /// How many commits this handle has made (a test and bench aid).
@@ -303,27 +359,15 @@ impl ReadableDatabase for Database {
 }
 
 impl Drop for Database {
-    /// Closes cleanly: writes each table's filter that is complete for the latest committed
-    /// state, with its record, in one commit (unless a write transaction is still alive or
-    /// redb's write lock is held, or the database is over a user's `StorageBackend`: then
-    /// the next open scans). Then drops redb's handle now, as dropping redb's
+    /// Closes cleanly: lets the builds in flight finish, writes each table's filter that
+    /// is complete (see `write_close`), then drops redb's handle now, as dropping redb's
     /// `Database` does, even while transactions (which hold the filters) live on.
     fn drop(&mut self) {
+        self.shared.builds.finish();
         let Some(db) = self.take() else {
             return;
         };
-        // Filters off (another process may write the file): no close; records of tables
-        // untouched since the last one stay true.
-        let filters_on = self.shared.enabled;
-        if self.close_writes && filters_on && self.shared.writers.load(SeqCst) == 0 {
-            let mut clean = self.shared.clean_filters();
-            clean.retain(|(_, built)| built.filter().items() >= persist::MIN_ITEMS);
-            if !clean.is_empty() || !self.shared.on_disk().keys.is_empty() {
-                // An error leaves the last committed records, which stay true: a failed
-                // close costs a scan at the next open, never a stale filter.
-                let _ = persist::write_close(&db, &clean);
-            }
-        }
+        self.write_close(&db);
         drop(db);
     }
 }
@@ -411,12 +455,14 @@ impl ReadOnlyDatabase {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn close(self) -> Result<(), DatabaseError> {
+        self.shared.builds.stop();
         self.take().expect(OPEN).close()
     }
 }
 
 impl Drop for ReadOnlyDatabase {
     fn drop(&mut self) {
+        self.shared.builds.stop();
         drop(self.take());
     }
 }

@@ -4,8 +4,9 @@
 //! while a build runs, its `pending` one (what the build fills). A table has one filter, the
 //! core's [`Filter`], never a list: a lookup hashes the key once and probes one block (one
 //! cache line). A filter past its capacity keeps every key it was given (its false-positive
-//! rate rises, nothing is lost) until the commit that overfilled it rebuilds it from a scan,
-//! sized for twice the table's keys, while lookups keep using the full one. A filter is never
+//! rate rises, nothing is lost) until the commit that overfilled it starts a rebuild from a
+//! scan, sized for twice the table's keys, while lookups keep using the full one. Builds of
+//! all but small tables run in a background thread (`build.rs`). A filter is never
 //! cleared: a handle that holds one keeps every key it was ever given.
 //!
 //! The rules (the argument is in `docs/redb.md`, "No false negative"):
@@ -25,12 +26,16 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
 
 use bloomsled::{Filter, FilterConfig};
 
 use crate::persist::{self, OnDisk};
+
+mod build;
+
+pub(crate) use build::{Builder, Builds, Keys};
 
 /// The smallest capacity a table's filter is sized for.
 const MIN_CAPACITY: u64 = 1024;
@@ -122,7 +127,8 @@ impl Slots {
 pub(crate) struct TableFilter {
     pub(crate) slots: RwLock<Slots>,
     seed: u64,
-    building: Mutex<()>,
+    /// True while a build of this table runs (at most one at a time).
+    building: AtomicBool,
     /// The table's key in bloomsled's own tables (`persist::key`).
     pub(crate) key: Box<str>,
 }
@@ -137,7 +143,7 @@ impl TableFilter {
                 build_gen: 0,
             }),
             seed,
-            building: Mutex::new(()),
+            building: AtomicBool::new(false),
         })
     }
 
@@ -210,6 +216,8 @@ pub(crate) struct Shared {
     /// Filters loaded from a clean close, and filters built from a scan.
     pub(crate) loaded: AtomicU64,
     pub(crate) scanned: AtomicU64,
+    /// The builds running in the background.
+    pub(crate) builds: Builds,
 }
 
 /// See [`Shared::version`].
@@ -281,6 +289,7 @@ impl Shared {
             on_disk: Mutex::new(on_disk),
             loaded: AtomicU64::new(0),
             scanned: AtomicU64::new(0),
+            builds: Builds::default(),
         }
     }
 
@@ -424,113 +433,6 @@ impl Shared {
         Unsettle {
             shared: self.clone(),
         }
-    }
-
-    /// Builds `tf` from a scan of the latest committed state, synchronously, if it is needed:
-    /// `grow` false, its filter is not trusted at the current epoch (never built, or a
-    /// restore or rename since); `grow` true, its filter holds more keys than it was sized
-    /// for. The new filter is sized for [`GROWTH`] times the table's keys. Nothing is done
-    /// while a build runs already or a restore or rename is in flight. `len` and `scan` read
-    /// the table in a read transaction the build begins (rules 2 and 3). A transaction older
-    /// than an existing filter's scan does not rebuild it: it answers from redb.
-    pub(crate) fn build_if_needed(
-        &self,
-        tf: &TableFilter,
-        grow: bool,
-        len: impl Fn(&redb::ReadTransaction) -> Option<u64>,
-        scan: impl Fn(&redb::ReadTransaction, &mut dyn FnMut(&[u8])) -> bool,
-    ) {
-        let needed = |epoch: u64| {
-            if grow {
-                tf.wants_growth()
-            } else {
-                tf.read().current.trusted_epoch != Some(epoch)
-            }
-        };
-        if !needed(self.epoch.load(SeqCst)) {
-            return;
-        }
-        let Ok(_building) = tf.building.try_lock() else {
-            return;
-        };
-        let epoch = self.epoch.load(SeqCst);
-        if self.unsettled.load(SeqCst) > 0 || !needed(epoch) {
-            return;
-        }
-        let Some(sizing) = self.source.begin_read() else {
-            return;
-        };
-        // A filter written by a clean close, if its record holds; `record` is what the scan's
-        // transaction must still see for the scan to be skipped.
-        let saved = (!grow)
-            .then(|| persist::load(&sizing, &tf.key, tf.seed))
-            .flatten()
-            .zip(persist::raw_record(&sizing, &tf.key));
-        let (fresh, record) = match saved {
-            Some((filter, record)) => (Built::loaded(filter), Some(record)),
-            None => {
-                let Some(b) =
-                    len(&sizing).and_then(|keys| Built::new(tf.seed, keys.saturating_mul(GROWTH)))
-                else {
-                    return;
-                };
-                (b, None)
-            }
-        };
-        drop(sizing);
-        let fresh = Arc::new(fresh);
-        {
-            let mut s = tf.slots.write().unwrap_or_else(|e| e.into_inner());
-            s.pending = Some(fresh.clone());
-            s.build_gen += 1;
-        }
-        let scanned = self.source.begin_read().is_some_and(move |txn| {
-            let valid_from = self.started.load(SeqCst);
-            // The record still there: no commit touched the table since the close that wrote
-            // the filter (a touch removes it in its own commit), so the filter holds every
-            // key of this state. Else the scan fills it, loaded or fresh.
-            let unchanged = record.is_some() && persist::raw_record(&txn, &tf.key) == record;
-            let ok = unchanged
-                || scan(&txn, &mut |key| {
-                    fresh.insert_hash(bloomsled::hash::hash_key(key, tf.seed));
-                });
-            drop(fresh);
-            let counter = if unchanged {
-                &self.loaded
-            } else {
-                &self.scanned
-            };
-            let installed = ok && self.install(tf, epoch, valid_from);
-            if installed {
-                counter.fetch_add(1, SeqCst);
-            }
-            installed
-        });
-        if !scanned {
-            tf.slots.write().unwrap_or_else(|e| e.into_inner()).pending = None;
-        }
-    }
-
-    /// Makes the pending filter of `tf` its current one, trusted at `epoch` from the state
-    /// `valid_from` on, unless the epoch moved during the build.
-    fn install(&self, tf: &TableFilter, epoch: u64, valid_from: u64) -> bool {
-        let mut s = tf.slots.write().unwrap_or_else(|e| e.into_inner());
-        let Some(pending) = s.pending.take() else {
-            return false;
-        };
-        if self.epoch.load(SeqCst) != epoch {
-            return false;
-        }
-        // Only the slots hold `pending` now (the build dropped the handle it filled), so this
-        // takes it without a copy.
-        let Ok(mut built) = Arc::try_unwrap(pending) else {
-            return false;
-        };
-        built.trusted_epoch = Some(epoch);
-        built.valid_from = valid_from;
-        s.current = Arc::new(built);
-        self.changed();
-        true
     }
 }
 

@@ -1,6 +1,7 @@
 //! Multimap tables: redb's, with `get` of a key the filter rules out answering empty.
 
 use std::borrow::Borrow;
+use std::marker::PhantomData;
 use std::ops::RangeBounds;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
@@ -10,7 +11,7 @@ use redb::{
     OwnedMultimapValue, ReadableTableMetadata, StorageError, TableStats,
 };
 
-use crate::filters::{Built, Kind, Shared, TableFilter};
+use crate::filters::{Builder, Built, Keys, Kind};
 use crate::transactions::{ReadTransaction, WriteTransaction};
 use crate::writing::Writing;
 
@@ -123,41 +124,51 @@ pub trait ReadableMultimapTable<K: Key + 'static, V: Key + 'static>: ReadableTab
     }
 }
 
-/// Builds the multimap table's filter if it has none trusted, or grows it.
-fn build<K: Key + 'static, V: Key + 'static>(
-    shared: &Shared,
-    tf: &TableFilter,
-    grow: bool,
-    name: &str,
-) {
-    let def = MultimapTableDefinition::<K, V>::new(name);
-    shared.build_if_needed(
-        tf,
-        grow,
-        |txn| match txn.open_multimap_table(def) {
+/// A multimap table's keys for its filter's build: its name, its types inside.
+pub(crate) struct MultimapKeys<K, V> {
+    name: String,
+    types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K: Key + 'static, V: Key + 'static> MultimapKeys<K, V> {
+    pub(crate) fn shared(name: &str) -> Builder {
+        Arc::new(MultimapKeys::<K, V> {
+            name: name.to_string(),
+            types: PhantomData,
+        })
+    }
+}
+
+impl<K: Key + 'static, V: Key + 'static> Keys for MultimapKeys<K, V> {
+    fn len(&self, txn: &redb::ReadTransaction) -> Option<u64> {
+        match txn.open_multimap_table(MultimapTableDefinition::<K, V>::new(&self.name)) {
             Ok(t) => t.len().ok(),
             Err(redb::TableError::TableDoesNotExist(_)) => Some(0),
             Err(_) => None,
-        },
-        |txn, add| {
-            use redb::ReadableMultimapTable as _;
-            let table = match txn.open_multimap_table(def) {
-                Ok(t) => t,
-                Err(redb::TableError::TableDoesNotExist(_)) => return true,
-                Err(_) => return false,
-            };
-            let Ok(iter) = table.iter() else {
+        }
+    }
+
+    fn scan(&self, txn: &redb::ReadTransaction, add: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        use redb::ReadableMultimapTable as _;
+        let def = MultimapTableDefinition::<K, V>::new(&self.name);
+        let table = match txn.open_multimap_table(def) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return true,
+            Err(_) => return false,
+        };
+        let Ok(iter) = table.iter() else {
+            return false;
+        };
+        for entry in iter {
+            let Ok((k, _)) = entry else {
                 return false;
             };
-            for entry in iter {
-                let Ok((k, _)) = entry else {
-                    return false;
-                };
-                add(K::as_bytes(&k.value()).as_ref());
+            if !add(K::as_bytes(&k.value()).as_ref()) {
+                return false;
             }
-            true
-        },
-    );
+        }
+        true
+    }
 }
 
 /// A multimap table in a write transaction (redb's `MultimapTable`).
@@ -181,9 +192,7 @@ pub struct MultimapTable<'txn, K: Key + 'static, V: Key + 'static> {
 impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
     pub(crate) fn new(inner: redb::MultimapTable<'txn, K, V>, txn: &'txn WriteTransaction) -> Self {
         let name = redb::MultimapTableHandle::name(&inner).to_string();
-        let owned = name.clone();
-        let build =
-            Box::new(move |shared: &_, tf: &_, grow| build::<K, V>(shared, tf, grow, &owned));
+        let build = MultimapKeys::<K, V>::shared(&name);
         MultimapTable {
             writing: Writing::open(txn, Kind::Multimap, name, build),
             inner,
@@ -329,7 +338,7 @@ impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
         use redb::MultimapTableHandle;
         let shared = txn.shared();
         let filter = shared.table(Kind::Multimap, def.name()).and_then(|tf| {
-            build::<K, V>(shared, &tf, false, def.name());
+            shared.build_if_needed(&tf, false, || MultimapKeys::<K, V>::shared(def.name()));
             let current = tf.read().current.clone();
             current
                 .trusted_for(shared.epoch.load(SeqCst), txn.seq())

@@ -2,7 +2,9 @@
 //! read-only table in files of their own.
 
 use std::borrow::Borrow;
+use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
 
 use redb::{
     AccessGuard, AccessGuardMut, AccessGuardMutInPlace, Cursor, Entry, ExtractIf, Key,
@@ -10,7 +12,7 @@ use redb::{
     TableStats, Value,
 };
 
-use crate::filters::{Kind, Shared, TableFilter};
+use crate::filters::{Builder, Keys, Kind};
 use crate::transactions::WriteTransaction;
 use crate::writing::Writing;
 
@@ -22,55 +24,49 @@ pub use read_only::ReadOnlyTable;
 
 type Result<T = (), E = StorageError> = std::result::Result<T, E>;
 
-/// How many keys a table holds, for sizing its filter's build.
-fn table_len<K: Key + 'static, V: Value + 'static>(
-    txn: &redb::ReadTransaction,
-    def: TableDefinition<K, V>,
-) -> Option<u64> {
-    match txn.open_table(def) {
-        Ok(t) => t.len().ok(),
-        Err(redb::TableError::TableDoesNotExist(_)) => Some(0),
-        Err(_) => None,
+/// A table's keys for its filter's build: its name, its types inside.
+pub(crate) struct TableKeys<K, V> {
+    name: String,
+    types: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K: Key + 'static, V: Value + 'static> TableKeys<K, V> {
+    pub(crate) fn shared(name: &str) -> Builder {
+        Arc::new(TableKeys::<K, V> {
+            name: name.to_string(),
+            types: PhantomData,
+        })
     }
 }
 
-/// Feeds every key's stored bytes to `add`; false if the scan failed (nothing is trusted).
-fn scan_table<K: Key + 'static, V: Value + 'static>(
-    txn: &redb::ReadTransaction,
-    def: TableDefinition<K, V>,
-    add: &mut dyn FnMut(&[u8]),
-) -> bool {
-    let table = match txn.open_table(def) {
-        Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return true,
-        Err(_) => return false,
-    };
-    let Ok(iter) = table.iter() else {
-        return false;
-    };
-    for entry in iter {
-        let Ok((k, _)) = entry else {
+impl<K: Key + 'static, V: Value + 'static> Keys for TableKeys<K, V> {
+    fn len(&self, txn: &redb::ReadTransaction) -> Option<u64> {
+        match txn.open_table(TableDefinition::<K, V>::new(&self.name)) {
+            Ok(t) => t.len().ok(),
+            Err(redb::TableError::TableDoesNotExist(_)) => Some(0),
+            Err(_) => None,
+        }
+    }
+
+    fn scan(&self, txn: &redb::ReadTransaction, add: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        let table = match txn.open_table(TableDefinition::<K, V>::new(&self.name)) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return true,
+            Err(_) => return false,
+        };
+        let Ok(iter) = table.iter() else {
             return false;
         };
-        add(K::as_bytes(&k.value()).as_ref());
+        for entry in iter {
+            let Ok((k, _)) = entry else {
+                return false;
+            };
+            if !add(K::as_bytes(&k.value()).as_ref()) {
+                return false;
+            }
+        }
+        true
     }
-    true
-}
-
-/// Builds the table's filter if it has none trusted (first use, after a restore) or grows it.
-fn build<K: Key + 'static, V: Value + 'static>(
-    shared: &Shared,
-    tf: &TableFilter,
-    grow: bool,
-    name: &str,
-) {
-    let def = TableDefinition::<K, V>::new(name);
-    shared.build_if_needed(
-        tf,
-        grow,
-        |txn| table_len(txn, def),
-        |txn, add| scan_table(txn, def, add),
-    );
 }
 
 /// A table in a write transaction (redb's `Table`, same methods).
@@ -99,9 +95,7 @@ pub struct Table<'txn, K: Key + 'static, V: Value + 'static> {
 impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     pub(crate) fn new(inner: redb::Table<'txn, K, V>, txn: &'txn WriteTransaction) -> Self {
         let name = redb::TableHandle::name(&inner).to_string();
-        let owned = name.clone();
-        let build =
-            Box::new(move |shared: &_, tf: &_, grow| build::<K, V>(shared, tf, grow, &owned));
+        let build = TableKeys::<K, V>::shared(&name);
         Table {
             writing: Writing::open(txn, Kind::Table, name, build),
             inner,

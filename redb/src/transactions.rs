@@ -11,7 +11,7 @@ use redb::{
     UntypedMultimapTableHandle, UntypedTableHandle, Value,
 };
 
-use crate::filters::{Kind, Shared, TableFilter, Unsettle};
+use crate::filters::{Builder, Kind, Shared, TableFilter, Unsettle};
 use crate::multimap::MultimapTable;
 use crate::persist;
 use crate::table::Table;
@@ -30,9 +30,6 @@ pub(crate) struct WriteLog {
     gen_seen: u64,
     hashes: Vec<u64>,
 }
-
-/// A table's build, with its key and value types inside.
-pub(crate) type Builder = Box<dyn Fn(&Shared, &TableFilter, bool) + Send + Sync>;
 
 /// A write transaction (redb's `WriteTransaction`, same methods).
 ///
@@ -136,7 +133,7 @@ impl WriteTransaction {
             .unwrap_or_else(|e| e.into_inner())
             .contains_key(&key);
         if first && self.settled() {
-            build(&self.shared, &tf, false);
+            self.shared.build_if_needed(&tf, false, || build.clone());
         }
         let mut logs = self.logs.lock().unwrap_or_else(|e| e.into_inner());
         let log = logs.entry(key).or_insert_with(|| WriteLog {
@@ -522,7 +519,8 @@ impl WriteTransaction {
     /// Commits. Before redb's commit, a filter built since this transaction first opened a
     /// table gets the keys it wrote there (rule 2 of the filters' protocol). After it, a
     /// filter this transaction filled past its capacity is rebuilt larger, sized for its
-    /// keys, from a scan (synchronously, in this call).
+    /// keys, from a scan (in a background thread, unless the table is small; lookups use
+    /// the full filter meanwhile).
     ///
     /// ```
     /// # let dir = tempfile::tempdir().unwrap();
@@ -567,7 +565,7 @@ impl WriteTransaction {
         drop(unsettle);
         if result.is_ok() {
             for log in logs.values().filter(|log| log.filter.wants_growth()) {
-                (log.build)(&shared, &log.filter, true);
+                shared.build_if_needed(&log.filter, true, || log.build.clone());
             }
         }
         result

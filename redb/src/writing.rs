@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 
-use crate::filters::{Kind, TableFilter};
-use crate::transactions::{Builder, WriteTransaction};
+use crate::filters::{Builder, Kind, TableFilter};
+use crate::transactions::WriteTransaction;
 
 /// One table's filter as a write transaction sees it, and the hashes of the keys written
 /// through this handle (handed to the transaction when the handle drops, so that its

@@ -33,8 +33,24 @@ fn load(db: &Database, range: std::ops::Range<u64>) {
     w.commit().unwrap();
 }
 
+/// Starts the build of each table in `tables` that needs one (a table's first use) and
+/// waits for them: the checks that follow see every filter in use.
+fn settle<K: bloomsled_redb::Key + 'static, V: bloomsled_redb::Value + 'static>(
+    db: &Database,
+    tables: &[TableDefinition<K, V>],
+) {
+    {
+        let r = db.begin_read().unwrap();
+        for t in tables {
+            let _ = r.open_table(*t);
+        }
+    }
+    db.wait_for_filters();
+}
+
 /// `present` are in the table, `absent` are not, by every lookup path.
 fn expect(db: &Database, present: impl Iterator<Item = u64>, absent: impl Iterator<Item = u64>) {
+    settle(db, &[T]);
     let r = db.begin_read().unwrap();
     let t = r.open_table(T).unwrap();
     assert!(t.filter_in_use(), "the filter is in use");
@@ -150,6 +166,7 @@ fn rename_brings_the_keys_to_the_new_name() {
             i
         );
     }
+    settle(&db, &[U]);
     let r = db.begin_read().unwrap();
     assert!(
         r.open_table(U).unwrap().filter_in_use(),

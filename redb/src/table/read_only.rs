@@ -13,7 +13,7 @@ use redb::{
 use crate::filters::{Built, Kind};
 use crate::transactions::ReadTransaction;
 
-use super::{Result, build};
+use super::{Result, TableKeys};
 
 /// A table in a read transaction (redb's `ReadOnlyTable`). It keeps the filter it was
 /// opened with if that filter is complete for its transaction's snapshot.
@@ -44,7 +44,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         use redb::TableHandle;
         let shared = txn.shared();
         let filter = shared.table(Kind::Table, def.name()).and_then(|tf| {
-            build::<K, V>(shared, &tf, false, def.name());
+            shared.build_if_needed(&tf, false, || TableKeys::<K, V>::shared(def.name()));
             let current = tf.read().current.clone();
             current
                 .trusted_for(shared.epoch.load(SeqCst), txn.seq())

@@ -36,7 +36,7 @@ impl ReadTransaction {
         ReadTransaction { inner, shared, seq }
     }
 
-    pub(crate) fn shared(&self) -> &Shared {
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
 

@@ -1,0 +1,248 @@
+//! How a table gets a filter it can trust: loaded from what the last clean close wrote (in
+//! the caller's thread: one read of the filter's bytes, no key read), or built from a scan
+//! of the table's keys in a background thread while redb answers (the table's lookups go
+//! to redb until the build installs its filter). Growth rebuilds run the same way, off the
+//! committing thread. The protocol's rules are in the parent module's doc.
+
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+
+use super::{Built, GROWTH, Shared, TableFilter};
+use crate::persist;
+
+/// How to read one table's keys, with its key and value types inside, so a build can run
+/// without them.
+pub(crate) trait Keys: Send + Sync + 'static {
+    /// How many keys the table holds in `txn` (0 if it does not exist); `None` on an error.
+    fn len(&self, txn: &redb::ReadTransaction) -> Option<u64>;
+
+    /// Feeds each key's stored bytes to `add` while it returns true. True only if every
+    /// key was fed (a table that does not exist has none); false on an error or a stop.
+    fn scan(&self, txn: &redb::ReadTransaction, add: &mut dyn FnMut(&[u8]) -> bool) -> bool;
+}
+
+/// A table with fewer keys than this is scanned in the caller's thread (a millisecond or
+/// so): a thread would cost more than the scan, and the table's first lookups get a
+/// filter at once. Larger tables are scanned in the background while redb answers.
+const INLINE_BUILD_MAX: u64 = 4096;
+
+/// A table's [`Keys`], shared with the build that reads them.
+pub(crate) type Builder = Arc<dyn Keys>;
+
+/// The builds of one database running in the background.
+#[derive(Default)]
+pub(crate) struct Builds {
+    /// Set while the database closes, compacts or checks its file: builds stop at their
+    /// next key and none starts.
+    stopping: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Builds {
+    fn stopping(&self) -> bool {
+        self.stopping.load(SeqCst)
+    }
+
+    fn spawn(&self, job: impl FnOnce() + Send + 'static) {
+        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        threads.retain(|t| !t.is_finished());
+        // A thread that cannot start drops its job and claim: the table answers from redb
+        // and its next open tries again.
+        if let Ok(t) = thread::Builder::new()
+            .name("bloomsled-redb-build".into())
+            .spawn(job)
+        {
+            threads.push(t);
+        }
+    }
+
+    /// Waits for every running build to end.
+    pub(crate) fn wait(&self) {
+        loop {
+            let running =
+                std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+            if running.is_empty() {
+                return;
+            }
+            for t in running {
+                // A build that panicked installed nothing: its table answers from redb.
+                let _ = t.join();
+            }
+        }
+    }
+
+    /// Stops every build (each at its next key, installing nothing) and waits for them;
+    /// none starts until [`Builds::resume`]. redb's `compact` and `check_integrity` need
+    /// no read transaction alive, and a build holds one.
+    pub(crate) fn stop(&self) {
+        self.stopping.store(true, SeqCst);
+        self.wait();
+    }
+
+    /// Lets the builds in flight finish, then lets none start: a close writes what they
+    /// built, so the next open does not scan the same keys again.
+    pub(crate) fn finish(&self) {
+        self.wait();
+        self.stopping.store(true, SeqCst);
+        self.wait();
+    }
+
+    /// Lets builds start again after [`Builds::stop`].
+    pub(crate) fn resume(&self) {
+        self.stopping.store(false, SeqCst);
+    }
+}
+
+/// A table's build claimed (its `building` flag set), released when dropped.
+struct Claim(Arc<TableFilter>);
+
+impl Claim {
+    fn take(tf: &Arc<TableFilter>) -> Option<Claim> {
+        tf.building
+            .compare_exchange(false, true, SeqCst, SeqCst)
+            .is_ok()
+            .then(|| Claim(tf.clone()))
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.0.building.store(false, SeqCst);
+    }
+}
+
+impl Shared {
+    /// Gives `tf` a trusted filter if it needs one: `grow` false, its filter is not trusted
+    /// at the current epoch (never built, or a restore or rename since); `grow` true, its
+    /// filter holds more keys than it was sized for. A filter a clean close wrote is loaded
+    /// here if its record still holds; otherwise a background thread builds one sized for
+    /// [`GROWTH`] times the table's keys, from a scan (rules 2 and 3), while lookups use the
+    /// filter there is (or redb, if none is trusted). Nothing is done while a build of the
+    /// table runs, a restore or rename is in flight, or builds are stopped. `keys` is called
+    /// only if a build starts.
+    pub(crate) fn build_if_needed(
+        self: &Arc<Self>,
+        tf: &Arc<TableFilter>,
+        grow: bool,
+        keys: impl FnOnce() -> Builder,
+    ) {
+        let needed = |epoch: u64| {
+            if grow {
+                tf.wants_growth()
+            } else {
+                tf.read().current.trusted_epoch != Some(epoch)
+            }
+        };
+        if !needed(self.epoch.load(SeqCst)) || self.builds.stopping() {
+            return;
+        }
+        let Some(claim) = Claim::take(tf) else {
+            return;
+        };
+        let epoch = self.epoch.load(SeqCst);
+        if self.unsettled.load(SeqCst) > 0 || !needed(epoch) {
+            return;
+        }
+        if !grow && self.load_saved(tf, epoch) {
+            return;
+        }
+        let keys = keys();
+        let Some(len) = self.source.begin_read().and_then(|txn| keys.len(&txn)) else {
+            return;
+        };
+        if len < INLINE_BUILD_MAX {
+            self.scan_build(tf, epoch, &*keys, len);
+            return;
+        }
+        let shared = self.clone();
+        self.builds.spawn(move || {
+            shared.scan_build(&claim.0, epoch, &*keys, len);
+            drop(claim);
+        });
+    }
+
+    /// Installs the filter the last clean close wrote for `tf`, if its record is still in
+    /// the latest committed state (no commit touched the table since: a touch removes the
+    /// record in its own commit). Reads no key.
+    fn load_saved(&self, tf: &TableFilter, epoch: u64) -> bool {
+        let Some(first) = self.source.begin_read() else {
+            return false;
+        };
+        let saved =
+            persist::load(&first, &tf.key, tf.seed).zip(persist::raw_record(&first, &tf.key));
+        drop(first);
+        let Some((filter, record)) = saved else {
+            return false;
+        };
+        let fresh = Arc::new(Built::loaded(filter));
+        self.set_pending(tf, fresh.clone());
+        let installed = self.source.begin_read().is_some_and(|txn| {
+            let valid_from = self.started.load(SeqCst);
+            let unchanged = persist::raw_record(&txn, &tf.key).as_ref() == Some(&record);
+            drop(fresh);
+            unchanged && self.install(tf, epoch, valid_from)
+        });
+        self.settle(tf, installed, &self.loaded);
+        installed
+    }
+
+    /// Builds `tf`'s filter, sized for `len` keys, from a scan of the latest committed
+    /// state.
+    fn scan_build(&self, tf: &TableFilter, epoch: u64, keys: &dyn Keys, len: u64) {
+        let Some(fresh) = Built::new(tf.seed, len.saturating_mul(GROWTH)) else {
+            return;
+        };
+        let fresh = Arc::new(fresh);
+        self.set_pending(tf, fresh.clone());
+        let installed = self.source.begin_read().is_some_and(|txn| {
+            let valid_from = self.started.load(SeqCst);
+            let read = keys.scan(&txn, &mut |key| {
+                fresh.insert_hash(bloomsled::hash::hash_key(key, tf.seed));
+                !self.builds.stopping()
+            });
+            drop(fresh);
+            read && self.install(tf, epoch, valid_from)
+        });
+        self.settle(tf, installed, &self.scanned);
+    }
+
+    /// Makes `fresh` the filter every write of `tf` also fills (rule 1), before the build
+    /// begins the read transaction it trusts (rule 2).
+    fn set_pending(&self, tf: &TableFilter, fresh: Arc<Built>) {
+        let mut s = tf.slots.write().unwrap_or_else(|e| e.into_inner());
+        s.pending = Some(fresh);
+        s.build_gen += 1;
+    }
+
+    /// After a build: counts it if it installed its filter, or drops the pending one.
+    fn settle(&self, tf: &TableFilter, installed: bool, counter: &std::sync::atomic::AtomicU64) {
+        if installed {
+            counter.fetch_add(1, SeqCst);
+        } else {
+            tf.slots.write().unwrap_or_else(|e| e.into_inner()).pending = None;
+        }
+    }
+
+    /// Makes the pending filter of `tf` its current one, trusted at `epoch` from the state
+    /// `valid_from` on, unless the epoch moved during the build.
+    fn install(&self, tf: &TableFilter, epoch: u64, valid_from: u64) -> bool {
+        let mut s = tf.slots.write().unwrap_or_else(|e| e.into_inner());
+        let Some(pending) = s.pending.take() else {
+            return false;
+        };
+        if self.epoch.load(SeqCst) != epoch {
+            return false;
+        }
+        // Only the slots hold `pending` now (the build dropped the handle it filled), so this
+        // takes it without a copy.
+        let Ok(mut built) = Arc::try_unwrap(pending) else {
+            return false;
+        };
+        built.trusted_epoch = Some(epoch);
+        built.valid_from = valid_from;
+        s.current = Arc::new(built);
+        self.changed();
+        true
+    }
+}
