@@ -458,6 +458,20 @@ impl ReadOnlyDatabase {
         self.shared.builds.stop();
         self.take().expect(OPEN).close()
     }
+
+    /// Waits until no filter build runs (see [`Database::wait_for_filters`]).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("a.redb");
+    /// # drop(bloomsled_redb::Database::create(&path)?);
+    /// let db = bloomsled_redb::ReadOnlyDatabase::open(&path)?;
+    /// db.wait_for_filters();
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn wait_for_filters(&self) {
+        self.shared.builds.wait();
+    }
 }
 
 impl Drop for ReadOnlyDatabase {
