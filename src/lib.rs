@@ -101,6 +101,7 @@ pub use store::transaction::{self, Transactional};
 pub use store::{
     open, Batch, CompareAndSwapError, CompareAndSwapResult, Config, Db, Iter, RebuildReport,
     Subscriber, Tree, TreeConfig, DEFAULT_FALSE_POSITIVE_MEMORY, DEFAULT_GROWTH_FACTOR,
+    DEFAULT_LARGE_GROWTH_FACTOR,
 };
 
 /// The examples of `docs/windows.md`, compiled as doc tests.

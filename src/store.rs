@@ -20,7 +20,10 @@ pub mod transaction;
 mod tree;
 mod write;
 
-pub use config::{Config, TreeConfig, DEFAULT_FALSE_POSITIVE_MEMORY, DEFAULT_GROWTH_FACTOR};
+pub use config::{
+    Config, TreeConfig, DEFAULT_FALSE_POSITIVE_MEMORY, DEFAULT_GROWTH_FACTOR,
+    DEFAULT_LARGE_GROWTH_FACTOR,
+};
 pub(crate) use db::RESERVED_TREE_PREFIX;
 pub use db::{open, Db};
 pub(crate) use filters::read_any::read_any as read_any_filter;

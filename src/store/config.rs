@@ -47,7 +47,8 @@ pub struct Config {
     pub(crate) auto_rebuild: bool,
     pub(crate) rebuild_fpr: Option<f64>,
     /// How much larger than its keys a growing tree's rebuilt filter is.
-    pub(crate) growth_factor: f64,
+    /// `None`: [`Growth::DEFAULT`](crate::store::policy::Growth::DEFAULT).
+    pub(crate) growth_factor: Option<f64>,
     /// False positives each tree remembers (0: none; `None`: in proportion to its filter,
     /// up to [`DEFAULT_FALSE_POSITIVE_MEMORY`]).
     pub(crate) false_positive_memory: Option<usize>,
@@ -73,7 +74,7 @@ impl Default for Config {
             filter_mode: None,
             auto_rebuild: true,
             rebuild_fpr: None,
-            growth_factor: DEFAULT_GROWTH_FACTOR,
+            growth_factor: None,
             false_positive_memory: None,
             #[cfg(feature = "metrics")]
             metrics_interval: None,
@@ -267,20 +268,21 @@ impl Config {
         self
     }
 
-    /// How much room a growing tree's rebuilt filter leaves (default
-    /// [`DEFAULT_GROWTH_FACTOR`], from 1.1 to 16): a tree that no setting sizes is rebuilt
-    /// once its filter reaches its rate, into a filter for `factor` times its keys. A smaller
-    /// factor keeps the filter closer to what its keys need (at most `factor` times it) for
-    /// more rebuilds, each a background scan of the tree (about `factor / (factor - 1)`
-    /// times its keys in all while it grows); a larger one the reverse. Trees sized with
-    /// `expected_items` double, as before.
+    /// How much room a growing tree's rebuilt filter leaves, from 1.1 to 16: a tree that no
+    /// setting sizes is rebuilt once its filter reaches its rate, into a filter for `factor`
+    /// times its keys. A smaller factor keeps the filter closer to what its keys need (at
+    /// most `factor` times it) for more rebuilds, each a background scan of the tree (about
+    /// `factor / (factor - 1)` times its keys in all while it grows); a larger one the
+    /// reverse. Unset, [`DEFAULT_GROWTH_FACTOR`] (2) below 1,048,576 keys, where a filter
+    /// is small whatever its slack, and [`DEFAULT_LARGE_GROWTH_FACTOR`] (1.25) from there;
+    /// set, `factor` at every size. Trees sized with `expected_items` double, as before.
     ///
     /// ```
     /// let db = bloomsled::Config::new().temporary(true).growth_factor(1.5).open()?;
     /// # Ok::<(), bloomsled::Error>(())
     /// ```
     pub fn growth_factor(mut self, factor: f64) -> Config {
-        self.growth_factor = factor;
+        self.growth_factor = Some(factor);
         self
     }
 
@@ -402,10 +404,9 @@ impl Config {
                 )));
             }
         }
-        if !(1.1..=16.0).contains(&self.growth_factor) {
+        if let Some(factor) = self.growth_factor.filter(|f| !(1.1..=16.0).contains(f)) {
             return Err(Error::config(format!(
-                "growth_factor must be from 1.1 to 16, got {}",
-                self.growth_factor
+                "growth_factor must be from 1.1 to 16, got {factor}"
             )));
         }
         #[cfg(feature = "metrics")]
@@ -462,13 +463,23 @@ impl Config {
 /// ```
 pub const DEFAULT_FALSE_POSITIVE_MEMORY: usize = 4_096;
 
-/// How much larger than its keys a growing tree's rebuilt filter is, unless
-/// [`Config::growth_factor`] says otherwise.
+/// How much larger than its keys a growing tree's rebuilt filter is below 1,048,576 keys,
+/// unless [`Config::growth_factor`] says otherwise.
 ///
 /// ```
 /// assert_eq!(bloomsled::DEFAULT_GROWTH_FACTOR, 2.0);
 /// ```
 pub const DEFAULT_GROWTH_FACTOR: f64 = 2.0;
+
+/// How much larger than its keys a growing tree's rebuilt filter is from 1,048,576 keys,
+/// unless [`Config::growth_factor`] says otherwise: a large tree's filter stays within a
+/// quarter of what its keys need, for a few more background scans while it grows (about
+/// five times its keys in all, against twice for doubling).
+///
+/// ```
+/// assert_eq!(bloomsled::DEFAULT_LARGE_GROWTH_FACTOR, 1.25);
+/// ```
+pub const DEFAULT_LARGE_GROWTH_FACTOR: f64 = 1.25;
 
 /// How long [`Config::open`] waits for a held database lock.
 const LOCK_WAIT: Duration = Duration::from_millis(500);

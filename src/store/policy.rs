@@ -32,6 +32,44 @@ fn min_bits_per_key(k: u32, bound: f64) -> f64 {
     hi
 }
 
+/// How much larger than its keys a growing tree's rebuilt filter is: `small` times them
+/// below [`LARGE_TREE_KEYS`] live keys, `large` times them from there.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Growth {
+    pub(crate) small: f64,
+    pub(crate) large: f64,
+}
+
+/// From this many live keys a growing tree grows by the large factor.
+pub(crate) const LARGE_TREE_KEYS: u64 = 1 << 20;
+
+impl Growth {
+    /// The default: doubling while the filter is small (under a million keys, about 2 MB:
+    /// few rebuilds, and its memory is small whatever the slack), then
+    /// [`DEFAULT_LARGE_GROWTH_FACTOR`](crate::DEFAULT_LARGE_GROWTH_FACTOR), so a large
+    /// tree's filter is within that of what its keys need.
+    pub(crate) const DEFAULT: Growth = Growth {
+        small: crate::store::config::DEFAULT_GROWTH_FACTOR,
+        large: crate::store::config::DEFAULT_LARGE_GROWTH_FACTOR,
+    };
+
+    /// One factor at every size (a user's [`crate::Config::growth_factor`]).
+    pub(crate) fn uniform(factor: f64) -> Growth {
+        Growth {
+            small: factor,
+            large: factor,
+        }
+    }
+
+    fn factor(&self, live: u64) -> f64 {
+        if live >= LARGE_TREE_KEYS {
+            self.large
+        } else {
+            self.small
+        }
+    }
+}
+
 /// When and how to rebuild, from the configuration.
 #[derive(Debug, Clone)]
 pub(crate) struct RebuildPolicy {
@@ -41,7 +79,7 @@ pub(crate) struct RebuildPolicy {
     /// a tree that grew from nothing ends at its rate, not twice it).
     pub(crate) bound: Option<f64>,
     /// A growing tree's rebuilt filter is for this many times its keys.
-    pub(crate) growth: f64,
+    pub(crate) growth: Growth,
     /// Sizing of new filters (capacity, rate or bits per key, k).
     pub(crate) base: FilterConfig,
 }
@@ -77,12 +115,12 @@ impl RebuildPolicy {
         }
     }
 
-    /// Capacity for `live` keys: for a tree that grows, `growth` times them (at least its
-    /// starting capacity); for a sized one, the configured capacity doubled until they fill
-    /// at most three quarters of it.
+    /// Capacity for `live` keys: for a tree that grows, its growth factor times them (at
+    /// least its starting capacity); for a sized one, the configured capacity doubled until
+    /// they fill at most three quarters of it.
     pub(crate) fn capacity_for(&self, live: u64) -> u64 {
         if self.base.grows() {
-            let want = (live as f64 * self.growth).ceil();
+            let want = (live as f64 * self.growth.factor(live)).ceil();
             return (want.min(u64::MAX as f64) as u64).max(self.base.get_expected_items());
         }
         let mut cap = self.base.get_expected_items().max(1);
@@ -188,7 +226,7 @@ mod tests {
         RebuildPolicy {
             auto: true,
             bound: None,
-            growth: 2.0,
+            growth: Growth::DEFAULT,
             base: FilterConfig::new(capacity),
         }
     }
@@ -230,7 +268,7 @@ mod tests {
         let grows = RebuildPolicy {
             auto: true,
             bound: None,
-            growth: 2.0,
+            growth: Growth::DEFAULT,
             base: FilterConfig::growing(),
         };
         let f = AnyFilter::new(
@@ -257,11 +295,12 @@ mod tests {
         let p = RebuildPolicy {
             auto: true,
             bound: None,
-            growth: 1.5,
+            growth: Growth::uniform(1.5),
             base: FilterConfig::growing(),
         };
         assert_eq!(p.capacity_for(0), p.base.get_expected_items());
         assert_eq!(p.capacity_for(1_000_000), 1_500_000);
+        assert_eq!(p.capacity_for(4_000_000), 6_000_000);
         assert!(p.fits(1_500_000, 1_500_000) && !p.fits(1_500_001, 1_500_000));
         // Sized trees keep room to grow after a rebuild.
         let sized = RebuildPolicy {
@@ -269,5 +308,28 @@ mod tests {
             ..p
         };
         assert!(sized.fits(750, 1_000) && !sized.fits(751, 1_000));
+    }
+
+    #[test]
+    fn by_default_a_tree_doubles_while_small_then_grows_by_a_quarter() {
+        let p = RebuildPolicy {
+            auto: true,
+            bound: None,
+            growth: Growth::DEFAULT,
+            base: FilterConfig::growing(),
+        };
+        assert_eq!(p.capacity_for(1_000), 2_000);
+        assert_eq!(
+            p.capacity_for(LARGE_TREE_KEYS - 1),
+            2 * (LARGE_TREE_KEYS - 1)
+        );
+        assert_eq!(p.capacity_for(4_000_000), 5_000_000);
+        // Grown to 5M keys from the start, rebuilt each time the keys reach the capacity:
+        // the last filter is within 1.25 times what 5M keys need.
+        let mut cap = p.base.get_expected_items();
+        while cap < 5_000_000 {
+            cap = p.capacity_for(cap + 1);
+        }
+        assert!(cap <= 6_250_000, "{cap}");
     }
 }

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::filter::any::AnyFilter;
 use crate::persist::{self, Meta, Opening, RecoveryOutcome, RecoveryReport, Start};
 use crate::store::config::sizing::TreeConfig;
-use crate::store::policy::RebuildPolicy;
+use crate::store::policy::{Growth, RebuildPolicy};
 use crate::store::ready::RecoveryState;
 use crate::store::rebuild::Rebuild;
 use crate::store::recovery;
@@ -24,7 +24,9 @@ pub(in crate::store) fn policy(
     RebuildPolicy {
         auto: config.auto_rebuild,
         bound: config.rebuild_fpr,
-        growth: config.growth_factor,
+        growth: config
+            .growth_factor
+            .map_or(Growth::DEFAULT, Growth::uniform),
         base,
     }
 }
