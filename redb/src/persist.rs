@@ -11,8 +11,9 @@
 //! table (opens it for writing, deletes or renames it) removes its record **in that same
 //! transaction**, so redb commits (or loses) the data and the mark together; a savepoint
 //! restore removes every record in its transaction. A clean close writes, in one commit, the
-//! filter and record of every table whose filter is complete for the latest state, re-stamps
-//! the records of tables untouched since the previous close, and a new header. At open, a
+//! filter and record of every table whose filter is complete for the latest state and was
+//! written since the previous close, re-stamps the records of tables untouched since (their
+//! filters' bytes stay), and a new header. At open, a
 //! table's filter is loaded instead of scanned only if its record decodes, names the header's
 //! close, carries the table's seed, and the bytes match its length and xxh3 and decode with
 //! [`Filter::from_bytes`] to that seed. Anything else: a scan, as at first use.
@@ -276,10 +277,17 @@ pub(crate) fn write_close(
             }
         }
         records.retain(|_, _| false)?;
-        for (k, r) in kept {
-            records.insert(k.as_str(), Record { close, ..r }.encode().as_slice())?;
+        for (k, r) in &kept {
+            records.insert(k.as_str(), Record { close, ..*r }.encode().as_slice())?;
         }
-        for (k, built) in clean {
+        // A table whose record was kept is untouched since the last close: the filter that
+        // close wrote is complete for this state (the one in memory may hold more, keys of
+        // aborted writes), so its bytes stay as they are.
+        let kept_keys: HashSet<&str> = kept.iter().map(|(k, _)| k.as_str()).collect();
+        for (k, built) in clean
+            .iter()
+            .filter(|(k, _)| !kept_keys.contains(k.as_str()))
+        {
             let f = built.filter();
             let bytes = f.to_bytes();
             let r = Record {

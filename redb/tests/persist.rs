@@ -181,6 +181,38 @@ fn a_write_after_the_close_distrusts_only_its_table() {
 }
 
 #[test]
+fn a_close_rewrites_only_the_filters_of_tables_written_since_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.redb");
+    let db = Database::create(&path).unwrap();
+    write(&db, T, 0..300);
+    write(&db, U, 0..300);
+    drop(db);
+    let (t_before, u_before) = (raw(&path, FILTERS, "t/t"), raw(&path, FILTERS, "t/u"));
+    let db = Database::open(&path).unwrap();
+    // An aborted write sets bits in T's filter in memory and leaves T's record: T is
+    // untouched on disk, so the close keeps the filter it wrote (a rewrite would carry the
+    // aborted key's bits); U, written, gets a new one.
+    let w = db.begin_write().unwrap();
+    w.open_table(T).unwrap().insert("aborted", 1).unwrap();
+    w.abort().unwrap();
+    write(&db, U, 300..600);
+    drop(db);
+    assert_eq!(raw(&path, FILTERS, "t/t"), t_before);
+    assert_ne!(raw(&path, FILTERS, "t/u"), u_before);
+    let db = Database::open(&path).unwrap();
+    assert_eq!(no_false_negative(&db, T), 300);
+    assert_eq!(no_false_negative(&db, U), 600);
+    assert_eq!(
+        db.filter_stats(),
+        FilterStats {
+            loaded: 2,
+            scanned: 0
+        }
+    );
+}
+
+#[test]
 fn an_aborted_write_keeps_the_record() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.redb");
