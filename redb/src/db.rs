@@ -17,8 +17,10 @@ use crate::persist;
 use crate::transactions::{ReadTransaction, WriteTransaction};
 
 mod builder;
+mod stats;
 
 pub use builder::Builder;
+pub use stats::TableFilterStats;
 
 /// What redb's `ReadableDatabase` is: a database that begins read transactions.
 ///

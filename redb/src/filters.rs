@@ -128,7 +128,9 @@ pub(crate) struct TableFilter {
     pub(crate) slots: RwLock<Slots>,
     seed: u64,
     /// True while a build of this table runs (at most one at a time).
-    building: AtomicBool,
+    pub(crate) building: AtomicBool,
+    /// Filters a build installed for this table (loaded or scanned).
+    pub(crate) builds: AtomicU64,
     /// The table's key in bloomsled's own tables (`persist::key`).
     pub(crate) key: Box<str>,
 }
@@ -144,6 +146,7 @@ impl TableFilter {
             }),
             seed,
             building: AtomicBool::new(false),
+            builds: AtomicU64::new(0),
         })
     }
 

@@ -38,7 +38,9 @@ mod table;
 mod transactions;
 mod writing;
 
-pub use db::{Builder, Database, FilterStats, ReadOnlyDatabase, ReadableDatabase};
+pub use db::{
+    Builder, Database, FilterStats, ReadOnlyDatabase, ReadableDatabase, TableFilterStats,
+};
 pub use multimap::{MultimapTable, MultimapValue, ReadOnlyMultimapTable, ReadableMultimapTable};
 pub use persist::RESERVED_PREFIX;
 pub use table::{CursorMut, ReadOnlyTable, Table};

@@ -76,6 +76,11 @@ fn a_large_table_is_built_in_the_background_while_redb_answers() {
         check(&db, 0..KEYS, KEYS..KEYS + 1_000),
         "the built filter is in use"
     );
+    let s = db.table_filter_stats(T).unwrap();
+    assert!(s.in_use && !s.building && s.builds == 1, "{s:?}");
+    assert_eq!(s.capacity, 2 * KEYS, "sized for twice the keys");
+    // Items are inserts that set a new bit: a few keys collide.
+    assert!(s.items <= KEYS && s.items > KEYS - 100, "{s:?}");
 }
 
 #[test]
@@ -149,4 +154,8 @@ fn a_growth_rebuild_runs_off_the_committing_thread_and_keeps_every_key() {
     db.wait_for_filters();
     assert!(check(&db, 0..150_000, 150_000..151_000));
     assert!(db.filter_stats().scanned >= 2, "{:?}", db.filter_stats());
+    let s = db.table_filter_stats(T).unwrap();
+    assert!(s.in_use && s.builds >= 2 && s.capacity >= s.items, "{s:?}");
+    // Rebuilt once its keys pass its capacity: at most about its target rate.
+    assert!(s.estimated_fpr <= 1.1 * s.target_fpr, "{s:?}");
 }

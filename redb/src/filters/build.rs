@@ -219,6 +219,7 @@ impl Shared {
     fn settle(&self, tf: &TableFilter, installed: bool, counter: &std::sync::atomic::AtomicU64) {
         if installed {
             counter.fetch_add(1, SeqCst);
+            tf.builds.fetch_add(1, SeqCst);
         } else {
             tf.slots.write().unwrap_or_else(|e| e.into_inner()).pending = None;
         }

@@ -1,0 +1,132 @@
+//! A table's filter as figures: `Database::table_filter_stats` and its multimap twin.
+
+use std::sync::atomic::Ordering::SeqCst;
+
+use super::{Database, ReadOnlyDatabase};
+use crate::filters::{Kind, Shared};
+use crate::{MultimapTableHandle, TableHandle};
+
+/// One table's filter, as this handle holds it now (see
+/// [`Database::table_filter_stats`]). redb's own [`crate::TableStats`] describes the
+/// table's pages; this describes the filter in front of it.
+///
+/// ```
+/// let s = bloomsled_redb::TableFilterStats::default();
+/// assert_eq!(s.items, 0);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct TableFilterStats {
+    /// Keys the filter took that set a new bit (the table's keys, plus those of aborted
+    /// writes and removed keys since the last build: their bits stay set).
+    pub items: u64,
+    /// Keys the filter is sized for at its target rate; a build resizes it for twice the
+    /// table's keys once `items` passes this.
+    pub capacity: u64,
+    /// Bits in the filter.
+    pub num_bits: u64,
+    /// Hash functions per key.
+    pub num_hashes: u32,
+    /// Bits per key at `capacity`.
+    pub bits_per_key: f64,
+    /// The false-positive rate the filter is sized for (0.3%).
+    pub target_fpr: f64,
+    /// The false-positive rate its fill predicts now.
+    pub estimated_fpr: f64,
+    /// Bytes the filter's bits take.
+    pub memory_bytes: usize,
+    /// True if lookups of the latest committed state ask the filter; false while none is
+    /// trusted (never built, or distrusted by a restore or rename, until a build installs
+    /// one): lookups then go to redb.
+    pub in_use: bool,
+    /// True while a build (a first use's or a growth) runs for this table.
+    pub building: bool,
+    /// Filters builds installed for this table in this handle (loaded or scanned).
+    pub builds: u64,
+}
+
+fn stats_of(shared: &Shared, kind: Kind, name: &str) -> Option<TableFilterStats> {
+    let tf = shared.lookup(kind, name)?;
+    let built = tf.read().current.clone();
+    let f = built.filter();
+    Some(TableFilterStats {
+        items: f.items(),
+        capacity: f.capacity(),
+        num_bits: f.num_bits(),
+        num_hashes: f.num_hashes(),
+        bits_per_key: f.bits_per_key(),
+        target_fpr: f.target_fpr(),
+        estimated_fpr: f.estimated_fpr(),
+        memory_bytes: f.memory_bytes(),
+        in_use: built.trusted_for(shared.epoch.load(SeqCst), u64::MAX),
+        building: tf.building.load(SeqCst),
+        builds: tf.builds.load(SeqCst),
+    })
+}
+
+impl Database {
+    /// The filter of `table`, or `None` if this handle has not used the table yet (a
+    /// table's filter is made at its first `open_table`) or filters are off (a
+    /// `ConcurrencyMode` that lets another process write).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Database::create(dir.path().join("a.redb"))?;
+    /// assert!(db.table_filter_stats(T).is_none());
+    /// let w = db.begin_write()?;
+    /// w.open_table(T)?.insert(1, 1)?;
+    /// w.commit()?;
+    /// let s = db.table_filter_stats(T).unwrap();
+    /// assert!(s.in_use && s.items == 1 && s.estimated_fpr < s.target_fpr);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn table_filter_stats(&self, table: impl TableHandle) -> Option<TableFilterStats> {
+        stats_of(&self.shared, Kind::Table, table.name())
+    }
+
+    /// The filter of the multimap table `table` (by its keys; see
+    /// [`Database::table_filter_stats`]).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, MultimapTableDefinition};
+    /// const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.open_multimap_table(M)?.insert(1, 1)?;
+    /// w.commit()?;
+    /// assert_eq!(db.multimap_table_filter_stats(M).unwrap().items, 1);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn multimap_table_filter_stats(
+        &self,
+        table: impl MultimapTableHandle,
+    ) -> Option<TableFilterStats> {
+        stats_of(&self.shared, Kind::Multimap, table.name())
+    }
+}
+
+impl ReadOnlyDatabase {
+    /// The filter of `table` (see [`Database::table_filter_stats`]).
+    ///
+    /// ```
+    /// use bloomsled_redb::{ReadOnlyDatabase, ReadableDatabase, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("a.redb");
+    /// # let db = bloomsled_redb::Database::create(&path)?;
+    /// # let w = db.begin_write()?;
+    /// # w.open_table(T)?.insert(1, 1)?;
+    /// # w.commit()?;
+    /// # drop(db);
+    /// let db = ReadOnlyDatabase::open(&path)?;
+    /// db.begin_read()?.open_table(T)?;
+    /// assert!(db.table_filter_stats(T).unwrap().in_use);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn table_filter_stats(&self, table: impl TableHandle) -> Option<TableFilterStats> {
+        stats_of(&self.shared, Kind::Table, table.name())
+    }
+}
