@@ -20,6 +20,8 @@ mod builder;
 mod stats;
 
 pub use builder::Builder;
+#[cfg(feature = "metrics")]
+pub use stats::TABLE_SERIES;
 pub use stats::TableFilterStats;
 
 /// What redb's `ReadableDatabase` is: a database that begins read transactions.

@@ -131,6 +131,9 @@ pub(crate) struct TableFilter {
     pub(crate) building: AtomicBool,
     /// Filters a build installed for this table (loaded or scanned).
     pub(crate) builds: AtomicU64,
+    /// What `record_metrics` last recorded of this table's counters.
+    #[cfg(feature = "metrics")]
+    pub(crate) recorded: bloomsled::telemetry::Recorded,
     /// The table's key in bloomsled's own tables (`persist::key`).
     pub(crate) key: Box<str>,
 }
@@ -147,6 +150,8 @@ impl TableFilter {
             seed,
             building: AtomicBool::new(false),
             builds: AtomicU64::new(0),
+            #[cfg(feature = "metrics")]
+            recorded: Default::default(),
         })
     }
 
@@ -406,6 +411,17 @@ impl Shared {
 
     pub(crate) fn on_disk(&self) -> std::sync::MutexGuard<'_, OnDisk> {
         self.on_disk.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every table's filter this handle made, with its kind and name.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn all_tables(&self) -> Vec<(Kind, String, Arc<TableFilter>)> {
+        let mut out = Vec::new();
+        for kind in [Kind::Table, Kind::Multimap] {
+            let map = self.map(kind).read().unwrap_or_else(|e| e.into_inner());
+            out.extend(map.iter().map(|(n, tf)| (kind, n.clone(), tf.clone())));
+        }
+        out
     }
 
     /// The filters complete for the latest committed state, by their key in bloomsled's

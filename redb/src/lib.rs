@@ -38,6 +38,8 @@ mod table;
 mod transactions;
 mod writing;
 
+#[cfg(feature = "metrics")]
+pub use db::TABLE_SERIES;
 pub use db::{
     Builder, Database, FilterStats, ReadOnlyDatabase, ReadableDatabase, TableFilterStats,
 };

@@ -91,7 +91,7 @@ impl Builder {
 
     /// Opens or creates the database at `path`, then fsyncs the folder that names it (redb
     /// fsyncs the file but never its folder, so a power cut could take a new file's name,
-    /// and every commit in it, with it: see [`sync_folder_of`]).
+    /// and every commit in it, with it; see `docs/redb.md`, "Power cuts").
     ///
     /// ```
     /// # let dir = tempfile::tempdir().unwrap();
@@ -107,7 +107,7 @@ impl Builder {
 
     /// Opens an existing database, then fsyncs the folder that names it (a file made by a
     /// process that died before its own folder fsync may have a name that is not durable
-    /// yet; see [`sync_folder_of`]).
+    /// yet).
     ///
     /// ```
     /// # let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,5 @@
-//! A table's filter as figures: `Database::table_filter_stats` and its multimap twin.
+//! A table's filter as figures: `Database::table_filter_stats` and its multimap twin, and
+//! (feature `metrics`) the same as series through the `metrics` facade.
 
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -128,5 +129,75 @@ impl ReadOnlyDatabase {
     /// ```
     pub fn table_filter_stats(&self, table: impl TableHandle) -> Option<TableFilterStats> {
         stats_of(&self.shared, Kind::Table, table.name())
+    }
+}
+
+/// The series [`Database::record_metrics`] records per table (label `table`, or
+/// `multimap_table` for a multimap table: its name): gauges of its filter as
+/// [`TableFilterStats`] has them, and a counter of builds.
+///
+/// ```
+/// assert!(bloomsled_redb::TABLE_SERIES.contains(&"bloomsled_redb_items"));
+/// ```
+#[cfg(feature = "metrics")]
+pub const TABLE_SERIES: [&str; 8] = [
+    "bloomsled_redb_items",
+    "bloomsled_redb_capacity",
+    "bloomsled_redb_filter_bytes",
+    "bloomsled_redb_fill_ratio",
+    "bloomsled_redb_estimated_fpr",
+    "bloomsled_redb_filter_in_use",
+    "bloomsled_redb_building",
+    "bloomsled_redb_builds_total",
+];
+
+#[cfg(feature = "metrics")]
+fn record(shared: &Shared) {
+    use bloomsled::telemetry::gauges;
+    for (kind, name, tf) in shared.all_tables() {
+        let Some(s) = stats_of(shared, kind, &name) else {
+            continue;
+        };
+        let label = match kind {
+            Kind::Table => ("table", name.as_str()),
+            Kind::Multimap => ("multimap_table", name.as_str()),
+        };
+        let fill = tf.read().current.filter().fill_ratio();
+        gauges(
+            label,
+            &[
+                (TABLE_SERIES[0], s.items as f64),
+                (TABLE_SERIES[1], s.capacity as f64),
+                (TABLE_SERIES[2], s.memory_bytes as f64),
+                (TABLE_SERIES[3], fill),
+                (TABLE_SERIES[4], s.estimated_fpr),
+                (TABLE_SERIES[5], f64::from(u8::from(s.in_use))),
+                (TABLE_SERIES[6], f64::from(u8::from(s.building))),
+            ],
+        );
+        tf.recorded.counters(label, &[(TABLE_SERIES[7], s.builds)]);
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Database {
+    /// Records every table's filter this handle has used as series through the `metrics`
+    /// facade ([`TABLE_SERIES`]), into whatever recorder the program installed. Never on
+    /// the lookup path: call it from a scrape handler or a timer (it reads each filter's
+    /// words once, for the fill ratio).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.open_table(T)?.insert(1, 1)?;
+    /// w.commit()?;
+    /// db.record_metrics(); // gauges labelled table="t"
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn record_metrics(&self) {
+        record(&self.shared);
     }
 }
