@@ -15,7 +15,8 @@
 //!
 //! The same harness with `kill -9` and no cut is the control. Without FUSE the test
 //! skips loudly, or fails under `CI=true`. `BLOOMSLED_POWER_CUTS` sets the cuts per kind of
-//! writer (default 35), `BLOOMSLED_POWER_CUT_SEED` the first seed.
+//! writer (default 12, 35 under `BLOOMSLED_CI_FULL`), `BLOOMSLED_POWER_CUT_SEED` the first
+//! seed.
 //!
 //! To hunt a failing control: `BLOOMSLED_POWER_CUT_CONTROLS=Snapshots,Plain` runs only
 //! `kill -9` controls of those kinds, `BLOOMSLED_POWER_CUTS` of each (seeded as above), and
@@ -468,10 +469,15 @@ fn main() {
         }
         return;
     }
+    // The full pass (`BLOOMSLED_CI_FULL`) runs 35 per kind; a plain `cargo test` a sample.
     let per_kind: u64 = std::env::var("BLOOMSLED_POWER_CUTS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(35);
+        .unwrap_or(if std::env::var_os("BLOOMSLED_CI_FULL").is_some() {
+            35
+        } else {
+            12
+        });
     let first: u64 = std::env::var("BLOOMSLED_POWER_CUT_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
