@@ -1,8 +1,9 @@
 //! Power cuts on the project's file system that forgets (`bloomsled-powercut`): a child
 //! process commits transactions to a `bloomsled-redb` database on the mount (durable and
 //! not, clean closes between runs, filters growing by rebuild as keys pile up) and the power
-//! is cut at a random instant (seeded, printed): every write no fsync covered is dropped,
-//! and every create or rename no folder fsync made durable is undone — by ext4's default
+//! is cut at a random instant 0–250 ms after its first open (seeded, printed): every write
+//! no fsync covered is dropped, and every create or rename no folder fsync made durable is
+//! undone — by ext4's default
 //! ordering in half the cuts, by the letter of POSIX in the other half. Every sixth cut
 //! starts a new database file, so the cut often finds a file whose name is young. The parent
 //! then opens what a reboot would find and checks:
@@ -16,7 +17,7 @@
 //!
 //! One run in ten ends with `kill -9` and no cut instead: the control. Without FUSE the test
 //! skips loudly, or fails under `CI=true`. `BLOOMSLED_REDB_POWER_CUTS` sets the runs (default
-//! 30, 220 under `BLOOMSLED_CI_FULL`), `BLOOMSLED_REDB_POWER_CUT_SEED` the seed.
+//! 30, 240 under `BLOOMSLED_CI_FULL`), `BLOOMSLED_REDB_POWER_CUT_SEED` the seed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -161,8 +162,9 @@ fn runs() -> u64 {
     if let Ok(n) = std::env::var("BLOOMSLED_REDB_POWER_CUTS") {
         return n.parse().expect("BLOOMSLED_REDB_POWER_CUTS: a number");
     }
+    // 240 runs: about 216 cuts and 24 kills, past the 200 cuts issue 58 asks for.
     if std::env::var_os("BLOOMSLED_CI_FULL").is_some() {
-        220
+        240
     } else {
         30
     }
@@ -239,7 +241,7 @@ fn main() {
             Fault::PowerCut(rng.next())
         };
         let child_seed = rng.next();
-        let then = Duration::from_millis(rng.below(400));
+        let then = Duration::from_millis(rng.below(250));
         let ended = run_child_with(
             model,
             &base,
@@ -287,7 +289,14 @@ fn main() {
          {checked} keys checked, {failures} failures in {:.1?}",
         start.elapsed()
     );
-    if failures > 0 {
+    // CI's full pass promises issue 58's 200 cuts: fewer is a failure, not a quiet pass.
+    let short = std::env::var_os("BLOOMSLED_CI_FULL").is_some()
+        && std::env::var_os("BLOOMSLED_REDB_POWER_CUTS").is_none()
+        && cuts < 200;
+    if short {
+        println!("redb power_cut: only {cuts} cuts in the full pass (200 promised)");
+    }
+    if failures > 0 || short {
         println!("power_cut: 0 passed, 1 failed");
         std::process::exit(1);
     }
