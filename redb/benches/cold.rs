@@ -87,7 +87,10 @@ fn load(dir: &Path, n: u64) {
     // Growth rebuilds run in the background: the clean close writes the last one's filter.
     ours.wait_for_filters();
     drop(ours);
-    eprintln!("bloomsled-redb loaded in {:.1} s", t.elapsed().as_secs_f64());
+    eprintln!(
+        "bloomsled-redb loaded in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     let t = Instant::now();
     let theirs = redb::Database::create(dir.join("redb.redb")).unwrap();
     for ids in chunks() {
