@@ -18,6 +18,7 @@ use crate::transactions::{ReadTransaction, WriteTransaction};
 
 mod builder;
 mod stats;
+pub(crate) mod taint;
 
 pub use builder::Builder;
 #[cfg(feature = "metrics")]
@@ -82,13 +83,26 @@ fn ro(shared: &Shared) -> &RwLock<Option<redb::ReadOnlyDatabase>> {
 const OPEN: &str = "the redb handle lives as long as the user's handle";
 
 impl Database {
-    fn wrap(inner: redb::Database, mode: ConcurrencyMode, close_writes: bool) -> Database {
+    fn wrap(
+        inner: redb::Database,
+        mode: ConcurrencyMode,
+        close_writes: bool,
+        path: Option<&Path>,
+    ) -> Database {
         let on_disk = persist::read_on_disk_of(&inner);
         let source = Source::ReadWrite(RwLock::new(Some(inner)));
         let enabled = mode == ConcurrencyMode::ExclusiveWriter;
+        let path = path.map(Path::to_path_buf);
         Database {
-            shared: Arc::new(Shared::new(enabled, source, on_disk)),
+            shared: Arc::new(Shared::new(enabled, source, on_disk, path)),
             close_writes,
+        }
+    }
+
+    /// Marks the file after a write that failed (see `db/taint.rs`).
+    fn taint_if(&self, failed: bool) {
+        if let (true, Some(path)) = (failed, &self.shared.path) {
+            taint::mark(path);
         }
     }
 
@@ -321,7 +335,11 @@ impl Database {
         self.shared.builds.finish();
         let db = self.take().expect(OPEN);
         self.write_close(&db);
-        db.close()
+        let closed = db.close();
+        self.taint_if(
+            matches!(&closed, Err(DatabaseError::Storage(e)) if taint::is_write_failure(e)),
+        );
+        closed
     }
 
     /// Writes each table's filter that is complete for the latest committed state, with its
@@ -338,8 +356,13 @@ impl Database {
         clean.retain(|(_, built)| built.filter().items() >= persist::MIN_ITEMS);
         if !clean.is_empty() || !self.shared.on_disk().keys.is_empty() {
             // An error leaves the last committed records, which stay true: a failed close
-            // costs a scan at the next open, never a stale filter.
-            let _ = persist::write_close(db, &clean);
+            // costs a scan at the next open, never a stale filter. A failed write marks the
+            // file, so that it is rewritten before it is opened again in this process.
+            let written = persist::write_close(db, &clean);
+            self.taint_if(matches!(
+                written,
+                Err(redb::Error::Io(_) | redb::Error::PreviousIo)
+            ));
         }
     }
 
@@ -372,7 +395,12 @@ impl Drop for Database {
             return;
         };
         self.write_close(&db);
-        drop(db);
+        // redb's close, as its drop would do it, but with its error seen: a failed write
+        // there marks the file too.
+        let closed = db.close();
+        self.taint_if(
+            matches!(&closed, Err(DatabaseError::Storage(e)) if taint::is_write_failure(e)),
+        );
     }
 }
 
@@ -419,7 +447,7 @@ impl ReadOnlyDatabase {
         let source = Source::ReadOnly(RwLock::new(Some(inner)));
         let enabled = mode == ConcurrencyMode::ExclusiveWriter;
         ReadOnlyDatabase {
-            shared: Arc::new(Shared::new(enabled, source, on_disk)),
+            shared: Arc::new(Shared::new(enabled, source, on_disk, None)),
         }
     }
 

@@ -226,6 +226,8 @@ pub(crate) struct Shared {
     pub(crate) scanned: AtomicU64,
     /// The builds running in the background.
     pub(crate) builds: Builds,
+    /// The file's path, if it was opened by one: a failed write marks it (`db/taint.rs`).
+    pub(crate) path: Option<std::path::PathBuf>,
 }
 
 /// See [`Shared::version`].
@@ -281,7 +283,12 @@ pub(crate) enum Kind {
 }
 
 impl Shared {
-    pub(crate) fn new(enabled: bool, source: Source, on_disk: OnDisk) -> Shared {
+    pub(crate) fn new(
+        enabled: bool,
+        source: Source,
+        on_disk: OnDisk,
+        path: Option<std::path::PathBuf>,
+    ) -> Shared {
         Shared {
             enabled,
             tables: RwLock::default(),
@@ -298,6 +305,7 @@ impl Shared {
             loaded: AtomicU64::new(0),
             scanned: AtomicU64::new(0),
             builds: Builds::default(),
+            path,
         }
     }
 

@@ -550,6 +550,11 @@ impl WriteTransaction {
             })
             .collect();
         let result = inner.commit();
+        if let (Err(CommitError::Storage(e)), Some(path)) = (&result, &shared.path)
+            && crate::db::taint::is_write_failure(e)
+        {
+            crate::db::taint::mark(path);
+        }
         if result.is_ok() {
             let (keys, all) = unmarked.into_inner().unwrap_or_else(|e| e.into_inner());
             let mut on_disk = shared.on_disk();

@@ -100,9 +100,11 @@ impl Builder {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn create(&self, path: impl AsRef<Path>) -> Result<Database, DatabaseError> {
-        let inner = self.inner.create(&path)?;
-        sync_folder_of(path.as_ref())?;
-        Ok(Database::wrap(inner, self.mode, true))
+        let path = path.as_ref();
+        super::taint::heal(path)?;
+        let inner = self.inner.create(path)?;
+        sync_folder_of(path)?;
+        Ok(Database::wrap(inner, self.mode, true, Some(path)))
     }
 
     /// Opens an existing database, then fsyncs the folder that names it (a file made by a
@@ -118,9 +120,11 @@ impl Builder {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Database, DatabaseError> {
-        let inner = self.inner.open(&path)?;
-        sync_folder_of(path.as_ref())?;
-        Ok(Database::wrap(inner, self.mode, true))
+        let path = path.as_ref();
+        super::taint::heal(path)?;
+        let inner = self.inner.open(path)?;
+        sync_folder_of(path)?;
+        Ok(Database::wrap(inner, self.mode, true, Some(path)))
     }
 
     /// Opens an existing database read-only.
@@ -181,6 +185,7 @@ impl Builder {
             self.inner.create_file(file)?,
             self.mode,
             true,
+            None,
         ))
     }
 
@@ -200,6 +205,7 @@ impl Builder {
             self.inner.create_with_backend(backend)?,
             self.mode,
             false,
+            None,
         ))
     }
 }
