@@ -205,6 +205,7 @@ mod poison;
 mod recovery;
 mod scan_pause;
 mod settings;
+pub(crate) mod taint;
 mod tree_files;
 mod trust;
 

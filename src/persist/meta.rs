@@ -270,7 +270,7 @@ impl Meta {
         let tree = db
             .open_tree(META_TREE)
             .map_err(|e| read_failed(db_dir, e))?;
-        let poison = Poison::default();
+        let poison = Poison::for_folder(db_dir);
         let log = open_log(db_dir, &poison)?;
         let at = Opening {
             tree: &tree,

@@ -143,15 +143,28 @@ impl Cause {
 }
 
 /// The poison of one open database (see the module docs): set once, by the first failed
-/// sync, never cleared.
+/// sync, never cleared. It also marks the database's folder, so that the next open of it
+/// in this process rewrites its files first ([`super::taint`]).
 #[derive(Debug, Default)]
-pub(crate) struct Poison(OnceLock<Cause>);
+pub(crate) struct Poison {
+    cause: OnceLock<Cause>,
+    /// The database's folder (empty: none to mark).
+    folder: PathBuf,
+}
 
 impl Poison {
+    /// The poison of the database at `folder`.
+    pub(crate) fn for_folder(folder: &Path) -> Poison {
+        Poison {
+            cause: OnceLock::new(),
+            folder: folder.to_path_buf(),
+        }
+    }
+
     /// `Err(Error::Poisoned)` once a sync failed.
     #[inline]
     pub(crate) fn check(&self) -> Result<(), Error> {
-        match self.0.get() {
+        match self.cause.get() {
             None => Ok(()),
             Some(cause) => Err(cause.error()),
         }
@@ -170,7 +183,10 @@ impl Poison {
     /// Poisons the database with this failure (unless it already is) and returns the
     /// error that names the first one.
     pub(crate) fn set(&self, path: PathBuf, step: Step, error: String) -> Error {
-        let cause = self.0.get_or_init(|| {
+        let cause = self.cause.get_or_init(|| {
+            if !self.folder.as_os_str().is_empty() {
+                super::taint::mark(&self.folder);
+            }
             log::error!(
                 "bloomsled: {} of {} failed ({error}): the database acknowledges nothing as \
                  durable any more; reopen it to recover",

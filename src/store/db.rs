@@ -117,6 +117,9 @@ impl Db {
         // Validate before sled creates anything on disk.
         config.validate()?;
         if !config.temporary {
+            // A folder whose sync failed earlier in this process: its files rewritten first,
+            // so what this open recovers from is on the disk (`persist/taint.rs`).
+            crate::persist::taint::heal(&config.path)?;
             super::repair::torn_snapshot::set_aside_torn_snapshot(&config.path)?;
             super::repair::torn_conf::complete_torn_conf(
                 &config.path,
