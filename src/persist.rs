@@ -215,6 +215,40 @@ use crate::error::Distrust;
 #[cfg(feature = "failpoints")]
 #[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use boot::set_boot_id;
+
+/// Marks `path` (a database's folder, or a one-file database): a write or sync of it failed
+/// in this process, so the page cache may show pages the disk never got. The next
+/// [`rewrite_after_failed_sync`] of it rewrites it. bloomsled's own databases mark and
+/// rewrite theirs; this is for the store crates built on the core (`bloomsled-redb`).
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// let file = dir.path().join("a.redb");
+/// std::fs::write(&file, b"bytes")?;
+/// bloomsled::persist::mark_failed_sync(&file);
+/// assert!(bloomsled::persist::rewrite_after_failed_sync(&file)?);
+/// assert!(!bloomsled::persist::rewrite_after_failed_sync(&file)?);
+/// assert_eq!(std::fs::read(&file)?, b"bytes");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn mark_failed_sync(path: &std::path::Path) {
+    taint::mark(path);
+}
+
+/// If [`mark_failed_sync`] marked `path` in this process: copies the file (or every file
+/// under the folder), as this process reads it, into a new file that is fsynced and renamed
+/// over it, and fsyncs the folders, so that the disk holds what a reader sees; then unmarks
+/// it. True if it rewrote. Call it before the files are opened again (see
+/// `docs/persistence.md`, "A reopen in the same process rewrites the folder first").
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// assert!(!bloomsled::persist::rewrite_after_failed_sync(dir.path())?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn rewrite_after_failed_sync(path: &std::path::Path) -> crate::error::Result<bool> {
+    taint::heal(path)
+}
 #[cfg(feature = "failpoints")]
 #[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use files::fail_snapshot_writes_after;

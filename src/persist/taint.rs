@@ -1,5 +1,5 @@
-//! Database folders whose sync failed in this process, and the rewrite that makes them safe
-//! to open again.
+//! Database folders (or files) whose sync failed in this process, and the rewrite that
+//! makes them safe to open again.
 //!
 //! A failed sync poisons the open database ([`super::poison`]), and reopening it is the
 //! cure. But in the same boot a reopen reads the page cache, and after a failed `fsync`
@@ -29,7 +29,7 @@ fn key(folder: &Path) -> PathBuf {
     std::path::absolute(folder).unwrap_or_else(|_| folder.to_path_buf())
 }
 
-/// Marks `folder`: a sync of one of its files failed in this process.
+/// Marks `folder` (or a file): a sync of one of its files failed in this process.
 pub(crate) fn mark(folder: &Path) {
     TAINTED
         .lock()
@@ -52,21 +52,30 @@ fn unmark(folder: &Path) {
     }
 }
 
-/// Before an open of the database at `folder`: rewrites its files if a sync of one failed
-/// in this process (see the module docs). An error names the file and the step; the folder
-/// stays marked.
-pub(crate) fn heal(folder: &Path) -> Result<()> {
-    if !marked(folder) || !folder.is_dir() {
-        return Ok(());
+/// Before an open of the database at `path` (a folder, or one file): rewrites its files if
+/// a sync of one failed in this process (see the module docs). True if it rewrote. An
+/// error names the file and the step; the path stays marked.
+pub(crate) fn heal(path: &Path) -> Result<bool> {
+    if !marked(path) || !path.exists() {
+        return Ok(false);
     }
     log::warn!(
-        "bloomsled: a sync under {} failed earlier in this process: rewriting its files \
-         before it is opened again",
-        folder.display()
+        "bloomsled: a sync of {} failed earlier in this process: rewriting it before it is \
+         opened again",
+        path.display()
     );
-    rewrite_folder(folder)?;
-    unmark(folder);
-    Ok(())
+    if path.is_dir() {
+        rewrite_folder(path)?;
+    } else {
+        rewrite_file(path)?;
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        sync_folder(parent)?;
+    }
+    unmark(path);
+    Ok(true)
 }
 
 fn rewrite_folder(folder: &Path) -> Result<()> {
@@ -81,9 +90,17 @@ fn rewrite_folder(folder: &Path) -> Result<()> {
             rewrite_file(&path)?;
         }
     }
+    sync_folder(folder)
+}
+
+fn sync_folder(folder: &Path) -> Result<()> {
+    #[cfg(unix)]
     File::open(folder)
         .and_then(|d| d.sync_all())
-        .map_err(|e| failed(folder, "fsync of the folder", e))
+        .map_err(|e| failed(folder, "fsync of the folder", e))?;
+    #[cfg(not(unix))]
+    let _ = folder;
+    Ok(())
 }
 
 const COPY_SUFFIX: &str = ".bloomsled-rewrite";
@@ -126,9 +143,9 @@ mod tests {
         fs::create_dir_all(db.join("bloomsled")).unwrap();
         fs::write(db.join("log"), b"sled's bytes").unwrap();
         fs::write(db.join("bloomsled/t.snap"), b"a snapshot").unwrap();
-        heal(&db).unwrap(); // not marked: untouched
+        assert!(!heal(&db).unwrap(), "not marked: untouched");
         mark(&db);
-        heal(&db).unwrap();
+        assert!(heal(&db).unwrap());
         assert!(!marked(&db));
         assert_eq!(fs::read(db.join("log")).unwrap(), b"sled's bytes");
         assert_eq!(
