@@ -13,6 +13,8 @@
 //! The parent's own check closes cleanly, so the next child starts from trusted filters.
 //! `BLOOMSLED_REDB_KILLS` (default 60) and `BLOOMSLED_REDB_CRASH_SEED` tune a run.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::path::Path;
@@ -20,6 +22,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bloomsled_redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use common::Rng;
 
 const CHILD_ENV: &str = "BLOOMSLED_REDB_CRASH_CHILD";
 const SEED_ENV: &str = "BLOOMSLED_REDB_CRASH_SEED";
@@ -28,23 +31,6 @@ const TABLES: [TableDefinition<&str, u64>; 3] = [
     TableDefinition::new("b"),
     TableDefinition::new("c"),
 ];
-
-/// splitmix64: the test's only randomness, reproducible from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// One line of the child's log, written after the fact it states.
 fn log(file: &mut std::fs::File, line: &str) {

@@ -1,6 +1,9 @@
 //! Each removal path leaves false positives at most; restores and renames bring keys back
 //! and the filters hold them; builds racing writers lose nothing.
 
+mod common;
+
+use common::settle;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -31,21 +34,6 @@ fn load(db: &Database, range: std::ops::Range<u64>) {
         }
     }
     w.commit().unwrap();
-}
-
-/// Starts the build of each table in `tables` that needs one (a table's first use) and
-/// waits for them: the checks that follow see every filter in use.
-fn settle<K: bloomsled_redb::Key + 'static, V: bloomsled_redb::Value + 'static>(
-    db: &Database,
-    tables: &[TableDefinition<K, V>],
-) {
-    {
-        let r = db.begin_read().unwrap();
-        for t in tables {
-            let _ = r.open_table(*t);
-        }
-    }
-    db.wait_for_filters();
 }
 
 /// `present` are in the table, `absent` are not, by every lookup path.

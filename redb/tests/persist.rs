@@ -2,6 +2,9 @@
 //! nothing stale is ever trusted (writes after the close, crash images, savepoint restores,
 //! renames, and bloomsled's tables damaged through plain redb).
 
+mod common;
+
+use common::settle;
 use std::path::{Path, PathBuf};
 
 use bloomsled_redb::{
@@ -31,21 +34,6 @@ fn write(db: &Database, table: TableDefinition<&str, u64>, range: std::ops::Rang
         }
     }
     w.commit().unwrap();
-}
-
-/// Starts the build of each table in `tables` that needs one (a table's first use) and
-/// waits for them: the checks that follow see every filter in use.
-fn settle<K: bloomsled_redb::Key + 'static, V: bloomsled_redb::Value + 'static>(
-    db: &Database,
-    tables: &[TableDefinition<K, V>],
-) {
-    {
-        let r = db.begin_read().unwrap();
-        for t in tables {
-            let _ = r.open_table(*t);
-        }
-    }
-    db.wait_for_filters();
 }
 
 /// Every key the table holds (read from redb) is found by `get` and `get_latest`; returns

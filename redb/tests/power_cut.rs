@@ -19,6 +19,8 @@
 //! skips loudly, or fails under `CI=true`. `BLOOMSLED_REDB_POWER_CUTS` sets the runs (default
 //! 30, 240 under `BLOOMSLED_CI_FULL`), `BLOOMSLED_REDB_POWER_CUT_SEED` the seed.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
@@ -28,6 +30,7 @@ use bloomsled_powercut::{Fault, Model, run_child_with};
 use bloomsled_redb::{
     Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableError,
 };
+use common::Rng;
 
 const CHILD_ENV: &str = "BLOOMSLED_REDB_POWER_CUT_CHILD";
 const TABLES: [TableDefinition<&str, u64>; 3] = [
@@ -35,23 +38,6 @@ const TABLES: [TableDefinition<&str, u64>; 3] = [
     TableDefinition::new("b"),
     TableDefinition::new("c"),
 ];
-
-/// splitmix64: the test's only randomness, reproducible from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The child: transactions on `path` until the power goes. Prints `open` once the first
 /// open returned, `w <table> <first> <count>` after a durable commit of keys
