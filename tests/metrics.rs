@@ -313,7 +313,11 @@ fn a_tree_rebuilt_after_open_shows_its_filter_out_of_use_then_back() {
     let s = series("tree", "restored");
     assert_eq!(gauge(&s, telemetry::FILTER_IN_USE), 1.0);
     assert_eq!(gauge(&s, telemetry::REBUILDING), 0.0);
-    assert_eq!(gauge(&s, telemetry::ITEMS), 50_000.0);
+    // Items are inserts that set a new bit: with a secret seed, a key or two of 50,000 may
+    // find all its bits set already (the CI rehearsal saw 49,999).
+    let items = gauge(&s, telemetry::ITEMS);
+    assert!((49_900.0..=50_000.0).contains(&items), "{items}");
+    assert_eq!(items, t.stats().items as f64);
 }
 
 #[test]
