@@ -172,6 +172,10 @@ pub(crate) struct RebuildState {
     pub(crate) limit: AtomicU64,
     /// Keys the running scan has read.
     pub(crate) scanned: AtomicU64,
+    /// What the last finished scan read, and the tree's insert and remove counts when it
+    /// started: with the counts since, an upper bound of the live keys that an overfull
+    /// filter's own count (bits newly set) cannot give.
+    pub(crate) at_last_scan: Mutex<(u64, u64, u64)>,
     /// When the running rebuild started, and the keys it expects to read.
     started: Mutex<(Instant, Option<u64>)>,
 }
@@ -189,6 +193,7 @@ impl RebuildState {
             stale_base: AtomicU64::new(0),
             limit: AtomicU64::new(limit),
             scanned: AtomicU64::new(0),
+            at_last_scan: Mutex::new((0, 0, 0)),
             started: Mutex::new((Instant::now(), None)),
         }
     }

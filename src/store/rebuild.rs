@@ -29,6 +29,10 @@ use crate::persist::{pause_limit, wait_at_pause, SnapshotInfo};
 /// the round within about a millisecond (see [`scan_round`]).
 const MAX_ROUND: Duration = Duration::from_millis(50);
 
+/// Keys a round reads, beyond those written since the last round, before it yields to
+/// waiting writers.
+const ROUND_STRIDE: u64 = 1024;
+
 /// Longest the rebuild yields between chunks to writers that were blocked on the gate.
 const MAX_YIELD: Duration = Duration::from_millis(2);
 
@@ -88,6 +92,23 @@ impl Rebuild<'_> {
             FilterMode::Counting => f.items(),
             FilterMode::Plain => f.items().saturating_sub(self.stale()),
         }
+    }
+
+    /// Live keys from the writes since the last finished scan: what it read, plus inserts,
+    /// less removes since it started. An upper bound (an overwrite counts as an insert),
+    /// and a lower one after a reopen (the counts are this process's); a filter far past
+    /// its capacity undercounts far more (its new bits run out), so a rebuild sizes for the
+    /// larger of the two. Without it, a tree grown from 128 keys by batches of 10,000
+    /// restarted its scan a dozen times, each sized from a saturated count.
+    fn written_estimate(&self) -> u64 {
+        let (read, inserts_then, removes_then) = *self
+            .rebuild
+            .at_last_scan
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let (inserts, removes, _) = self.counters.writes();
+        (read + inserts.saturating_sub(inserts_then))
+            .saturating_sub(removes.saturating_sub(removes_then))
     }
 
     /// Starts an automatic rebuild in the background if the filter needs one.
@@ -267,17 +288,29 @@ impl Rebuild<'_> {
         }
     }
 
-    /// One scan into a new filter sized for `live` keys (default: the current filter's
-    /// estimate), swapped in at the end. Returns its capacity, slot and how it ended.
+    /// One scan into a new filter sized for `live` keys or the current estimate, whichever
+    /// is larger (a retry's `live` is what the last attempt read, and the tree may have
+    /// grown since), swapped in at the end. Returns its capacity, slot and how it ended.
     fn rebuild_once(&self, live: Option<u64>, last: bool) -> Result<(u64, usize, Scan)> {
         self.check_open()?;
         let policy = &self.rebuild.policy;
         let (seed, estimate) = {
             let gate = self.filters.enter();
             let f = gate.current();
-            (f.bits().seed(), self.live_estimate(f))
+            let own = self.live_estimate(f);
+            // The writes' count only for a filter far past its capacity (its own count no
+            // longer tracks its keys: a batch far larger than a small filter); at a growth's
+            // usual trigger, just past capacity, the filter's count is the better one (the
+            // writes' counts the keys a scan read while they were written twice). A tree of
+            // few keys overwritten often keeps its size.
+            let written = if f.items() > 2 * f.capacity() {
+                self.written_estimate()
+            } else {
+                0
+            };
+            (f.bits().seed(), own.max(written))
         };
-        let capacity = policy.capacity_for(live.unwrap_or(estimate));
+        let capacity = policy.capacity_for(live.unwrap_or(0).max(estimate));
         let shape = policy.shape_for(capacity, seed)?;
         let mode = self.mode;
         let slot = self.filters.prepare(
@@ -321,6 +354,8 @@ impl Rebuild<'_> {
         let seed = new.bits().seed();
         let mut scanned = 0u64;
         self.rebuild.scanned.store(0, Ordering::Relaxed);
+        let (inserts_at_start, removes_at_start, _) = self.counters.writes();
+        let mut written_at = inserts_at_start;
         loop {
             wait_at_pause(scanned, || self.closing.load(Ordering::Relaxed));
             self.check_open()?;
@@ -328,16 +363,29 @@ impl Rebuild<'_> {
             // The test seam's pause (never, in a release build) ends the round at its key
             // count, so the next turn of the loop waits there.
             let limit = pause_limit().saturating_sub(scanned);
-            let stop = |elapsed: Duration| {
+            // A round yields to waiting writers only once it has read as many keys as were
+            // written since the last one (and a stride more), so the scan gains on any
+            // steady load. Yielding at once, a round read a stride while a batch wrote
+            // thousands, and a growth rebuild under a load never ended.
+            let written = self.counters.writes().0;
+            let owed = written.saturating_sub(written_at) + ROUND_STRIDE;
+            written_at = written;
+            let stop = |elapsed: Duration, read: u64| {
                 elapsed >= MAX_ROUND
-                    || self.filters.writers_waiting()
                     || self.closing.load(Ordering::Relaxed)
+                    || (read >= owed && self.filters.writers_waiting())
             };
             let (cursor, n) = scan_round(&self.sled, &gate.cursor, new, seed, limit, stop)?;
             gate.cursor = cursor;
             scanned += n;
             self.rebuild.scanned.store(scanned, Ordering::Relaxed);
             if gate.cursor.done() {
+                *self
+                    .rebuild
+                    .at_last_scan
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) =
+                    (scanned, inserts_at_start, removes_at_start);
                 self.filters.swap(&mut gate, slot);
                 gate.building = None;
                 gate.cursor = Cursor::default();

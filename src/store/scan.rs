@@ -188,7 +188,7 @@ impl Cursor {
 
 /// One round of a rebuild scan: one thread per range not yet read to its end, each reading
 /// its range from where the last round stopped and admitting each key's hash (with `seed`)
-/// to `into`, until its range ends, `stop(elapsed)` says the round
+/// to `into`, until its range ends, `stop(elapsed, keys read this round)` says the round
 /// is over (checked every [`STOP_EVERY`] keys and every half millisecond), or the round's
 /// threads together have read `limit` keys (checked by each thread every [`STOP_EVERY`]
 /// keys, so a round stops near `limit` however late the watcher wakes). Returns the
@@ -201,7 +201,7 @@ pub(crate) fn scan_round(
     into: &AnyFilter,
     seed: u64,
     limit: u64,
-    stop: impl Fn(Duration) -> bool,
+    stop: impl Fn(Duration, u64) -> bool,
 ) -> Result<(Cursor, u64)> {
     let over = AtomicBool::new(false);
     let read_now = AtomicU64::new(0);
@@ -231,7 +231,7 @@ pub(crate) fn scan_round(
             .map(|&i| (i, s.spawn(move || read(i))))
             .collect();
         while !handles.iter().all(|(_, h)| h.is_finished()) {
-            if stop(start.elapsed()) {
+            if stop(start.elapsed(), read_now.load(Ordering::Relaxed)) {
                 over.store(true, Ordering::Relaxed);
                 break;
             }
