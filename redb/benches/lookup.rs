@@ -226,7 +226,7 @@ fn lookups(
 fn filter_alone(rounds: usize, n: u64, absent: &[Vec<u8>]) -> f64 {
     // The rate bloomsled-redb sizes its tables' filters for (`redb/src/filters.rs`).
     let f = bloomsled::FilterConfig::new(2 * n)
-        .false_positive_rate(0.003)
+        .false_positive_rate(bloomsled::DEFAULT_FALSE_POSITIVE_RATE)
         .build()
         .unwrap();
     let mut buf = Vec::with_capacity(80);

@@ -30,7 +30,7 @@ pub struct TableFilterStats {
     pub num_hashes: u32,
     /// Bits per key at `capacity`.
     pub bits_per_key: f64,
-    /// The false-positive rate the filter is sized for (0.3%).
+    /// The false-positive rate the filter is sized for (0.1%).
     pub target_fpr: f64,
     /// The false-positive rate its fill predicts now.
     pub estimated_fpr: f64,
