@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bloomsled_redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
-use common::Rng;
+use common::rng::Rng;
 
 const CHILD_ENV: &str = "BLOOMSLED_REDB_CRASH_CHILD";
 const SEED_ENV: &str = "BLOOMSLED_REDB_CRASH_SEED";

@@ -30,7 +30,7 @@ use bloomsled_powercut::{Fault, Model, run_child_with};
 use bloomsled_redb::{
     Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableError,
 };
-use common::Rng;
+use common::rng::Rng;
 
 const CHILD_ENV: &str = "BLOOMSLED_REDB_POWER_CUT_CHILD";
 const TABLES: [TableDefinition<&str, u64>; 3] = [

@@ -3,22 +3,9 @@
 
 use bloomsled_redb::{Database, ReadableDatabase, TableDefinition};
 
-/// splitmix64: the test's only randomness, reproducible from its seed.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+// The core's generator, one definition for every test crate.
+#[path = "../../../tests/common/rng.rs"]
+pub mod rng;
 
 /// Starts the build of each table in `tables` that needs one (a table's first use) and
 /// waits for them: the checks that follow see every filter in use.
