@@ -24,9 +24,10 @@ use crate::error::{Error, Result};
 use crate::filter::any::{AnyFilter, FilterMode};
 use crate::persist::{pause_limit, wait_at_pause, SnapshotInfo};
 
-/// Longest round of a scan (one hold of the gate) while no writer waits: re-positioning
-/// sled's iterators (a few microseconds) is amortized over it. A writer that arrives ends
-/// the round within about a millisecond (see [`scan_round`]).
+/// Longest round of a scan (one hold of the gate): re-positioning sled's iterators (a few
+/// microseconds) is amortized over it. A writer that arrives ends the round once it has
+/// read as many keys as were written since the last one, plus [`ROUND_STRIDE`] (see
+/// [`scan_round`]): a few milliseconds under a load of batches, well under this bound.
 const MAX_ROUND: Duration = Duration::from_millis(50);
 
 /// Keys a round reads, beyond those written since the last round, before it yields to
