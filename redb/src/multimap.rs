@@ -156,18 +156,9 @@ impl<K: Key + 'static, V: Key + 'static> Keys for MultimapKeys<K, V> {
             Err(redb::TableError::TableDoesNotExist(_)) => return true,
             Err(_) => return false,
         };
-        let Ok(iter) = table.iter() else {
-            return false;
-        };
-        for entry in iter {
-            let Ok((k, _)) = entry else {
-                return false;
-            };
-            if !add(K::as_bytes(&k.value()).as_ref()) {
-                return false;
-            }
-        }
-        true
+        table
+            .iter()
+            .is_ok_and(|entries| crate::table::feed_keys(entries, add))
     }
 }
 

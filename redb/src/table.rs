@@ -54,19 +54,25 @@ impl<K: Key + 'static, V: Value + 'static> Keys for TableKeys<K, V> {
             Err(redb::TableError::TableDoesNotExist(_)) => return true,
             Err(_) => return false,
         };
-        let Ok(iter) = table.iter() else {
+        table.iter().is_ok_and(|entries| feed_keys(entries, add))
+    }
+}
+
+/// Feeds each entry's key bytes to `add` while it returns true: true if every key was fed
+/// (a table's or a multimap table's entries, whatever they pair the key with).
+pub(crate) fn feed_keys<'a, K: Key + 'static, X>(
+    entries: impl Iterator<Item = Result<(AccessGuard<'a, K>, X)>>,
+    add: &mut dyn FnMut(&[u8]) -> bool,
+) -> bool {
+    for entry in entries {
+        let Ok((k, _)) = entry else {
             return false;
         };
-        for entry in iter {
-            let Ok((k, _)) = entry else {
-                return false;
-            };
-            if !add(K::as_bytes(&k.value()).as_ref()) {
-                return false;
-            }
+        if !add(K::as_bytes(&k.value()).as_ref()) {
+            return false;
         }
-        true
     }
+    true
 }
 
 /// A table in a write transaction (redb's `Table`, same methods).
