@@ -315,7 +315,8 @@ def test_redis_gone_for_good_closes_with_the_filters_reason(persistent_redis, tm
     none ends ``finished``. A spider that meets the outage only in scrapy-redis's queue (no
     callback left to ask the filter) keeps failing in ``next_request`` and never closes by
     itself (scrapy-redis's behaviour, the same with its RFPDupeFilter): stopped here by
-    SIGINT after 60 s."""
+    SIGINT, 15 s after the first spider closed (one that meets the outage in the filter
+    closes within the 3-s retry and its close), or after 60 s if none did."""
     site = Site(600, tree=3, delay=0.05)
     try:
         procs = start_spiders(site, persistent_redis.url, tmp_path, SCHEDULER_PERSIST=True,
@@ -324,6 +325,8 @@ def test_redis_gone_for_good_closes_with_the_filters_reason(persistent_redis, tm
         persistent_redis.stop()  # and never back
         deadline = time.time() + 60
         while time.time() < deadline and any(p.poll() is None for p, _, _ in procs):
+            if any(p.poll() is not None for p, _, _ in procs):
+                deadline = min(deadline, time.time() + 15)
             time.sleep(0.1)
         stuck = [p for p, _, _ in procs if p.poll() is None]
         for p in stuck:
