@@ -14,8 +14,9 @@
 # Which tests run where: the full suite on the newest Python; on the oldest, what depends
 # on the interpreter (the one abi3 wheel loading there, the API, the fingerprint set, the
 # journal, threads, the Redis client and one real crawl with JOBDIR), not the suites that
-# orchestrate processes and servers around the same code (kill/resume crawls, scrapy-redis
-# crawls, Redis restarts and failovers, a full disk, kill -9: minutes of CI's budget).
+# orchestrate processes and servers around the same code (kill/resume crawls, a crawl
+# without JOBDIR, spiders sharing a Redis filter, scrapy-redis crawls, Redis restarts and
+# failovers, a full disk, kill -9: minutes of CI's budget).
 # FULL_ON_OLDEST=1 runs the full suite there too.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -78,8 +79,9 @@ vpy="$work/oldest/bin/python"
 if [ "${FULL_ON_OLDEST:-0}" = 1 ]; then
     run_tests "$vpy" "$here/tests"
 else
-    run_tests "$vpy" "$here/tests" -k "not (interrupted_crawl or kill9 or middleware or addon)" \
+    run_tests "$vpy" "$here/tests" \
+        -k "not (interrupted_crawl or kill9 or middleware or addon or two_spiders or crawl_fetches_every_page)" \
         --ignore="$here/tests/test_scrapy_redis.py" --ignore="$here/tests/test_redis_failover.py" \
         --ignore="$here/tests/test_redis_outage.py" --ignore="$here/tests/test_full_disk.py" \
-        --ignore="$here/tests/test_crash.py"
+        --ignore="$here/tests/test_crash.py" --ignore="$here/tests/test_redis_exact.py"
 fi
