@@ -218,8 +218,11 @@ pub use boot::set_boot_id;
 
 /// Marks `path` (a database's folder, or a one-file database): a write or sync of it failed
 /// in this process, so the page cache may show pages the disk never got. The next
-/// [`rewrite_after_failed_sync`] of it rewrites it. bloomsled's own databases mark and
-/// rewrite theirs; this is for the store crates built on the core (`bloomsled-redb`).
+/// [`rewrite_after_failed_sync`] of it, in this process or another one in the same boot,
+/// rewrites it: the mark is also a file (`<folder>/bloomsled-rewrite-needed`, or
+/// `<file>.bloomsled-rewrite-needed` beside a file), written here best effort and removed
+/// by the rewrite. bloomsled's own databases mark and rewrite theirs; this is for the store
+/// crates built on the core (`bloomsled-redb`).
 ///
 /// ```
 /// # let dir = tempfile::tempdir()?;
@@ -235,11 +238,13 @@ pub fn mark_failed_sync(path: &std::path::Path) {
     taint::mark(path);
 }
 
-/// If [`mark_failed_sync`] marked `path` in this process: copies the file (or every file
-/// under the folder), as this process reads it, into a new file that is fsynced and renamed
-/// over it, and fsyncs the folders, so that the disk holds what a reader sees; then unmarks
-/// it. True if it rewrote. Call it before the files are opened again (see
-/// `docs/persistence.md`, "A reopen in the same process rewrites the folder first").
+/// If [`mark_failed_sync`] marked `path` (in this process, or on disk): copies the file (or
+/// every file under the folder), as this process reads it, into a new file that is fsynced
+/// and renamed over it, and fsyncs the folders, so that the disk holds what a reader sees;
+/// then unmarks it. A copy left by a rewrite that was killed is removed first; one that
+/// fails removes its copy and keeps the mark. True if it rewrote. Call it before the files
+/// are opened again (see `docs/persistence.md`, "A reopen in the same boot rewrites the
+/// folder first").
 ///
 /// ```
 /// # let dir = tempfile::tempdir()?;

@@ -467,3 +467,78 @@ fn a_full_journal_folder_fails_no_write_and_loses_nothing() {
     }
     full_disk_case(TEST, &db, &folder.join("fill"), true);
 }
+
+/// The rewrite after a failed sync (`src/persist/taint.rs`) on a full disk: the open fails
+/// with the error naming the file and the step, leaves no partial copy (the space is given
+/// back) and keeps the mark; once space is back the next open rewrites and every key is
+/// there.
+#[test]
+fn a_rewrite_on_a_full_disk_fails_cleanly_and_completes_once_space_is_back() {
+    const TEST: &str = "a_rewrite_on_a_full_disk_fails_cleanly_and_completes_once_space_is_back";
+    let base = tempfile::tempdir().unwrap();
+    let mnt = base.path().join("mnt");
+    let Some(_fs) = mount_or_skip(TEST, &mnt, "64m") else {
+        return;
+    };
+    let db_path = mnt.join("db");
+    let db = Config::new().path(&db_path).open().unwrap();
+    for i in 0..20_000 {
+        db.insert(url(i), vec![7u8; 64]).unwrap();
+    }
+    db.close().unwrap();
+    let bytes: u64 = walk(&db_path)
+        .iter()
+        .map(|p| p.metadata().unwrap().len())
+        .sum();
+    assert!(bytes < 24 << 20, "room for one copy: {bytes} bytes");
+    bloomsled::persist::mark_failed_sync(&db_path);
+    let mark = db_path.join("bloomsled-rewrite-needed");
+    assert!(mark.exists());
+    let filler = fill(&mnt.join("fill"));
+    let e = match Config::new().path(&db_path).open() {
+        Ok(_) => panic!("the rewrite had no room, yet the open succeeded"),
+        Err(e) => e,
+    };
+    assert!(
+        matches!(&e, bloomsled::Error::Io(io) if io.kind() == std::io::ErrorKind::StorageFull),
+        "{e}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("rewriting") && msg.contains("after a failed sync"),
+        "{msg}"
+    );
+    let partial: Vec<_> = walk(&db_path)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".bloomsled-rewrite"))
+        .collect();
+    assert!(partial.is_empty(), "partial copies left: {partial:?}");
+    assert!(mark.exists(), "the mark stays until a rewrite completes");
+    for f in filler {
+        fs::remove_file(f).unwrap();
+    }
+    let db = Config::new()
+        .path(&db_path)
+        .background_recovery(false)
+        .open()
+        .unwrap();
+    assert!(!mark.exists());
+    for i in 0..20_000 {
+        assert!(db.contains_key(url(i)).unwrap(), "{}", url(i));
+    }
+    assert_eq!(db.verify().unwrap().false_negatives, 0);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -10,15 +10,16 @@
 //! files this way, the failed fsync being a clean close's, which a drop cannot report).
 //!
 //! So a write that failed through this crate (a commit, a clean close, redb's own close)
-//! marks the file, and the next `Builder::create` or `open` of that path in this process
-//! first rewrites it (the core's `bloomsled::persist::rewrite_after_failed_sync`, which the
+//! marks the file, and the next `Builder::create` or `open` of that path first rewrites it (the core's `bloomsled::persist::rewrite_after_failed_sync`, which the
 //! core's own sled databases use too): the bytes as this process reads them are copied into
 //! a new file in the same folder, which is fsynced and renamed over the old one, and the
 //! folder fsynced. What
 //! the disk holds is then what a reader sees, and redb's own recovery at open picks a
-//! consistent commit from it. The cost is one copy of the file, once, after a failure. A
-//! file opened through a `File` or a backend has no path and cannot be marked; nor can a
-//! failure another process saw.
+//! consistent commit from it. The cost is one copy of the file, once, after a failure. The
+//! mark is kept in this process and in a file beside the database
+//! (`<file>.bloomsled-rewrite-needed`, removed by the rewrite), so the next process in the
+//! same boot rewrites too when the one that saw the failure was killed. A file opened
+//! through a `File` or a backend has no path and cannot be marked.
 
 use std::io;
 use std::path::Path;
@@ -35,15 +36,14 @@ pub(crate) fn is_write_failure(e: &StorageError) -> bool {
     matches!(e, StorageError::Io(_) | StorageError::PreviousIo)
 }
 
-/// Before an open of `path`: rewrites it if a write to it failed in this process (see the
-/// module docs; the core's `rewrite_after_failed_sync` does the copy). An error names the
+/// Before an open of `path`: rewrites it if a write to it failed (see the module docs; the core's `rewrite_after_failed_sync` does the copy). An error names the
 /// step; the file is left marked and as it was.
 pub(crate) fn heal(path: &Path) -> Result<(), DatabaseError> {
     bloomsled::persist::rewrite_after_failed_sync(path)
         .map(drop)
         .map_err(|e| {
             let what = format!(
-                "a write to {} failed earlier in this process; rewriting it before it is \
+                "a write to {} failed earlier in this boot; rewriting it before it is \
                  opened again: {e}",
                 path.display()
             );
