@@ -11,6 +11,9 @@ _Key = Union[bytes, str]
 _T = TypeVar("_T", bytes, Tuple[bytes, bytes])
 
 __version__: str
+
+def _mark_failed_sync(path: Union[str, os.PathLike[str]]) -> None: ...
+def _rewrite_after_failed_sync(path: Union[str, os.PathLike[str]]) -> bool: ...
 __all__ = [
     "ClosedError",
     "CorruptError",
@@ -34,6 +37,8 @@ __all__ = [
     "SharedFilterNotFoundError",
     "Tree",
     "__version__",
+    "_mark_failed_sync",
+    "_rewrite_after_failed_sync",
 ]
 
 class Error(Exception): ...

@@ -39,7 +39,7 @@ import zlib
 from pathlib import Path
 from typing import Iterator, Optional, Tuple
 
-from ._bloomsled import FingerprintSet
+from ._bloomsled import FingerprintSet, _mark_failed_sync, _rewrite_after_failed_sync
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +118,11 @@ class PendingLog:
         self.width = width
         self.path = self.folder / "pending.log"
         self.done_path = self.folder / "done.fps"
+        # After a failed fsync (marked by :meth:`sync_fd`): the files as this process reads
+        # them, made durable before anything is appended to them.
+        for f in (self.path, self.done_path):
+            if _rewrite_after_failed_sync(f):
+                logger.warning("%s was rewritten after a failed fsync", f)
         if not self.path.exists():
             _create(self.path, LOG_MAGIC)
         _check_magic(self.path, LOG_MAGIC)
@@ -156,6 +161,11 @@ class PendingLog:
                 f"{step} of {path} failed ({e}): the journal acknowledges nothing as durable "
                 "any more; reopen it (resume the crawl) to recover"
             )
+            # The page cache may show records the disk never got: the next open (in this
+            # process or the next one of this boot) rewrites both files first, so that it
+            # does not append after a hole a power cut would reveal (the core's rewrite).
+            for f in (self.path, self.done_path):
+                _mark_failed_sync(f)
             raise JournalPoisonedError(e.errno or errno.EIO, self.poisoned) from e
 
     def sync_dir(self, path: Path) -> None:

@@ -14,6 +14,7 @@ mod fpset;
 mod keys;
 mod shared;
 mod store;
+mod sync;
 
 // Python allocates objects 16-byte aligned (pymalloc's alignment; PyO3 places the Rust
 // value inside the object), so a class whose value needs more would sit misaligned:
@@ -37,6 +38,8 @@ fn _bloomsled(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<filter::Filter>()?;
     m.add_class::<fpset::FingerprintSet>()?;
     m.add_class::<shared::SharedFilter>()?;
+    m.add_function(wrap_pyfunction!(sync::_mark_failed_sync, m)?)?;
+    m.add_function(wrap_pyfunction!(sync::_rewrite_after_failed_sync, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -235,9 +235,25 @@ def test_a_failed_fsync_poisons_the_log_until_it_is_reopened(tmp_path, monkeypat
     with pytest.raises(JournalPoisonedError):
         log.close()
     monkeypatch.setattr(os, "fsync", real)
-    # Reopened: what the OS holds is read back (here every record reached it).
+    # The failure is marked beside each file (the core's mark): a process killed now leaves
+    # it for the next open in this boot.
+    marks = [tmp_path / "pending.log.bloomsled-rewrite-needed",
+             tmp_path / "done.fps.bloomsled-rewrite-needed"]
+    assert all(m.exists() for m in marks)
+    inode = (tmp_path / "pending.log").stat().st_ino
+    # Reopened: what the OS holds is read back (here every record reached it), rewritten
+    # into new files first, so the reopen appends to what is on the disk, not after pages
+    # the failed fsync may never have written.
     log = PendingLog(tmp_path, 20)
+    assert not any(m.exists() for m in marks)
+    assert (tmp_path / "pending.log").stat().st_ino != inode, "not rewritten"
     assert [k for k, _, _ in log.records()] == [ADD]
     log.append_add(fp(1), b"p")
     assert log.fsync()
+    log.close()
+    # Once: the next open finds no mark and rewrites nothing.
+    inode = (tmp_path / "pending.log").stat().st_ino
+    log = PendingLog(tmp_path, 20)
+    assert (tmp_path / "pending.log").stat().st_ino == inode
+    assert [k for k, _, _ in log.records()] == [ADD, ADD]
     log.close()
