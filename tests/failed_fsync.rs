@@ -234,3 +234,79 @@ fn failing_child(dir: &std::path::Path) {
     println!("failed");
     std::thread::sleep(std::time::Duration::from_secs(60));
 }
+
+const REWRITER: &str = "BLOOMSLED_REWRITE_CHILD";
+
+/// `kill -9` in the middle of the rewrite: the child marks and rewrites a closed database's
+/// folder again and again and is killed at a random instant (8 times). Each time the next
+/// open finds the mark, removes the partial copies, rewrites, and every key is there.
+#[test]
+fn a_rewrite_killed_at_any_instant_is_redone_by_the_next_open() {
+    if let Some(dir) = common::child::role(REWRITER) {
+        let dir = std::path::Path::new(&dir);
+        println!();
+        println!("rewriting");
+        loop {
+            bloomsled::persist::mark_failed_sync(dir);
+            bloomsled::persist::rewrite_after_failed_sync(dir).unwrap();
+        }
+    }
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("db");
+    let db = Config::new().path(&dir).open().unwrap();
+    for i in 0..30_000u32 {
+        db.insert(format!("key-{i}"), vec![1u8; 48]).unwrap();
+    }
+    db.close().unwrap();
+    let mut rng = common::rng::Rng(0x5EED_0F_2E);
+    let mut interrupted = 0;
+    for round in 0..8 {
+        let cmd = common::child::command(
+            REWRITER,
+            &dir,
+            Some("a_rewrite_killed_at_any_instant_is_redone_by_the_next_open"),
+        );
+        let then = std::time::Duration::from_micros(rng.below(40_000));
+        let killed = common::child::kill_after(cmd, "rewriting", then, None);
+        assert!(killed.reached, "round {round}: the child never started");
+        let partial = walk(&dir)
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with(".bloomsled-rewrite"));
+        interrupted += usize::from(partial);
+        let db = Config::new()
+            .path(&dir)
+            .background_recovery(false)
+            .open()
+            .unwrap();
+        for i in (0..30_000u32).step_by(97) {
+            assert!(
+                db.contains_key(format!("key-{i}")).unwrap(),
+                "round {round}"
+            );
+        }
+        assert_eq!(db.len(), 30_000, "round {round}");
+        assert_eq!(db.verify().unwrap().false_negatives, 0);
+        db.close().unwrap();
+        let left: Vec<_> = walk(&dir)
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains("bloomsled-rewrite"))
+            .collect();
+        assert!(left.is_empty(), "round {round}: {left:?}");
+    }
+    println!("{interrupted} of 8 kills left a partial copy");
+    assert!(interrupted > 0, "no kill landed inside a file's copy");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
