@@ -205,6 +205,7 @@ mod poison;
 mod recovery;
 mod scan_pause;
 mod settings;
+mod store_journal;
 pub(crate) mod taint;
 mod tree_files;
 mod trust;
@@ -258,6 +259,7 @@ pub(crate) use scan_pause::{pause_limit, wait_at_pause};
 #[cfg(feature = "failpoints")]
 #[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use scan_pause::{pause_rebuild_scans_after, rebuild_scans_paused};
+pub use store_journal::{remove_journals, replay_journals, JournalBinding, JournalWriter};
 
 pub(crate) use live::{filter_image, Persistence};
 pub(crate) use meta::Meta;
