@@ -349,8 +349,10 @@ mod tests {
             replay_journals(dir.path(), &b, 1..=3),
             Err(JournalFault::Missing { sequence: 3 })
         );
+        #[allow(clippy::reversed_empty_ranges)] // what a store with nothing to replay passes
+        let empty = 2..=1;
         assert_eq!(
-            replay_journals(dir.path(), &b, 2..=1),
+            replay_journals(dir.path(), &b, empty),
             Err(JournalFault::Missing { sequence: 2 })
         );
         let other_base = JournalBinding { base: [1; 16], ..b };
