@@ -226,6 +226,9 @@ impl Shared {
             Ok(hashes) => hashes,
             Err(fault) => {
                 tf.source().1 = Some(fault);
+                // Journals that will never be trusted are not continued: the table's next
+                // write in this session removes its mark.
+                self.journals.stop(&tf.key);
                 drop(fresh);
                 self.settle(tf, false, &self.replayed, FilterSource::Loaded);
                 return false;

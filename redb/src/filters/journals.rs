@@ -114,7 +114,8 @@ impl Journals {
         self.chains.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// This session stops journaling table `key` (a delete or rename).
+    /// This session stops journaling table `key` (a delete or rename, or its journals
+    /// were refused).
     pub(crate) fn stop(&self, key: &str) {
         self.chains().insert(key.to_string(), None);
     }
