@@ -479,8 +479,8 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// Any bytes: a record or header, or `None`; never a panic. A record read back
-        /// is the one written, and a flipped bit anywhere makes it unreadable.
+        /// Any bytes: a record, header or mark, or `None`; never a panic. A record or mark
+        /// read back is the one written, and a flipped bit anywhere makes it unreadable.
         #[test]
         fn records_decode_only_what_was_encoded(
             bytes in proptest::collection::vec(any::<u8>(), 0..80),
@@ -503,6 +503,16 @@ mod tests {
             let h = encode_header(r.close);
             prop_assert_eq!(decode_header(&h), Some(r.close));
             prop_assert_eq!(Record::decode(&h), None);
+            // A journal mark likewise, and never read as a record or header.
+            let _ = Mark::decode(&bytes);
+            let m = Mark { close: r.close, seed: r.seed, len: r.len, digest: r.digest, last: fields[0] ^ 1 };
+            let mut enc = m.encode();
+            prop_assert_eq!(Mark::decode(&enc), Some(m));
+            prop_assert_eq!(Record::decode(&enc), None);
+            prop_assert_eq!(decode_header(&enc), None);
+            prop_assert_eq!(Mark::decode(&r.encode()), None);
+            enc[flip / 8 % MARK_LEN] ^= 1 << (flip % 8);
+            prop_assert_eq!(Mark::decode(&enc), None);
         }
     }
 }
