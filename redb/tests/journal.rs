@@ -415,3 +415,45 @@ fn no_journal_without_a_counter_folder_and_none_from_a_read_only_open() {
     // (A read-only open after a kill is redb's to refuse: the file needs a repair.)
     assert!(!journal_dir(&path).exists());
 }
+
+/// Not a check: how long a table's filter takes to come back after a kill, from its
+/// journal against a scan (its counter files removed, as after a reboot). Run with
+/// `cargo test --release -p bloomsled-redb --test journal -- --ignored --nocapture`;
+/// `BLOOMSLED_REDB_JOURNAL_KEYS` (default 1,000,000) keys at the clean close, a tenth of
+/// that written after it.
+#[test]
+#[ignore]
+fn open_after_kill_journal_against_scan() {
+    maybe_child();
+    let test = "open_after_kill_journal_against_scan";
+    let n: u64 =
+        std::env::var("BLOOMSLED_REDB_JOURNAL_KEYS").map_or(1_000_000, |s| s.parse().unwrap());
+    for scan in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.redb");
+        let db = Database::create(&path).unwrap();
+        for from in (0..n).step_by(100_000) {
+            write(&db, A, from..(from + 100_000).min(n));
+        }
+        drop(db);
+        crash(test, &path, &format!("w a {n} {}", n + n / 10), &[]);
+        if scan {
+            for j in journals(&path) {
+                std::fs::remove_file(counter_file(&j)).unwrap();
+            }
+        }
+        let t = Instant::now();
+        let db = Database::open(&path).unwrap();
+        let opened = t.elapsed();
+        let t = Instant::now();
+        drop(db.begin_read().unwrap().open_table(A).unwrap());
+        db.wait_for_filters();
+        let filter = t.elapsed();
+        println!(
+            "{n} keys + {} after the close, killed: redb's open {opened:.1?}, then the \
+             filter in use after {filter:.1?} ({:?})",
+            n / 10,
+            source(&db, A)
+        );
+    }
+}
