@@ -46,12 +46,12 @@ fn base(dir: &Path) -> PathBuf {
 /// The child: runs `steps` (`;`-separated) on the database at `path`, then waits to be
 /// killed. `w <table> <from> <to>`: a durable commit of those keys; `pause <n>`: tells the
 /// parent it reached pause `n` (a file) and waits for its go; `rename <from> <to>`,
-/// `delete <table>`, `restore`: a savepoint made at the start is restored.
+/// `delete <table>`, `restore`: a savepoint made at the start is restored; `compact`.
 fn child(path: &Path, steps: &str) -> ! {
     let start = Instant::now();
-    let db = Database::open(path).unwrap();
+    let mut db = Database::open(path).unwrap();
     let mut w = db.begin_write().unwrap();
-    let savepoint = w.ephemeral_savepoint().unwrap();
+    let mut savepoint = Some(w.ephemeral_savepoint().unwrap());
     w.commit().unwrap();
     for step in steps.split(';') {
         let f: Vec<&str> = step.split_whitespace().collect();
@@ -76,8 +76,12 @@ fn child(path: &Path, steps: &str) -> ! {
             }
             ["restore"] => {
                 w = db.begin_write().unwrap();
-                w.restore_savepoint(&savepoint).unwrap();
+                w.restore_savepoint(savepoint.as_ref().unwrap()).unwrap();
                 w.commit().unwrap();
+            }
+            ["compact"] => {
+                savepoint = None; // redb compacts no file a savepoint holds
+                db.compact().unwrap();
             }
             other => panic!("unknown step {other:?}"),
         }
@@ -283,6 +287,23 @@ fn a_killed_session_comes_back_from_its_journal_and_a_second_one_too() {
 /// A tampering of a crashed database (given a second one crashed alike), and the reason
 /// its refusal must give.
 type Case = (&'static str, fn(&Path, &Path), fn(&JournalFault) -> bool);
+
+#[test]
+fn a_compaction_in_the_killed_session_keeps_its_journal() {
+    maybe_child();
+    let test = "a_compaction_in_the_killed_session_keeps_its_journal";
+    let dir = tempfile::tempdir().unwrap();
+    let path = base(dir.path());
+    crash(test, &path, "w a 2000 2100;compact;w a 2100 2200", &[]);
+    let db = reopen_and_check(&path, &[("a", 0..2_200)]);
+    assert_eq!(
+        source(&db, A),
+        FilterSource::Replayed {
+            sessions: 1,
+            hashes: 200
+        }
+    );
+}
 
 #[test]
 fn tampered_journals_are_refused_with_their_reason_and_scanned() {
