@@ -125,6 +125,13 @@
 //!   kept. `tests/power_cut.rs` reopens after each cut under another boot id, and shows,
 //!   forcing the same one, that trusting the journal then can deny a key.
 //!
+//! - *Other stores.* The journal files, their counter files, the boot id and this rule
+//!   (`trust::judge_chain`, which `judge_journals` applies to a tree's record) are also a
+//!   store-independent API ([`JournalWriter`], [`replay_journals`], [`remove_journals`]):
+//!   a store binds a journal to a filter it stored itself ([`JournalBinding`]: database,
+//!   tree and base ids, seed) and makes the sequences to replay durable with its data, as
+//!   sled's dirty mark does here (`bloomsled-redb` does, per table and session).
+//!
 //! # An earlier copy of a journal (rollback; `tests/rollback.rs`)
 //! A journal is in the database folder, and everything there can be put back from an
 //! earlier copy (a backup restore, a careless admin): a journal copied after a clean close
@@ -205,6 +212,7 @@ mod poison;
 mod recovery;
 mod scan_pause;
 mod settings;
+mod store_journal;
 pub(crate) mod taint;
 mod tree_files;
 mod trust;
@@ -263,6 +271,7 @@ pub(crate) use scan_pause::{pause_limit, wait_at_pause};
 #[cfg(feature = "failpoints")]
 #[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use scan_pause::{pause_rebuild_scans_after, rebuild_scans_paused};
+pub use store_journal::{remove_journals, replay_journals, JournalBinding, JournalWriter};
 
 pub(crate) use live::{filter_image, Persistence};
 pub(crate) use meta::Meta;

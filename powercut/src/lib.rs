@@ -124,6 +124,11 @@ fn undo_name(undo: NameUndo) -> io::Result<()> {
                 stdfs::remove_file(&p)?;
             }
         }
+        // A folder whose removal is durable took its entries with it: an unlink inside it
+        // (which had to come first) has nothing to be undone into.
+        NameUndo::Unlinked { path, stash } if path.parent().is_some_and(|d| !d.exists()) => {
+            stdfs::remove_file(stash)?
+        }
         NameUndo::Unlinked { path, stash } => stdfs::rename(stash, path)?,
         NameUndo::RemovedDir(p) => stdfs::create_dir(p)?,
         NameUndo::Renamed { from, to, replaced } => {

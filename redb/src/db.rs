@@ -20,6 +20,7 @@ mod builder;
 mod stats;
 pub(crate) mod taint;
 
+pub use crate::filters::FilterSource;
 pub use builder::Builder;
 #[cfg(feature = "metrics")]
 pub use stats::TABLE_SERIES;
@@ -92,9 +93,14 @@ impl Database {
         let on_disk = persist::read_on_disk_of(&inner);
         let source = Source::ReadWrite(RwLock::new(Some(inner)));
         let enabled = mode == ConcurrencyMode::ExclusiveWriter;
+        // Crash journals beside a file opened by path, unless it is a user's backend
+        // (whose writes stay exactly redb's).
+        let journals = path
+            .filter(|_| close_writes)
+            .map(crate::filters::journals::dir_of);
         let path = path.map(Path::to_path_buf);
         Database {
-            shared: Arc::new(Shared::new(enabled, source, on_disk, path)),
+            shared: Arc::new(Shared::new(enabled, source, on_disk, path, journals)),
             close_writes,
         }
     }
@@ -134,6 +140,7 @@ impl Database {
     pub fn filter_stats(&self) -> FilterStats {
         FilterStats {
             loaded: self.shared.loaded.load(SeqCst),
+            replayed: self.shared.replayed.load(SeqCst),
             scanned: self.shared.scanned.load(SeqCst),
         }
     }
@@ -354,15 +361,27 @@ impl Database {
         }
         let mut clean = self.shared.clean_filters();
         clean.retain(|(_, built)| built.filter().items() >= persist::MIN_ITEMS);
-        if !clean.is_empty() || !self.shared.on_disk().keys.is_empty() {
+        let (records, marks, old) = {
+            let on_disk = self.shared.on_disk();
+            (
+                !on_disk.keys.is_empty(),
+                !on_disk.marked.is_empty(),
+                on_disk.header,
+            )
+        };
+        if !clean.is_empty() || records || marks {
             // An error leaves the last committed records, which stay true: a failed close
             // costs a scan at the next open, never a stale filter. A failed write marks the
-            // file, so that it is rewritten before it is opened again in this process.
+            // file, so that it is rewritten before it is opened again in this process. The
+            // journals stay until a close committed (the next open may replay them).
             let written = persist::write_close(db, &clean);
             self.taint_if(matches!(
                 written,
                 Err(redb::Error::Io(_) | redb::Error::PreviousIo)
             ));
+            if written.is_ok() {
+                self.shared.retire_journals(old);
+            }
         }
     }
 
@@ -408,12 +427,16 @@ impl Drop for Database {
 ///
 /// ```
 /// let s = bloomsled_redb::FilterStats::default();
-/// assert_eq!((s.loaded, s.scanned), (0, 0));
+/// assert_eq!((s.loaded, s.replayed, s.scanned), (0, 0, 0));
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FilterStats {
     /// Filters loaded from the clean close that wrote them, without reading a key.
     pub loaded: u64,
+    /// Filters of tables written since the last clean close, brought back after a crash
+    /// from the filter that close stored plus the tables' crash journals, without reading a
+    /// key (see [`Database::table_filter_source`]).
+    pub replayed: u64,
     /// Filters built from a scan of their table's keys (first use with no clean record,
     /// after a restore or rename, or grown past their capacity).
     pub scanned: u64,
@@ -447,7 +470,8 @@ impl ReadOnlyDatabase {
         let source = Source::ReadOnly(RwLock::new(Some(inner)));
         let enabled = mode == ConcurrencyMode::ExclusiveWriter;
         ReadOnlyDatabase {
-            shared: Arc::new(Shared::new(enabled, source, on_disk, None)),
+            // No journal is made or replayed by a read-only handle.
+            shared: Arc::new(Shared::new(enabled, source, on_disk, None, None)),
         }
     }
 

@@ -29,11 +29,15 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
 
-use bloomsled::{Filter, FilterConfig};
+use bloomsled::persist::JournalWriter;
+use bloomsled::{Filter, FilterConfig, JournalFault};
 
 use crate::persist::{self, OnDisk};
 
 mod build;
+pub(crate) mod journals;
+
+use journals::Journals;
 
 pub(crate) use build::{Builder, Builds, Keys};
 
@@ -47,6 +51,35 @@ const GROWTH: u64 = 2;
 /// inverse: at 0.3% the cold bench measured 210× on the mean, its false positives' disk
 /// reads a hundred nanoseconds of every absent lookup; at 0.1% they cost a third of that.
 const FALSE_POSITIVE_RATE: f64 = bloomsled::DEFAULT_FALSE_POSITIVE_RATE;
+
+/// Where a table's current filter came from (see `Database::table_filter_source`).
+///
+/// ```
+/// let s = bloomsled_redb::FilterSource::Scanned { journal: None };
+/// assert!(matches!(s, bloomsled_redb::FilterSource::Scanned { .. }));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FilterSource {
+    /// Loaded from the last clean close (no key read).
+    Loaded,
+    /// The filter the last clean close stored, plus the hashes of the crash journals of
+    /// the `sessions` written since (no key read): the table was written after that close
+    /// and the process was killed (same boot).
+    Replayed {
+        /// Sessions (journals) replayed.
+        sessions: u64,
+        /// Hashes added from them.
+        hashes: u64,
+    },
+    /// Built from a scan of the table's keys. `journal`: why its crash journals were not
+    /// replayed, if the table had journals to replay (they did not pass the core's rule:
+    /// another boot, a counter file gone, a damaged, foreign or earlier copy of a journal).
+    Scanned {
+        /// The core's reason for refusing the journals.
+        journal: Option<bloomsled::JournalFault>,
+    },
+}
 
 /// One table's filter as a build made it.
 pub(crate) struct Built {
@@ -112,6 +145,9 @@ pub(crate) struct Slots {
     pending: Option<Arc<Built>>,
     /// Bumped each time a build installs `pending`.
     pub(crate) build_gen: u64,
+    /// This session's crash journal of the table (`journals.rs`): each inserted key's hash
+    /// is appended to it, in the same step that sets its bits (rule 1).
+    journal: Option<Arc<JournalWriter>>,
 }
 
 impl Slots {
@@ -137,6 +173,9 @@ pub(crate) struct TableFilter {
     pub(crate) recorded: bloomsled::telemetry::Recorded,
     /// The table's key in bloomsled's own tables (`persist::key`).
     pub(crate) key: Box<str>,
+    /// How the current filter came to be (`None`: no build installed one yet), and why the
+    /// last replay of the table's crash journals was refused, until a scan reports it.
+    pub(crate) source: Mutex<(Option<FilterSource>, Option<JournalFault>)>,
 }
 
 impl TableFilter {
@@ -147,8 +186,10 @@ impl TableFilter {
                 current: Arc::new(Built::new(seed, MIN_CAPACITY)?),
                 pending: None,
                 build_gen: 0,
+                journal: None,
             }),
             seed,
+            source: Mutex::default(),
             building: AtomicBool::new(false),
             builds: AtomicU64::new(0),
             #[cfg(feature = "metrics")]
@@ -166,11 +207,36 @@ impl TableFilter {
         self.slots.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sets the key's bits in every filter (rule 1) and returns its hash for the write log.
+    /// Sets the key's bits in every filter (rule 1), appends its hash to the session's
+    /// crash journal if there is one (before redb stores the key), and returns the hash for
+    /// the write log.
     pub(crate) fn insert(&self, key: &[u8]) -> u64 {
         let h = bloomsled::hash::hash_key(key, self.seed);
-        self.read().insert_hash(h);
+        let slots = self.read();
+        slots.insert_hash(h);
+        if let Some(j) = &slots.journal {
+            j.append(h);
+        }
         h
+    }
+
+    /// The seed of the table's hashes.
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Makes `journal` the one this table's writes append to.
+    pub(crate) fn set_journal(&self, journal: Arc<JournalWriter>) {
+        self.slots
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .journal = Some(journal);
+    }
+
+    pub(crate) fn source(
+        &self,
+    ) -> std::sync::MutexGuard<'_, (Option<FilterSource>, Option<JournalFault>)> {
+        self.source.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Re-inserts logged hashes under the caller's guard (rule 2).
@@ -222,9 +288,13 @@ pub(crate) struct Shared {
     pub(crate) writers: AtomicUsize,
     /// Which tables have a record of a clean close in the latest committed state.
     pub(crate) on_disk: Mutex<OnDisk>,
-    /// Filters loaded from a clean close, and filters built from a scan.
+    /// Filters loaded from a clean close, replayed from crash journals over one, and built
+    /// from a scan.
     pub(crate) loaded: AtomicU64,
+    pub(crate) replayed: AtomicU64,
     pub(crate) scanned: AtomicU64,
+    /// The crash journals of this handle's sessions (`journals.rs`).
+    pub(crate) journals: Journals,
     /// The builds running in the background.
     pub(crate) builds: Builds,
     /// The file's path, if it was opened by one: a failed write marks it (`db/taint.rs`).
@@ -284,11 +354,13 @@ pub(crate) enum Kind {
 }
 
 impl Shared {
+    /// `journals`: the folder of the crash journals, if this handle keeps them.
     pub(crate) fn new(
         enabled: bool,
         source: Source,
         on_disk: OnDisk,
         path: Option<std::path::PathBuf>,
+        journals: Option<std::path::PathBuf>,
     ) -> Shared {
         Shared {
             enabled,
@@ -304,7 +376,9 @@ impl Shared {
             writers: AtomicUsize::new(0),
             on_disk: Mutex::new(on_disk),
             loaded: AtomicU64::new(0),
+            replayed: AtomicU64::new(0),
             scanned: AtomicU64::new(0),
+            journals: Journals::new(journals.filter(|_| enabled)),
             builds: Builds::default(),
             path,
         }
@@ -420,6 +494,16 @@ impl Shared {
 
     pub(crate) fn on_disk(&self) -> std::sync::MutexGuard<'_, OnDisk> {
         self.on_disk.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every table stops appending to its crash journal (a clean close committed).
+    pub(crate) fn drop_journals(&self) {
+        for kind in [Kind::Table, Kind::Multimap] {
+            let map = self.map(kind).read().unwrap_or_else(|e| e.into_inner());
+            for tf in map.values() {
+                tf.slots.write().unwrap_or_else(|e| e.into_inner()).journal = None;
+            }
+        }
     }
 
     /// Every table's filter this handle made, with its kind and name.

@@ -41,7 +41,8 @@ mod writing;
 #[cfg(feature = "metrics")]
 pub use db::TABLE_SERIES;
 pub use db::{
-    Builder, Database, FilterStats, ReadOnlyDatabase, ReadableDatabase, TableFilterStats,
+    Builder, Database, FilterSource, FilterStats, ReadOnlyDatabase, ReadableDatabase,
+    TableFilterStats,
 };
 pub use multimap::{MultimapTable, MultimapValue, ReadOnlyMultimapTable, ReadableMultimapTable};
 pub use persist::RESERVED_PREFIX;

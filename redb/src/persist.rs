@@ -18,9 +18,15 @@
 //! close, carries the table's seed, and the bytes match its length and xxh3 and decode with
 //! [`Filter::from_bytes`] to that seed. Anything else: a scan, as at first use.
 //!
+//! * `__bloomsled_journals`: per table written since the last clean close whose filter that
+//!   close stored, a **mark**: "crash journals `1..=last` (`journals.rs`) extend the
+//!   filter close N stored for this table (its seed, length and xxh3)". Written in the
+//!   first transaction of each session that writes the table, with the data, and removed
+//!   by a delete, rename or restore (in its transaction) and by the next clean close.
+//!
 //! Names beginning with [`RESERVED_PREFIX`] are bloomsled's: hidden from `list_tables`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use bloomsled::Filter;
 use redb::{ReadableTable as _, TableDefinition};
@@ -57,6 +63,7 @@ pub(crate) const RECORDS: TableDefinition<&str, &[u8]> =
     TableDefinition::new("__bloomsled_records");
 pub(crate) const FILTERS: TableDefinition<&str, &[u8]> =
     TableDefinition::new("__bloomsled_filters");
+pub(crate) const MARKS: TableDefinition<&str, &[u8]> = TableDefinition::new("__bloomsled_journals");
 
 /// The header's key in `RECORDS` (table keys all begin with `t/` or `m/`).
 const HEADER: &str = "close";
@@ -64,6 +71,8 @@ const RECORD_MAGIC: &[u8; 4] = b"BSR1";
 const HEADER_MAGIC: &[u8; 4] = b"BSH1";
 const RECORD_LEN: usize = 4 + 8 * 6;
 const HEADER_LEN: usize = 4 + 8 * 3;
+const MARK_MAGIC: &[u8; 4] = b"BSJ1";
+const MARK_LEN: usize = 4 + 8 * 7;
 
 /// True if `name` is bloomsled's own table.
 pub(crate) fn reserved(name: &str) -> bool {
@@ -140,6 +149,53 @@ impl Record {
     }
 }
 
+/// A table's journal mark: written since `close`, whose stored filter of the table (`seed`,
+/// `len`, `digest`) its crash journals `1..=last` extend.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Mark {
+    pub(crate) close: Close,
+    pub(crate) seed: u64,
+    pub(crate) len: u64,
+    pub(crate) digest: u64,
+    pub(crate) last: u64,
+}
+
+impl Mark {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let fields = [
+            self.close.sequence,
+            self.close.nonce,
+            self.seed,
+            self.len,
+            self.digest,
+            self.last,
+        ];
+        let mut out = MARK_MAGIC.to_vec();
+        for w in fields.iter().chain([check(&fields)].iter()) {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
+    /// `None` for anything that is not a mark this version wrote, intact.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Mark> {
+        if bytes.len() != MARK_LEN || &bytes[..4] != MARK_MAGIC {
+            return None;
+        }
+        let w: Vec<u64> = words(&bytes[4..]).collect();
+        (check(&w[..6]) == w[6]).then_some(Mark {
+            close: Close {
+                sequence: w[0],
+                nonce: w[1],
+            },
+            seed: w[2],
+            len: w[3],
+            digest: w[4],
+            last: w[5],
+        })
+    }
+}
+
 fn encode_header(close: Close) -> Vec<u8> {
     let fields = [close.sequence, close.nonce];
     let mut out = HEADER_MAGIC.to_vec();
@@ -167,11 +223,17 @@ fn digest(bytes: &[u8]) -> u64 {
 
 /// What a read of bloomsled's tables found at open: the keys that have a record (a write
 /// must remove them), and the seeds records give (a table made anew takes its record's seed,
-/// so the filter it may load hashes as its writers do).
+/// so the filter it may load hashes as its writers do); the last clean close, the records
+/// valid under it and the journal marks naming it (a session's journals extend them), and
+/// the keys that have a mark at all (a delete, rename or restore removes them).
 #[derive(Default)]
 pub(crate) struct OnDisk {
     pub(crate) keys: HashSet<String>,
-    pub(crate) seeds: std::collections::HashMap<String, u64>,
+    pub(crate) seeds: HashMap<String, u64>,
+    pub(crate) header: Option<Close>,
+    pub(crate) records: HashMap<String, Record>,
+    pub(crate) marks: HashMap<String, Mark>,
+    pub(crate) marked: HashSet<String>,
 }
 
 /// Reads the records of `txn`'s state; nothing on any error (nothing is then trusted).
@@ -199,9 +261,97 @@ pub(crate) fn read_on_disk(txn: &redb::ReadTransaction) -> OnDisk {
         on_disk.keys.insert(k.to_string());
         if let Some(r) = Record::decode(v.value()).filter(|r| Some(r.close) == header) {
             on_disk.seeds.insert(k.to_string(), r.seed);
+            on_disk.records.insert(k.to_string(), r);
         }
     }
+    on_disk.header = header;
+    read_marks(txn, &mut on_disk);
     on_disk
+}
+
+/// Adds the journal marks of `txn`'s state to `on_disk` (whose header is read): nothing on
+/// an error (no journal is then replayed or continued; a later delete of a mark it missed
+/// finds none to delete, and that mark names journals no writer continues: a scan).
+fn read_marks(txn: &redb::ReadTransaction, on_disk: &mut OnDisk) {
+    let Ok(marks) = txn.open_table(MARKS) else {
+        return;
+    };
+    let Ok(iter) = marks.iter() else {
+        return;
+    };
+    for entry in iter {
+        let Ok((k, v)) = entry else {
+            return;
+        };
+        let k = k.value().to_string();
+        on_disk.marked.insert(k.clone());
+        let valid = Mark::decode(v.value())
+            .filter(|m| Some(m.close) == on_disk.header && !on_disk.keys.contains(&k));
+        if let Some(m) = valid {
+            on_disk.seeds.insert(k.clone(), m.seed);
+            on_disk.marks.insert(k, m);
+        }
+    }
+}
+
+/// A table's header and journal mark, raw, as a replay compares them between its two
+/// transactions.
+pub(crate) type RawMark = (Vec<u8>, Vec<u8>);
+
+/// A table's journal mark and the header as `txn` sees them, raw (a replay compares them
+/// between its two transactions).
+pub(crate) fn raw_mark(txn: &redb::ReadTransaction, key: &str) -> Option<RawMark> {
+    let records = txn.open_table(RECORDS).ok()?;
+    let header = records.get(HEADER).ok()??.value().to_vec();
+    if records.get(key).ok()?.is_some() {
+        return None; // a record and a mark are never both committed: trust neither here
+    }
+    let marks = txn.open_table(MARKS).ok()?;
+    let mark = marks.get(key).ok()??.value().to_vec();
+    Some((header, mark))
+}
+
+/// The table's journal mark in `txn`'s state and the filter the last clean close stored
+/// for it, if the mark names that close and the table's seed, and the stored bytes have the
+/// mark's length and xxh3 and decode to that seed; with the raw mark and header.
+pub(crate) fn marked_filter(
+    txn: &redb::ReadTransaction,
+    key: &str,
+    seed: u64,
+) -> Option<(Mark, Filter, RawMark)> {
+    let raw = raw_mark(txn, key)?;
+    let close = decode_header(&raw.0)?;
+    let mark = Mark::decode(&raw.1)?;
+    if mark.close != close || mark.seed != seed {
+        return None;
+    }
+    let filters = txn.open_table(FILTERS).ok()?;
+    let bytes = filters.get(key).ok()??;
+    let bytes = bytes.value();
+    if bytes.len() as u64 != mark.len || digest(bytes) != mark.digest {
+        return None;
+    }
+    let filter = Filter::from_bytes(bytes).ok()?;
+    (filter.seed() == seed).then_some((mark, filter, raw))
+}
+
+/// Writes the journal mark of `key` in `txn` (the first write of a session to its table).
+pub(crate) fn write_mark(
+    txn: &redb::WriteTransaction,
+    key: &str,
+    mark: &Mark,
+) -> Result<(), redb::TableError> {
+    let mut marks = txn.open_table(MARKS)?;
+    marks.insert(key, mark.encode().as_slice())?;
+    Ok(())
+}
+
+/// Removes the journal mark of `key` in `txn` (a delete or rename of its table, or a write
+/// no journal covers).
+pub(crate) fn remove_mark(txn: &redb::WriteTransaction, key: &str) -> Result<(), redb::TableError> {
+    let mut marks = txn.open_table(MARKS)?;
+    marks.remove(key)?;
+    Ok(())
 }
 
 /// A table's record and header as `txn` sees them, raw (a build compares them between its
@@ -243,16 +393,18 @@ pub(crate) fn mark_dirty<'k>(
     Ok(())
 }
 
-/// Removes every record in `txn` (after a savepoint restore brought back older ones).
+/// Removes every record and journal mark in `txn` (after a savepoint restore brought back
+/// older ones).
 pub(crate) fn forget_all(txn: &redb::WriteTransaction) -> Result<(), redb::TableError> {
     txn.delete_table(RECORDS)?;
+    txn.delete_table(MARKS)?;
     Ok(())
 }
 
 /// The clean close: in one commit, the filters of `clean` (key, filter: each complete for
 /// the latest state), records re-stamped for tables untouched since the last close, and a
 /// new header. Records that are not valid under the old header are dropped, and so are
-/// filters without a record.
+/// filters without a record and every journal mark.
 pub(crate) fn write_close(
     db: &redb::Database,
     clean: &[(String, std::sync::Arc<Built>)],
@@ -309,6 +461,8 @@ pub(crate) fn write_close(
         }
         records.insert(HEADER, encode_header(close).as_slice())?;
     }
+    // The journals extend the old close's filters: their marks go with it.
+    txn.delete_table(MARKS)?;
     txn.commit()?;
     Ok(())
 }
@@ -325,8 +479,8 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// Any bytes: a record or header, or `None`; never a panic. A record read back
-        /// is the one written, and a flipped bit anywhere makes it unreadable.
+        /// Any bytes: a record, header or mark, or `None`; never a panic. A record or mark
+        /// read back is the one written, and a flipped bit anywhere makes it unreadable.
         #[test]
         fn records_decode_only_what_was_encoded(
             bytes in proptest::collection::vec(any::<u8>(), 0..80),
@@ -349,6 +503,16 @@ mod tests {
             let h = encode_header(r.close);
             prop_assert_eq!(decode_header(&h), Some(r.close));
             prop_assert_eq!(Record::decode(&h), None);
+            // A journal mark likewise, and never read as a record or header.
+            let _ = Mark::decode(&bytes);
+            let m = Mark { close: r.close, seed: r.seed, len: r.len, digest: r.digest, last: fields[0] ^ 1 };
+            let mut enc = m.encode();
+            prop_assert_eq!(Mark::decode(&enc), Some(m));
+            prop_assert_eq!(Record::decode(&enc), None);
+            prop_assert_eq!(decode_header(&enc), None);
+            prop_assert_eq!(Mark::decode(&r.encode()), None);
+            enc[flip / 8 % MARK_LEN] ^= 1 << (flip % 8);
+            prop_assert_eq!(Mark::decode(&enc), None);
         }
     }
 }

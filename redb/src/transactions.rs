@@ -60,6 +60,9 @@ pub struct WriteTransaction {
     /// The records of clean closes this transaction removed (`persist`), and whether it
     /// removed them all (a restore).
     unmarked: Mutex<(Vec<String>, bool)>,
+    /// The journal marks this transaction wrote (`Some`) or removed (`None`), by table key
+    /// (`journals.rs`).
+    marks: Mutex<HashMap<String, Option<persist::Mark>>>,
     _alive: Alive,
 }
 
@@ -86,19 +89,60 @@ impl WriteTransaction {
             logs: Mutex::default(),
             unsettle: Mutex::default(),
             unmarked: Mutex::default(),
+            marks: Mutex::default(),
         }
     }
 
     /// Before this transaction changes table `name`: removes its record of a clean close,
-    /// in this transaction, so redb commits or loses the change and the mark together.
-    fn touch(&self, kind: Kind, name: &str) -> Result<(), TableError> {
+    /// in this transaction, so redb commits or loses the change and the mark together; and
+    /// writes its journal mark (`writes`: it opens the table for writing, and this session
+    /// journals it) or removes it (a delete or rename, or no journal), likewise.
+    fn touch(&self, kind: Kind, name: &str, writes: bool) -> Result<(), TableError> {
         let key = persist::key(kind, name);
+        self.journal_touch(kind, name, &key, writes)?;
         let mut unmarked = self.unmarked.lock().unwrap_or_else(|e| e.into_inner());
         if unmarked.1 || unmarked.0.contains(&key) || !self.shared.on_disk().keys.contains(&key) {
             return Ok(());
         }
         persist::mark_dirty(&self.inner, [key.as_str()])?;
         unmarked.0.push(key);
+        Ok(())
+    }
+
+    /// The journal side of [`WriteTransaction::touch`]: the mark this session's journal
+    /// needs committed before the table's keys are (see `journals.rs`).
+    fn journal_touch(
+        &self,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        writes: bool,
+    ) -> Result<(), TableError> {
+        let mut marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        let restored = self.unmarked.lock().unwrap_or_else(|e| e.into_inner()).1;
+        if writes && marks.contains_key(key) {
+            return Ok(()); // done in this transaction (a delete or rename ends it again)
+        }
+        if !writes {
+            self.shared.journals.stop(key);
+        }
+        let want = if writes && !restored {
+            self.shared.journal_mark(kind, name, key)
+        } else {
+            None
+        };
+        let committed = self.shared.on_disk().marks.get(key).copied();
+        match want {
+            Some(m) if committed == Some(m) => {}
+            Some(m) => persist::write_mark(&self.inner, key, &m)?,
+            None => {
+                let written = marks.get(key).is_some_and(Option::is_some);
+                if written || self.shared.on_disk().marked.contains(key) {
+                    persist::remove_mark(&self.inner, key)?;
+                }
+            }
+        }
+        marks.insert(key.to_string(), want);
         Ok(())
     }
 
@@ -186,7 +230,7 @@ impl WriteTransaction {
         &'txn self,
         definition: TableDefinition<K, V>,
     ) -> Result<Table<'txn, K, V>, TableError> {
-        self.touch(Kind::Table, redb::TableHandle::name(&definition))?;
+        self.touch(Kind::Table, redb::TableHandle::name(&definition), true)?;
         let inner = self.inner.open_table(definition)?;
         Ok(Table::new(inner, self))
     }
@@ -207,7 +251,11 @@ impl WriteTransaction {
         &'txn self,
         definition: MultimapTableDefinition<K, V>,
     ) -> Result<MultimapTable<'txn, K, V>, TableError> {
-        self.touch(Kind::Multimap, redb::MultimapTableHandle::name(&definition))?;
+        self.touch(
+            Kind::Multimap,
+            redb::MultimapTableHandle::name(&definition),
+            true,
+        )?;
         let inner = self.inner.open_multimap_table(definition)?;
         Ok(MultimapTable::new(inner, self))
     }
@@ -235,8 +283,8 @@ impl WriteTransaction {
     ) -> Result<(), TableError> {
         let name = definition.name().to_string();
         drop(definition);
-        self.touch(Kind::Table, &name)?;
-        self.touch(Kind::Table, new_name.name())?;
+        self.touch(Kind::Table, &name, false)?;
+        self.touch(Kind::Table, new_name.name(), false)?;
         self.unsettle();
         self.inner.rename_table(
             TableDefinition::<(), ()>::new(&name),
@@ -265,8 +313,8 @@ impl WriteTransaction {
     ) -> Result<(), TableError> {
         let name = definition.name().to_string();
         drop(definition);
-        self.touch(Kind::Multimap, &name)?;
-        self.touch(Kind::Multimap, new_name.name())?;
+        self.touch(Kind::Multimap, &name, false)?;
+        self.touch(Kind::Multimap, new_name.name(), false)?;
         self.unsettle();
         self.inner.rename_multimap_table(
             MultimapTableDefinition::<(), ()>::new(&name),
@@ -290,7 +338,7 @@ impl WriteTransaction {
     pub fn delete_table(&self, definition: impl TableHandle) -> Result<bool, TableError> {
         let name = definition.name().to_string();
         drop(definition);
-        self.touch(Kind::Table, &name)?;
+        self.touch(Kind::Table, &name, false)?;
         self.inner
             .delete_table(TableDefinition::<(), ()>::new(&name))
     }
@@ -312,7 +360,7 @@ impl WriteTransaction {
     ) -> Result<bool, TableError> {
         let name = definition.name().to_string();
         drop(definition);
-        self.touch(Kind::Multimap, &name)?;
+        self.touch(Kind::Multimap, &name, false)?;
         self.inner
             .delete_multimap_table(MultimapTableDefinition::<(), ()>::new(&name))
     }
@@ -459,6 +507,8 @@ impl WriteTransaction {
             other => SavepointError::Storage(StorageError::Corrupted(other.to_string())),
         })?;
         self.unmarked.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        // No journal of this session stands for the restored state: none is continued.
+        self.shared.journals.stop_all();
         Ok(())
     }
 
@@ -535,6 +585,7 @@ impl WriteTransaction {
             logs,
             unsettle,
             unmarked,
+            marks,
             ..
         } = self;
         let logs = logs.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -560,9 +611,27 @@ impl WriteTransaction {
             let mut on_disk = shared.on_disk();
             if all {
                 on_disk.keys.clear();
+                on_disk.records.clear();
+                on_disk.marks.clear();
+                on_disk.marked.clear();
             }
             for k in keys {
                 on_disk.keys.remove(&k);
+                on_disk.records.remove(&k);
+            }
+            // After a restore the transaction committed no mark (it removed them all).
+            let marks = marks.into_inner().unwrap_or_else(|e| e.into_inner());
+            for (k, m) in marks.into_iter().filter(|_| !all) {
+                match m {
+                    Some(m) => {
+                        on_disk.marked.insert(k.clone());
+                        on_disk.marks.insert(k, m);
+                    }
+                    None => {
+                        on_disk.marked.remove(&k);
+                        on_disk.marks.remove(&k);
+                    }
+                }
             }
         }
         drop(guards);

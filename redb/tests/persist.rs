@@ -111,6 +111,7 @@ fn a_clean_close_reopens_without_a_scan() {
         db.filter_stats(),
         FilterStats {
             loaded: 3,
+            replayed: 0,
             scanned: 1
         }
     );
@@ -163,6 +164,7 @@ fn a_write_after_the_close_distrusts_only_its_table() {
         stats_after_first_use(&path, &[T, U]),
         FilterStats {
             loaded: 2,
+            replayed: 0,
             scanned: 0
         }
     );
@@ -195,6 +197,7 @@ fn a_close_rewrites_only_the_filters_of_tables_written_since_the_last() {
         db.filter_stats(),
         FilterStats {
             loaded: 2,
+            replayed: 0,
             scanned: 0
         }
     );
@@ -332,6 +335,7 @@ fn scanned_and_complete(path: &Path) {
         db.filter_stats(),
         FilterStats {
             loaded: 0,
+            replayed: 0,
             scanned: 1
         }
     );

@@ -125,16 +125,35 @@ pub(crate) type Records = Vec<(u8, u64)>;
 pub(crate) fn judge_journals(
     record: &TreeRecord,
     identity: &JournalIdentity,
+    read: impl FnMut(u64) -> Result<Decoded, JournalFault>,
+) -> Result<Vec<Records>, JournalFault> {
+    judge_chain(
+        identity,
+        &record.tree_id,
+        record.snapshot_sequence.get()..=record.dirty_sequence.get(),
+        &record.snapshot_id,
+        read,
+    )
+}
+
+/// [`judge_journals`]'s rule, for any store: the journals of `tree` for every sequence of
+/// `sequences`, each linked to `base` (the first one by its snapshot id, a later one by
+/// its base id). The sled store's `base` is the recorded snapshot's id; a store that names
+/// its stored filter another way (`store_journal.rs`) writes its base in both fields.
+pub(crate) fn judge_chain(
+    identity: &JournalIdentity,
+    tree: &[u8; 16],
+    sequences: std::ops::RangeInclusive<u64>,
+    base: &[u8; 16],
     mut read: impl FnMut(u64) -> Result<Decoded, JournalFault>,
 ) -> Result<Vec<Records>, JournalFault> {
-    let first = record.snapshot_sequence.get();
-    let last = record.dirty_sequence.get();
-    let sequences = last.saturating_sub(first).saturating_add(1);
-    if sequences > MAX_JOURNALS {
-        return Err(JournalFault::TooMany { sequences });
+    let (first, last) = (*sequences.start(), *sequences.end());
+    let count = last.saturating_sub(first).saturating_add(1);
+    if count > MAX_JOURNALS {
+        return Err(JournalFault::TooMany { sequences: count });
     }
     let mut out = Vec::new();
-    for g in first..=last {
+    for g in sequences {
         let Decoded { header: h, records } = read(g)?;
         if h.boot_id != identity.boot_id {
             return Err(JournalFault::OtherBoot);
@@ -142,11 +161,11 @@ pub(crate) fn judge_journals(
         if h.db_id != identity.db_id {
             return Err(JournalFault::ForeignDatabase);
         }
-        if h.tree_id != record.tree_id {
+        if h.tree_id != *tree {
             return Err(JournalFault::OtherTree);
         }
         let link = if g == first { h.snapshot_id } else { h.base_id };
-        if h.sequence.get() != g || link != record.snapshot_id {
+        if h.sequence.get() != g || link != *base {
             return Err(JournalFault::NotCurrent { sequence: g });
         }
         if h.seed.get() != identity.seed {

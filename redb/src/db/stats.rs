@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering::SeqCst;
 
 use super::{Database, ReadOnlyDatabase};
-use crate::filters::{Kind, Shared};
+use crate::filters::{FilterSource, Kind, Shared};
 use crate::{MultimapTableHandle, TableHandle};
 
 /// One table's filter, as this handle holds it now (see
@@ -46,6 +46,10 @@ pub struct TableFilterStats {
     pub builds: u64,
 }
 
+fn source_of(shared: &Shared, kind: Kind, name: &str) -> Option<FilterSource> {
+    shared.lookup(kind, name)?.source().0.clone()
+}
+
 fn stats_of(shared: &Shared, kind: Kind, name: &str) -> Option<TableFilterStats> {
     let tf = shared.lookup(kind, name)?;
     let built = tf.read().current.clone();
@@ -85,6 +89,44 @@ impl Database {
     /// ```
     pub fn table_filter_stats(&self, table: impl TableHandle) -> Option<TableFilterStats> {
         stats_of(&self.shared, Kind::Table, table.name())
+    }
+
+    /// Where `table`'s current filter came from: loaded from the last clean close,
+    /// replayed from its crash journals over that, or scanned (with the reason its
+    /// journals were refused, if it had any). `None` until a build installed one in this
+    /// handle (or with filters off).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, FilterSource, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Database::create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.open_table(T)?.insert(1, 1)?;
+    /// w.commit()?;
+    /// assert_eq!(db.table_filter_source(T), Some(FilterSource::Scanned { journal: None }));
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn table_filter_source(&self, table: impl TableHandle) -> Option<FilterSource> {
+        source_of(&self.shared, Kind::Table, table.name())
+    }
+
+    /// Where the multimap table `table`'s current filter came from (see
+    /// [`Database::table_filter_source`]).
+    ///
+    /// ```
+    /// use bloomsled_redb::{Database, MultimapTableDefinition};
+    /// const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Database::create(dir.path().join("a.redb"))?;
+    /// assert_eq!(db.multimap_table_filter_source(M), None);
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn multimap_table_filter_source(
+        &self,
+        table: impl MultimapTableHandle,
+    ) -> Option<FilterSource> {
+        source_of(&self.shared, Kind::Multimap, table.name())
     }
 
     /// The filter of the multimap table `table` (by its keys; see

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 
-use super::{Built, GROWTH, Shared, TableFilter};
+use super::{Built, FilterSource, GROWTH, Shared, TableFilter, journals};
 use crate::persist;
 
 /// How to read one table's keys, with its key and value types inside, so a build can run
@@ -147,6 +147,15 @@ impl Shared {
         if !grow && self.load_saved(tf, epoch) {
             return;
         }
+        if !grow && self.load_replayed(tf, epoch) {
+            // The keys written since the close may have filled it: rebuilt larger, as
+            // after the commit that fills a filter, while lookups use this one.
+            drop(claim);
+            if tf.wants_growth() {
+                self.build_if_needed(tf, true, keys);
+            }
+            return;
+        }
         let keys = keys();
         let Some(len) = self.source.begin_read().and_then(|txn| keys.len(&txn)) else {
             return;
@@ -183,7 +192,62 @@ impl Shared {
             drop(fresh);
             unchanged && self.install(tf, epoch, valid_from)
         });
-        self.settle(tf, installed, &self.loaded);
+        self.settle(tf, installed, &self.loaded, FilterSource::Loaded);
+        installed
+    }
+
+    /// Installs the filter the last clean close stored for `tf` with the hashes of its
+    /// crash journals added (`journals.rs`), if its journal mark names that close and the
+    /// stored bytes, the core's rule accepts every journal the mark names, and the mark is
+    /// unchanged when the second transaction begins. Reads no key. A refusal is kept for
+    /// `Database::table_filter_source`.
+    fn load_replayed(&self, tf: &TableFilter, epoch: u64) -> bool {
+        let Some(dir) = self.journals.dir() else {
+            return false;
+        };
+        let Some(first) = self.source.begin_read() else {
+            return false;
+        };
+        let saved = persist::marked_filter(&first, &tf.key, tf.seed);
+        drop(first);
+        let Some((mark, filter, raw)) = saved else {
+            return false;
+        };
+        let fresh = Arc::new(Built::loaded(filter));
+        // Pending first: a key written from here on reaches it (rule 1); one written before
+        // was appended to its journal before, so the replay below reads it.
+        self.set_pending(tf, fresh.clone());
+        let replayed = bloomsled::persist::replay_journals(
+            dir,
+            &journals::binding(&tf.key, &mark),
+            1..=mark.last,
+        );
+        let hashes = match replayed {
+            Ok(hashes) => hashes,
+            Err(fault) => {
+                tf.source().1 = Some(fault);
+                // Journals that will never be trusted are not continued: the table's next
+                // write in this session removes its mark.
+                self.journals.stop(&tf.key);
+                drop(fresh);
+                self.settle(tf, false, &self.replayed, FilterSource::Loaded);
+                return false;
+            }
+        };
+        for &h in &hashes {
+            fresh.insert_hash(h);
+        }
+        let installed = self.source.begin_read().is_some_and(|txn| {
+            let valid_from = self.started.load(SeqCst);
+            let unchanged = persist::raw_mark(&txn, &tf.key).as_ref() == Some(&raw);
+            drop(fresh);
+            unchanged && self.install(tf, epoch, valid_from)
+        });
+        let source = FilterSource::Replayed {
+            sessions: mark.last,
+            hashes: hashes.len() as u64,
+        };
+        self.settle(tf, installed, &self.replayed, source);
         installed
     }
 
@@ -204,7 +268,13 @@ impl Shared {
             drop(fresh);
             read && self.install(tf, epoch, valid_from)
         });
-        self.settle(tf, installed, &self.scanned);
+        let refused = tf.source().1.clone();
+        self.settle(
+            tf,
+            installed,
+            &self.scanned,
+            FilterSource::Scanned { journal: refused },
+        );
     }
 
     /// Makes `fresh` the filter every write of `tf` also fills (rule 1), before the build
@@ -215,11 +285,19 @@ impl Shared {
         s.build_gen += 1;
     }
 
-    /// After a build: counts it if it installed its filter, or drops the pending one.
-    fn settle(&self, tf: &TableFilter, installed: bool, counter: &std::sync::atomic::AtomicU64) {
+    /// After a build: counts it and says where its filter came from if it installed it, or
+    /// drops the pending one.
+    fn settle(
+        &self,
+        tf: &TableFilter,
+        installed: bool,
+        counter: &std::sync::atomic::AtomicU64,
+        source: FilterSource,
+    ) {
         if installed {
             counter.fetch_add(1, SeqCst);
             tf.builds.fetch_add(1, SeqCst);
+            *tf.source() = (Some(source), None);
         } else {
             tf.slots.write().unwrap_or_else(|e| e.into_inner()).pending = None;
         }

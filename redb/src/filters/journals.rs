@@ -1,0 +1,195 @@
+//! Crash journals: after `kill -9` (same boot), a table written since the last clean close
+//! gets its filter back from the filter that close stored plus the hashes of the keys
+//! written since, without reading a key. The journal's bytes, its counter file (in
+//! `/dev/shm` by default, cleared by a reboot), the boot id and the trust rule are the
+//! core's ([`bloomsled::persist::JournalWriter`], [`bloomsled::persist::replay_journals`]);
+//! this module binds them to redb's tables and commits.
+//!
+//! * **Where.** A database opened by path keeps its journals in the folder `<file>.bloomsled`
+//!   beside it: `<table id>.<session>.jnl`. None is kept for a file opened from a `File`
+//!   or a backend, for a read-only open, or with filters off.
+//! * **The binding** (what a journal extends, [`binding`]): database id = the last clean
+//!   close's sequence and random nonce; table id = xxh3 of the table's key with its
+//!   seed; base = the length and xxh3 of the filter bytes that close stored for the table;
+//!   and the table's seed. A journal of another database, table, close or stored filter is
+//!   refused by the core's rule.
+//! * **Writes.** The first write transaction of a session (a handle) that opens a table for
+//!   writing, if the last clean close stored the table's filter (its record is there, or a
+//!   mark of an earlier session names that close), creates the session's journal,
+//!   sequence 1 for the first session since the close, then the mark's `last + 1`, and
+//!   writes the table's mark (`persist::Mark`, `last` = this session) **in that
+//!   transaction**: redb commits the data and the mark together. Each key's hash is then
+//!   appended to the journal in the same step that sets its bits, before redb stores it
+//!   (rule 1 of `filters.rs`). A journal that cannot be made (no boot id, no counter folder,
+//!   a full disk) writes no mark and removes the table's mark in the transaction: the
+//!   next open after a crash scans, and the write goes on.
+//! * **Replay** (`filters/build.rs`, at a table's first use, when it has no record): the
+//!   mark must name the header's close and the table's seed; the stored bytes must have
+//!   its length and xxh3 and decode to that seed; every journal `1..=last` must pass the
+//!   core's rule (this boot, database, table, base and seed; counter file there, same
+//!   incarnation, no record erased, no overflow). Then the hashes go into the loaded
+//!   filter, which is installed by the build protocol (rules 2, 3), and only if the mark is
+//!   unchanged when the build's second transaction begins. Anything else: a scan, as
+//!   before, with the core's reason kept for `Database::table_filter_source`.
+//! * **Why nothing is missed.** Every key of the latest committed state was in the table
+//!   at the close (so in its stored filter), or was written by a later commit; that commit
+//!   wrote in a session whose first commit touching the table committed the mark naming the
+//!   session's journal (or removed it), and the session's sequence is at most the mark's
+//!   `last`, because sequences only grow from the committed mark; its key's hash reached
+//!   that journal before redb stored the key. A session that could not journal removed the
+//!   mark in its first commit: then no replay. Delete, rename and restore remove marks
+//!   in their transaction and stop the session's journaling of those tables.
+//! * **Clean close.** The close's commit removes every mark; then this handle's journals
+//!   and the old close's counter files are removed.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+
+use bloomsled::persist::{JournalBinding, JournalWriter};
+
+use super::{Kind, Shared};
+use crate::persist::{Close, Mark};
+
+/// The journals of one database handle.
+pub(crate) struct Journals {
+    /// `<file>.bloomsled`; `None`: no journal is kept or replayed.
+    dir: Option<PathBuf>,
+    /// Per table key: the mark of this session's journal, or `None` once the table cannot
+    /// be journaled in this session (no stored filter, no journal, a delete, rename or
+    /// restore).
+    chains: Mutex<HashMap<String, Option<Mark>>>,
+    /// Set by a restore: no table is journaled for the rest of the session.
+    stopped: AtomicBool,
+}
+
+/// The folder of the journals of the database file at `path`.
+pub(crate) fn dir_of(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".bloomsled");
+    PathBuf::from(name)
+}
+
+/// The 16 bytes of two words.
+fn id(a: u64, b: u64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&a.to_le_bytes());
+    out[8..].copy_from_slice(&b.to_le_bytes());
+    out
+}
+
+/// The database id of the journals that extend close `close`.
+pub(crate) fn database_id(close: Close) -> [u8; 16] {
+    id(close.sequence, close.nonce)
+}
+
+/// What the journals of table `key` marked by `mark` extend (see the module doc).
+pub(crate) fn binding(key: &str, mark: &Mark) -> JournalBinding {
+    JournalBinding {
+        database: database_id(mark.close),
+        tree: id(
+            bloomsled::hash::hash_key(key.as_bytes(), mark.seed),
+            mark.seed,
+        ),
+        base: id(mark.len, mark.digest),
+        seed: mark.seed,
+    }
+}
+
+impl Journals {
+    pub(crate) fn new(dir: Option<PathBuf>) -> Journals {
+        Journals {
+            dir,
+            chains: Mutex::default(),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    fn chains(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<Mark>>> {
+        self.chains.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// This session stops journaling table `key` (a delete or rename, or its journals
+    /// were refused).
+    pub(crate) fn stop(&self, key: &str) {
+        self.chains().insert(key.to_string(), None);
+    }
+
+    /// This session stops journaling every table (a restore): every chain known so far
+    /// ends, and tables not seen yet start none.
+    pub(crate) fn stop_all(&self) {
+        self.stopped.store(true, SeqCst);
+        self.chains().values_mut().for_each(|c| *c = None);
+    }
+}
+
+impl Shared {
+    /// The mark a write transaction must have committed for table `name` (`key`) before it
+    /// writes it, starting this session's journal of it at its first call; `None`: the
+    /// table is not journaled in this session (its mark must be removed).
+    pub(crate) fn journal_mark(&self, kind: Kind, name: &str, key: &str) -> Option<Mark> {
+        let dir = self.journals.dir()?;
+        let mut chains = self.journals.chains();
+        if self.journals.stopped.load(SeqCst) {
+            return None;
+        }
+        if let Some(chain) = chains.get(key) {
+            return *chain;
+        }
+        let started = self.start_journal(kind, name, key, dir);
+        chains.insert(key.to_string(), started);
+        started
+    }
+
+    /// Creates this session's journal of table `key` and hands it to the table's filter.
+    fn start_journal(&self, kind: Kind, name: &str, key: &str, dir: &Path) -> Option<Mark> {
+        let mark = {
+            let on_disk = self.on_disk();
+            let close = on_disk.header?;
+            if let Some(r) = on_disk.records.get(key) {
+                Mark {
+                    close,
+                    seed: r.seed,
+                    len: r.len,
+                    digest: r.digest,
+                    last: 1,
+                }
+            } else {
+                let m = on_disk.marks.get(key)?;
+                Mark {
+                    last: m.last.checked_add(1)?,
+                    ..*m
+                }
+            }
+        };
+        let tf = self.table(kind, name)?;
+        if tf.seed() != mark.seed {
+            return None;
+        }
+        // No journal (no boot id or counter folder, a full disk, a counter file another
+        // process holds): the caller removes the mark, and a crash before the next clean
+        // close scans the table.
+        let writer = JournalWriter::create(dir, &binding(key, &mark), mark.last).ok()?;
+        tf.set_journal(Arc::new(writer));
+        Some(mark)
+    }
+
+    /// After a clean close committed: this handle's journals are dropped and the files of
+    /// the close they extended removed (with its counter files).
+    pub(crate) fn retire_journals(&self, old: Option<Close>) {
+        let Some(dir) = self.journals.dir() else {
+            return;
+        };
+        self.drop_journals();
+        if let Some(close) = old {
+            bloomsled::persist::remove_journals(dir, &database_id(close));
+        }
+        // Only if empty: a folder with files this crate did not make stays.
+        let _ = std::fs::remove_dir(dir);
+    }
+}
