@@ -258,7 +258,7 @@ fn a_rewrite_killed_at_any_instant_is_redone_by_the_next_open() {
         db.insert(format!("key-{i}"), vec![1u8; 48]).unwrap();
     }
     db.close().unwrap();
-    let mut rng = common::rng::Rng(0x5EED_0F_2E);
+    let mut rng = common::rng::Rng(0x5EED_0F2E);
     let mut interrupted = 0;
     for round in 0..8 {
         let cmd = common::child::command(
