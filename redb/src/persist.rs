@@ -69,9 +69,12 @@ pub(crate) const MARKS: TableDefinition<&str, &[u8]> = TableDefinition::new("__b
 const HEADER: &str = "close";
 const RECORD_MAGIC: &[u8; 4] = b"BSR1";
 const HEADER_MAGIC: &[u8; 4] = b"BSH1";
+/// Bytes of a record (magic, 5 fields, check word).
+#[cfg(test)]
 const RECORD_LEN: usize = 4 + 8 * 6;
-const HEADER_LEN: usize = 4 + 8 * 3;
 const MARK_MAGIC: &[u8; 4] = b"BSJ1";
+/// Bytes of a mark (magic, 6 fields, check word).
+#[cfg(test)]
 const MARK_LEN: usize = 4 + 8 * 7;
 
 /// True if `name` is bloomsled's own table.
@@ -115,29 +118,39 @@ fn check(fields: &[u64]) -> u64 {
     bloomsled::hash::hash_key(&bytes, 0x6273_7265_6362)
 }
 
+/// `magic`, the little-endian `fields`, then their [`check`] word: the form of every value
+/// this module stores (header, records, marks).
+fn seal(magic: &[u8; 4], fields: &[u64]) -> Vec<u8> {
+    let mut out = magic.to_vec();
+    for w in fields.iter().chain([check(fields)].iter()) {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    out
+}
+
+/// The `n` fields of a value [`seal`] wrote with `magic`; `None` for anything else (another
+/// length or magic, a check word that does not match).
+fn unseal(bytes: &[u8], magic: &[u8; 4], n: usize) -> Option<Vec<u64>> {
+    if bytes.len() != 4 + 8 * (n + 1) || &bytes[..4] != magic {
+        return None;
+    }
+    let w: Vec<u64> = words(&bytes[4..]).collect();
+    (check(&w[..n]) == w[n]).then_some(w)
+}
+
 impl Record {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let fields = [
-            self.close.sequence,
-            self.close.nonce,
-            self.seed,
-            self.len,
-            self.digest,
-        ];
-        let mut out = RECORD_MAGIC.to_vec();
-        for w in fields.iter().chain([check(&fields)].iter()) {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
-        out
+        let c = self.close;
+        seal(
+            RECORD_MAGIC,
+            &[c.sequence, c.nonce, self.seed, self.len, self.digest],
+        )
     }
 
     /// `None` for anything that is not a record this version wrote, intact.
     pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
-        if bytes.len() != RECORD_LEN || &bytes[..4] != RECORD_MAGIC {
-            return None;
-        }
-        let w: Vec<u64> = words(&bytes[4..]).collect();
-        (check(&w[..5]) == w[5]).then_some(Record {
+        let w = unseal(bytes, RECORD_MAGIC, 5)?;
+        Some(Record {
             close: Close {
                 sequence: w[0],
                 nonce: w[1],
@@ -162,28 +175,24 @@ pub(crate) struct Mark {
 
 impl Mark {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let fields = [
-            self.close.sequence,
-            self.close.nonce,
-            self.seed,
-            self.len,
-            self.digest,
-            self.last,
-        ];
-        let mut out = MARK_MAGIC.to_vec();
-        for w in fields.iter().chain([check(&fields)].iter()) {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
-        out
+        let c = self.close;
+        seal(
+            MARK_MAGIC,
+            &[
+                c.sequence,
+                c.nonce,
+                self.seed,
+                self.len,
+                self.digest,
+                self.last,
+            ],
+        )
     }
 
     /// `None` for anything that is not a mark this version wrote, intact.
     pub(crate) fn decode(bytes: &[u8]) -> Option<Mark> {
-        if bytes.len() != MARK_LEN || &bytes[..4] != MARK_MAGIC {
-            return None;
-        }
-        let w: Vec<u64> = words(&bytes[4..]).collect();
-        (check(&w[..6]) == w[6]).then_some(Mark {
+        let w = unseal(bytes, MARK_MAGIC, 6)?;
+        Some(Mark {
             close: Close {
                 sequence: w[0],
                 nonce: w[1],
@@ -197,20 +206,12 @@ impl Mark {
 }
 
 fn encode_header(close: Close) -> Vec<u8> {
-    let fields = [close.sequence, close.nonce];
-    let mut out = HEADER_MAGIC.to_vec();
-    for w in fields.iter().chain([check(&fields)].iter()) {
-        out.extend_from_slice(&w.to_le_bytes());
-    }
-    out
+    seal(HEADER_MAGIC, &[close.sequence, close.nonce])
 }
 
 fn decode_header(bytes: &[u8]) -> Option<Close> {
-    if bytes.len() != HEADER_LEN || &bytes[..4] != HEADER_MAGIC {
-        return None;
-    }
-    let w: Vec<u64> = words(&bytes[4..]).collect();
-    (check(&w[..2]) == w[2]).then_some(Close {
+    let w = unseal(bytes, HEADER_MAGIC, 2)?;
+    Some(Close {
         sequence: w[0],
         nonce: w[1],
     })
