@@ -486,7 +486,7 @@ fn a_rewrite_on_a_full_disk_fails_cleanly_and_completes_once_space_is_back() {
         db.insert(url(i), vec![7u8; 64]).unwrap();
     }
     db.close().unwrap();
-    let bytes: u64 = walk(&db_path)
+    let bytes: u64 = common::walk(&db_path)
         .iter()
         .map(|p| p.metadata().unwrap().len())
         .sum();
@@ -508,7 +508,7 @@ fn a_rewrite_on_a_full_disk_fails_cleanly_and_completes_once_space_is_back() {
         msg.contains("rewriting") && msg.contains("after a failed sync"),
         "{msg}"
     );
-    let partial: Vec<_> = walk(&db_path)
+    let partial: Vec<_> = common::walk(&db_path)
         .into_iter()
         .filter(|p| p.to_string_lossy().ends_with(".bloomsled-rewrite"))
         .collect();
@@ -527,18 +527,4 @@ fn a_rewrite_on_a_full_disk_fails_cleanly_and_completes_once_space_is_back() {
         assert!(db.contains_key(url(i)).unwrap(), "{}", url(i));
     }
     assert_eq!(db.verify().unwrap().false_negatives, 0);
-}
-
-/// Every file under `dir`.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }

@@ -124,21 +124,7 @@ fn a_reopen_after_a_failed_fsync_keeps_every_flushed_key_through_a_power_cut() {
     drop(db);
     assert_eq!(fs.fired(), 1);
     fs.cut(Some(7)).unwrap();
-    let db = Config::new()
-        .path(base.join("data/store"))
-        .background_recovery(false)
-        .open()
-        .expect("the folder opens after the cut");
-    for i in 0..100u32 {
-        assert!(
-            db.contains_key(format!("before-{i}")).unwrap(),
-            "before-{i}"
-        );
-        assert!(db.contains_key(format!("after-{i}")).unwrap(), "after-{i}");
-    }
-    assert_eq!(db.verify().unwrap().false_negatives, 0);
-    drop(db);
-    let _ = std::fs::remove_dir_all(&base);
+    every_flushed_key_after_the_cut(&base);
 }
 
 const CHILD: &str = "BLOOMSLED_FAILED_FSYNC_CHILD";
@@ -199,6 +185,12 @@ fn a_restart_after_a_failed_fsync_in_a_killed_process_keeps_every_flushed_key_th
         "the rewrite removed the mark"
     );
     fs.cut(Some(11)).unwrap();
+    every_flushed_key_after_the_cut(&base);
+}
+
+/// After the power cut: the folder opens, every key of the flushes before the failure
+/// (`before-*`) and after the reopen (`after-*`) is there, no false negative.
+fn every_flushed_key_after_the_cut(base: &std::path::Path) {
     let db = Config::new()
         .path(base.join("data/store"))
         .background_recovery(false)
@@ -213,7 +205,7 @@ fn a_restart_after_a_failed_fsync_in_a_killed_process_keeps_every_flushed_key_th
     }
     assert_eq!(db.verify().unwrap().false_negatives, 0);
     drop(db);
-    let _ = std::fs::remove_dir_all(&base);
+    let _ = std::fs::remove_dir_all(base);
 }
 
 /// The child: 100 keys flushed, then (when told) 100 more whose flush fails; then it waits
@@ -269,7 +261,7 @@ fn a_rewrite_killed_at_any_instant_is_redone_by_the_next_open() {
         let then = std::time::Duration::from_micros(rng.below(40_000));
         let killed = common::child::kill_after(cmd, "rewriting", then, None);
         assert!(killed.reached, "round {round}: the child never started");
-        let partial = walk(&dir)
+        let partial = common::walk(&dir)
             .iter()
             .any(|p| p.to_string_lossy().ends_with(".bloomsled-rewrite"));
         interrupted += usize::from(partial);
@@ -287,7 +279,7 @@ fn a_rewrite_killed_at_any_instant_is_redone_by_the_next_open() {
         assert_eq!(db.len(), 30_000, "round {round}");
         assert_eq!(db.verify().unwrap().false_negatives, 0);
         db.close().unwrap();
-        let left: Vec<_> = walk(&dir)
+        let left: Vec<_> = common::walk(&dir)
             .into_iter()
             .filter(|p| p.to_string_lossy().contains("bloomsled-rewrite"))
             .collect();
@@ -295,18 +287,4 @@ fn a_rewrite_killed_at_any_instant_is_redone_by_the_next_open() {
     }
     println!("{interrupted} of 8 kills left a partial copy");
     assert!(interrupted > 0, "no kill landed inside a file's copy");
-}
-
-/// Every file under `dir`.
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }

@@ -12,6 +12,20 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// Every file under `dir` (recursively).
+pub fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
 /// The default tree's name as `Db::tree_names` reports it (sled's own).
 pub const DEFAULT_TREE: &str = "__sled__default";
 
