@@ -326,14 +326,27 @@ pub(crate) fn marked_filter(
     if mark.close != close || mark.seed != seed {
         return None;
     }
+    let filter = stored_filter(txn, key, seed, mark.len, mark.digest)?;
+    Some((mark, filter, raw))
+}
+
+/// The filter bytes stored for `key` in `txn`'s state, if they have `len` and `digest` (as
+/// a record or a mark names them) and decode to `seed`.
+fn stored_filter(
+    txn: &redb::ReadTransaction,
+    key: &str,
+    seed: u64,
+    len: u64,
+    digest_of_bytes: u64,
+) -> Option<Filter> {
     let filters = txn.open_table(FILTERS).ok()?;
     let bytes = filters.get(key).ok()??;
     let bytes = bytes.value();
-    if bytes.len() as u64 != mark.len || digest(bytes) != mark.digest {
+    if bytes.len() as u64 != len || digest(bytes) != digest_of_bytes {
         return None;
     }
     let filter = Filter::from_bytes(bytes).ok()?;
-    (filter.seed() == seed).then_some((mark, filter, raw))
+    (filter.seed() == seed).then_some(filter)
 }
 
 /// Writes the journal mark of `key` in `txn` (the first write of a session to its table).
@@ -372,14 +385,7 @@ pub(crate) fn load(txn: &redb::ReadTransaction, key: &str, seed: u64) -> Option<
     if record.close != close || record.seed != seed {
         return None;
     }
-    let filters = txn.open_table(FILTERS).ok()?;
-    let bytes = filters.get(key).ok()??;
-    let bytes = bytes.value();
-    if bytes.len() as u64 != record.len || digest(bytes) != record.digest {
-        return None;
-    }
-    let filter = Filter::from_bytes(bytes).ok()?;
-    (filter.seed() == seed).then_some(filter)
+    stored_filter(txn, key, seed, record.len, record.digest)
 }
 
 /// Removes the records of `keys` in `txn` (their tables are being written).
