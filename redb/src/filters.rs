@@ -636,3 +636,7 @@ impl Drop for Unsettle {
         self.shared.unsettled.fetch_sub(1, SeqCst);
     }
 }
+
+/// The protocol's rules under loom, on this module's code (see its file).
+#[cfg(all(test, bloomsled_loom))]
+mod loom_model;
