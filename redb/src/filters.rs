@@ -23,6 +23,9 @@
 //!    lock, so no key reaches the new filter before it moves) and after every move of the
 //!    epoch. A per-thread copy of a `current` (the per-request path's cache, [`Shared::rules_out_latest`])
 //!    is used only while `version` has not moved since it was read.
+//!
+//! Loom checks these rules on this code (`filters/loom_model.rs`: its locks and atomics come
+//! from `crate::sync`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
