@@ -141,8 +141,10 @@ impl Shared {
         let Some(claim) = Claim::take(tf) else {
             return;
         };
-        let epoch = self.epoch.load(SeqCst);
-        if self.unsettled.load(SeqCst) > 0 || !needed(epoch) {
+        let Some(epoch) = self.settled_epoch() else {
+            return;
+        };
+        if !needed(epoch) {
             return;
         }
         if !grow && self.load_saved(tf, epoch) {
@@ -170,6 +172,16 @@ impl Shared {
             shared.scan_build(&claim.0, epoch, &*keys, len);
             drop(claim);
         });
+    }
+
+    /// The epoch a build that begins now may trust its filter at, or `None` while a restore
+    /// or rename is in flight. Read before `unsettled`, which a restore or rename raises
+    /// before it moves the epoch: a build that reads the moved epoch sees it in flight, and
+    /// one that read the epoch before is refused at its install (or its filter distrusted
+    /// by the move).
+    pub(crate) fn settled_epoch(&self) -> Option<u64> {
+        let epoch = self.epoch.load(SeqCst);
+        (self.unsettled.load(SeqCst) == 0).then_some(epoch)
     }
 
     /// Installs the filter the last clean close wrote for `tf`, if its record is still in

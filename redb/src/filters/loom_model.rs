@@ -6,8 +6,8 @@
 //! lock (a commit is one step, a read transaction's begin copies the set), driven by the
 //! functions the crate's transactions call: `Shared::table`, `TableFilter::build_gen` and
 //! `TableFilter::insert` (a table's first open and a write), `Shared::commit_guarded` (the
-//! commit around redb's), `Shared::scan_build_with` (a build, as `build_if_needed` starts
-//! it), `Shared::rules_out_latest` (the per-request path and its per-thread cache),
+//! commit around redb's), `Shared::settled_epoch` and `Shared::scan_build_with` (a build,
+//! as `build_if_needed` starts it), `Shared::rules_out_latest` (the per-request path and its per-thread cache),
 //! `Shared::trusted_current` (a read transaction's table) and
 //! `TableFilter::rules_out_written` (a write transaction's lookup). Run with
 //! `RUSTFLAGS="--cfg bloomsled_loom" cargo test --release -p bloomsled-redb --lib loom`
@@ -88,10 +88,12 @@ fn database() -> (Arc<Shared>, Arc<TableFilter>) {
     (shared, tf)
 }
 
-/// A build of `tf` from a scan of `store`, as `build_if_needed` starts one (the epoch read
-/// before the scan begins).
+/// A build of `tf` from a scan of `store`, as `build_if_needed` starts one (none while a
+/// restore or rename is in flight).
 fn build(shared: &Shared, tf: &TableFilter, store: &Store) {
-    let epoch = shared.epoch.load(SeqCst);
+    let Some(epoch) = shared.settled_epoch() else {
+        return;
+    };
     shared.scan_build_with(
         tf,
         epoch,
@@ -222,6 +224,40 @@ fn loom_the_per_request_cache_sees_a_restore() {
             "a cached filter ruled out a key a restore brought back"
         );
         restore.join().unwrap();
+        assert!(!shared.rules_out_latest(Kind::Table, TABLE, KEY));
+    });
+}
+
+/// (b) Rules 3 and 4 with a build: a build races a restore that brings the key back (the
+/// restore moves the epoch before and after its commit). A lookup that begins after the
+/// restore committed never rules the key out, whichever filter the build installed.
+#[test]
+fn loom_a_build_racing_a_restore_is_not_trusted() {
+    model("a build against a restore", || {
+        let (shared, tf) = database();
+        let store = Arc::new(Store::new(&[]));
+        let done = Arc::new(AtomicBool::new(false));
+        let restore = {
+            let (shared, store, done) = (shared.clone(), store.clone(), done.clone());
+            loom::thread::spawn(move || {
+                let unsettle = shared.unsettle();
+                shared.commit_guarded([], || store.commit(&[KEY], &[]));
+                done.store(true, SeqCst);
+                drop(unsettle);
+            })
+        };
+        let builder = {
+            let (shared, tf, store) = (shared.clone(), tf.clone(), store.clone());
+            loom::thread::spawn(move || build(&shared, &tf, &store))
+        };
+        let after = done.load(SeqCst);
+        let ruled_out = shared.rules_out_latest(Kind::Table, TABLE, KEY);
+        assert!(
+            !(after && ruled_out),
+            "a filter built during a restore ruled out a key it brought back"
+        );
+        restore.join().unwrap();
+        builder.join().unwrap();
         assert!(!shared.rules_out_latest(Kind::Table, TABLE, KEY));
     });
 }
