@@ -3,8 +3,8 @@
 
 use std::borrow::Borrow;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
-use std::sync::{Arc, RwLock};
 
 use redb::{
     CacheStats, CompactionError, ConcurrencyMode, DatabaseError, Key, OwnedAccessGuard,
@@ -14,6 +14,7 @@ use redb::{
 use crate::Error;
 use crate::filters::{Kind, Shared, Source};
 use crate::persist;
+use crate::sync::RwLock;
 use crate::transactions::{ReadTransaction, WriteTransaction};
 
 mod builder;

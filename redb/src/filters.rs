@@ -23,16 +23,20 @@
 //!    lock, so no key reaches the new filter before it moves) and after every move of the
 //!    epoch. A per-thread copy of a `current` (the per-request path's cache, [`Shared::rules_out_latest`])
 //!    is used only while `version` has not moved since it was read.
+//!
+//! Loom checks these rules on this code (`filters/loom_model.rs`: its locks and atomics come
+//! from `crate::sync`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, Weak};
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::{Arc, Weak};
 
 use bloomsled::persist::JournalWriter;
 use bloomsled::{Filter, FilterConfig, JournalFault};
 
 use crate::persist::{self, OnDisk};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 mod build;
 pub(crate) mod journals;
@@ -93,12 +97,15 @@ pub(crate) struct Built {
 
 impl Built {
     fn new(seed: u64, capacity: u64) -> Option<Built> {
+        let config = FilterConfig::new(capacity.max(MIN_CAPACITY))
+            .false_positive_rate(FALSE_POSITIVE_RATE)
+            .seed(seed);
+        // Under loom, one block and one bit per key: each bit is a loom atomic and each
+        // probe a step loom interleaves, and no rule depends on the filter's shape.
+        #[cfg(bloomsled_loom)]
+        let config = config.expected_items(1).num_hashes(1);
         Some(Built {
-            filter: FilterConfig::new(capacity.max(MIN_CAPACITY))
-                .false_positive_rate(FALSE_POSITIVE_RATE)
-                .seed(seed)
-                .build()
-                .ok()?,
+            filter: config.build().ok()?,
             trusted_epoch: None,
             valid_from: u64::MAX,
         })
@@ -233,17 +240,40 @@ impl TableFilter {
             .journal = Some(journal);
     }
 
-    pub(crate) fn source(
-        &self,
-    ) -> std::sync::MutexGuard<'_, (Option<FilterSource>, Option<JournalFault>)> {
+    pub(crate) fn source(&self) -> MutexGuard<'_, (Option<FilterSource>, Option<JournalFault>)> {
         self.source.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Re-inserts logged hashes under the caller's guard (rule 2).
-    pub(crate) fn reinsert(slots: &Slots, hashes: &[u64]) {
+    fn reinsert(slots: &Slots, hashes: &[u64]) {
         for &h in hashes {
             slots.insert_hash(h);
         }
+    }
+
+    /// True if the filter proves `key` absent from the view of a write transaction whose
+    /// state is `seq` and that first opened the table at build generation `gen_seen`
+    /// (`settled`: it restored or renamed nothing). Its own keys are in `current` (rule 1),
+    /// but those it wrote before a build installed `pending` are in no scan: after a build
+    /// began, it trusts no filter (rules 2, 3).
+    pub(crate) fn rules_out_written(
+        &self,
+        gen_seen: u64,
+        settled: impl FnOnce() -> bool,
+        shared: &Shared,
+        seq: u64,
+        key: &[u8],
+    ) -> bool {
+        let slots = self.read();
+        slots.build_gen == gen_seen
+            && settled()
+            && slots.current.trusted_for(shared.epoch.load(SeqCst), seq)
+            && !slots.current.may_contain(key)
+    }
+
+    /// The build generation, read when a write transaction first opens the table (rule 2).
+    pub(crate) fn build_gen(&self) -> u64 {
+        self.read().build_gen
     }
 }
 
@@ -306,8 +336,9 @@ pub(crate) struct Shared {
 #[derive(Default)]
 struct Version(AtomicU64);
 
-/// Numbers the databases opened in this process.
-static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+/// Numbers the databases opened in this process (std's atomic under loom too: a static
+/// outlives each model, and no rule rests on it).
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// At most this many tables' filters are kept per thread by the per-request path.
 const LATEST_ENTRIES: usize = 8;
@@ -324,8 +355,16 @@ struct Latest {
     shared: Weak<Shared>,
 }
 
+#[cfg(not(bloomsled_loom))]
 thread_local! {
     static LATEST: RefCell<Vec<Latest>> = const { RefCell::new(Vec::new()) };
+}
+
+// Under loom, one per loom thread (loom runs its threads on one OS thread); loom's macro
+// takes no `const` initializer and its key has only `with`.
+#[cfg(bloomsled_loom)]
+loom::thread_local! {
+    static LATEST: RefCell<Vec<Latest>> = RefCell::new(Vec::new());
 }
 
 /// The tables' map's hasher: the core's xxh3 (seed 0) instead of SipHash, whose cost per
@@ -412,8 +451,9 @@ impl Shared {
             return false;
         }
         let version = self.version.0.load(SeqCst);
-        let cached = LATEST.with_borrow(|entries| {
+        let cached = LATEST.with(|entries| {
             entries
+                .borrow()
                 .iter()
                 .find(|e| e.db == self.id && e.kind == kind && &*e.name == name)
                 .filter(|e| e.version == version)
@@ -443,7 +483,8 @@ impl Shared {
             return false;
         }
         let absent = !built.may_contain(key);
-        LATEST.with_borrow_mut(|entries| {
+        LATEST.with(|entries| {
+            let mut entries = entries.borrow_mut();
             entries.retain(|e| {
                 e.shared.strong_count() > 0
                     && !(e.db == self.id && e.kind == kind && &*e.name == name)
@@ -461,6 +502,42 @@ impl Shared {
             });
         });
         absent
+    }
+
+    /// `tf`'s current filter if a transaction whose state is at least `seq` commits new
+    /// may trust it (rule 3): what a read transaction's table keeps at its open.
+    pub(crate) fn trusted_current(&self, tf: &TableFilter, seq: u64) -> Option<Arc<Built>> {
+        let current = tf.read().current.clone();
+        current
+            .trusted_for(self.epoch.load(SeqCst), seq)
+            .then_some(current)
+    }
+
+    /// A write transaction's commit around redb's (`commit`), rule 2: counts it started,
+    /// takes a read guard of each table it wrote (`written`: the table's filter, the build
+    /// generation the transaction first saw, the hashes it logged there) and re-inserts its
+    /// hashes if a build installed a pending filter since, runs `commit` under the guards,
+    /// then releases them and counts it finished.
+    pub(crate) fn commit_guarded<'a, R>(
+        &self,
+        written: impl IntoIterator<Item = (&'a TableFilter, u64, &'a [u64])>,
+        commit: impl FnOnce() -> R,
+    ) -> R {
+        self.started.fetch_add(1, SeqCst);
+        let guards: Vec<_> = written
+            .into_iter()
+            .map(|(tf, gen_seen, hashes)| {
+                let slots = tf.read();
+                if slots.build_gen != gen_seen {
+                    TableFilter::reinsert(&slots, hashes);
+                }
+                slots
+            })
+            .collect();
+        let result = commit();
+        drop(guards);
+        self.finished.fetch_add(1, SeqCst);
+        result
     }
 
     /// Moves `version` (rule 4): after a change of a table's `current`, under its write
@@ -492,7 +569,7 @@ impl Shared {
         Some(tf)
     }
 
-    pub(crate) fn on_disk(&self) -> std::sync::MutexGuard<'_, OnDisk> {
+    pub(crate) fn on_disk(&self) -> MutexGuard<'_, OnDisk> {
         self.on_disk.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -562,3 +639,7 @@ impl Drop for Unsettle {
         self.shared.unsettled.fetch_sub(1, SeqCst);
     }
 }
+
+/// The protocol's rules under loom, on this module's code (see its file).
+#[cfg(all(test, bloomsled_loom))]
+mod loom_model;

@@ -34,6 +34,7 @@ mod db;
 mod filters;
 mod multimap;
 mod persist;
+mod sync;
 mod table;
 mod transactions;
 mod writing;

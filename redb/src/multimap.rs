@@ -4,7 +4,6 @@ use std::borrow::Borrow;
 use std::marker::PhantomData;
 use std::ops::RangeBounds;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::SeqCst;
 
 use redb::{
     AccessGuard, Key, MultimapRange, MultimapTableDefinition, OwnedMultimapRange,
@@ -330,10 +329,7 @@ impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
         let shared = txn.shared();
         let filter = shared.table(Kind::Multimap, def.name()).and_then(|tf| {
             shared.build_if_needed(&tf, false, || MultimapKeys::<K, V>::shared(def.name()));
-            let current = tf.read().current.clone();
-            current
-                .trusted_for(shared.epoch.load(SeqCst), txn.seq())
-                .then_some(current)
+            shared.trusted_current(&tf, txn.seq())
         });
         ReadOnlyMultimapTable { inner, filter }
     }

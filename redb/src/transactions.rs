@@ -181,7 +181,7 @@ impl WriteTransaction {
         }
         let mut logs = self.logs.lock().unwrap_or_else(|e| e.into_inner());
         let log = logs.entry(key).or_insert_with(|| WriteLog {
-            gen_seen: tf.read().build_gen,
+            gen_seen: tf.build_gen(),
             filter: tf.clone(),
             build,
             hashes: Vec::new(),
@@ -589,53 +589,21 @@ impl WriteTransaction {
             ..
         } = self;
         let logs = logs.into_inner().unwrap_or_else(|e| e.into_inner());
-        shared.started.fetch_add(1, SeqCst);
-        let guards: Vec<_> = logs
+        let written = logs
             .values()
-            .map(|log| {
-                let slots = log.filter.read();
-                if slots.build_gen != log.gen_seen {
-                    TableFilter::reinsert(&slots, &log.hashes);
-                }
-                slots
-            })
-            .collect();
-        let result = inner.commit();
-        if let (Err(CommitError::Storage(e)), Some(path)) = (&result, &shared.path)
-            && crate::db::taint::is_write_failure(e)
-        {
-            crate::db::taint::mark(path);
-        }
-        if result.is_ok() {
-            let (keys, all) = unmarked.into_inner().unwrap_or_else(|e| e.into_inner());
-            let mut on_disk = shared.on_disk();
-            if all {
-                on_disk.keys.clear();
-                on_disk.records.clear();
-                on_disk.marks.clear();
-                on_disk.marked.clear();
+            .map(|log| (&*log.filter, log.gen_seen, log.hashes.as_slice()));
+        let result = shared.commit_guarded(written, || {
+            let result = inner.commit();
+            if let (Err(CommitError::Storage(e)), Some(path)) = (&result, &shared.path)
+                && crate::db::taint::is_write_failure(e)
+            {
+                crate::db::taint::mark(path);
             }
-            for k in keys {
-                on_disk.keys.remove(&k);
-                on_disk.records.remove(&k);
+            if result.is_ok() {
+                Self::committed(&shared, unmarked, marks);
             }
-            // After a restore the transaction committed no mark (it removed them all).
-            let marks = marks.into_inner().unwrap_or_else(|e| e.into_inner());
-            for (k, m) in marks.into_iter().filter(|_| !all) {
-                match m {
-                    Some(m) => {
-                        on_disk.marked.insert(k.clone());
-                        on_disk.marks.insert(k, m);
-                    }
-                    None => {
-                        on_disk.marked.remove(&k);
-                        on_disk.marks.remove(&k);
-                    }
-                }
-            }
-        }
-        drop(guards);
-        shared.finished.fetch_add(1, SeqCst);
+            result
+        });
         drop(unsettle);
         if result.is_ok() {
             for log in logs.values().filter(|log| log.filter.wants_growth()) {
@@ -643,6 +611,41 @@ impl WriteTransaction {
             }
         }
         result
+    }
+
+    /// After redb's commit returned `Ok`, under the commit's guards: the records of clean
+    /// closes and the journal marks it removed or wrote are no longer or now on disk.
+    fn committed(
+        shared: &Shared,
+        unmarked: Mutex<(Vec<String>, bool)>,
+        marks: Mutex<HashMap<String, Option<persist::Mark>>>,
+    ) {
+        let (keys, all) = unmarked.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut on_disk = shared.on_disk();
+        if all {
+            on_disk.keys.clear();
+            on_disk.records.clear();
+            on_disk.marks.clear();
+            on_disk.marked.clear();
+        }
+        for k in keys {
+            on_disk.keys.remove(&k);
+            on_disk.records.remove(&k);
+        }
+        // After a restore the transaction committed no mark (it removed them all).
+        let marks = marks.into_inner().unwrap_or_else(|e| e.into_inner());
+        for (k, m) in marks.into_iter().filter(|_| !all) {
+            match m {
+                Some(m) => {
+                    on_disk.marked.insert(k.clone());
+                    on_disk.marks.insert(k, m);
+                }
+                None => {
+                    on_disk.marked.remove(&k);
+                    on_disk.marks.remove(&k);
+                }
+            }
+        }
     }
 
     /// Aborts: nothing is stored; keys already in filters are false positives only.

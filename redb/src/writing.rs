@@ -3,7 +3,6 @@
 //! redb stores it, and a lookup asks [`Writing::rules_out`] before redb.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering::SeqCst;
 
 use crate::filters::{Builder, Kind, TableFilter};
 use crate::transactions::WriteTransaction;
@@ -61,13 +60,13 @@ impl<'txn> Writing<'txn> {
         let Some(tf) = &self.filter else {
             return false;
         };
-        let slots = tf.read();
-        slots.build_gen == self.gen_seen
-            && self.txn.settled()
-            && slots
-                .current
-                .trusted_for(self.txn.shared().epoch.load(SeqCst), self.txn.seq())
-            && !slots.current.may_contain(key)
+        tf.rules_out_written(
+            self.gen_seen,
+            || self.txn.settled(),
+            self.txn.shared(),
+            self.txn.seq(),
+            key,
+        )
     }
 
     /// The filter and the log, for a cursor that writes through this handle.

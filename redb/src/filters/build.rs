@@ -4,12 +4,13 @@
 //! to redb until the build installs its filter). Growth rebuilds run the same way, off the
 //! committing thread. The protocol's rules are in the parent module's doc.
 
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
 use std::thread::{self, JoinHandle};
 
 use super::{Built, FilterSource, GROWTH, Shared, TableFilter, journals};
 use crate::persist;
+use crate::sync::{AtomicBool, AtomicU64, Mutex};
 
 /// How to read one table's keys, with its key and value types inside, so a build can run
 /// without them.
@@ -140,8 +141,10 @@ impl Shared {
         let Some(claim) = Claim::take(tf) else {
             return;
         };
-        let epoch = self.epoch.load(SeqCst);
-        if self.unsettled.load(SeqCst) > 0 || !needed(epoch) {
+        let Some(epoch) = self.settled_epoch() else {
+            return;
+        };
+        if !needed(epoch) {
             return;
         }
         if !grow && self.load_saved(tf, epoch) {
@@ -169,6 +172,16 @@ impl Shared {
             shared.scan_build(&claim.0, epoch, &*keys, len);
             drop(claim);
         });
+    }
+
+    /// The epoch a build that begins now may trust its filter at, or `None` while a restore
+    /// or rename is in flight. Read before `unsettled`, which a restore or rename raises
+    /// before it moves the epoch: a build that reads the moved epoch sees it in flight, and
+    /// one that read the epoch before is refused at its install (or its filter distrusted
+    /// by the move).
+    pub(crate) fn settled_epoch(&self) -> Option<u64> {
+        let epoch = self.epoch.load(SeqCst);
+        (self.unsettled.load(SeqCst) == 0).then_some(epoch)
     }
 
     /// Installs the filter the last clean close wrote for `tf`, if its record is still in
@@ -254,14 +267,34 @@ impl Shared {
     /// Builds `tf`'s filter, sized for `len` keys, from a scan of the latest committed
     /// state.
     fn scan_build(&self, tf: &TableFilter, epoch: u64, keys: &dyn Keys, len: u64) {
+        self.scan_build_with(
+            tf,
+            epoch,
+            len,
+            || self.source.begin_read(),
+            |txn, add| keys.scan(txn, add),
+        );
+    }
+
+    /// [`Shared::scan_build`] on any store: `begin` begins the read transaction whose state
+    /// the build trusts (redb's `begin_read`), `scan` feeds its keys to `add` as
+    /// [`Keys::scan`] does. The loom model runs it on an in-memory store.
+    pub(crate) fn scan_build_with<T>(
+        &self,
+        tf: &TableFilter,
+        epoch: u64,
+        len: u64,
+        begin: impl FnOnce() -> Option<T>,
+        scan: impl FnOnce(&T, &mut dyn FnMut(&[u8]) -> bool) -> bool,
+    ) {
         let Some(fresh) = Built::new(tf.seed, len.saturating_mul(GROWTH)) else {
             return;
         };
         let fresh = Arc::new(fresh);
         self.set_pending(tf, fresh.clone());
-        let installed = self.source.begin_read().is_some_and(|txn| {
+        let installed = begin().is_some_and(|txn| {
             let valid_from = self.started.load(SeqCst);
-            let read = keys.scan(&txn, &mut |key| {
+            let read = scan(&txn, &mut |key| {
                 fresh.insert_hash(bloomsled::hash::hash_key(key, tf.seed));
                 !self.builds.stopping()
             });
@@ -287,13 +320,7 @@ impl Shared {
 
     /// After a build: counts it and says where its filter came from if it installed it, or
     /// drops the pending one.
-    fn settle(
-        &self,
-        tf: &TableFilter,
-        installed: bool,
-        counter: &std::sync::atomic::AtomicU64,
-        source: FilterSource,
-    ) {
+    fn settle(&self, tf: &TableFilter, installed: bool, counter: &AtomicU64, source: FilterSource) {
         if installed {
             counter.fetch_add(1, SeqCst);
             tf.builds.fetch_add(1, SeqCst);

@@ -44,13 +44,14 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
 
 use bloomsled::persist::{JournalBinding, JournalWriter};
 
 use super::{Kind, Shared};
 use crate::persist::{Close, Mark};
+use crate::sync::{AtomicBool, Mutex, MutexGuard};
 
 /// The journals of one database handle.
 pub(crate) struct Journals {
@@ -110,7 +111,7 @@ impl Journals {
         self.dir.as_deref()
     }
 
-    fn chains(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<Mark>>> {
+    fn chains(&self) -> MutexGuard<'_, HashMap<String, Option<Mark>>> {
         self.chains.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -3,7 +3,6 @@
 use std::borrow::Borrow;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
-use std::sync::atomic::Ordering::SeqCst;
 
 use redb::{
     AccessGuard, Cursor, Key, OwnedAccessGuard, OwnedRange, Range, ReadableTable,
@@ -45,10 +44,7 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         let shared = txn.shared();
         let filter = shared.table(Kind::Table, def.name()).and_then(|tf| {
             shared.build_if_needed(&tf, false, || TableKeys::<K, V>::shared(def.name()));
-            let current = tf.read().current.clone();
-            current
-                .trusted_for(shared.epoch.load(SeqCst), txn.seq())
-                .then_some(current)
+            shared.trusted_current(&tf, txn.seq())
         });
         ReadOnlyTable { inner, filter }
     }
