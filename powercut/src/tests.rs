@@ -129,3 +129,32 @@ fn truncation_and_overwrite_roll_back() {
     assert_eq!(fs::read(b.join("data/f")).unwrap(), vec![7; 10_000]);
     fs::remove_dir_all(&b).unwrap();
 }
+
+/// A file still open on the mount when it is unmounted (`EBUSY`): fuser's unmount only logs
+/// that and its loop then read `/dev/fuse` forever (a CI run hung in the teardown). The
+/// teardown retries for 10 s, then aborts the connection and detaches the mount (reported
+/// on stderr); it never hangs, and nothing written through the old file reaches the disk.
+#[test]
+fn an_unmount_of_a_busy_mount_ends_with_an_error_not_a_hang() {
+    let Some((b, m)) = mounted("busy") else {
+        return;
+    };
+    let mut held = File::create(m.mountpoint().join("held")).unwrap();
+    let mnt = m.mountpoint().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(m.unmount());
+    });
+    let ended = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the teardown hung");
+    ended.expect("the teardown of a busy mount");
+    assert!(!super::session::is_mount_point(&mnt), "still mounted");
+    let late = held
+        .write_all(b"after the end")
+        .and_then(|()| held.sync_all());
+    assert!(late.is_err(), "a write reached a session that was over");
+    drop(held);
+    assert_eq!(fs::read(b.join("data/held")).unwrap_or_default(), b"");
+    let _ = fs::remove_dir_all(&b);
+}
