@@ -131,6 +131,22 @@ fn read_transaction(shared: &Shared, tf: &TableFilter, store: &Store, key: &[u8]
     (ruled_out, snapshot.contains(key))
 }
 
+/// A restore on its own thread: moves the epoch, commits the key back without a write
+/// through the filter, sets `done`, and moves the epoch again as its transaction ends.
+fn spawn_restore(
+    shared: &Arc<Shared>,
+    store: &Arc<Store>,
+    done: &Arc<AtomicBool>,
+) -> loom::thread::JoinHandle<()> {
+    let (shared, store, done) = (shared.clone(), store.clone(), done.clone());
+    loom::thread::spawn(move || {
+        let unsettle = shared.unsettle();
+        shared.commit_guarded([], || store.commit(&[KEY], &[]));
+        done.store(true, SeqCst);
+        drop(unsettle);
+    })
+}
+
 /// (a) Rules 1 and 2: a write transaction inserts a new key and commits while a build
 /// installs `pending`, scans the committed state and installs its filter. Whatever the
 /// interleaving, the key is in the scan or in `pending`: afterwards neither the
@@ -208,15 +224,7 @@ fn loom_the_per_request_cache_sees_a_restore() {
         // This thread caches the filter, which lacks the key.
         assert!(shared.rules_out_latest(Kind::Table, TABLE, KEY));
         let done = Arc::new(AtomicBool::new(false));
-        let restore = {
-            let (shared, store, done) = (shared.clone(), store.clone(), done.clone());
-            loom::thread::spawn(move || {
-                let unsettle = shared.unsettle();
-                shared.commit_guarded([], || store.commit(&[KEY], &[]));
-                done.store(true, SeqCst);
-                drop(unsettle);
-            })
-        };
+        let restore = spawn_restore(&shared, &store, &done);
         let after = done.load(SeqCst);
         let ruled_out = shared.rules_out_latest(Kind::Table, TABLE, KEY);
         assert!(
@@ -237,15 +245,7 @@ fn loom_a_build_racing_a_restore_is_not_trusted() {
         let (shared, tf) = database();
         let store = Arc::new(Store::new(&[]));
         let done = Arc::new(AtomicBool::new(false));
-        let restore = {
-            let (shared, store, done) = (shared.clone(), store.clone(), done.clone());
-            loom::thread::spawn(move || {
-                let unsettle = shared.unsettle();
-                shared.commit_guarded([], || store.commit(&[KEY], &[]));
-                done.store(true, SeqCst);
-                drop(unsettle);
-            })
-        };
+        let restore = spawn_restore(&shared, &store, &done);
         let builder = {
             let (shared, tf, store) = (shared.clone(), tf.clone(), store.clone());
             loom::thread::spawn(move || build(&shared, &tf, &store))
