@@ -2,7 +2,7 @@
 //!
 //! Each table has a [`TableFilter`]: its `current` [`Built`] filter (what lookups ask) and,
 //! while a build runs, its `pending` one (what the build fills). A table has one filter, the
-//! core's [`Filter`], never a list: a lookup hashes the key once and probes one block (one
+//! core's [`bloomsled::Filter`], never a list: a lookup hashes the key once and probes one block (one
 //! cache line). A filter past its capacity keeps every key it was given (its false-positive
 //! rate rises, nothing is lost) until the commit that overfilled it starts a rebuild from a
 //! scan, sized for twice the table's keys, while lookups keep using the full one. Builds of
@@ -32,30 +32,25 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Weak};
 
+use bloomsled::JournalFault;
 use bloomsled::persist::JournalWriter;
-use bloomsled::{Filter, FilterConfig, JournalFault};
 
 use crate::persist::{self, OnDisk};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 mod build;
+mod built;
 pub(crate) mod journals;
+
+pub(crate) use built::Built;
+use built::MIN_CAPACITY;
 
 use journals::Journals;
 
 pub(crate) use build::{Builder, Builds, Keys};
 
-/// The smallest capacity a table's filter is sized for.
-const MIN_CAPACITY: u64 = 1024;
 /// A build sizes the filter for this many times the table's keys.
 const GROWTH: u64 = 2;
-/// The false-positive rate a filter is sized for, at its capacity: the core's default
-/// (0.1%, 15.5 bits per key). A false positive costs one redb lookup (1.2–1.6 µs warm at 1M
-/// keys, ~35 µs cold), so the rate bounds the speed-up of an absent lookup at about its
-/// inverse: at 0.3% the cold bench measured 210× on the mean, its false positives' disk
-/// reads a hundred nanoseconds of every absent lookup; at 0.1% they cost a third of that.
-const FALSE_POSITIVE_RATE: f64 = bloomsled::DEFAULT_FALSE_POSITIVE_RATE;
-
 /// Where a table's current filter came from (see `Database::table_filter_source`).
 ///
 /// ```
@@ -83,67 +78,6 @@ pub enum FilterSource {
         /// The core's reason for refusing the journals.
         journal: Option<bloomsled::JournalFault>,
     },
-}
-
-/// One table's filter as a build made it.
-pub(crate) struct Built {
-    filter: Filter,
-    /// `Some(epoch)`: complete for every state at least as new as `valid_from`, unless the
-    /// database's epoch moved since. `None`: still being built, never rules a key out.
-    trusted_epoch: Option<u64>,
-    /// The commit count of the state the build scanned.
-    valid_from: u64,
-}
-
-impl Built {
-    fn new(seed: u64, capacity: u64) -> Option<Built> {
-        let config = FilterConfig::new(capacity.max(MIN_CAPACITY))
-            .false_positive_rate(FALSE_POSITIVE_RATE)
-            .seed(seed);
-        // Under loom, one block and one bit per key: each bit is a loom atomic and each
-        // probe a step loom interleaves, and no rule depends on the filter's shape.
-        #[cfg(bloomsled_loom)]
-        let config = config.expected_items(1).num_hashes(1);
-        Some(Built {
-            filter: config.build().ok()?,
-            trusted_epoch: None,
-            valid_from: u64::MAX,
-        })
-    }
-
-    /// False: no key with these bytes was ever inserted.
-    #[inline]
-    pub(crate) fn may_contain(&self, key: &[u8]) -> bool {
-        self.filter.contains(key)
-    }
-
-    /// A filter loaded from a clean close, not yet trusted (a build installs it).
-    fn loaded(filter: Filter) -> Built {
-        Built {
-            filter,
-            trusted_epoch: None,
-            valid_from: u64::MAX,
-        }
-    }
-
-    /// The core's filter inside.
-    pub(crate) fn filter(&self) -> &Filter {
-        &self.filter
-    }
-
-    fn insert_hash(&self, h: u64) {
-        self.filter.insert_hash(h);
-    }
-
-    /// True once the filter holds more keys than it was sized for.
-    fn full(&self) -> bool {
-        self.filter.items() > self.filter.capacity()
-    }
-
-    /// Whether a transaction whose state is at least `seq` commits new may trust this filter.
-    pub(crate) fn trusted_for(&self, epoch: u64, seq: u64) -> bool {
-        self.trusted_epoch == Some(epoch) && seq >= self.valid_from
-    }
 }
 
 /// What the lookups and writes of one table share.
