@@ -162,28 +162,26 @@ impl Record {
     }
 }
 
-/// A table's journal mark: written since `close`, whose stored filter of the table (`seed`,
-/// `len`, `digest`) its crash journals `1..=last` extend.
+/// A table's journal mark: written since the clean close whose stored filter of the table
+/// `stored` names (that close, the table's seed, the filter bytes' length and xxh3), which
+/// its crash journals `1..=last` extend.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct Mark {
-    pub(crate) close: Close,
-    pub(crate) seed: u64,
-    pub(crate) len: u64,
-    pub(crate) digest: u64,
+    pub(crate) stored: Record,
     pub(crate) last: u64,
 }
 
 impl Mark {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let c = self.close;
+        let r = self.stored;
         seal(
             MARK_MAGIC,
             &[
-                c.sequence,
-                c.nonce,
-                self.seed,
-                self.len,
-                self.digest,
+                r.close.sequence,
+                r.close.nonce,
+                r.seed,
+                r.len,
+                r.digest,
                 self.last,
             ],
         )
@@ -193,13 +191,15 @@ impl Mark {
     pub(crate) fn decode(bytes: &[u8]) -> Option<Mark> {
         let w = unseal(bytes, MARK_MAGIC, 6)?;
         Some(Mark {
-            close: Close {
-                sequence: w[0],
-                nonce: w[1],
+            stored: Record {
+                close: Close {
+                    sequence: w[0],
+                    nonce: w[1],
+                },
+                seed: w[2],
+                len: w[3],
+                digest: w[4],
             },
-            seed: w[2],
-            len: w[3],
-            digest: w[4],
             last: w[5],
         })
     }
@@ -287,9 +287,9 @@ fn read_marks(txn: &redb::ReadTransaction, on_disk: &mut OnDisk) {
         let k = k.value().to_string();
         on_disk.marked.insert(k.clone());
         let valid = Mark::decode(v.value())
-            .filter(|m| Some(m.close) == on_disk.header && !on_disk.keys.contains(&k));
+            .filter(|m| Some(m.stored.close) == on_disk.header && !on_disk.keys.contains(&k));
         if let Some(m) = valid {
-            on_disk.seeds.insert(k.clone(), m.seed);
+            on_disk.seeds.insert(k.clone(), m.stored.seed);
             on_disk.marks.insert(k, m);
         }
     }
@@ -323,10 +323,10 @@ pub(crate) fn marked_filter(
     let raw = raw_mark(txn, key)?;
     let close = decode_header(&raw.0)?;
     let mark = Mark::decode(&raw.1)?;
-    if mark.close != close || mark.seed != seed {
+    if mark.stored.close != close || mark.stored.seed != seed {
         return None;
     }
-    let filter = stored_filter(txn, key, seed, mark.len, mark.digest)?;
+    let filter = stored_filter(txn, key, seed, mark.stored.len, mark.stored.digest)?;
     Some((mark, filter, raw))
 }
 
@@ -512,7 +512,7 @@ mod tests {
             prop_assert_eq!(Record::decode(&h), None);
             // A journal mark likewise, and never read as a record or header.
             let _ = Mark::decode(&bytes);
-            let m = Mark { close: r.close, seed: r.seed, len: r.len, digest: r.digest, last: fields[0] ^ 1 };
+            let m = Mark { stored: r, last: fields[0] ^ 1 };
             let mut enc = m.encode();
             prop_assert_eq!(Mark::decode(&enc), Some(m));
             prop_assert_eq!(Record::decode(&enc), None);

@@ -50,7 +50,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use bloomsled::persist::{JournalBinding, JournalWriter};
 
 use super::{Kind, Shared};
-use crate::persist::{Close, Mark};
+use crate::persist::{Close, Mark, Record};
 use crate::sync::{AtomicBool, Mutex, MutexGuard};
 
 /// The journals of one database handle.
@@ -88,13 +88,13 @@ pub(crate) fn database_id(close: Close) -> [u8; 16] {
 /// What the journals of table `key` marked by `mark` extend (see the module doc).
 pub(crate) fn binding(key: &str, mark: &Mark) -> JournalBinding {
     JournalBinding {
-        database: database_id(mark.close),
+        database: database_id(mark.stored.close),
         tree: id(
-            bloomsled::hash::hash_key(key.as_bytes(), mark.seed),
-            mark.seed,
+            bloomsled::hash::hash_key(key.as_bytes(), mark.stored.seed),
+            mark.stored.seed,
         ),
-        base: id(mark.len, mark.digest),
-        seed: mark.seed,
+        base: id(mark.stored.len, mark.stored.digest),
+        seed: mark.stored.seed,
     }
 }
 
@@ -154,10 +154,7 @@ impl Shared {
             let close = on_disk.header?;
             if let Some(r) = on_disk.records.get(key) {
                 Mark {
-                    close,
-                    seed: r.seed,
-                    len: r.len,
-                    digest: r.digest,
+                    stored: Record { close, ..*r },
                     last: 1,
                 }
             } else {
@@ -169,7 +166,7 @@ impl Shared {
             }
         };
         let tf = self.table(kind, name)?;
-        if tf.seed() != mark.seed {
+        if tf.seed() != mark.stored.seed {
             return None;
         }
         // No journal (no boot id or counter folder, a full disk, a counter file another
