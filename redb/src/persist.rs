@@ -149,8 +149,12 @@ impl Record {
 
     /// `None` for anything that is not a record this version wrote, intact.
     pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
-        let w = unseal(bytes, RECORD_MAGIC, 5)?;
-        Some(Record {
+        Some(Record::from_words(&unseal(bytes, RECORD_MAGIC, 5)?))
+    }
+
+    /// A record's five words, in [`Record::encode`]'s order (also the head of a mark's).
+    fn from_words(w: &[u64]) -> Record {
+        Record {
             close: Close {
                 sequence: w[0],
                 nonce: w[1],
@@ -158,7 +162,7 @@ impl Record {
             seed: w[2],
             len: w[3],
             digest: w[4],
-        })
+        }
     }
 }
 
@@ -191,15 +195,7 @@ impl Mark {
     pub(crate) fn decode(bytes: &[u8]) -> Option<Mark> {
         let w = unseal(bytes, MARK_MAGIC, 6)?;
         Some(Mark {
-            stored: Record {
-                close: Close {
-                    sequence: w[0],
-                    nonce: w[1],
-                },
-                seed: w[2],
-                len: w[3],
-                digest: w[4],
-            },
+            stored: Record::from_words(&w),
             last: w[5],
         })
     }
