@@ -77,6 +77,9 @@ pub struct Failure {
     /// Keep failing every matching operation after the `nth` (a dead disk, a full one);
     /// without, only the `nth` fails.
     pub sticky: bool,
+    /// Only reads and writes that touch these bytes of the file match (`start..end`): a
+    /// bad sector, failing whoever reads it, however often. `None`: any operation.
+    pub bytes: Option<std::ops::Range<u64>>,
 }
 
 impl Failure {
@@ -88,6 +91,31 @@ impl Failure {
             nth: 1,
             errno: libc::EIO,
             sticky: false,
+            bytes: None,
+        }
+    }
+
+    /// Only reads and writes touching `range` of the file match: with
+    /// [`sticky`](Failure::sticky), a bad sector that fails every read of it, whichever
+    /// program reads it and however often. Other kinds of operation never match.
+    ///
+    /// ```
+    /// use bloomsled_powercut::{Failure, Op};
+    /// let sector = Failure::new(Op::Read, "db").bytes(4096..8192).sticky();
+    /// assert!(sector.touches(Some((8000, 512))) && !sector.touches(Some((0, 4096))));
+    /// ```
+    pub fn bytes(mut self, range: std::ops::Range<u64>) -> Failure {
+        self.bytes = Some(range);
+        self
+    }
+
+    /// True if an operation on `span` (offset, length; `None` for one that has no bytes)
+    /// is one this rule's byte range lets match.
+    pub fn touches(&self, span: Option<(u64, u64)>) -> bool {
+        match (&self.bytes, span) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(r), Some((at, len))) => at < r.end && at.saturating_add(len) > r.start,
         }
     }
 
@@ -152,9 +180,22 @@ impl Faults {
     /// Logs an operation of kind `op` on `names` (one, or two for a rename) and returns
     /// the errno it fails with, if a rule says so.
     pub(crate) fn check(&mut self, op: Op, names: &[&str]) -> Result<(), i32> {
+        self.check_span(op, names, None)
+    }
+
+    /// As [`Faults::check`], for a read or write of `span` (offset, length).
+    pub(crate) fn check_span(
+        &mut self,
+        op: Op,
+        names: &[&str],
+        span: Option<(u64, u64)>,
+    ) -> Result<(), i32> {
         let mut failed = None;
         for armed in &mut self.rules {
-            if armed.rule.op != op || !names.iter().any(|n| armed.rule.matches(n)) {
+            if armed.rule.op != op
+                || !names.iter().any(|n| armed.rule.matches(n))
+                || !armed.rule.touches(span)
+            {
                 continue;
             }
             armed.seen += 1;

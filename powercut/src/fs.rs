@@ -70,6 +70,8 @@ pub(crate) struct State {
     pub(crate) names: Vec<NameChange>,
     pub(crate) frozen: bool,
     pub(crate) model: Model,
+    /// Opens keep the kernel's page cache of the file (as a local file system's does).
+    pub(crate) keep_cache: bool,
 }
 
 impl State {
@@ -168,9 +170,14 @@ impl State {
 
     /// Logs an operation of kind `op` on inode `ino` and fails it if a rule says so.
     fn gate(&mut self, op: Op, ino: u64) -> Result<(), i32> {
+        self.gate_span(op, ino, None)
+    }
+
+    /// As [`State::gate`], for a read or write of `span` (offset, length) of the file.
+    fn gate_span(&mut self, op: Op, ino: u64, span: Option<(u64, u64)>) -> Result<(), i32> {
         let name = self.path(ino)?;
         let name = name.file_name().unwrap_or_default().to_string_lossy();
-        self.faults.check(op, &[&name])
+        self.faults.check_span(op, &[&name], span)
     }
 
     /// As [`State::gate`], for the entry `name` of a folder (or two, for a rename).
@@ -395,7 +402,12 @@ impl Filesystem for Fs {
         let fh = s.next_fh;
         s.next_fh += 1;
         s.handles.insert(fh, file);
-        reply.opened(fh, 0);
+        let keep = if s.keep_cache {
+            fuser::consts::FOPEN_KEEP_CACHE
+        } else {
+            0
+        };
+        reply.opened(fh, keep);
     }
 
     fn create(
@@ -445,7 +457,10 @@ impl Filesystem for Fs {
         reply: ReplyData,
     ) {
         let mut s = tri!(reply, self.state());
-        tri!(reply, s.gate(Op::Read, ino));
+        tri!(
+            reply,
+            s.gate_span(Op::Read, ino, Some((offset.max(0) as u64, u64::from(size))))
+        );
         let file = tri!(reply, s.handles.get(&fh).ok_or(libc::EBADF));
         let mut buf = vec![0; size as usize];
         let mut got = 0;
@@ -473,7 +488,8 @@ impl Filesystem for Fs {
         reply: ReplyWrite,
     ) {
         let mut s = tri!(reply, self.state());
-        tri!(reply, s.gate(Op::Write, ino));
+        let span = Some((offset.max(0) as u64, data.len() as u64));
+        tri!(reply, s.gate_span(Op::Write, ino, span));
         let file = tri!(
             reply,
             s.handles

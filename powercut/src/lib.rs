@@ -226,6 +226,7 @@ impl PowerCutFs {
             names: Vec::new(),
             frozen: false,
             model,
+            keep_cache: false,
         }));
         let options = [
             MountOption::FSName("powercut".into()),
@@ -354,6 +355,24 @@ impl Mounted {
             .unwrap_or_else(|p| p.into_inner())
             .faults
             .add(rule);
+    }
+
+    /// From now on, each open of a file keeps the kernel's page cache of it, as a local
+    /// file system's page cache outlives a file's opens (by default FUSE drops it at each
+    /// open, so every read of a newly opened file reaches this file system and its
+    /// rules). Only this mount's own writes change its files, so the cache stays true.
+    ///
+    /// ```no_run
+    /// use bloomsled_powercut::PowerCutFs;
+    /// let fs = PowerCutFs::mount(std::path::Path::new("/tmp/pc-cache"))?;
+    /// fs.keep_page_cache(true);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn keep_page_cache(&self, keep: bool) {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keep_cache = keep;
     }
 
     /// Removes every fault rule (the disk is healthy again).
