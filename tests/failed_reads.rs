@@ -152,3 +152,176 @@ fn the_rebuild_after_open_retries_a_failed_scan_and_installs_nothing_partial() {
     fs.unmount().unwrap();
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A bad sector in sled's log (every read of its bytes fails, whoever reads it): sled 0.34
+/// would take the failed read at its open for the end of its log and open an older store
+/// with no error; bloomsled's read check of what that open reads fails the open instead,
+/// naming the file and the offset, and once the disk reads again nothing is lost.
+#[test]
+fn a_bad_sector_in_sleds_log_fails_the_open_and_loses_nothing() {
+    let Some((base, fs)) = common::fuse::mount_or_skip("bad-sector") else {
+        return;
+    };
+    let dir = fs.mountpoint().join("store");
+    let config = Config::new()
+        .path(&dir)
+        .cache_capacity(64 * 1024)
+        .flush_every_ms(None);
+    let db = config.open().unwrap();
+    let keys = 12_000;
+    for i in 0..keys {
+        db.insert(key(i), vec![7u8; 200]).unwrap();
+    }
+    db.close().unwrap();
+    let seg = 512 * 1024u64;
+    let len = std::fs::metadata(dir.join("db")).unwrap().len();
+    assert!(len > 4 * seg, "a log of several segments ({len} bytes)");
+    // A sector at each segment's header, in the middle of each segment, and the log's last.
+    let mut sectors: Vec<u64> = (0..len / seg)
+        .flat_map(|i| [i * seg, i * seg + seg / 2])
+        .collect();
+    sectors.push((len - 1) / 4096 * 4096);
+    let (mut refused, mut later) = (0, 0);
+    for &at in &sectors {
+        fs.fail(
+            Failure::new(Op::Read, "db")
+                .bytes(at..at + 4096)
+                .errno(libc::EIO)
+                .sticky(),
+        );
+        let fired = fs.fired();
+        let opened = config.open();
+        let read_at_open = fs.fired() > fired;
+        match opened {
+            Err(e) => {
+                let err = e.to_string();
+                assert!(
+                    err.contains("/store/db at offset") && err.contains("would take this for"),
+                    "sector {at}: {err}"
+                );
+                refused += 1;
+            }
+            Ok(db) => {
+                // The open never read the sector (sled reads a page before its last
+                // snapshot only when a lookup needs it): lookups that read it fail.
+                let (mut failed, mut lost) = (0, 0);
+                for i in 0..keys {
+                    match db.get(key(i)) {
+                        Ok(Some(_)) => {}
+                        Ok(None) => lost += 1,
+                        Err(_) => failed += 1,
+                    }
+                }
+                assert!(
+                    lost == 0 && !read_at_open,
+                    "sector {at}: read at the open: {read_at_open}; the open succeeded and \
+                     {lost} of {keys} keys read as absent"
+                );
+                // A sector of superseded pages or padding holds nothing sled reads.
+                later += usize::from(failed > 0);
+                drop(db);
+            }
+        }
+        fs.heal();
+        let db = config.open().unwrap();
+        assert!(
+            (0..keys).all(|i| db.get(key(i)).unwrap().is_some()),
+            "sector {at}: a key lost after the disk read again"
+        );
+        db.close().unwrap();
+    }
+    println!(
+        "{} bad sectors: {refused} opens refused, {later} failed lookups later",
+        sectors.len()
+    );
+    // Every segment header is read at the open.
+    assert!(refused as u64 >= len / seg, "{refused} opens refused");
+    fs.unmount().unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A disk whose reads fail from the Nth read of sled's log on (a device dying during the
+/// open): the read check before sled's open may pass and sled's own reads fail, which sled
+/// takes for the end of its log; the same reads after sled's open fail too, and the open
+/// fails instead of serving an older store. Every N of a whole open is tried.
+#[test]
+fn a_disk_that_dies_during_the_open_fails_it_and_loses_nothing() {
+    let Some((base, fs)) = common::fuse::mount_or_skip("dying-disk") else {
+        return;
+    };
+    // A local file system's page cache outlives an open (sled's reads of what the check
+    // just read come from it), and is cold after a reboot: dropped before each open.
+    fs.keep_page_cache(true);
+    let dir = fs.mountpoint().join("store");
+    let config = Config::new()
+        .path(&dir)
+        .cache_capacity(64 * 1024)
+        .flush_every_ms(None);
+    let db = config.open().unwrap();
+    let keys = 6_000;
+    for i in 0..keys {
+        db.insert(key(i), vec![7u8; 200]).unwrap();
+    }
+    db.close().unwrap();
+    let cold = || drop_page_cache(&dir.join("db"));
+    cold();
+    let before = fs.count(Op::Read, "db");
+    let db = config.open().unwrap();
+    let reads = fs.count(Op::Read, "db") - before;
+    db.close().unwrap();
+    assert!(reads >= 2, "{reads} reads of sled's log in an open");
+    let mut refused = 0;
+    for nth in 1..=reads {
+        fs.fail(
+            Failure::new(Op::Read, "db")
+                .nth(nth)
+                .errno(libc::EIO)
+                .sticky(),
+        );
+        cold();
+        match config.open() {
+            Err(e) => {
+                // Ours name the file; sled's own may not (`Corruption` of a page it read
+                // back wrong): an error either way, never an older store.
+                let err = e.to_string();
+                assert!(
+                    err.contains("/mnt/store") || err.contains("corrupted"),
+                    "read {nth}: {err}"
+                );
+                refused += 1;
+            }
+            Ok(db) => {
+                let lost = (0..keys)
+                    .filter(|&i| matches!(db.get(key(i)), Ok(None)))
+                    .count();
+                assert_eq!(
+                    lost, 0,
+                    "read {nth}: the open succeeded, {lost} keys absent"
+                );
+                drop(db);
+            }
+        }
+        fs.heal();
+        let db = config
+            .open()
+            .unwrap_or_else(|e| panic!("read {nth}: the open after the disk read again: {e:?}"));
+        assert!(
+            (0..keys).all(|i| db.get(key(i)).unwrap().is_some()),
+            "read {nth}: a key lost after the disk read again"
+        );
+        db.close().unwrap();
+    }
+    println!("{reads} reads of sled's log in an open; {refused} opens refused");
+    fs.unmount().unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// Drops the page cache of `path` (its pages are clean: the database was closed), as a
+/// reboot does.
+fn drop_page_cache(path: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: `f` is an open file for the whole call; `posix_fadvise` only reads its fd.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0, "posix_fadvise");
+}

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use sled::Mode;
 
+use super::repair::log_reads::{check_log_reads, recheck_log_reads};
 use super::Db;
 use crate::error::{Error, Result};
 use crate::filter::{FilterConfig, FilterMode};
@@ -434,6 +435,11 @@ impl Config {
         let mut waited = Duration::ZERO;
         let mut pause = Duration::from_millis(1);
         loop {
+            // sled takes a failed read of its log at open for its end: read it first
+            // (`store/repair/log_reads.rs`), and again once sled holds it.
+            if !self.temporary {
+                check_log_reads(&self.path, self.sled.segment_size).map_err(Error::Io)?;
+            }
             match self.sled.open() {
                 Err(sled::Error::Io(e)) if lock_held(&e) && waited < LOCK_WAIT => {
                     log::debug!("bloomsled: {e}; retrying");
@@ -447,6 +453,21 @@ impl Config {
                 Err(sled::Error::Io(e)) => {
                     let what = format!("open of sled's store {}: {e}", self.path.display());
                     return Err(crate::error::Error::Io(std::io::Error::new(e.kind(), what)));
+                }
+                // A disk that failed sled's reads after the check's (a device that died
+                // in between) fails the same reads now: the open fails before anything
+                // is written. sled's drop ends in an fsync it unwraps: caught.
+                Ok(db) if !self.temporary => {
+                    let Err(e) = recheck_log_reads(&self.path, self.sled.segment_size) else {
+                        return Ok(db);
+                    };
+                    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        drop(db);
+                    }));
+                    if dropped.is_err() {
+                        log::error!("bloomsled: sled's fsync at drop failed (it panics): caught");
+                    }
+                    return Err(Error::Io(e));
                 }
                 opened => return Ok(opened?),
             }
