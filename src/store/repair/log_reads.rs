@@ -129,14 +129,23 @@ fn read_what_sled_reads(
     let tail = (max_stable / seg as i64) * seg as i64;
     let from = snapshot_lsn(db_dir).map_or(0, |s| s.min(tail));
     let from = (from / seg as i64) * seg as i64;
-    let mut data = vec![0u8; segment_size];
+    // Read in pieces of 64 KiB: under glibc a freed allocation of a whole segment (512 KiB)
+    // would raise malloc's mmap threshold for the rest of the process, and the allocations
+    // sled makes next would then stay in its arenas (seen as a failed thread start under
+    // an address-space limit: `tests/memory_limit.rs`).
+    let mut data = vec![0u8; 64 << 10];
     for (at, h) in &headers {
         if !h.ok || h.lsn < from {
             continue;
         }
-        let n = seg.min(len - at) as usize;
-        read_at(file, &mut data[..n], *at)
-            .map_err(|e| failed(path, "read of a log segment", *at, e))?;
+        let end = at + seg.min(len - at);
+        let mut pos = *at;
+        while pos < end {
+            let n = (end - pos).min(data.len() as u64) as usize;
+            read_at(file, &mut data[..n], pos)
+                .map_err(|e| failed(path, "read of a log segment", pos, e))?;
+            pos += n as u64;
+        }
     }
     Ok(())
 }
