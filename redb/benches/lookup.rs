@@ -6,7 +6,8 @@
 //! durability (`Immediate`), `BLOOMSLED_REDB_KEYS` keys in all (default 1,000,000), the two
 //! loads interleaved transaction by transaction (the first store alternating). Then, in
 //! `BLOOMSLED_REDB_ROUNDS` interleaved rounds (default 5; medians), over
-//! `BLOOMSLED_REDB_SAMPLE` keys each (default 200,000, made before the load):
+//! `BLOOMSLED_REDB_SAMPLE` keys each (default 200,000, made before the load), each timed
+//! pass right after an untimed one of the same contender (see `interleaved`):
 //!
 //! * absent `get` on an open table (`ReadOnlyTable::get` of keys never inserted);
 //! * the per-request path: bloomsled-redb's `Database::get_latest` against redb's
@@ -76,6 +77,16 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Each contender once per round, the first one alternating; ns per item, round by round.
+///
+/// Each timed pass follows an untimed pass of the same contender over the same keys, so
+/// every round of a contender starts from the cache state its own lookups leave (a stream's
+/// steady state), whatever ran before it. Without it the rounds were bimodal: a pass right
+/// after the other contender's (which evicts the last-level cache) paid a miss on each of
+/// the filter's lines (2.4 MB at 1M keys: 38,000 misses, +14 ns per lookup over 200K
+/// lookups, 35 against 21 ns), one right after its own pass did not, and the alternating
+/// order gives each contender both kinds; so the median of an odd number of rounds was
+/// set by round 0's state: cold after the load, warm after a reopen (the filter just
+/// read in), which read as a grown filter ~35% slower than a loaded one.
 fn interleaved(
     rounds: usize,
     n: usize,
@@ -83,14 +94,18 @@ fn interleaved(
     mut b: impl FnMut() -> Duration,
 ) -> [Vec<f64>; 2] {
     let (mut va, mut vb) = (Vec::new(), Vec::new());
+    let per = |d: Duration| d.as_nanos() as f64 / n as f64;
+    let warm = |f: &mut dyn FnMut() -> Duration| {
+        f();
+        per(f())
+    };
     for r in 0..rounds {
-        let per = |d: Duration| d.as_nanos() as f64 / n as f64;
         if r % 2 == 0 {
-            va.push(per(a()));
-            vb.push(per(b()));
+            va.push(warm(&mut a));
+            vb.push(warm(&mut b));
         } else {
-            vb.push(per(b()));
-            va.push(per(a()));
+            vb.push(warm(&mut b));
+            va.push(warm(&mut a));
         }
     }
     [va, vb]
