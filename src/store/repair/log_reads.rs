@@ -16,13 +16,13 @@
 //! lowest one sled treats as its unstable tail. A read that fails fails the open with an
 //! error naming the file, the offset and what sled would have done; nothing is written.
 //! On a local file system sled's own reads then come from the page cache the check filled.
-//! After sled's open, [`recheck_log_reads`] reads the same again (from that cache): a disk
-//! that failed sled's reads after the check's fails these too, and the open fails before
-//! anything is written to the store. Left: a file system that drops its page cache at
+//! After sled's open, [`recheck_log_reads`] reads every segment header again: a disk that
+//! began failing reads after the check's (and so failed sled's) fails these too, and the
+//! open fails before anything is written to the store. Left: a file system that drops its page cache at
 //! each open (a FUSE mount without `keep_cache`, some network file systems) while the disk
 //! fails exactly between the check's read and sled's (`docs/persistence.md`).
 //!
-//! The cost: the headers and the log since sled's last snapshot read twice more, at open.
+//! The cost: the log since sled's last snapshot read once more at open, the headers twice.
 
 use std::fs;
 use std::io;
@@ -84,23 +84,27 @@ pub(crate) fn check_log_reads(db_dir: &Path, segment_size: usize) -> io::Result<
     if file.try_lock_exclusive().is_err() {
         return Ok(());
     }
-    read_what_sled_reads(&file, &path, db_dir, segment_size)
+    read_what_sled_reads(&file, &path, db_dir, segment_size, true)
     // `file` closes here, releasing the lock before sled takes it.
 }
 
-/// The same reads once sled has opened the log (it holds the lock): a read that fails now
-/// failed sled's too, or will.
+/// Every segment header again, once sled has opened the log (it holds the lock): a disk
+/// that began to fail reads after the check's (and so failed sled's) fails these too. The
+/// tail is not read again: a failure that spares these reads and hit only sled's reads of
+/// the tail is a one-off error, which the check before could not see either.
 pub(crate) fn recheck_log_reads(db_dir: &Path, segment_size: usize) -> io::Result<()> {
     let path = db_dir.join("db");
     let file = fs::File::open(&path).map_err(|e| failed(&path, "open", 0, e))?;
-    read_what_sled_reads(&file, &path, db_dir, segment_size)
+    read_what_sled_reads(&file, &path, db_dir, segment_size, false)
 }
 
+/// The reads of [`check_log_reads`]: every segment header, then (if `tail`) the tail.
 fn read_what_sled_reads(
     file: &fs::File,
     path: &Path,
     db_dir: &Path,
     segment_size: usize,
+    tail: bool,
 ) -> io::Result<()> {
     let len = file
         .metadata()
@@ -118,6 +122,9 @@ fn read_what_sled_reads(
         let at = idx * seg;
         read_at(file, &mut buf, at).map_err(|e| failed(path, "read of a segment header", at, e))?;
         headers.push((at, parse_header(&buf)));
+    }
+    if !tail {
+        return Ok(());
     }
     let max_stable = headers
         .iter()
