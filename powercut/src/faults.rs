@@ -125,6 +125,27 @@ impl Failure {
         self
     }
 
+    /// The matching operation that fails is one of `range` (counted from 1), picked by
+    /// `seed`: the same seed picks the same one on every machine and run, so a failure
+    /// found with a seed is found again with it.
+    ///
+    /// ```
+    /// use bloomsled_powercut::{Failure, Op};
+    /// let a = Failure::new(Op::Write, "db").nth_in(7, 2..=99);
+    /// assert_eq!(a, Failure::new(Op::Write, "db").nth_in(7, 2..=99));
+    /// assert!((2..=99).contains(&a.nth));
+    /// ```
+    pub fn nth_in(mut self, seed: u64, range: std::ops::RangeInclusive<u64>) -> Failure {
+        let (lo, hi) = (*range.start(), (*range.end()).max(*range.start()));
+        // splitmix64's finalizer: every bit of the seed moves the pick.
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        self.nth = (lo + z % (hi - lo + 1)).max(1);
+        self
+    }
+
     /// With this errno (`libc::EIO`, `libc::ENOSPC`, `libc::EROFS`, …).
     pub fn errno(mut self, errno: i32) -> Failure {
         self.errno = errno;
