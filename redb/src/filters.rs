@@ -41,11 +41,13 @@ use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, RwLock,
 mod build;
 mod built;
 pub(crate) mod journals;
+mod lookups;
 
 pub(crate) use built::Built;
 use built::MIN_CAPACITY;
 
 use journals::Journals;
+pub(crate) use lookups::{Lookups, ReadSide};
 
 pub(crate) use build::{Builder, Builds, Keys};
 
@@ -109,6 +111,8 @@ pub(crate) struct TableFilter {
     pub(crate) building: AtomicBool,
     /// Filters a build installed for this table (loaded or scanned).
     pub(crate) builds: AtomicU64,
+    /// What this table's lookups did (`lookups.rs`).
+    pub(crate) lookups: Lookups,
     /// What `record_metrics` last recorded of this table's counters.
     #[cfg(feature = "metrics")]
     pub(crate) recorded: bloomsled::telemetry::Recorded,
@@ -133,6 +137,7 @@ impl TableFilter {
             source: Mutex::default(),
             building: AtomicBool::new(false),
             builds: AtomicU64::new(0),
+            lookups: Lookups::default(),
             #[cfg(feature = "metrics")]
             recorded: Default::default(),
         })
@@ -185,24 +190,25 @@ impl TableFilter {
         }
     }
 
-    /// True if the filter proves `key` absent from the view of a write transaction whose
-    /// state is `seq` and that first opened the table at build generation `gen_seen`
-    /// (`settled`: it restored or renamed nothing). Its own keys are in `current` (rule 1),
-    /// but those it wrote before a build installed `pending` are in no scan: after a build
+    /// `Some(false)` if the filter proves `key` absent from the view of a write transaction
+    /// whose state is `seq` and that first opened the table at build generation `gen_seen`
+    /// (`settled`: it restored or renamed nothing), `Some(true)` if it may hold it, `None` if
+    /// the transaction may not trust the filter. Its own keys are in `current` (rule 1), but
+    /// those it wrote before a build installed `pending` are in no scan: after a build
     /// began, it trusts no filter (rules 2, 3).
-    pub(crate) fn rules_out_written(
+    pub(crate) fn probe_written(
         &self,
         gen_seen: u64,
         settled: impl FnOnce() -> bool,
         shared: &Shared,
         seq: u64,
         key: &[u8],
-    ) -> bool {
+    ) -> Option<bool> {
         let slots = self.read();
-        slots.build_gen == gen_seen
+        (slots.build_gen == gen_seen
             && settled()
-            && slots.current.trusted_for(shared.epoch.load(SeqCst), seq)
-            && !slots.current.may_contain(key)
+            && slots.current.trusted_for(shared.epoch.load(SeqCst), seq))
+        .then(|| slots.current.may_contain(key))
     }
 
     /// The build generation, read when a write transaction first opens the table (rule 2).
@@ -285,6 +291,8 @@ struct Latest {
     name: Box<str>,
     version: u64,
     built: Arc<Built>,
+    /// The table's counters.
+    tf: Arc<TableFilter>,
     /// To forget entries of dropped databases.
     shared: Weak<Shared>,
 }
@@ -391,7 +399,14 @@ impl Shared {
                 .iter()
                 .find(|e| e.db == self.id && e.kind == kind && &*e.name == name)
                 .filter(|e| e.version == version)
-                .map(|e| !e.built.may_contain(key))
+                .map(|e| {
+                    let absent = !e.built.may_contain(key);
+                    if absent {
+                        // Counted here only when ruled out: otherwise the read table counts.
+                        e.tf.lookups.lookup();
+                    }
+                    absent
+                })
         });
         match cached {
             Some(absent) => absent,
@@ -417,6 +432,9 @@ impl Shared {
             return false;
         }
         let absent = !built.may_contain(key);
+        if absent {
+            tf.lookups.lookup();
+        }
         LATEST.with(|entries| {
             let mut entries = entries.borrow_mut();
             entries.retain(|e| {
@@ -432,6 +450,7 @@ impl Shared {
                 name: name.into(),
                 version,
                 built,
+                tf,
                 shared: Arc::downgrade(self),
             });
         });

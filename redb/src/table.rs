@@ -113,11 +113,6 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         self.writing.admit(key);
     }
 
-    /// True if the filter proves the key absent from this transaction's view.
-    fn rules_out(&self, key: &[u8]) -> bool {
-        self.writing.rules_out(key)
-    }
-
     /// The value of `key` for in-place change; `None` if absent (the filter may say so).
     ///
     /// ```
@@ -136,10 +131,10 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         &mut self,
         key: impl Borrow<K::SelfType<'k>>,
     ) -> Result<Option<AccessGuardMut<'_, V>>> {
-        if self.rules_out(K::as_bytes(key.borrow()).as_ref()) {
-            return Ok(None);
-        }
-        self.inner.get_mut(key)
+        let inner = &mut self.inner;
+        self.writing.get(K::as_bytes(key.borrow()).as_ref(), || {
+            inner.get_mut(key.borrow())
+        })
     }
 
     /// Removes and returns the first pair (its key stays in the filter: a false positive).
@@ -411,10 +406,9 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTableMetadata for Table<'_, K
 
 impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, V> {
     fn get<'a>(&self, key: impl Borrow<K::SelfType<'a>>) -> Result<Option<AccessGuard<'_, V>>> {
-        if self.rules_out(K::as_bytes(key.borrow()).as_ref()) {
-            return Ok(None);
-        }
-        self.inner.get(key)
+        self.writing.get(K::as_bytes(key.borrow()).as_ref(), || {
+            self.inner.get(key.borrow())
+        })
     }
 
     fn range<'a, KR>(&self, range: impl RangeBounds<KR> + 'a) -> Result<Range<'_, K, V>>

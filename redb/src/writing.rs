@@ -1,6 +1,6 @@
 //! The filter side of a table open in a write transaction, shared by `Table` and
 //! `MultimapTable`: every key a write may create goes through [`Writing::admit`] before
-//! redb stores it, and a lookup asks [`Writing::rules_out`] before redb.
+//! redb stores it, and a lookup asks [`Writing::get`] before redb.
 
 use std::sync::Arc;
 
@@ -55,18 +55,36 @@ impl<'txn> Writing<'txn> {
         }
     }
 
-    /// True if the filter proves the key absent from this transaction's view.
-    pub(crate) fn rules_out(&self, key: &[u8]) -> bool {
-        let Some(tf) = &self.filter else {
-            return false;
-        };
-        tf.rules_out_written(
+    fn probe(&self, key: &[u8]) -> Option<bool> {
+        let tf = self.filter.as_ref()?;
+        tf.probe_written(
             self.gen_seen,
             || self.txn.settled(),
             self.txn.shared(),
             self.txn.seq(),
             key,
         )
+    }
+
+    /// A lookup of `key` in this transaction's view: the filter, then `get` (redb), counted
+    /// in the table's lookups.
+    #[inline]
+    pub(crate) fn get<G, E>(
+        &self,
+        key: &[u8],
+        get: impl FnOnce() -> Result<Option<G>, E>,
+    ) -> Result<Option<G>, E> {
+        let Some(tf) = &self.filter else {
+            return get();
+        };
+        tf.lookups.lookup();
+        let probe = self.probe(key);
+        if probe == Some(false) {
+            return Ok(None);
+        }
+        let v = get()?;
+        tf.lookups.stored(probe.is_some() && v.is_none());
+        Ok(v)
     }
 
     /// The filter and the log, for a cursor that writes through this handle.

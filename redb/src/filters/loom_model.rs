@@ -9,7 +9,7 @@
 //! commit around redb's), `Shared::settled_epoch` and `Shared::scan_build_with` (a build,
 //! as `build_if_needed` starts it), `Shared::rules_out_latest` (the per-request path and its per-thread cache),
 //! `Shared::trusted_current` (a read transaction's table) and
-//! `TableFilter::rules_out_written` (a write transaction's lookup). Run with
+//! `TableFilter::probe_written` (a write transaction's lookup). Run with
 //! `RUSTFLAGS="--cfg bloomsled_loom" cargo test --release -p bloomsled-redb --lib loom`
 //! (see `.ci/run`).
 
@@ -306,7 +306,7 @@ fn loom_a_write_transaction_never_loses_its_own_key_to_a_build() {
         let seq = shared.started.load(SeqCst);
         let gen_seen = tf.build_gen();
         tf.insert(KEY);
-        let ruled_out = tf.rules_out_written(gen_seen, || true, &shared, seq, KEY);
+        let ruled_out = tf.probe_written(gen_seen, || true, &shared, seq, KEY) == Some(false);
         assert!(!ruled_out, "a write transaction lost its own key");
         builder.join().unwrap();
     });

@@ -1,0 +1,134 @@
+//! Per-table lookup counts (`TableFilterStats::lookups` and the rest), and the
+//! false-positive memory's races staged one by one.
+
+use bloomsled_redb::{
+    Database, MultimapTableDefinition, ReadableDatabase, ReadableTable, TableDefinition,
+    TableFilterStats,
+};
+
+const T: TableDefinition<&str, u64> = TableDefinition::new("t");
+const M: MultimapTableDefinition<&str, u64> = MultimapTableDefinition::new("m");
+
+fn key(i: u64) -> String {
+    format!("https://example.com/page/{i}")
+}
+
+fn db() -> (tempfile::TempDir, Database) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(dir.path().join("l.redb")).unwrap();
+    (dir, db)
+}
+
+fn stats(db: &Database) -> TableFilterStats {
+    db.table_filter_stats(T).unwrap()
+}
+
+/// Keys `range` inserted in one commit.
+fn load(db: &Database, range: std::ops::Range<u64>) {
+    let w = db.begin_write().unwrap();
+    {
+        let mut t = w.open_table(T).unwrap();
+        for i in range {
+            t.insert(key(i).as_str(), &i).unwrap();
+        }
+    }
+    w.commit().unwrap();
+}
+
+/// Every lookup path counts: present keys read redb, absent ones are ruled out or, the
+/// filter's false positives, read redb and find nothing; the counts add up exactly.
+#[test]
+fn lookups_are_counted_by_what_answered_them() {
+    let (_dir, db) = db();
+    // 1,000 keys in the 1,024 a first filter is sized for: the 0.1% rate at capacity.
+    load(&db, 0..1_000);
+    let before = stats(&db);
+    assert_eq!(
+        (before.lookups, before.ruled_out, before.store_lookups),
+        (0, 0, 0)
+    );
+    let r = db.begin_read().unwrap();
+    let t = r.open_table(T).unwrap();
+    for i in 0..1_000 {
+        assert!(t.get(key(i).as_str()).unwrap().is_some());
+    }
+    for i in 1_000..21_000 {
+        assert!(t.get(key(i).as_str()).unwrap().is_none());
+    }
+    let s = stats(&db);
+    assert_eq!(s.lookups, 21_000);
+    assert_eq!(s.ruled_out + s.false_positives, 20_000);
+    assert_eq!(s.store_lookups, 1_000 + s.false_positives);
+    // About 20 expected (0.1% of 20,000); none at all has odds of e^-20.
+    assert!(
+        s.false_positives > 0 && s.false_positives < 200,
+        "{} false positives",
+        s.false_positives
+    );
+
+    // The per-request path counts each lookup once, whichever way it was answered.
+    for i in 21_000..22_000 {
+        assert!(db.get_latest(T, key(i).as_str()).unwrap().is_none());
+    }
+    assert!(db.get_latest(T, key(5).as_str()).unwrap().is_some());
+    let s2 = stats(&db);
+    assert_eq!(s2.lookups, s.lookups + 1_001);
+    assert_eq!(
+        s2.ruled_out + s2.store_lookups,
+        s2.lookups,
+        "every lookup was ruled out or read redb"
+    );
+
+    // A write transaction's lookups too.
+    let w = db.begin_write().unwrap();
+    {
+        let mut t = w.open_table(T).unwrap();
+        assert!(t.get(key(7).as_str()).unwrap().is_some());
+        assert!(t.get_mut(key(8).as_str()).unwrap().is_some());
+    }
+    w.abort().unwrap();
+    let s3 = stats(&db);
+    assert_eq!(s3.lookups, s2.lookups + 2);
+    assert_eq!(s3.store_lookups, s2.store_lookups + 2);
+    assert_eq!(s3.false_positives, s2.false_positives);
+}
+
+/// With no trusted filter (a restore in flight distrusts them all), every lookup reads redb
+/// and none is a false positive: the filter said nothing.
+#[test]
+fn lookups_without_a_trusted_filter_read_redb_and_are_no_false_positives() {
+    let (_dir, db) = db();
+    load(&db, 0..10);
+    let mut w = db.begin_write().unwrap();
+    let s = w.ephemeral_savepoint().unwrap();
+    w.restore_savepoint(&s).unwrap();
+    {
+        let t = w.open_table(T).unwrap();
+        assert!(t.get(key(100).as_str()).unwrap().is_none());
+    }
+    let st = stats(&db);
+    assert_eq!(
+        (st.lookups, st.store_lookups, st.false_positives),
+        (1, 1, 0)
+    );
+    w.commit().unwrap();
+}
+
+/// Multimap tables count their lookups the same way.
+#[test]
+fn multimap_lookups_are_counted() {
+    let (_dir, db) = db();
+    let w = db.begin_write().unwrap();
+    w.open_multimap_table(M).unwrap().insert("a", &1).unwrap();
+    w.commit().unwrap();
+    let r = db.begin_read().unwrap();
+    let m = r.open_multimap_table(M).unwrap();
+    assert_eq!(m.get("a").unwrap().len(), 1);
+    for i in 0..100 {
+        assert!(m.get(key(i).as_str()).unwrap().is_empty());
+    }
+    let s = db.multimap_table_filter_stats(M).unwrap();
+    assert_eq!(s.lookups, 101);
+    assert_eq!(s.store_lookups, 1 + s.false_positives);
+    assert_eq!(s.ruled_out, 100 - s.false_positives);
+}
