@@ -28,12 +28,12 @@
 //! from `crate::sync`).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Weak};
 
 use bloomsled::JournalFault;
 use bloomsled::persist::JournalWriter;
+use bloomsled::reuse::Pending;
 
 use crate::persist::{self, OnDisk};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, RwLock, RwLockReadGuard};
@@ -42,12 +42,14 @@ mod build;
 mod built;
 pub(crate) mod journals;
 mod lookups;
+mod names;
 
 pub(crate) use built::Built;
 use built::MIN_CAPACITY;
 
 use journals::Journals;
-pub(crate) use lookups::{Lookups, ReadSide};
+pub(crate) use lookups::{Forgets, Lookups, ReadSide};
+use names::Names;
 
 pub(crate) use build::{Builder, Builds, Keys};
 
@@ -113,6 +115,8 @@ pub(crate) struct TableFilter {
     pub(crate) builds: AtomicU64,
     /// What this table's lookups did (`lookups.rs`).
     pub(crate) lookups: Lookups,
+    /// The table's false positives found once (`lookups.rs`), with its seed.
+    memory: bloomsled::reuse::FpMemory,
     /// What `record_metrics` last recorded of this table's counters.
     #[cfg(feature = "metrics")]
     pub(crate) recorded: bloomsled::telemetry::Recorded,
@@ -138,6 +142,7 @@ impl TableFilter {
             building: AtomicBool::new(false),
             builds: AtomicU64::new(0),
             lookups: Lookups::default(),
+            memory: lookups::memory(seed),
             #[cfg(feature = "metrics")]
             recorded: Default::default(),
         })
@@ -153,11 +158,13 @@ impl TableFilter {
         self.slots.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sets the key's bits in every filter (rule 1), appends its hash to the session's
-    /// crash journal if there is one (before redb stores the key), and returns the hash for
-    /// the write log.
-    pub(crate) fn insert(&self, key: &[u8]) -> u64 {
+    /// Sets the key's bits in every filter (rule 1), forgets it in the false-positive
+    /// memory until `pending` ends with the transaction, appends its hash to the session's
+    /// crash journal if there is one (all before redb stores the key), and returns the hash
+    /// for the write log.
+    pub(crate) fn insert(&self, key: &[u8], pending: &RefCell<Pending>) -> u64 {
         let h = bloomsled::hash::hash_key(key, self.seed);
+        self.forget(h, pending);
         let slots = self.read();
         slots.insert_hash(h);
         if let Some(j) = &slots.journal {
@@ -308,24 +315,6 @@ thread_local! {
 loom::thread_local! {
     static LATEST: RefCell<Vec<Latest>> = RefCell::new(Vec::new());
 }
-
-/// The tables' map's hasher: the core's xxh3 (seed 0) instead of SipHash, whose cost per
-/// name is most of a per-request lookup's map access. Table names are the program's own,
-/// not an adversary's, so a fixed seed is fine here.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct NameHasher(u64);
-
-impl std::hash::Hasher for NameHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        self.0 = bloomsled::hash::hash_key(bytes, self.0);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type Names = HashMap<String, Arc<TableFilter>, std::hash::BuildHasherDefault<NameHasher>>;
 
 /// Which namespace a table name lives in.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]

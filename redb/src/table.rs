@@ -322,8 +322,13 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         bound: Bound<impl Borrow<K::SelfType<'a>>>,
     ) -> Result<CursorMut<'_, K, V>> {
         let inner = self.inner.lower_bound_mut(bound)?;
-        let (filter, log) = self.writing.for_cursor();
-        Ok(CursorMut { inner, filter, log })
+        let (filter, log, pending) = self.writing.for_cursor();
+        Ok(CursorMut {
+            inner,
+            filter,
+            log,
+            pending,
+        })
     }
 
     /// A mutable cursor at the gap after the last key not above `bound`.
@@ -347,8 +352,13 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         bound: Bound<impl Borrow<K::SelfType<'a>>>,
     ) -> Result<CursorMut<'_, K, V>> {
         let inner = self.inner.upper_bound_mut(bound)?;
-        let (filter, log) = self.writing.for_cursor();
-        Ok(CursorMut { inner, filter, log })
+        let (filter, log, pending) = self.writing.for_cursor();
+        Ok(CursorMut {
+            inner,
+            filter,
+            log,
+            pending,
+        })
     }
 
     /// The entry of `key` for in-place manipulation. The key is put in the filter first

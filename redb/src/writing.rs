@@ -2,7 +2,10 @@
 //! `MultimapTable`: every key a write may create goes through [`Writing::admit`] before
 //! redb stores it, and a lookup asks [`Writing::get`] before redb.
 
+use std::cell::RefCell;
 use std::sync::Arc;
+
+use bloomsled::reuse::Pending;
 
 use crate::filters::{Builder, Kind, TableFilter};
 use crate::transactions::WriteTransaction;
@@ -19,6 +22,9 @@ pub(crate) struct Writing<'txn> {
     /// The build generation the transaction saw when it first opened the table.
     gen_seen: u64,
     log: Vec<u64>,
+    /// The sets of the table's false-positive memory this handle's writes began in, handed
+    /// to the transaction when the handle drops (ended when it ends).
+    pending: RefCell<Pending>,
 }
 
 impl<'txn> Writing<'txn> {
@@ -40,6 +46,7 @@ impl<'txn> Writing<'txn> {
             filter,
             gen_seen,
             log: Vec::new(),
+            pending: RefCell::default(),
         }
     }
 
@@ -51,7 +58,7 @@ impl<'txn> Writing<'txn> {
     /// Sets the key's bits before a write that may create it.
     pub(crate) fn admit(&mut self, key: &[u8]) {
         if let Some(tf) = &self.filter {
-            self.log.push(tf.insert(key));
+            self.log.push(tf.insert(key, &self.pending));
         }
     }
 
@@ -88,13 +95,18 @@ impl<'txn> Writing<'txn> {
     }
 
     /// The filter and the log, for a cursor that writes through this handle.
-    pub(crate) fn for_cursor(&mut self) -> (Option<&TableFilter>, &mut Vec<u64>) {
-        (self.filter.as_deref(), &mut self.log)
+    pub(crate) fn for_cursor(
+        &mut self,
+    ) -> (Option<&TableFilter>, &mut Vec<u64>, &RefCell<Pending>) {
+        (self.filter.as_deref(), &mut self.log, &self.pending)
     }
 }
 
 impl Drop for Writing<'_> {
     fn drop(&mut self) {
         self.txn.append_log(self.kind, &self.name, &mut self.log);
+        if let Some(tf) = &self.filter {
+            self.txn.forgets().keep(tf.clone(), self.pending.take());
+        }
     }
 }

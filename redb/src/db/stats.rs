@@ -54,6 +54,10 @@ pub struct TableFilterStats {
     /// Store lookups that found nothing though a trusted filter said "maybe": its false
     /// positives.
     pub false_positives: u64,
+    /// Lookups the filter passed that the table's false-positive memory answered "absent"
+    /// without redb: false positives found before, not paid again (see `docs/redb.md`, "The
+    /// false-positive memory"). Lookups = ruled out + store lookups + remembered.
+    pub false_positives_remembered: u64,
 }
 
 fn source_of(shared: &Shared, kind: Kind, name: &str) -> Option<FilterSource> {
@@ -64,7 +68,8 @@ fn stats_of(shared: &Shared, kind: Kind, name: &str) -> Option<TableFilterStats>
     let tf = shared.lookup(kind, name)?;
     let built = tf.read().current.clone();
     let f = built.filter();
-    let (lookups, ruled_out, store_lookups, false_positives) = tf.lookups.totals();
+    let (lookups, ruled_out, store_lookups, false_positives, false_positives_remembered) =
+        tf.lookups.totals();
     Some(TableFilterStats {
         items: f.items(),
         capacity: f.capacity(),
@@ -81,6 +86,7 @@ fn stats_of(shared: &Shared, kind: Kind, name: &str) -> Option<TableFilterStats>
         ruled_out,
         store_lookups,
         false_positives,
+        false_positives_remembered,
     })
 }
 
@@ -192,13 +198,13 @@ impl ReadOnlyDatabase {
 /// The series [`Database::record_metrics`] records per table (label `table`, or
 /// `multimap_table` for a multimap table: its name): gauges of its filter as
 /// [`TableFilterStats`] has them, and counters of builds and of lookups (all, ruled out by
-/// the filter, read from redb, false positives).
+/// the filter, read from redb, false positives, false positives the memory answered).
 ///
 /// ```
 /// assert!(bloomsled_redb::TABLE_SERIES.contains(&"bloomsled_redb_items"));
 /// ```
 #[cfg(feature = "metrics")]
-pub const TABLE_SERIES: [&str; 12] = [
+pub const TABLE_SERIES: [&str; 13] = [
     "bloomsled_redb_items",
     "bloomsled_redb_capacity",
     "bloomsled_redb_filter_bytes",
@@ -211,6 +217,7 @@ pub const TABLE_SERIES: [&str; 12] = [
     "bloomsled_redb_ruled_out_total",
     "bloomsled_redb_store_lookups_total",
     "bloomsled_redb_false_positives_total",
+    "bloomsled_redb_false_positives_remembered_total",
 ];
 
 #[cfg(feature = "metrics")]
@@ -245,6 +252,7 @@ fn record(shared: &Shared) {
                 (TABLE_SERIES[9], s.ruled_out),
                 (TABLE_SERIES[10], s.store_lookups),
                 (TABLE_SERIES[11], s.false_positives),
+                (TABLE_SERIES[12], s.false_positives_remembered),
             ],
         );
     }
