@@ -162,7 +162,7 @@ impl TableFilter {
     /// memory until `pending` ends with the transaction, appends its hash to the session's
     /// crash journal if there is one (all before redb stores the key), and returns the hash
     /// for the write log.
-    pub(crate) fn insert(&self, key: &[u8], pending: &RefCell<Pending>) -> u64 {
+    pub(crate) fn insert(&self, key: &[u8], pending: &mut Pending) -> u64 {
         let h = bloomsled::hash::hash_key(key, self.seed);
         self.forget(h, pending);
         let slots = self.read();

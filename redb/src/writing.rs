@@ -2,7 +2,6 @@
 //! `MultimapTable`: every key a write may create goes through [`Writing::admit`] before
 //! redb stores it, and a lookup asks [`Writing::get`] before redb.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 
 use bloomsled::reuse::Pending;
@@ -24,7 +23,7 @@ pub(crate) struct Writing<'txn> {
     log: Vec<u64>,
     /// The sets of the table's false-positive memory this handle's writes began in, handed
     /// to the transaction when the handle drops (ended when it ends).
-    pending: RefCell<Pending>,
+    pending: Pending,
 }
 
 impl<'txn> Writing<'txn> {
@@ -46,7 +45,7 @@ impl<'txn> Writing<'txn> {
             filter,
             gen_seen,
             log: Vec::new(),
-            pending: RefCell::default(),
+            pending: Pending::default(),
         }
     }
 
@@ -58,7 +57,7 @@ impl<'txn> Writing<'txn> {
     /// Sets the key's bits before a write that may create it.
     pub(crate) fn admit(&mut self, key: &[u8]) {
         if let Some(tf) = &self.filter {
-            self.log.push(tf.insert(key, &self.pending));
+            self.log.push(tf.insert(key, &mut self.pending));
         }
     }
 
@@ -95,10 +94,8 @@ impl<'txn> Writing<'txn> {
     }
 
     /// The filter and the log, for a cursor that writes through this handle.
-    pub(crate) fn for_cursor(
-        &mut self,
-    ) -> (Option<&TableFilter>, &mut Vec<u64>, &RefCell<Pending>) {
-        (self.filter.as_deref(), &mut self.log, &self.pending)
+    pub(crate) fn for_cursor(&mut self) -> (Option<&TableFilter>, &mut Vec<u64>, &mut Pending) {
+        (self.filter.as_deref(), &mut self.log, &mut self.pending)
     }
 }
 
@@ -106,7 +103,9 @@ impl Drop for Writing<'_> {
     fn drop(&mut self) {
         self.txn.append_log(self.kind, &self.name, &mut self.log);
         if let Some(tf) = &self.filter {
-            self.txn.forgets().keep(tf.clone(), self.pending.take());
+            self.txn
+                .forgets()
+                .keep(tf.clone(), std::mem::take(&mut self.pending));
         }
     }
 }

@@ -347,3 +347,14 @@ fn a_rename_over_a_remembered_key_is_found() {
         7
     );
 }
+
+/// The forgets a write handle holds keep it `Send` and `Sync`, as redb's own handles are
+/// (a `RefCell` in it did not: caught by this test).
+#[test]
+fn write_handles_stay_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<bloomsled_redb::Table<'static, u64, u64>>();
+    send_sync::<bloomsled_redb::MultimapTable<'static, u64, u64>>();
+    send_sync::<bloomsled_redb::CursorMut<'static, u64, u64>>();
+    send_sync::<bloomsled_redb::WriteTransaction>();
+}

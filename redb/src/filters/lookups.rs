@@ -89,10 +89,14 @@ pub(crate) fn memory(seed: u64) -> FpMemory {
 
 impl TableFilter {
     /// Forgets the key of hash `h` (a write that may create it, before redb stores it),
-    /// keeping its set from recording until `pending` ends with the transaction.
+    /// keeping its set from recording until `pending` ends with the transaction. `pending`
+    /// is the table handle's own (`&mut`: a `RefCell` in the handle would make redb's
+    /// `Sync` tables not `Sync`), lent to the core's `forget` for the call.
     #[inline]
-    pub(crate) fn forget(&self, h: u64, pending: &RefCell<Pending>) {
-        self.memory.forget(h, pending);
+    pub(crate) fn forget(&self, h: u64, pending: &mut Pending) {
+        let cell = RefCell::new(std::mem::take(pending));
+        self.memory.forget(h, &cell);
+        *pending = cell.into_inner();
     }
 }
 

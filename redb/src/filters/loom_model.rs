@@ -117,9 +117,9 @@ fn write_and_commit(
 ) {
     let forgets = Forgets::default();
     let gen_seen = tf.build_gen();
-    let pending = std::cell::RefCell::default();
-    let log: Vec<u64> = insert.iter().map(|k| tf.insert(k, &pending)).collect();
-    forgets.keep(tf.clone(), pending.into_inner());
+    let mut pending = Default::default();
+    let log: Vec<u64> = insert.iter().map(|k| tf.insert(k, &mut pending)).collect();
+    forgets.keep(tf.clone(), pending);
     shared.commit_guarded([(&**tf, gen_seen, log.as_slice())], || {
         store.commit(insert, remove)
     });
@@ -312,7 +312,7 @@ fn loom_a_write_transaction_never_loses_its_own_key_to_a_build() {
         };
         let seq = shared.started.load(SeqCst);
         let gen_seen = tf.build_gen();
-        tf.insert(KEY, &std::cell::RefCell::default());
+        tf.insert(KEY, &mut Default::default());
         let ruled_out = tf.probe_written(gen_seen, || true, &shared, seq, KEY) == Some(false);
         assert!(!ruled_out, "a write transaction lost its own key");
         builder.join().unwrap();

@@ -29,7 +29,7 @@ pub struct CursorMut<'a, K: Key + 'static, V: Value + 'static> {
     pub(super) filter: Option<&'a TableFilter>,
     pub(super) log: &'a mut Vec<u64>,
     /// The forgets of the table's write handle (see `Writing`).
-    pub(super) pending: &'a std::cell::RefCell<bloomsled::reuse::Pending>,
+    pub(super) pending: &'a mut bloomsled::reuse::Pending,
 }
 
 impl<K: Key + 'static, V: Value + 'static> CursorMut<'_, K, V> {
