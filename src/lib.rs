@@ -125,6 +125,15 @@ pub use store::{
 /// m.forget(bloomsled::hash::hash_key(b"k", m.seed()), &pending); // before the store write
 /// m.end(&mut pending.borrow_mut()); // after it
 /// assert!(matches!(m.recall(b"k"), Recall::Unknown(_)));
+///
+/// // A write of keys not known one by one (another store's restore): every key forgotten.
+/// let Recall::Unknown(ticket) = m.recall(b"j") else { unreachable!() };
+/// m.record(ticket, b"j");
+/// assert!(matches!(m.recall(b"j"), Recall::Absent));
+/// let pending = RefCell::new(Pending::default());
+/// m.forget_all(&pending);
+/// m.end(&mut pending.borrow_mut());
+/// assert!(matches!(m.recall(b"j"), Recall::Unknown(_)));
 /// ```
 #[doc(hidden)]
 pub mod reuse {
