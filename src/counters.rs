@@ -33,7 +33,7 @@ struct Stripe<const N: usize>([AtomicU64; N]);
 
 /// `N` sums spread over stripes. Each thread adds to its own stripe, so a hot lookup path
 /// from many threads never bounces a shared cache line between cores.
-pub(crate) struct Counters<const N: usize> {
+pub struct Counters<const N: usize> {
     /// A power-of-two count of stripes ([`stripes`]).
     stripes: Box<[Stripe<N>]>,
 }
@@ -74,7 +74,7 @@ impl<const N: usize> Counters<N> {
     /// stripe. Statistics tolerate that; a locked add on every lookup would cost more than
     /// the filter probe itself. Counts that must be exact use [`Counters::add_exact`].
     #[inline]
-    pub(crate) fn add(&self, which: usize, n: u64) {
+    pub fn add(&self, which: usize, n: u64) {
         let c = self.mine(which);
         c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
     }
@@ -102,7 +102,7 @@ impl<const N: usize> Counters<N> {
     }
 
     /// The total of counter `which`.
-    pub(crate) fn sum(&self, which: usize) -> u64 {
+    pub fn sum(&self, which: usize) -> u64 {
         self.stripes
             .iter()
             .fold(0u64, |a, s| a.wrapping_add(s.0[which].load(Relaxed)))

@@ -104,6 +104,43 @@ pub use store::{
     DEFAULT_LARGE_GROWTH_FACTOR,
 };
 
+/// Internals the workspace's other crates reuse rather than copy (`bloomsled-redb`'s
+/// per-table lookup counts and false-positive memory): the core's striped counters and its
+/// false-positive memory, with the record/forget protocol its module docs state. Not a
+/// stable API: hidden from the docs and free to change with the workspace.
+///
+/// ```
+/// use std::cell::RefCell;
+/// use bloomsled::reuse::{Counters, FpMemory, Pending, Recall};
+///
+/// let c = Counters::<2>::default();
+/// c.add(0, 3);
+/// assert_eq!(c.sum(0), 3);
+///
+/// let m = FpMemory::new(64, 7);
+/// let Recall::Unknown(ticket) = m.recall(b"k") else { unreachable!() };
+/// m.record(ticket, b"k"); // the store did not hold it
+/// assert!(matches!(m.recall(b"k"), Recall::Absent));
+/// let pending = RefCell::new(Pending::default());
+/// m.forget(bloomsled::hash::hash_key(b"k", m.seed()), &pending); // before the store write
+/// m.end(&mut pending.borrow_mut()); // after it
+/// assert!(matches!(m.recall(b"k"), Recall::Unknown(_)));
+///
+/// // A write of keys not known one by one (another store's restore): every key forgotten.
+/// let Recall::Unknown(ticket) = m.recall(b"j") else { unreachable!() };
+/// m.record(ticket, b"j");
+/// assert!(matches!(m.recall(b"j"), Recall::Absent));
+/// let pending = RefCell::new(Pending::default());
+/// m.forget_all(&pending);
+/// m.end(&mut pending.borrow_mut());
+/// assert!(matches!(m.recall(b"j"), Recall::Unknown(_)));
+/// ```
+#[doc(hidden)]
+pub mod reuse {
+    pub use crate::counters::Counters;
+    pub use crate::store::fp_memory::{FpMemory, Pending, Recall, Ticket};
+}
+
 /// The examples of `docs/windows.md`, compiled as doc tests.
 #[doc = include_str!("../docs/windows.md")]
 #[cfg(doctest)]

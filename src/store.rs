@@ -5,7 +5,7 @@ mod aio;
 mod config;
 mod db;
 mod filters;
-mod fp_memory;
+pub(crate) mod fp_memory;
 mod holds;
 mod policy;
 mod ready;

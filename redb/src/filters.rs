@@ -28,12 +28,12 @@
 //! from `crate::sync`).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Weak};
 
 use bloomsled::JournalFault;
 use bloomsled::persist::JournalWriter;
+use bloomsled::reuse::Pending;
 
 use crate::persist::{self, OnDisk};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, RwLock, RwLockReadGuard};
@@ -41,11 +41,15 @@ use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, RwLock,
 mod build;
 mod built;
 pub(crate) mod journals;
+mod lookups;
+mod names;
 
 pub(crate) use built::Built;
 use built::MIN_CAPACITY;
 
 use journals::Journals;
+pub(crate) use lookups::{Forgets, Lookups, ReadSide};
+use names::Names;
 
 pub(crate) use build::{Builder, Builds, Keys};
 
@@ -109,6 +113,10 @@ pub(crate) struct TableFilter {
     pub(crate) building: AtomicBool,
     /// Filters a build installed for this table (loaded or scanned).
     pub(crate) builds: AtomicU64,
+    /// What this table's lookups did (`lookups.rs`).
+    pub(crate) lookups: Lookups,
+    /// The table's false positives found once (`lookups.rs`), with its seed.
+    memory: bloomsled::reuse::FpMemory,
     /// What `record_metrics` last recorded of this table's counters.
     #[cfg(feature = "metrics")]
     pub(crate) recorded: bloomsled::telemetry::Recorded,
@@ -133,6 +141,8 @@ impl TableFilter {
             source: Mutex::default(),
             building: AtomicBool::new(false),
             builds: AtomicU64::new(0),
+            lookups: Lookups::default(),
+            memory: lookups::memory(seed),
             #[cfg(feature = "metrics")]
             recorded: Default::default(),
         })
@@ -148,11 +158,13 @@ impl TableFilter {
         self.slots.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sets the key's bits in every filter (rule 1), appends its hash to the session's
-    /// crash journal if there is one (before redb stores the key), and returns the hash for
-    /// the write log.
-    pub(crate) fn insert(&self, key: &[u8]) -> u64 {
+    /// Sets the key's bits in every filter (rule 1), forgets it in the false-positive
+    /// memory until `pending` ends with the transaction, appends its hash to the session's
+    /// crash journal if there is one (all before redb stores the key), and returns the hash
+    /// for the write log.
+    pub(crate) fn insert(&self, key: &[u8], pending: &mut Pending) -> u64 {
         let h = bloomsled::hash::hash_key(key, self.seed);
+        self.forget(h, pending);
         let slots = self.read();
         slots.insert_hash(h);
         if let Some(j) = &slots.journal {
@@ -185,24 +197,25 @@ impl TableFilter {
         }
     }
 
-    /// True if the filter proves `key` absent from the view of a write transaction whose
-    /// state is `seq` and that first opened the table at build generation `gen_seen`
-    /// (`settled`: it restored or renamed nothing). Its own keys are in `current` (rule 1),
-    /// but those it wrote before a build installed `pending` are in no scan: after a build
+    /// `Some(false)` if the filter proves `key` absent from the view of a write transaction
+    /// whose state is `seq` and that first opened the table at build generation `gen_seen`
+    /// (`settled`: it restored or renamed nothing), `Some(true)` if it may hold it, `None` if
+    /// the transaction may not trust the filter. Its own keys are in `current` (rule 1), but
+    /// those it wrote before a build installed `pending` are in no scan: after a build
     /// began, it trusts no filter (rules 2, 3).
-    pub(crate) fn rules_out_written(
+    pub(crate) fn probe_written(
         &self,
         gen_seen: u64,
         settled: impl FnOnce() -> bool,
         shared: &Shared,
         seq: u64,
         key: &[u8],
-    ) -> bool {
+    ) -> Option<bool> {
         let slots = self.read();
-        slots.build_gen == gen_seen
+        (slots.build_gen == gen_seen
             && settled()
-            && slots.current.trusted_for(shared.epoch.load(SeqCst), seq)
-            && !slots.current.may_contain(key)
+            && slots.current.trusted_for(shared.epoch.load(SeqCst), seq))
+        .then(|| slots.current.may_contain(key))
     }
 
     /// The build generation, read when a write transaction first opens the table (rule 2).
@@ -285,6 +298,8 @@ struct Latest {
     name: Box<str>,
     version: u64,
     built: Arc<Built>,
+    /// The table's counters.
+    tf: Arc<TableFilter>,
     /// To forget entries of dropped databases.
     shared: Weak<Shared>,
 }
@@ -300,24 +315,6 @@ thread_local! {
 loom::thread_local! {
     static LATEST: RefCell<Vec<Latest>> = RefCell::new(Vec::new());
 }
-
-/// The tables' map's hasher: the core's xxh3 (seed 0) instead of SipHash, whose cost per
-/// name is most of a per-request lookup's map access. Table names are the program's own,
-/// not an adversary's, so a fixed seed is fine here.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct NameHasher(u64);
-
-impl std::hash::Hasher for NameHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        self.0 = bloomsled::hash::hash_key(bytes, self.0);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type Names = HashMap<String, Arc<TableFilter>, std::hash::BuildHasherDefault<NameHasher>>;
 
 /// Which namespace a table name lives in.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -391,7 +388,14 @@ impl Shared {
                 .iter()
                 .find(|e| e.db == self.id && e.kind == kind && &*e.name == name)
                 .filter(|e| e.version == version)
-                .map(|e| !e.built.may_contain(key))
+                .map(|e| {
+                    let absent = !e.built.may_contain(key);
+                    if absent {
+                        // Counted here only when ruled out: otherwise the read table counts.
+                        e.tf.lookups.lookup();
+                    }
+                    absent
+                })
         });
         match cached {
             Some(absent) => absent,
@@ -417,6 +421,9 @@ impl Shared {
             return false;
         }
         let absent = !built.may_contain(key);
+        if absent {
+            tf.lookups.lookup();
+        }
         LATEST.with(|entries| {
             let mut entries = entries.borrow_mut();
             entries.retain(|e| {
@@ -432,6 +439,7 @@ impl Shared {
                 name: name.into(),
                 version,
                 built,
+                tf,
                 shared: Arc::downgrade(self),
             });
         });

@@ -10,7 +10,7 @@ use redb::{
     OwnedMultimapValue, ReadableTableMetadata, StorageError, TableStats,
 };
 
-use crate::filters::{Builder, Built, Keys, Kind};
+use crate::filters::{Builder, Keys, Kind, ReadSide};
 use crate::transactions::{ReadTransaction, WriteTransaction};
 use crate::writing::Writing;
 
@@ -189,11 +189,6 @@ impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
         }
     }
 
-    /// True if the filter proves the key absent from this transaction's view.
-    fn rules_out(&self, key: &[u8]) -> bool {
-        self.writing.rules_out(key)
-    }
-
     /// Adds `value` to `key`'s values; true if it was there. The key enters the filter first.
     ///
     /// ```
@@ -270,13 +265,11 @@ impl<K: Key + 'static, V: Key + 'static> ReadableTableMetadata for MultimapTable
 
 impl<K: Key + 'static, V: Key + 'static> ReadableMultimapTable<K, V> for MultimapTable<'_, K, V> {
     fn get<'a>(&self, key: impl Borrow<K::SelfType<'a>>) -> Result<MultimapValue<'_, V>> {
-        if self.rules_out(K::as_bytes(key.borrow()).as_ref()) {
-            return Ok(MultimapValue::empty());
-        }
-        Ok(MultimapValue::of(redb::ReadableMultimapTable::get(
-            &self.inner,
-            key,
-        )?))
+        let found = self.writing.get(K::as_bytes(key.borrow()).as_ref(), || {
+            let v = redb::ReadableMultimapTable::get(&self.inner, key.borrow())?;
+            Ok::<_, redb::StorageError>((!v.is_empty()).then_some(v))
+        })?;
+        Ok(found.map_or_else(MultimapValue::empty, MultimapValue::of))
     }
 
     fn range<'a, KR>(&self, range: impl RangeBounds<KR> + 'a) -> Result<MultimapRange<'_, K, V>>
@@ -316,7 +309,8 @@ impl<K: Key + 'static, V: Key + 'static> std::fmt::Debug for MultimapTable<'_, K
 /// ```
 pub struct ReadOnlyMultimapTable<K: Key + 'static, V: Key + 'static> {
     inner: redb::ReadOnlyMultimapTable<K, V>,
-    filter: Option<Arc<Built>>,
+    /// The table's counters and the filter it may trust (`None`: filters off).
+    filter: Option<ReadSide>,
 }
 
 impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
@@ -327,9 +321,9 @@ impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
     ) -> Self {
         use redb::MultimapTableHandle;
         let shared = txn.shared();
-        let filter = shared.table(Kind::Multimap, def.name()).and_then(|tf| {
+        let filter = shared.table(Kind::Multimap, def.name()).map(|tf| {
             shared.build_if_needed(&tf, false, || MultimapKeys::<K, V>::shared(def.name()));
-            shared.trusted_current(&tf, txn.seq())
+            ReadSide::new(shared, tf, txn.seq())
         });
         ReadOnlyMultimapTable { inner, filter }
     }
@@ -346,14 +340,14 @@ impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn get<'a>(&self, key: impl Borrow<K::SelfType<'a>>) -> Result<MultimapValue<'static, V>> {
-        if self
-            .filter
-            .as_ref()
-            .is_some_and(|s| !s.may_contain(K::as_bytes(key.borrow()).as_ref()))
-        {
-            return Ok(MultimapValue::empty());
-        }
-        Ok(MultimapValue::of(self.inner.get(key)?))
+        let Some(side) = &self.filter else {
+            return Ok(MultimapValue::of(self.inner.get(key)?));
+        };
+        let found = side.get(K::as_bytes(key.borrow()).as_ref(), || {
+            let v = self.inner.get(key.borrow())?;
+            Ok::<_, redb::StorageError>((!v.is_empty()).then_some(v))
+        })?;
+        Ok(found.map_or_else(MultimapValue::empty, MultimapValue::of))
     }
 
     /// The values of `key`, keeping the transaction alive (redb answers; no filter).

@@ -113,11 +113,6 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         self.writing.admit(key);
     }
 
-    /// True if the filter proves the key absent from this transaction's view.
-    fn rules_out(&self, key: &[u8]) -> bool {
-        self.writing.rules_out(key)
-    }
-
     /// The value of `key` for in-place change; `None` if absent (the filter may say so).
     ///
     /// ```
@@ -136,10 +131,10 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         &mut self,
         key: impl Borrow<K::SelfType<'k>>,
     ) -> Result<Option<AccessGuardMut<'_, V>>> {
-        if self.rules_out(K::as_bytes(key.borrow()).as_ref()) {
-            return Ok(None);
-        }
-        self.inner.get_mut(key)
+        let inner = &mut self.inner;
+        self.writing.get(K::as_bytes(key.borrow()).as_ref(), || {
+            inner.get_mut(key.borrow())
+        })
     }
 
     /// Removes and returns the first pair (its key stays in the filter: a false positive).
@@ -327,8 +322,13 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         bound: Bound<impl Borrow<K::SelfType<'a>>>,
     ) -> Result<CursorMut<'_, K, V>> {
         let inner = self.inner.lower_bound_mut(bound)?;
-        let (filter, log) = self.writing.for_cursor();
-        Ok(CursorMut { inner, filter, log })
+        let (filter, log, pending) = self.writing.for_cursor();
+        Ok(CursorMut {
+            inner,
+            filter,
+            log,
+            pending,
+        })
     }
 
     /// A mutable cursor at the gap after the last key not above `bound`.
@@ -352,8 +352,13 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         bound: Bound<impl Borrow<K::SelfType<'a>>>,
     ) -> Result<CursorMut<'_, K, V>> {
         let inner = self.inner.upper_bound_mut(bound)?;
-        let (filter, log) = self.writing.for_cursor();
-        Ok(CursorMut { inner, filter, log })
+        let (filter, log, pending) = self.writing.for_cursor();
+        Ok(CursorMut {
+            inner,
+            filter,
+            log,
+            pending,
+        })
     }
 
     /// The entry of `key` for in-place manipulation. The key is put in the filter first
@@ -411,10 +416,9 @@ impl<K: Key + 'static, V: Value + 'static> ReadableTableMetadata for Table<'_, K
 
 impl<K: Key + 'static, V: Value + 'static> ReadableTable<K, V> for Table<'_, K, V> {
     fn get<'a>(&self, key: impl Borrow<K::SelfType<'a>>) -> Result<Option<AccessGuard<'_, V>>> {
-        if self.rules_out(K::as_bytes(key.borrow()).as_ref()) {
-            return Ok(None);
-        }
-        self.inner.get(key)
+        self.writing.get(K::as_bytes(key.borrow()).as_ref(), || {
+            self.inner.get(key.borrow())
+        })
     }
 
     fn range<'a, KR>(&self, range: impl RangeBounds<KR> + 'a) -> Result<Range<'_, K, V>>

@@ -11,7 +11,7 @@ use redb::{
     Value,
 };
 
-use crate::filters::{Builder, Kind, Shared, TableFilter, Unsettle};
+use crate::filters::{Builder, Forgets, Kind, Shared, TableFilter, Unsettle};
 use crate::multimap::MultimapTable;
 use crate::persist;
 use crate::table::Table;
@@ -64,6 +64,9 @@ pub struct WriteTransaction {
     /// The journal marks this transaction wrote (`Some`) or removed (`None`), by table key
     /// (`journals.rs`).
     marks: Mutex<HashMap<String, Option<persist::Mark>>>,
+    /// The false-positive memory's forgets of this transaction's writes, ended when it ends
+    /// (after `inner`: see `filters/lookups.rs`).
+    forgets: Forgets,
     _alive: Alive,
 }
 
@@ -91,6 +94,7 @@ impl WriteTransaction {
             unsettle: Mutex::default(),
             unmarked: Mutex::default(),
             marks: Mutex::default(),
+            forgets: Forgets::default(),
         }
     }
 
@@ -158,6 +162,8 @@ impl WriteTransaction {
         let mut u = self.unsettle.lock().unwrap_or_else(|e| e.into_inner());
         if u.is_none() {
             *u = Some(self.shared.unsettle());
+            // Before redb's restore or rename: any key may come back (`filters/lookups.rs`).
+            self.forgets.forget_all(&self.shared);
         }
     }
 
@@ -199,6 +205,11 @@ impl WriteTransaction {
         if let Some(log) = logs.get_mut(&(kind, name.to_string())) {
             log.hashes.append(hashes);
         }
+    }
+
+    /// The forgets this transaction's writes made, ended when it ends.
+    pub(crate) fn forgets(&self) -> &Forgets {
+        &self.forgets
     }
 
     pub(crate) fn shared(&self) -> &Shared {
@@ -476,6 +487,7 @@ impl WriteTransaction {
             unsettle,
             unmarked,
             marks,
+            forgets,
             ..
         } = self;
         let logs = logs.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -494,6 +506,9 @@ impl WriteTransaction {
             }
             result
         });
+        // After redb's commit returned and was counted: its keys are in every snapshot
+        // begun from now on (`filters/lookups.rs`).
+        drop(forgets);
         drop(unsettle);
         if result.is_ok() {
             for log in logs.values().filter(|log| log.filter.wants_growth()) {

@@ -1,8 +1,10 @@
 //! The filter side of a table open in a write transaction, shared by `Table` and
 //! `MultimapTable`: every key a write may create goes through [`Writing::admit`] before
-//! redb stores it, and a lookup asks [`Writing::rules_out`] before redb.
+//! redb stores it, and a lookup asks [`Writing::get`] before redb.
 
 use std::sync::Arc;
+
+use bloomsled::reuse::Pending;
 
 use crate::filters::{Builder, Kind, TableFilter};
 use crate::transactions::WriteTransaction;
@@ -19,6 +21,9 @@ pub(crate) struct Writing<'txn> {
     /// The build generation the transaction saw when it first opened the table.
     gen_seen: u64,
     log: Vec<u64>,
+    /// The sets of the table's false-positive memory this handle's writes began in, handed
+    /// to the transaction when the handle drops (ended when it ends).
+    pending: Pending,
 }
 
 impl<'txn> Writing<'txn> {
@@ -40,6 +45,7 @@ impl<'txn> Writing<'txn> {
             filter,
             gen_seen,
             log: Vec::new(),
+            pending: Pending::default(),
         }
     }
 
@@ -51,16 +57,13 @@ impl<'txn> Writing<'txn> {
     /// Sets the key's bits before a write that may create it.
     pub(crate) fn admit(&mut self, key: &[u8]) {
         if let Some(tf) = &self.filter {
-            self.log.push(tf.insert(key));
+            self.log.push(tf.insert(key, &mut self.pending));
         }
     }
 
-    /// True if the filter proves the key absent from this transaction's view.
-    pub(crate) fn rules_out(&self, key: &[u8]) -> bool {
-        let Some(tf) = &self.filter else {
-            return false;
-        };
-        tf.rules_out_written(
+    fn probe(&self, key: &[u8]) -> Option<bool> {
+        let tf = self.filter.as_ref()?;
+        tf.probe_written(
             self.gen_seen,
             || self.txn.settled(),
             self.txn.shared(),
@@ -69,14 +72,40 @@ impl<'txn> Writing<'txn> {
         )
     }
 
+    /// A lookup of `key` in this transaction's view: the filter, then `get` (redb), counted
+    /// in the table's lookups.
+    #[inline]
+    pub(crate) fn get<G, E>(
+        &self,
+        key: &[u8],
+        get: impl FnOnce() -> Result<Option<G>, E>,
+    ) -> Result<Option<G>, E> {
+        let Some(tf) = &self.filter else {
+            return get();
+        };
+        tf.lookups.lookup();
+        let probe = self.probe(key);
+        if probe == Some(false) {
+            return Ok(None);
+        }
+        let v = get()?;
+        tf.lookups.stored(probe.is_some() && v.is_none());
+        Ok(v)
+    }
+
     /// The filter and the log, for a cursor that writes through this handle.
-    pub(crate) fn for_cursor(&mut self) -> (Option<&TableFilter>, &mut Vec<u64>) {
-        (self.filter.as_deref(), &mut self.log)
+    pub(crate) fn for_cursor(&mut self) -> (Option<&TableFilter>, &mut Vec<u64>, &mut Pending) {
+        (self.filter.as_deref(), &mut self.log, &mut self.pending)
     }
 }
 
 impl Drop for Writing<'_> {
     fn drop(&mut self) {
         self.txn.append_log(self.kind, &self.name, &mut self.log);
+        if let Some(tf) = &self.filter {
+            self.txn
+                .forgets()
+                .keep(tf.clone(), std::mem::take(&mut self.pending));
+        }
     }
 }

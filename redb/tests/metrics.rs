@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 
-use bloomsled_redb::{Database, MultimapTableDefinition, TABLE_SERIES, TableDefinition};
+use bloomsled_redb::{
+    Database, MultimapTableDefinition, ReadableDatabase, TABLE_SERIES, TableDefinition,
+};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 const T: TableDefinition<u64, u64> = TableDefinition::new("t");
@@ -50,6 +52,11 @@ fn record_metrics_reports_each_tables_filter() {
     }
     w.commit().unwrap();
     db.wait_for_filters();
+    let r = db.begin_read().unwrap();
+    let rt = r.open_table(T).unwrap();
+    for i in 0..1_100 {
+        assert_eq!(rt.get(i).unwrap().is_some(), i < 1_000);
+    }
     db.record_metrics();
     let snapshot: Vec<_> = snapshotter
         .snapshot()
@@ -80,6 +87,19 @@ fn record_metrics_reports_each_tables_filter() {
         t.get("bloomsled_redb_builds_total"),
         Some(&&DebugValue::Counter(stats.builds))
     );
+    // The lookup counters: as `TableFilterStats` has them.
+    assert_eq!(stats.lookups, 1_100);
+    for (name, v) in [
+        ("bloomsled_redb_lookups_total", stats.lookups),
+        ("bloomsled_redb_ruled_out_total", stats.ruled_out),
+        ("bloomsled_redb_store_lookups_total", stats.store_lookups),
+        (
+            "bloomsled_redb_false_positives_total",
+            stats.false_positives,
+        ),
+    ] {
+        assert_eq!(t.get(name), Some(&&DebugValue::Counter(v)), "{name}");
+    }
     // The multimap table by its keys: one key, under its own label.
     let m = series(&snapshot, "multimap_table", "m");
     assert_eq!(gauge(&m, "bloomsled_redb_items"), 1.0);

@@ -106,7 +106,7 @@ pub(crate) struct Hashed {
 
 /// A lookup's place in the memory, taken before its store read (see [`FpMemory::recall`]).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Ticket {
+pub struct Ticket {
     set: usize,
     word: u64,
     h: u64,
@@ -114,7 +114,7 @@ pub(crate) struct Ticket {
 
 /// [`FpMemory::recall`]'s answer.
 #[derive(Debug)]
-pub(crate) enum Recall {
+pub enum Recall {
     /// The key is a remembered false positive: absent, without a store read.
     Absent,
     /// Not remembered: read the store, then [`FpMemory::record`] a miss with the ticket
@@ -126,13 +126,13 @@ pub(crate) enum Recall {
 /// (a single-key write allocates nothing), the others in a bitmap over the sets (a batch
 /// finds whether it began a set in constant time).
 #[derive(Debug, Default)]
-pub(crate) struct Pending {
+pub struct Pending {
     first: Option<usize>,
     more: Vec<u64>,
 }
 
 /// A tree's false-positive memory (see the module docs). Off (no sets) when sized 0.
-pub(crate) struct FpMemory {
+pub struct FpMemory {
     sets: Box<[Set]>,
     /// The tree's seed (its filters'). Keys are hashed with [`hash_key`], not a
     /// precomputed secret as the filter's probe is: only keys the filter passed are hashed
@@ -145,7 +145,7 @@ pub(crate) struct FpMemory {
 impl FpMemory {
     /// A memory of about `entries` false positives (rounded up to whole sets; 0: off) of a
     /// filter with hash seed `seed`.
-    pub(crate) fn new(entries: usize, seed: u64) -> FpMemory {
+    pub fn new(entries: usize, seed: u64) -> FpMemory {
         let n = entries.div_ceil(WAYS);
         FpMemory {
             sets: (0..n).map(|_| Set::new()).collect(),
@@ -157,18 +157,18 @@ impl FpMemory {
     /// The entries a tree's memory gets: the `configured` most, and no more than one per
     /// [`KEYS_PER_ENTRY`] keys of the filter's `capacity` (at least one set), so a small
     /// tree's memory is a few cache lines, not the whole allowance.
-    pub(crate) fn entries_for(configured: usize, capacity: u64) -> usize {
+    pub fn entries_for(configured: usize, capacity: u64) -> usize {
         let fits = usize::try_from(capacity / KEYS_PER_ENTRY).unwrap_or(usize::MAX);
         configured.min((fits / WAYS).max(1) * WAYS)
     }
 
     /// False positives it can hold (0: off).
-    pub(crate) fn capacity(&self) -> usize {
+    pub fn capacity(&self) -> usize {
         self.sets.len() * WAYS
     }
 
     /// The seed its hashes are taken with (the tree's filter's).
-    pub(crate) fn seed(&self) -> u64 {
+    pub fn seed(&self) -> u64 {
         self.seed
     }
 
@@ -186,7 +186,7 @@ impl FpMemory {
     /// Whether `key` (which the filter passed) is a remembered false positive; if not, the
     /// ticket to record it with after a store read that finds nothing.
     #[inline]
-    pub(crate) fn recall(&self, key: &[u8]) -> Recall {
+    pub fn recall(&self, key: &[u8]) -> Recall {
         if self.sets.is_empty() {
             return Recall::Unknown(None);
         }
@@ -254,7 +254,7 @@ impl FpMemory {
 
     /// Remembers `key` as a false positive: the store did not hold it when read after
     /// `ticket` was taken. Dropped if a writer began on its set since (or another record).
-    pub(crate) fn record(&self, ticket: Option<Ticket>, key: &[u8]) {
+    pub fn record(&self, ticket: Option<Ticket>, key: &[u8]) {
         let Some(t) = ticket else { return };
         let set = &self.sets[t.set];
         if set
@@ -301,7 +301,7 @@ impl FpMemory {
     /// **before** its store write, and keeps its set from recording until
     /// [`FpMemory::end`] with `pending` (after the store write).
     #[inline]
-    pub(crate) fn forget(&self, h: u64, pending: &RefCell<Pending>) {
+    pub fn forget(&self, h: u64, pending: &RefCell<Pending>) {
         if self.sets.is_empty() {
             return;
         }
@@ -309,32 +309,7 @@ impl FpMemory {
         let i = self.set_of(h);
         let set = &self.sets[i];
         if pending.borrow_mut().add(i, self.sets.len()) {
-            let mut spins = 0u32;
-            loop {
-                let w = set.word.load(Ordering::Relaxed);
-                if w & LOCK == 0
-                    && set
-                        .word
-                        .compare_exchange_weak(
-                            w,
-                            w.wrapping_add(VERSION + WRITER),
-                            Ordering::AcqRel,
-                            Ordering::Relaxed,
-                        )
-                        .is_ok()
-                {
-                    break;
-                }
-                // A record holds the lock for a few stores.
-                spins += 1;
-                if spins < 64 && !cfg!(bloomsled_loom) {
-                    std::hint::spin_loop();
-                } else {
-                    crate::sync::yield_now();
-                }
-            }
-            // The begin before the removals, for lookups reading the entries (seqlock).
-            fence(Ordering::Release);
+            Self::begin(set);
         }
         for way in &set.ways {
             if way[0].load(Ordering::Relaxed) == h {
@@ -343,8 +318,55 @@ impl FpMemory {
         }
     }
 
+    /// Begins a write on `set`: waits while it is locked, then raises its version and its
+    /// count of writers in flight in one compare-and-swap (see the module docs).
+    #[inline]
+    fn begin(set: &Set) {
+        let mut spins = 0u32;
+        loop {
+            let w = set.word.load(Ordering::Relaxed);
+            if w & LOCK == 0
+                && set
+                    .word
+                    .compare_exchange_weak(
+                        w,
+                        w.wrapping_add(VERSION + WRITER),
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                break;
+            }
+            // A record holds the lock for a few stores.
+            spins += 1;
+            if spins < 64 && !cfg!(bloomsled_loom) {
+                std::hint::spin_loop();
+            } else {
+                crate::sync::yield_now();
+            }
+        }
+        // The begin before the removals, for lookups reading the entries (seqlock).
+        fence(Ordering::Release);
+    }
+
+    /// [`FpMemory::forget`] of every key at once, for a store write whose keys are not
+    /// known one by one (another store's restore of an older state, a rename): every set
+    /// is begun in `pending` and emptied, **before** the store write; [`FpMemory::end`]
+    /// after it.
+    pub fn forget_all(&self, pending: &RefCell<Pending>) {
+        for (i, set) in self.sets.iter().enumerate() {
+            if pending.borrow_mut().add(i, self.sets.len()) {
+                Self::begin(set);
+            }
+            for way in &set.ways {
+                way[0].store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// The writes of `pending` reached the store (or failed): their sets may record again.
-    pub(crate) fn end(&self, pending: &mut Pending) {
+    pub fn end(&self, pending: &mut Pending) {
         let more = pending.more.iter().enumerate().flat_map(|(w, &bits)| {
             (0..64)
                 .filter(move |b| (bits >> b) & 1 == 1)

@@ -44,6 +44,20 @@ pub struct TableFilterStats {
     pub building: bool,
     /// Filters builds installed for this table in this handle (loaded or scanned).
     pub builds: u64,
+    /// Lookups of the table through this handle (`get`, `get_mut`, `get_owned`,
+    /// `get_latest`, multimap `get`), whatever answered them.
+    pub lookups: u64,
+    /// Lookups the filter answered "absent" alone, without redb.
+    pub ruled_out: u64,
+    /// Lookups that read redb: the filter said "maybe", or no filter was trusted.
+    pub store_lookups: u64,
+    /// Store lookups that found nothing though a trusted filter said "maybe": its false
+    /// positives.
+    pub false_positives: u64,
+    /// Lookups the filter passed that the table's false-positive memory answered "absent"
+    /// without redb: false positives found before, not paid again (see `docs/redb.md`, "The
+    /// false-positive memory"). Lookups = ruled out + store lookups + remembered.
+    pub false_positives_remembered: u64,
 }
 
 fn source_of(shared: &Shared, kind: Kind, name: &str) -> Option<FilterSource> {
@@ -54,6 +68,8 @@ fn stats_of(shared: &Shared, kind: Kind, name: &str) -> Option<TableFilterStats>
     let tf = shared.lookup(kind, name)?;
     let built = tf.read().current.clone();
     let f = built.filter();
+    let (lookups, ruled_out, store_lookups, false_positives, false_positives_remembered) =
+        tf.lookups.totals();
     Some(TableFilterStats {
         items: f.items(),
         capacity: f.capacity(),
@@ -66,6 +82,11 @@ fn stats_of(shared: &Shared, kind: Kind, name: &str) -> Option<TableFilterStats>
         in_use: built.trusted_for(shared.epoch.load(SeqCst), u64::MAX),
         building: tf.building.load(SeqCst),
         builds: tf.builds.load(SeqCst),
+        lookups,
+        ruled_out,
+        store_lookups,
+        false_positives,
+        false_positives_remembered,
     })
 }
 
@@ -176,13 +197,14 @@ impl ReadOnlyDatabase {
 
 /// The series [`Database::record_metrics`] records per table (label `table`, or
 /// `multimap_table` for a multimap table: its name): gauges of its filter as
-/// [`TableFilterStats`] has them, and a counter of builds.
+/// [`TableFilterStats`] has them, and counters of builds and of lookups (all, ruled out by
+/// the filter, read from redb, false positives, false positives the memory answered).
 ///
 /// ```
 /// assert!(bloomsled_redb::TABLE_SERIES.contains(&"bloomsled_redb_items"));
 /// ```
 #[cfg(feature = "metrics")]
-pub const TABLE_SERIES: [&str; 8] = [
+pub const TABLE_SERIES: [&str; 13] = [
     "bloomsled_redb_items",
     "bloomsled_redb_capacity",
     "bloomsled_redb_filter_bytes",
@@ -191,6 +213,11 @@ pub const TABLE_SERIES: [&str; 8] = [
     "bloomsled_redb_filter_in_use",
     "bloomsled_redb_building",
     "bloomsled_redb_builds_total",
+    "bloomsled_redb_lookups_total",
+    "bloomsled_redb_ruled_out_total",
+    "bloomsled_redb_store_lookups_total",
+    "bloomsled_redb_false_positives_total",
+    "bloomsled_redb_false_positives_remembered_total",
 ];
 
 #[cfg(feature = "metrics")]
@@ -217,7 +244,17 @@ fn record(shared: &Shared) {
                 (TABLE_SERIES[6], f64::from(u8::from(s.building))),
             ],
         );
-        tf.recorded.counters(label, &[(TABLE_SERIES[7], s.builds)]);
+        tf.recorded.counters(
+            label,
+            &[
+                (TABLE_SERIES[7], s.builds),
+                (TABLE_SERIES[8], s.lookups),
+                (TABLE_SERIES[9], s.ruled_out),
+                (TABLE_SERIES[10], s.store_lookups),
+                (TABLE_SERIES[11], s.false_positives),
+                (TABLE_SERIES[12], s.false_positives_remembered),
+            ],
+        );
     }
 }
 

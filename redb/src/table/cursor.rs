@@ -28,12 +28,14 @@ pub struct CursorMut<'a, K: Key + 'static, V: Value + 'static> {
     pub(super) inner: redb::CursorMut<'a, K, V>,
     pub(super) filter: Option<&'a TableFilter>,
     pub(super) log: &'a mut Vec<u64>,
+    /// The forgets of the table's write handle (see `Writing`).
+    pub(super) pending: &'a mut bloomsled::reuse::Pending,
 }
 
 impl<K: Key + 'static, V: Value + 'static> CursorMut<'_, K, V> {
     fn admit(&mut self, key: &[u8]) {
         if let Some(tf) = self.filter {
-            self.log.push(tf.insert(key));
+            self.log.push(tf.insert(key, self.pending));
         }
     }
 

@@ -2,14 +2,13 @@
 
 use std::borrow::Borrow;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
 
 use redb::{
     AccessGuard, Cursor, Key, OwnedAccessGuard, OwnedRange, Range, ReadableTable,
     ReadableTableMetadata, TableDefinition, TableStats, Value,
 };
 
-use crate::filters::{Built, Kind};
+use crate::filters::{Kind, ReadSide};
 use crate::transactions::ReadTransaction;
 
 use super::{Result, TableKeys};
@@ -30,8 +29,9 @@ use super::{Result, TableKeys};
 /// ```
 pub struct ReadOnlyTable<K: Key + 'static, V: Value + 'static> {
     inner: redb::ReadOnlyTable<K, V>,
-    /// `Some` only if complete for this snapshot at open.
-    filter: Option<Arc<Built>>,
+    /// The table's counters, and its filter if complete for this snapshot at open
+    /// (`None`: filters off).
+    filter: Option<ReadSide>,
 }
 
 impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
@@ -42,16 +42,11 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
     ) -> Self {
         use redb::TableHandle;
         let shared = txn.shared();
-        let filter = shared.table(Kind::Table, def.name()).and_then(|tf| {
+        let filter = shared.table(Kind::Table, def.name()).map(|tf| {
             shared.build_if_needed(&tf, false, || TableKeys::<K, V>::shared(def.name()));
-            shared.trusted_current(&tf, txn.seq())
+            ReadSide::new(shared, tf, txn.seq())
         });
         ReadOnlyTable { inner, filter }
-    }
-
-    #[inline]
-    fn rules_out(&self, key: &[u8]) -> bool {
-        self.filter.as_ref().is_some_and(|s| !s.may_contain(key))
     }
 
     /// The value of `key`; `None` from the filter alone if it rules the key out.
@@ -70,10 +65,12 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         &self,
         key: impl Borrow<K::SelfType<'a>>,
     ) -> Result<Option<AccessGuard<'static, V>>> {
-        if self.rules_out(K::as_bytes(key.borrow()).as_ref()) {
-            return Ok(None);
+        match &self.filter {
+            Some(side) => side.get(K::as_bytes(key.borrow()).as_ref(), || {
+                self.inner.get(key.borrow())
+            }),
+            None => self.inner.get(key),
         }
-        self.inner.get(key)
     }
 
     /// [`ReadOnlyTable::get`] with a value that keeps the transaction alive.
@@ -92,10 +89,12 @@ impl<K: Key + 'static, V: Value + 'static> ReadOnlyTable<K, V> {
         &self,
         key: impl Borrow<K::SelfType<'a>>,
     ) -> Result<Option<OwnedAccessGuard<V>>> {
-        if self.rules_out(K::as_bytes(key.borrow()).as_ref()) {
-            return Ok(None);
+        match &self.filter {
+            Some(side) => side.get(K::as_bytes(key.borrow()).as_ref(), || {
+                self.inner.get_owned(key.borrow())
+            }),
+            None => self.inner.get_owned(key),
         }
-        self.inner.get_owned(key)
     }
 
     /// The pairs in `range`.

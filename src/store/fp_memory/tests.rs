@@ -170,3 +170,35 @@ fn a_memory_that_is_off_answers_unknown_from_a_batch_hash() {
     assert_eq!(hashed.h, h(b"k"));
     assert!(matches!(on.recall_hashed(b"k", hashed), Recall::Absent));
 }
+
+/// `forget_all` empties every set and keeps each from recording until `end`: the write it
+/// stands for (another store's restore) may bring any key back.
+#[test]
+fn forget_all_forgets_every_key_and_blocks_records_until_end() {
+    let m = FpMemory::new(70, 3);
+    let keys: Vec<Vec<u8>> = (0..20u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    for k in &keys {
+        let Recall::Unknown(t) = m.recall(k) else {
+            panic!("remembered before any record")
+        };
+        m.record(t, k);
+    }
+    let remembered = keys
+        .iter()
+        .filter(|k| matches!(m.recall(k), Recall::Absent))
+        .count();
+    assert!(remembered > 0);
+    let pending = RefCell::new(Pending::default());
+    m.forget_all(&pending);
+    for k in &keys {
+        // Forgotten, and no ticket while the write is in flight.
+        assert!(matches!(m.recall(k), Recall::Unknown(None)));
+    }
+    m.end(&mut pending.borrow_mut());
+    let Recall::Unknown(t) = m.recall(&keys[0]) else {
+        panic!("remembered after forget_all")
+    };
+    assert!(t.is_some(), "records allowed again after end");
+    m.record(t, &keys[0]);
+    assert!(matches!(m.recall(&keys[0]), Recall::Absent));
+}

@@ -1,0 +1,221 @@
+//! What a table's lookups did (counts), and its memory of false positives: the core's
+//! striped counters and `FpMemory` (`bloomsled::reuse`), under an MVCC rule of this crate.
+//!
+//! ## The counts
+//! Every `get` of a table through this crate counts one lookup, before the filter answers
+//! (so the counter it bumps does not wait for the probe); the lookups that read redb count
+//! one store lookup, and those of them that found nothing with a trusted filter in front
+//! (the filter said "maybe") one false positive. A lookup the memory answered counts as
+//! remembered. Ruled out = lookups − store lookups − remembered. Counters are the core's:
+//! a plain load and store on this thread's stripe, no locked instruction.
+//!
+//! ## The false-positive memory (read tables)
+//! The core's protocol (`FpMemory`: a writer forgets a key before the store write and ends
+//! after it; a reader takes a ticket before its store read and records only if no writer
+//! began or was in flight since) assumes the reader reads the latest store. A redb reader
+//! reads its snapshot, perhaps older than a commit that already ended. So a read table
+//! also asks, after its ticket and again after a recall, that its snapshot be the latest
+//! committed state: no commit began since its transaction counted `finished`
+//! (`started == seq`). A write transaction forgets each key it may create as it sets its
+//! bits (before redb stores it) and ends its forgets only when it ends (after its commit
+//! returned, or its abort): a reader never records while a commit of the key can still
+//! become visible. A restore or rename forgets every key of every table (`forget_all`)
+//! before redb's call, ended with the transaction. The argument is in `docs/redb.md`, "The
+//! false-positive memory".
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
+
+use bloomsled::reuse::{Counters, FpMemory, Pending, Recall};
+
+use super::{Built, Kind, Shared, TableFilter};
+
+const LOOKUPS: usize = 0;
+const STORE: usize = 1;
+const FALSE_POSITIVES: usize = 2;
+const REMEMBERED: usize = 3;
+
+/// False positives one table remembers (16 bytes each, about 19 KiB a table).
+#[cfg(not(bloomsled_loom))]
+pub(crate) const MEMORY_ENTRIES: usize = 1024;
+/// Under loom, one set: the rule does not depend on the memory's size.
+#[cfg(bloomsled_loom)]
+pub(crate) const MEMORY_ENTRIES: usize = 1;
+
+/// A table's lookup counters (see the module docs).
+#[derive(Default)]
+pub(crate) struct Lookups(Counters<4>);
+
+impl Lookups {
+    /// One lookup, before the filter answers.
+    #[inline]
+    pub(crate) fn lookup(&self) {
+        self.0.add(LOOKUPS, 1);
+    }
+
+    /// One lookup that read redb, and whether it was a false positive.
+    #[inline]
+    pub(crate) fn stored(&self, false_positive: bool) {
+        self.0.add(STORE, 1);
+        if false_positive {
+            self.0.add(FALSE_POSITIVES, 1);
+        }
+    }
+
+    /// One lookup the memory answered.
+    fn remembered(&self) {
+        self.0.add(REMEMBERED, 1);
+    }
+
+    /// Lookups, ruled out by the filter, read from redb, false positives, remembered.
+    pub(crate) fn totals(&self) -> (u64, u64, u64, u64, u64) {
+        // Store lookups and remembered read before the lookups: a lookup landing between the
+        // reads only makes "ruled out" larger by one in flight, never negative.
+        let store = self.0.sum(STORE);
+        let remembered = self.0.sum(REMEMBERED);
+        let fps = self.0.sum(FALSE_POSITIVES);
+        let lookups = self.0.sum(LOOKUPS);
+        let ruled_out = lookups.saturating_sub(store + remembered);
+        (lookups, ruled_out, store, fps, remembered)
+    }
+}
+
+/// A table's memory of false positives, seeded with the table's seed (its hashes are the
+/// filter's).
+pub(crate) fn memory(seed: u64) -> FpMemory {
+    FpMemory::new(MEMORY_ENTRIES, seed)
+}
+
+impl TableFilter {
+    /// Forgets the key of hash `h` (a write that may create it, before redb stores it),
+    /// keeping its set from recording until `pending` ends with the transaction. `pending`
+    /// is the table handle's own (`&mut`: a `RefCell` in the handle would make redb's
+    /// `Sync` tables not `Sync`), lent to the core's `forget` for the call.
+    #[inline]
+    pub(crate) fn forget(&self, h: u64, pending: &mut Pending) {
+        let cell = RefCell::new(std::mem::take(pending));
+        self.memory.forget(h, &cell);
+        *pending = cell.into_inner();
+    }
+}
+
+/// The forgets of one write transaction, ended when it ends (after its commit returned,
+/// or its abort): declared after redb's transaction, so dropped after it.
+#[derive(Default)]
+pub(crate) struct Forgets(std::sync::Mutex<Vec<(Arc<TableFilter>, Pending)>>);
+
+impl Forgets {
+    /// Keeps `pending` (forgets made in `tf`'s memory) until the transaction ends.
+    pub(crate) fn keep(&self, tf: Arc<TableFilter>, pending: Pending) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((tf, pending));
+    }
+
+    /// Forgets every key of every table this handle knows (a restore or rename, before
+    /// redb's call).
+    pub(crate) fn forget_all(&self, shared: &Shared) {
+        for tf in shared.every_table() {
+            let pending = RefCell::new(Pending::default());
+            tf.memory.forget_all(&pending);
+            self.keep(tf, pending.into_inner());
+        }
+    }
+}
+
+impl Shared {
+    /// Every table's filter this handle made.
+    pub(crate) fn every_table(&self) -> Vec<Arc<TableFilter>> {
+        let mut out = Vec::new();
+        for kind in [Kind::Table, Kind::Multimap] {
+            let map = self.map(kind).read().unwrap_or_else(|e| e.into_inner());
+            out.extend(map.values().cloned());
+        }
+        out
+    }
+}
+
+impl Drop for Forgets {
+    fn drop(&mut self) {
+        let list = std::mem::take(self.0.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for (tf, mut pending) in list {
+            tf.memory.end(&mut pending);
+        }
+    }
+}
+
+/// What a read table asks before redb: its table's counters and memory, the filter it may
+/// trust (if any), and its snapshot's place (`seq`: `finished` before its `begin_read`).
+pub(crate) struct ReadSide {
+    pub(crate) tf: Arc<TableFilter>,
+    pub(crate) built: Option<Arc<Built>>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) seq: u64,
+}
+
+impl ReadSide {
+    /// True if this snapshot is the latest committed state: no commit began since the
+    /// transaction counted `finished` before its `begin_read`.
+    fn latest(&self) -> bool {
+        self.shared.started.load(SeqCst) == self.seq
+    }
+
+    /// A lookup of `key` through the filter, the memory, then `get` (redb), counted.
+    #[inline]
+    pub(crate) fn get<G, E>(
+        &self,
+        key: &[u8],
+        get: impl FnOnce() -> Result<Option<G>, E>,
+    ) -> Result<Option<G>, E> {
+        self.tf.lookups.lookup();
+        match &self.built {
+            Some(b) if !b.may_contain(key) => Ok(None),
+            Some(_) => self.passed(key, get),
+            None => {
+                let v = get()?;
+                self.tf.lookups.stored(false);
+                Ok(v)
+            }
+        }
+    }
+
+    /// The filter said "maybe": the memory, else redb (and a miss remembered). A snapshot
+    /// that is not the latest neither recalls nor records (see the module docs).
+    fn passed<G, E>(
+        &self,
+        key: &[u8],
+        get: impl FnOnce() -> Result<Option<G>, E>,
+    ) -> Result<Option<G>, E> {
+        let ticket = match self.tf.memory.recall(key) {
+            // After the recall: the entry was recorded before, by a snapshot no newer.
+            Recall::Absent if self.latest() => {
+                self.tf.lookups.remembered();
+                return Ok(None);
+            }
+            Recall::Absent => None,
+            // After the ticket: every commit that ended before it is in this snapshot.
+            Recall::Unknown(t) => t.filter(|_| self.latest()),
+        };
+        let v = get()?;
+        self.tf.lookups.stored(v.is_none());
+        if v.is_none() {
+            self.tf.memory.record(ticket, key);
+        }
+        Ok(v)
+    }
+}
+
+impl ReadSide {
+    /// The read side of `tf` for a read transaction whose state is `seq` (rule 3 decides
+    /// whether it may trust the filter, once, at the table's open).
+    pub(crate) fn new(shared: &Arc<Shared>, tf: Arc<TableFilter>, seq: u64) -> ReadSide {
+        ReadSide {
+            built: shared.trusted_current(&tf, seq),
+            tf,
+            shared: shared.clone(),
+            seq,
+        }
+    }
+}
