@@ -402,12 +402,10 @@ impl Filesystem for Fs {
         let fh = s.next_fh;
         s.next_fh += 1;
         s.handles.insert(fh, file);
-        let keep = if s.keep_cache {
-            fuser::consts::FOPEN_KEEP_CACHE
-        } else {
-            0
-        };
-        reply.opened(fh, keep);
+        reply.opened(
+            fh,
+            u32::from(s.keep_cache) * fuser::consts::FOPEN_KEEP_CACHE,
+        );
     }
 
     fn create(

@@ -163,19 +163,12 @@ fn read_at(file: &fs::File, buf: &mut [u8], at: u64) -> io::Result<()> {
         use std::os::unix::fs::FileExt;
         file.read_exact_at(buf, at)
     }
-    #[cfg(windows)]
+    #[cfg(not(unix))]
     {
-        use std::os::windows::fs::FileExt;
-        let mut done = 0;
-        while done < buf.len() {
-            match file.seek_read(&mut buf[done..], at + done as u64) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = file;
+        f.seek(SeekFrom::Start(at))?;
+        f.read_exact(buf)
     }
 }
 
