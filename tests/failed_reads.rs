@@ -85,15 +85,7 @@ fn a_failed_read_is_an_error_never_absent_and_a_failed_scan_installs_nothing() {
 /// Makes a database of 2,000 keys on the mount under a small cache, closes it, and removes
 /// its snapshot, so the next open rebuilds the filter from a scan that reads the file.
 fn store_without_snapshot(dir: &std::path::Path) -> Config {
-    let config = Config::new()
-        .path(dir)
-        .cache_capacity(64 * 1024)
-        .flush_every_ms(None);
-    let db = config.open().unwrap();
-    for i in 0..2_000 {
-        db.insert(key(i), vec![7u8; 2048]).unwrap();
-    }
-    db.close().unwrap();
+    let config = store_of(dir, 2_000, 2048);
     for e in std::fs::read_dir(dir.join(bloomsled::persist::DIR_NAME)).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "snap") {
@@ -153,6 +145,21 @@ fn the_rebuild_after_open_retries_a_failed_scan_and_installs_nothing_partial() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A database of `keys` keys of `len` bytes at `dir`, closed, under a cache small enough
+/// that sled reads its pages from the file.
+fn store_of(dir: &std::path::Path, keys: u32, len: usize) -> Config {
+    let config = Config::new()
+        .path(dir)
+        .cache_capacity(64 * 1024)
+        .flush_every_ms(None);
+    let db = config.open().unwrap();
+    for i in 0..keys {
+        db.insert(key(i), vec![7u8; len]).unwrap();
+    }
+    db.close().unwrap();
+    config
+}
+
 /// A bad sector in sled's log (every read of its bytes fails, whoever reads it): sled 0.34
 /// would take the failed read at its open for the end of its log and open an older store
 /// with no error; bloomsled's read check of what that open reads fails the open instead,
@@ -163,16 +170,8 @@ fn a_bad_sector_in_sleds_log_fails_the_open_and_loses_nothing() {
         return;
     };
     let dir = fs.mountpoint().join("store");
-    let config = Config::new()
-        .path(&dir)
-        .cache_capacity(64 * 1024)
-        .flush_every_ms(None);
-    let db = config.open().unwrap();
     let keys = 12_000;
-    for i in 0..keys {
-        db.insert(key(i), vec![7u8; 200]).unwrap();
-    }
-    db.close().unwrap();
+    let config = store_of(&dir, keys, 200);
     let seg = 512 * 1024u64;
     let len = std::fs::metadata(dir.join("db")).unwrap().len();
     assert!(len > 4 * seg, "a log of several segments ({len} bytes)");
@@ -253,16 +252,8 @@ fn a_disk_that_dies_during_the_open_fails_it_and_loses_nothing() {
     // just read come from it), and is cold after a reboot: dropped before each open.
     fs.keep_page_cache(true);
     let dir = fs.mountpoint().join("store");
-    let config = Config::new()
-        .path(&dir)
-        .cache_capacity(64 * 1024)
-        .flush_every_ms(None);
-    let db = config.open().unwrap();
     let keys = 6_000;
-    for i in 0..keys {
-        db.insert(key(i), vec![7u8; 200]).unwrap();
-    }
-    db.close().unwrap();
+    let config = store_of(&dir, keys, 200);
     let cold = || drop_page_cache(&dir.join("db"));
     cold();
     let before = fs.count(Op::Read, "db");

@@ -321,10 +321,9 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         &mut self,
         bound: Bound<impl Borrow<K::SelfType<'a>>>,
     ) -> Result<CursorMut<'_, K, V>> {
-        let inner = self.inner.lower_bound_mut(bound)?;
         let (filter, log, pending) = self.writing.for_cursor();
         Ok(CursorMut {
-            inner,
+            inner: self.inner.lower_bound_mut(bound)?,
             filter,
             log,
             pending,
@@ -351,10 +350,9 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         &mut self,
         bound: Bound<impl Borrow<K::SelfType<'a>>>,
     ) -> Result<CursorMut<'_, K, V>> {
-        let inner = self.inner.upper_bound_mut(bound)?;
         let (filter, log, pending) = self.writing.for_cursor();
         Ok(CursorMut {
-            inner,
+            inner: self.inner.upper_bound_mut(bound)?,
             filter,
             log,
             pending,

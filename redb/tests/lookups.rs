@@ -146,6 +146,17 @@ fn remove(db: &Database, k: u64) {
     w.commit().unwrap();
 }
 
+/// `k` holds `v` in the latest state, by `get_latest` and by a fresh read transaction.
+fn assert_found(db: &Database, k: u64, v: u64) {
+    assert_eq!(
+        db.get_latest(T, key(k).as_str()).unwrap().unwrap().value(),
+        v
+    );
+    let r = db.begin_read().unwrap();
+    let t = r.open_table(T).unwrap();
+    assert_eq!(t.get(key(k).as_str()).unwrap().unwrap().value(), v);
+}
+
 /// Looks `k` up twice in a fresh read transaction: the first lookup reads redb and finds
 /// nothing, the second is answered by the memory.
 fn remember(db: &Database, k: u64) {
@@ -199,18 +210,7 @@ fn an_old_snapshot_does_not_remember_a_key_committed_since() {
     assert!(old_t.get(key(3).as_str()).unwrap().is_none());
     assert!(old_t.get(key(3).as_str()).unwrap().is_none());
     assert_eq!(stats(&db).false_positives_remembered, 0);
-    assert_eq!(
-        db.get_latest(T, key(3).as_str()).unwrap().unwrap().value(),
-        3
-    );
-    let r = db.begin_read().unwrap();
-    assert!(
-        r.open_table(T)
-            .unwrap()
-            .get(key(3).as_str())
-            .unwrap()
-            .is_some()
-    );
+    assert_found(&db, 3, 3);
 }
 
 /// The converse: a key present in an old snapshot, removed and remembered since, is still
@@ -259,18 +259,7 @@ fn a_write_transactions_key_is_forgotten_until_it_ends() {
         "no record or recall while the writer runs"
     );
     w.commit().unwrap();
-    assert_eq!(
-        db.get_latest(T, key(3).as_str()).unwrap().unwrap().value(),
-        33
-    );
-    let r = db.begin_read().unwrap();
-    assert!(
-        r.open_table(T)
-            .unwrap()
-            .get(key(3).as_str())
-            .unwrap()
-            .is_some()
-    );
+    assert_found(&db, 3, 33);
 }
 
 /// An aborted write of a remembered key: the key stays absent, and its forget ended with
