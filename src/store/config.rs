@@ -455,8 +455,9 @@ impl Config {
                     return Err(crate::error::Error::Io(std::io::Error::new(e.kind(), what)));
                 }
                 // A disk that failed sled's reads after the check's (a device that died
-                // in between) fails the same reads now: the open fails before anything
-                // is written. sled's drop ends in an fsync it unwraps: caught.
+                // in between) fails the headers' reads now: the open fails instead of
+                // serving what sled recovered, before any write of ours. sled's drop ends
+                // in an fsync it unwraps: caught.
                 Ok(db) if !self.temporary => {
                     let Err(e) = recheck_log_reads(&self.path, self.sled.segment_size) else {
                         return Ok(db);
