@@ -254,7 +254,7 @@ fn a_disk_that_dies_during_the_open_fails_it_and_loses_nothing() {
     let dir = fs.mountpoint().join("store");
     let keys = 6_000;
     let config = store_of(&dir, keys, 200);
-    let cold = || drop_page_cache(&dir.join("db"));
+    let cold = || fs.drop_page_cache(&dir.join("db")).unwrap();
     cold();
     let before = fs.count(Op::Read, "db");
     let db = config.open().unwrap();
@@ -305,14 +305,4 @@ fn a_disk_that_dies_during_the_open_fails_it_and_loses_nothing() {
     println!("{reads} reads of sled's log in an open; {refused} opens refused");
     fs.unmount().unwrap();
     let _ = std::fs::remove_dir_all(&base);
-}
-
-/// Drops the page cache of `path` (its pages are clean: the database was closed), as a
-/// reboot does.
-fn drop_page_cache(path: &std::path::Path) {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::File::open(path).unwrap();
-    // SAFETY: `f` is an open file for the whole call; `posix_fadvise` only reads its fd.
-    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    assert_eq!(rc, 0, "posix_fadvise");
 }

@@ -426,24 +426,6 @@ fn mount(base: &Path) -> bloomsled_powercut::Mounted {
     fs
 }
 
-/// Drops the page cache of every file under `dir`, as a restart of the machine would: the
-/// writer's open then reads from the disk, where the rules can fail it.
-fn cold(dir: &Path) {
-    use std::os::fd::AsRawFd;
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            cold(&p);
-        } else if let Ok(f) = std::fs::File::open(&p) {
-            // SAFETY: `f` is open for the whole call; `posix_fadvise` only reads its fd.
-            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        }
-    }
-}
-
 /// Counts the operations of writer `w`'s run (after the clean first open) per file and
 /// kind: `(file, op, count)` for each that happened.
 fn count_ops(w: Writer) -> Vec<(&'static str, Op, u64)> {
@@ -452,7 +434,8 @@ fn count_ops(w: Writer) -> Vec<(&'static str, Op, u64)> {
     let dir = fs.mountpoint().join("store");
     counters_in(fs.mountpoint());
     prepare(w, &dir);
-    cold(&dir);
+    // A cold page cache, as after a reboot: the writer's open reads from the disk.
+    fs.drop_page_cache(&dir).expect("drop the page cache");
     let skip = fs.ops().len();
     run_writer(w, &dir, &|| false);
     let ops = fs.ops();
@@ -486,7 +469,8 @@ fn run_case(c: &Case, tally: &mut Tally) {
     let dir = fs.mountpoint().join("store");
     counters_in(fs.mountpoint());
     let mut acked = prepare(c.writer, &dir);
-    cold(&dir);
+    // A cold page cache, as after a reboot: the writer's open reads from the disk.
+    fs.drop_page_cache(&dir).expect("drop the page cache");
     let mut rule = Failure::new(c.op, c.file).nth(c.nth).errno(c.errno);
     if c.sticky {
         rule = rule.sticky();

@@ -375,6 +375,36 @@ impl Mounted {
             .keep_cache = keep;
     }
 
+    /// Drops the kernel's page cache of `path` on this mount (a file, or every file under a
+    /// folder), as a reboot would: the next reads reach this file system and its rules.
+    /// Only clean pages go (close or sync what was written first).
+    ///
+    /// ```no_run
+    /// use bloomsled_powercut::PowerCutFs;
+    /// let fs = PowerCutFs::mount(std::path::Path::new("/tmp/pc-drop"))?;
+    /// fs.keep_page_cache(true);
+    /// std::fs::write(fs.mountpoint().join("a"), b"x")?;
+    /// fs.drop_page_cache(fs.mountpoint())?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn drop_page_cache(&self, path: &Path) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        if path.is_dir() {
+            for e in std::fs::read_dir(path)? {
+                self.drop_page_cache(&e?.path())?;
+            }
+            return Ok(());
+        }
+        let f = std::fs::File::open(path)?;
+        // SAFETY: `f` is an open file for the whole call; `posix_fadvise` only reads its fd
+        // and changes nothing but the kernel's cache of that file.
+        #[allow(unsafe_code)]
+        match unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) } {
+            0 => Ok(()),
+            e => Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+
     /// Removes every fault rule (the disk is healthy again).
     ///
     /// ```no_run
