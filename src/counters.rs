@@ -1,13 +1,14 @@
-//! Counters that many threads bump without sharing a cache line: each thread adds to its own
-//! stripe, and a read sums the stripes.
+//! Counters that many threads bump without sharing a cache line: once a set is busy, each
+//! thread adds to its own stripe, and a read sums the stripes.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::OnceLock;
 
-/// At most this many stripes per set of counters. Every tree has two sets (its lookups' and
-/// its filter's items), so stripes are a per-tree cost (64 bytes each): a set has one per
-/// core the process may run on (see [`stripes`]), since no more threads than cores bump a
-/// counter at the same instant, and at most this many.
+/// At most this many stripes per busy set of counters. Every tree has two sets (its
+/// lookups' and its filter's items), so stripes are a per-tree cost (64 bytes each): a busy
+/// set has one per core the process may run on (see [`stripes`]), since no more threads
+/// than cores bump a counter at the same instant, and at most this many.
 const STRIPES: usize = 8;
 
 /// Stripes per set: the cores this process may run on, rounded up to a power of two, at
@@ -31,19 +32,34 @@ fn stripes() -> usize {
 #[repr(align(64))]
 struct Stripe<const N: usize>([AtomicU64; N]);
 
-/// `N` sums spread over stripes. Each thread adds to its own stripe, so a hot lookup path
-/// from many threads never bounces a shared cache line between cores.
+impl<const N: usize> Stripe<N> {
+    fn new() -> Self {
+        Stripe(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+/// A set's adds before it takes a stripe per core: a set that has counted fewer has been
+/// too quiet for threads to contend on it, and costs one cache line.
+const BUSY: u64 = 1 << 16;
+
+/// `N` counters, each thread adding to its own stripe once the set is busy.
+///
+/// A set starts with its counters inline, unpadded; the add that passes [`BUSY`] on one
+/// makes one stripe per core ([`stripes`]), and adds go to those from then on. Thousands of
+/// trees that are rarely used (each has two sets) cost `8 × N` bytes a set, not a cache
+/// line per core; a busy set costs what it did before. The inline counters keep their
+/// counts: a sum reads them too. (While quiet, they may share a line with their owner's
+/// other fields: at most [`BUSY`] adds, a bounded cost.)
 pub struct Counters<const N: usize> {
-    /// A power-of-two count of stripes ([`stripes`]).
-    stripes: Box<[Stripe<N>]>,
+    first: [AtomicU64; N],
+    more: OnceLock<Box<[Stripe<N>]>>,
 }
 
 impl<const N: usize> Default for Counters<N> {
     fn default() -> Self {
         Counters {
-            stripes: (0..stripes())
-                .map(|_| Stripe(std::array::from_fn(|_| AtomicU64::new(0))))
-                .collect(),
+            first: std::array::from_fn(|_| AtomicU64::new(0)),
+            more: OnceLock::new(),
         }
     }
 }
@@ -76,26 +92,61 @@ impl<const N: usize> Counters<N> {
     #[inline]
     pub fn add(&self, which: usize, n: u64) {
         let c = self.mine(which);
-        c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+        let old = c.load(Relaxed);
+        c.store(old.wrapping_add(n), Relaxed);
+        self.grow_if_busy(old, n);
     }
 
     /// Adds `n` to counter `which` with a locked add: never lost, whatever the threads.
     #[inline]
     pub(crate) fn add_exact(&self, which: usize, n: u64) {
-        self.mine(which).fetch_add(n, Relaxed);
+        let old = self.mine(which).fetch_add(n, Relaxed);
+        self.grow_if_busy(old, n);
     }
 
     /// This thread's copy of counter `which`.
     #[inline]
     fn mine(&self, which: usize) -> &AtomicU64 {
-        // `stripes()` is a power of two, so the mask keeps every stripe in use.
-        &self.stripes[my_stripe() & (self.stripes.len() - 1)].0[which]
+        match self.more.get() {
+            // `stripes()` is a power of two, so the mask keeps every stripe in use.
+            Some(more) => &more[my_stripe() & (more.len() - 1)].0[which],
+            None => &self.first[which],
+        }
+    }
+
+    /// After an add of `n` to a counter that held `old`: if that add crossed [`BUSY`] on
+    /// the inline stripe, the set takes its stripes (adds to striped counters cross it too,
+    /// and find them made).
+    #[inline(always)]
+    fn grow_if_busy(&self, old: u64, n: u64) {
+        if old < BUSY && old.wrapping_add(n) >= BUSY {
+            self.grow();
+        }
+    }
+
+    #[cold]
+    fn grow(&self) {
+        if stripes() > 1 {
+            self.more
+                .get_or_init(|| (0..stripes()).map(|_| Stripe::new()).collect());
+        }
+    }
+
+    /// Every copy of the counters: the inline one, then the per-core stripes if the set
+    /// has them.
+    fn all(&self) -> impl Iterator<Item = &[AtomicU64; N]> {
+        std::iter::once(&self.first).chain(
+            self.more
+                .get()
+                .into_iter()
+                .flat_map(|m| m.iter().map(|s| &s.0)),
+        )
     }
 
     /// Sets every counter to zero.
     pub(crate) fn reset(&self) {
-        for s in &self.stripes {
-            for c in &s.0 {
+        for s in self.all() {
+            for c in s {
                 c.store(0, Relaxed);
             }
         }
@@ -103,8 +154,57 @@ impl<const N: usize> Counters<N> {
 
     /// The total of counter `which`.
     pub fn sum(&self, which: usize) -> u64 {
-        self.stripes
-            .iter()
-            .fold(0u64, |a, s| a.wrapping_add(s.0[which].load(Relaxed)))
+        self.all()
+            .fold(0u64, |a, s| a.wrapping_add(s[which].load(Relaxed)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quiet_set_stays_inline_and_a_busy_one_keeps_its_counts() {
+        let c = Counters::<2>::default();
+        for _ in 0..BUSY - 1 {
+            c.add(0, 1);
+        }
+        c.add_exact(1, 5);
+        assert!(c.more.get().is_none(), "striped before it was busy");
+        assert_eq!((c.sum(0), c.sum(1)), (BUSY - 1, 5));
+        // The add that reaches BUSY makes the stripes (on a machine of one core there is
+        // nothing to stripe for).
+        c.add(0, 1);
+        assert_eq!(c.more.get().is_some(), stripes() > 1);
+        c.add(0, 10);
+        c.add_exact(1, 1);
+        assert_eq!((c.sum(0), c.sum(1)), (BUSY + 10, 6), "inline counts kept");
+        c.reset();
+        assert_eq!((c.sum(0), c.sum(1)), (0, 0));
+    }
+
+    #[test]
+    fn one_large_add_makes_the_stripes() {
+        let c = Counters::<1>::default();
+        c.add(0, 3 * BUSY);
+        assert_eq!(c.more.get().is_some(), stripes() > 1);
+        assert_eq!(c.sum(0), 3 * BUSY);
+    }
+
+    #[test]
+    fn exact_adds_from_many_threads_across_the_switch_lose_nothing() {
+        let c = Counters::<1>::default();
+        let per = BUSY / 2 + 1_000;
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..per {
+                        c.add_exact(0, 1);
+                    }
+                });
+            }
+        });
+        assert_eq!(c.sum(0), 4 * per);
+        assert_eq!(c.more.get().is_some(), stripes() > 1);
     }
 }
