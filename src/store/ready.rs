@@ -14,7 +14,15 @@ pub(crate) struct RecoveryState {
     ready: AtomicBool,
     /// The item count of the tree's last snapshot (a hint for sizing and progress).
     pub(crate) expected_keys: Option<u64>,
-    /// How the rebuild after open went, for the report and for waiters.
+    /// The rebuild after open, for a tree that needs one (`None`: ready from its open, with
+    /// nothing to wait for or report, and no lock or condition variable to keep).
+    after_open: Option<Box<AfterOpen>>,
+}
+
+/// How the rebuild after open went, for the report and for waiters.
+struct AfterOpen {
+    /// When the tree was opened.
+    opened: Instant,
     outcome: Mutex<Outcome>,
     changed: Condvar,
 }
@@ -23,8 +31,9 @@ pub(crate) struct RecoveryState {
 /// none).
 #[derive(Clone, Default)]
 pub(crate) struct Outcome {
-    /// When a real filter became current, and the keys its scan read.
-    pub(crate) in_use: Option<(Instant, u64)>,
+    /// How long after the tree's open a real filter became current, and the keys its scan
+    /// read.
+    pub(crate) in_use: Option<(Duration, u64)>,
     /// Sequence of the snapshot written after it.
     pub(crate) sequence: Option<u64>,
     /// Why it ended without a filter (the tree closed, or an error); the tree keeps
@@ -47,8 +56,13 @@ impl RecoveryState {
         RecoveryState {
             ready: AtomicBool::new(ready),
             expected_keys,
-            outcome: Mutex::new(Outcome::default()),
-            changed: Condvar::new(),
+            after_open: (!ready).then(|| {
+                Box::new(AfterOpen {
+                    opened: Instant::now(),
+                    outcome: Mutex::new(Outcome::default()),
+                    changed: Condvar::new(),
+                })
+            }),
         }
     }
 
@@ -57,13 +71,11 @@ impl RecoveryState {
         self.ready.load(Ordering::Acquire)
     }
 
-    fn outcome_mut(&self) -> std::sync::MutexGuard<'_, Outcome> {
-        self.outcome.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// How the rebuild after open went so far.
+    /// How the rebuild after open went so far (all `None` for a tree that needed none).
     pub(crate) fn outcome(&self) -> Outcome {
-        self.outcome_mut().clone()
+        self.after_open
+            .as_ref()
+            .map_or_else(Outcome::default, |a| a.outcome_mut().clone())
     }
 
     /// A rebuild made its filter, built from `keys` keys, current (the first one counts).
@@ -71,28 +83,41 @@ impl RecoveryState {
         if self.is_ready() {
             return;
         }
-        let mut o = self.outcome_mut();
-        o.in_use = Some((Instant::now(), keys));
+        let Some(a) = &self.after_open else {
+            // A tree ready from its open has no rebuild after it to report.
+            self.ready.store(true, Ordering::Release);
+            return;
+        };
+        let mut o = a.outcome_mut();
+        o.in_use = Some((a.opened.elapsed(), keys));
         self.ready.store(true, Ordering::Release);
-        self.changed.notify_all();
+        a.changed.notify_all();
     }
 
     /// The snapshot after the rebuild after open has this sequence.
     pub(crate) fn set_sequence(&self, sequence: u64) {
-        self.outcome_mut().sequence = Some(sequence);
+        if let Some(a) = &self.after_open {
+            a.outcome_mut().sequence = Some(sequence);
+        }
     }
 
     /// The rebuild after open ended without a filter.
     pub(crate) fn set_failed(&self, why: String) {
-        self.outcome_mut().failed = Some(why);
-        self.changed.notify_all();
+        if let Some(a) = &self.after_open {
+            a.outcome_mut().failed = Some(why);
+            a.changed.notify_all();
+        }
     }
 
     /// Waits until the filter is in use (`Ok(true)`), `timeout` passes (`Ok(false)`; `None`:
     /// no limit), or the rebuild ends without a filter (its error).
     pub(crate) fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
+        let Some(a) = &self.after_open else {
+            // Ready from its open.
+            return Ok(true);
+        };
         let deadline = timeout.map(|t| Instant::now() + t);
-        let mut o = self.outcome_mut();
+        let mut o = a.outcome_mut();
         loop {
             if self.is_ready() {
                 return Ok(true);
@@ -107,11 +132,17 @@ impl RecoveryState {
             if left.is_zero() {
                 return Ok(false);
             }
-            o = self
+            o = a
                 .changed
                 .wait_timeout(o, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+    }
+}
+
+impl AfterOpen {
+    fn outcome_mut(&self) -> std::sync::MutexGuard<'_, Outcome> {
+        self.outcome.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

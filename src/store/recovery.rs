@@ -114,9 +114,9 @@ fn run(s: &Arc<TreeState>) {
 pub(crate) fn report(s: &TreeState) -> RecoveryReport {
     let mut r = s.report.clone();
     let o = s.recovery.outcome();
-    if let Some((at, keys)) = o.in_use {
+    if let Some((after_open, keys)) = o.in_use {
         r.keys_scanned = keys;
-        r.duration += at.saturating_duration_since(s.opened);
+        r.duration += after_open;
     } else if !s.recovery.is_ready() && o.failed.is_none() {
         r.rebuilding = progress(s);
     }

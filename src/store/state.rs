@@ -4,7 +4,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Instant;
 
 use super::filters::Filters;
 use super::fp_memory::{FpMemory, Hashed, Recall, Ticket};
@@ -27,8 +26,6 @@ pub(crate) struct TreeState {
     pub(crate) persist: Option<Persistence>,
     /// How the filter came to be at open (see [`super::recovery::report`] for it as of now).
     pub(crate) report: RecoveryReport,
-    /// When the tree was opened.
-    pub(crate) opened: Instant,
     /// Whether the filter is in use yet (a tree whose snapshot was not trusted serves with
     /// a pass-all filter until its rebuild is done).
     pub(crate) recovery: RecoveryState,
@@ -83,7 +80,6 @@ impl TreeState {
             counters: LookupCounters::default(),
             persist,
             report,
-            opened: Instant::now(),
             recovery,
             every_writes,
             writes: AtomicU64::new(0),
