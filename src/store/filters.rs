@@ -55,8 +55,11 @@ const _: () = assert!(MAX_SLOTS <= 64);
 const INDEX_BITS: u32 = 8;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 
-/// `state` on a cache line of its own: every lookup reads it, only a swap writes it.
-#[repr(align(128))]
+/// `state` on a pair of cache lines of its own: every lookup reads it, only a rebuild
+/// (a slot filled, a swap) writes it. What lookups read after the word and the pointer,
+/// and rebuilds alone write, shares the pair instead of padding it.
+// `repr(C)`: the word and the pointer first, on one line.
+#[repr(C, align(128))]
 struct State {
     /// The version and the index of the current slot.
     word: AtomicU64,
@@ -66,6 +69,12 @@ struct State {
     /// inside a filled slot's box (set in [`Filters::new`] and [`Filters::swap`], before
     /// `word`, so a lookup that reads a new `word` reads the new pointer too).
     bits: AtomicPtr<Filter>,
+    /// Write-once slots, a few inline and the rest allocated by the first rebuild that needs
+    /// them (see [`Slots`]).
+    slots: Slots,
+    /// The tree's memory of false positives (see [`super::fp_memory`]): a lookup the
+    /// filter passed reads it next.
+    memory: FpMemory,
 }
 
 /// What the rebuild has published; changed only under the gate's write side.
@@ -105,15 +114,10 @@ loom::thread_local! {
 }
 
 pub(crate) struct Filters {
-    /// Write-once slots, a few inline and the rest allocated by the first rebuild that needs
-    /// them (see [`Slots`]).
-    slots: Slots,
     state: State,
     gate: RwLock<Gate>,
     /// Writers blocked on the gate: the rebuild lets them in between chunks.
     waiting: AtomicUsize,
-    /// The tree's memory of false positives (see [`super::fp_memory`]).
-    memory: FpMemory,
     /// A bit per slot whose retired filter gave its memory back ([`Filters::release_retired`]).
     released: AtomicU64,
 }
@@ -136,14 +140,14 @@ impl Filters {
         // before the move would not be the slot's).
         let bits: *const Filter = slots.get(0).expect("slot 0 was just filled").bits();
         Filters {
-            slots,
             state: State {
                 word: AtomicU64::new(0),
                 bits: AtomicPtr::new(bits.cast_mut()),
+                slots,
+                memory,
             },
             gate: RwLock::new(Gate::default()),
             waiting: AtomicUsize::new(0),
-            memory,
             released: AtomicU64::new(0),
         }
     }
@@ -151,14 +155,14 @@ impl Filters {
     /// The tree's false-positive memory, for lookups the filter passed.
     #[inline(always)]
     pub(crate) fn memory(&self) -> &FpMemory {
-        &self.memory
+        &self.state.memory
     }
 
     /// The filter in slot `i`, where `i < MAX_SLOTS` (every index `state` holds is one:
     /// [`Filters::swap`] is only given slots that exist).
     #[inline(always)]
     fn slot(&self, i: usize) -> Option<&AnyFilter> {
-        self.slots.get(i % MAX_SLOTS)
+        self.state.slots.get(i % MAX_SLOTS)
     }
 
     /// The current filter and the state it was read under. Lookups must validate a negative
@@ -360,7 +364,7 @@ impl Filters {
     ) -> Result<usize> {
         let current = (self.state.word.load(Ordering::Acquire) & INDEX_MASK) as usize;
         for i in 0..MAX_SLOTS {
-            let s = self.slots.cell(i);
+            let s = self.state.slots.cell(i);
             match s.get() {
                 Some(f) if i != current && accept(f) => {
                     // Every lookup that could still be reading this filter started before
@@ -386,7 +390,7 @@ impl Filters {
 
     /// The filter in slot `i` (for the rebuild, which owns the slot it is building).
     pub(crate) fn get(&self, i: usize) -> Option<&AnyFilter> {
-        (i < MAX_SLOTS).then(|| self.slots.get(i)).flatten()
+        (i < MAX_SLOTS).then(|| self.state.slots.get(i)).flatten()
     }
 
     /// Makes slot `i` current. Must be called with the gate closed (`_gate`).
@@ -415,7 +419,7 @@ impl Filters {
         let released = self.released.load(Ordering::Relaxed);
         (0..MAX_SLOTS)
             .filter(|i| released & (1 << i) == 0)
-            .filter_map(|i| self.slots.get(i))
+            .filter_map(|i| self.state.slots.get(i))
             .map(|f| f.memory_bytes())
             .sum()
     }
@@ -432,7 +436,7 @@ impl Filters {
         fence(Ordering::Release);
         for i in 0..MAX_SLOTS {
             let already = self.released.load(Ordering::Relaxed) & (1 << i) != 0;
-            if let Some(f) = self.slots.get(i).filter(|_| i != current && !already) {
+            if let Some(f) = self.state.slots.get(i).filter(|_| i != current && !already) {
                 if f.release() {
                     self.released.fetch_or(1 << i, Ordering::Relaxed);
                 }
@@ -521,7 +525,7 @@ impl Entered<'_> {
     #[inline]
     fn admit_hashed(&self, key: &[u8], h: u64) {
         self.each_hashed(key, h, AnyFilter::admit_hash);
-        let memory = &self.filters.memory;
+        let memory = &self.filters.state.memory;
         let hm = if self.seed() == memory.seed() {
             h
         } else {
@@ -548,7 +552,10 @@ impl Drop for Entered<'_> {
     fn drop(&mut self) {
         if let Some(key) = self.key {
             // The outermost hold: every write under it reached the store (or failed).
-            self.filters.memory.end(&mut self.view.pending.borrow_mut());
+            self.filters
+                .state
+                .memory
+                .end(&mut self.view.pending.borrow_mut());
             HELD.with(|h| {
                 let mut h = h.borrow_mut();
                 if let Some(pos) = h.iter().rposition(|(k, _)| *k == key) {
