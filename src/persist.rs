@@ -209,6 +209,7 @@ mod journal_names;
 mod live;
 mod meta;
 mod poison;
+mod records;
 mod recovery;
 mod scan_pause;
 mod settings;
@@ -275,6 +276,8 @@ pub use store_journal::{remove_journals, replay_journals, JournalBinding, Journa
 
 pub(crate) use live::{filter_image, Persistence};
 pub(crate) use meta::Meta;
+pub(crate) use poison::{At, FileFault, Step};
+pub(crate) use records::{EachRecord, RecordStore, TreeKeys};
 pub(crate) use recovery::{recover, Opening, Start};
 
 /// What `open` does with a snapshot it cannot trust.

@@ -10,6 +10,7 @@ mod holds;
 mod policy;
 mod ready;
 mod rebuild;
+mod records;
 mod recovery;
 mod repair;
 mod scan;

@@ -108,12 +108,12 @@ impl Persistence {
         }
     }
 
-    /// sled's flush, then an fsync of sled's log (see `Meta::flush_user`).
-    pub(crate) fn flush_user(&self, tree: &sled::Tree) -> Result<usize> {
-        self.meta.flush_user(tree)
+    /// The store's durable flush (see `Meta::flush_user`).
+    pub(crate) fn flush_user(&self) -> Result<usize> {
+        self.meta.flush_user()
     }
 
-    /// The fsync of sled's log after a flush sled ran itself.
+    /// The store's sync after a flush the store ran itself.
     pub(crate) fn sync_log(&self) -> Result<()> {
         self.meta.sync_log()
     }
@@ -123,8 +123,9 @@ impl Persistence {
         self.meta.check_poison()
     }
 
-    /// The error for a failed sled flush the caller ran itself: it poisons the database.
-    pub(crate) fn flush_failed(&self, e: sled::Error) -> Error {
+    /// The error for a failed flush of the store the caller ran itself: it poisons the
+    /// database.
+    pub(crate) fn flush_failed(&self, e: impl std::fmt::Display) -> Error {
         self.meta.flush_failed(e)
     }
 

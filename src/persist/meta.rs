@@ -1,9 +1,10 @@
-//! The meta tree: bloomsled's records inside sled, beside the data they vouch for.
+//! The meta tree: bloomsled's records inside the store, beside the data they vouch for.
 //!
-//! One sled tree, [`META_TREE`], holds the database id (key `db`) and one
-//! [`TreeRecord`] per filtered tree (key `t/` + the tree's full name, so names never
-//! collide), and one [`WindowRecord`] per window (key `w/` + the window's name). A record is written with sled's `insert` and made durable with sled's `flush`
-//! before any write it must precede.
+//! One record store ([`RecordStore`]: with sled, the tree [`META_TREE`]) holds the
+//! database id (key `db`) and one [`TreeRecord`] per filtered tree (key `t/` + the tree's
+//! full name, so names never collide), and one [`WindowRecord`] per window (key `w/` + the
+//! window's name). A record is written with the store's `insert` and made durable with
+//! its durable flush before any write it must precede.
 
 use std::sync::Arc;
 
@@ -11,7 +12,8 @@ use zerocopy::little_endian::{U32, U64};
 use zerocopy::IntoBytes;
 
 use super::files::sync_snapshot_dir;
-use super::poison::{FileFault, Poison, Step};
+use super::poison::{FileFault, Poison};
+use super::records::RecordStore;
 use super::RecoveryPolicy;
 use crate::error::{DbRecordFault, DecodeError, Error, Result};
 use crate::format::{DbRecord, TreeRecord, FLAG_EMPTY};
@@ -31,21 +33,16 @@ pub(crate) fn random_id() -> Result<[u8; 16]> {
 
 /// The meta tree of one open database.
 pub(crate) struct Meta {
-    tree: sled::Tree,
-    /// sled's log file, fsynced after each durable write: sled's own `flush()` ends in
-    /// `sync_file_range(2)`, which survives a process crash but not a power cut
-    /// (spacejam/sled#1452). `None` for a database without one on disk.
-    log: Option<std::fs::File>,
-    /// The database's folder (sled's log is `db` in it).
+    /// The records, in the store (with sled: the tree [`META_TREE`], whose durable flush
+    /// is sled's `flush()` then an fsync of sled's log, `src/store/records.rs`).
+    store: Box<dyn RecordStore>,
+    /// The database's folder.
     dir: std::path::PathBuf,
     /// Its `bloomsled` folder, which every tree's files name (shared: see
     /// [`Meta::files_dir`]).
     files_dir: Arc<std::path::Path>,
     /// Set by the first failed sync: then no write, flush or snapshot is acknowledged.
     poison: Poison,
-    /// sled's settings, whose global error says a write of sled's failed (see
-    /// [`sled_flush`]).
-    sled: sled::Config,
     db_id: [u8; 16],
     /// Set if the database record was missing or damaged at open and replaced.
     reset: Option<DbRecordFault>,
@@ -53,89 +50,20 @@ pub(crate) struct Meta {
     found: std::sync::OnceLock<super::journal_names::FoundFiles>,
 }
 
-/// sled's `flush()`, which must not wait forever for a write that failed.
-///
-/// sled 0.34 records a failed write of its log (made by its I/O threads) as its global
-/// error without waking a flush already waiting for that write to become stable: such a
-/// flush would wait forever (found by `tests/fault_matrix.rs`). A flush sled starts once
-/// the error is recorded returns it at once and wakes the waiters, so a watchdog beside the
-/// flush starts one as soon as the error appears.
-fn sled_flush(tree: &sled::Tree, sled: &sled::Config) -> sled::Result<usize> {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let done = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        let watchdog = s.spawn(|| {
-            while !done.load(Ordering::Acquire) {
-                if sled.global_error().is_err() {
-                    let _ = tree.flush();
-                    return;
-                }
-                std::thread::park_timeout(std::time::Duration::from_millis(20));
-            }
-        });
-        let flushed = tree.flush();
-        done.store(true, Ordering::Release);
-        watchdog.thread().unpark();
-        flushed
-    })
-}
-
-/// sled's `flush()`, then an fsync of its log (`<dir>/db`): durable against a power cut
-/// too. Refused once `poison` is set; a failure of either sets it. Returns sled's count.
-fn flush_durably(
-    tree: &sled::Tree,
-    log: Option<&std::fs::File>,
-    dir: &std::path::Path,
-    poison: &Poison,
-    sled: &sled::Config,
-) -> Result<usize> {
+/// The store's flush, then its sync: durable against a power cut too. Refused once
+/// `poison` is set (before each step); a failure of either sets it. Returns the store's
+/// count.
+fn flush_durably(store: &dyn RecordStore, poison: &Poison) -> Result<usize> {
     poison.check()?;
-    let bytes = sled_flush(tree, sled)
-        .map_err(|e| poison.set(dir.join("db"), Step::SledFlush, e.to_string()))?;
-    sync_log(log, dir, poison)?;
+    let bytes = store.flush().map_err(|f| poison.absorb(f))?;
+    sync_store(store, poison)?;
     Ok(bytes)
 }
 
-/// The fsync of sled's log, refused once `poison` is set, setting it if it fails.
-fn sync_log(log: Option<&std::fs::File>, dir: &std::path::Path, poison: &Poison) -> Result<()> {
+/// The store's sync, refused once `poison` is set, setting it if it fails.
+fn sync_store(store: &dyn RecordStore, poison: &Poison) -> Result<()> {
     poison.check()?;
-    match log {
-        Some(log) => poison.step(&dir.join("db"), Step::Fsync, log.sync_all()),
-        None => Ok(()),
-    }
-}
-
-/// sled's log file `<db>/db`, with its name made durable (sled never fsyncs its folder),
-/// and the database folder's own name too (sled creates it and never fsyncs its parent: on
-/// a file system that commits a name only with its folder, a power cut would otherwise
-/// take a new database away whole, every flush it returned included).
-///
-/// sled's `conf` (its segment size and compression, written once when sled creates the
-/// database, never fsynced) is fsynced here too, before anything bloomsled makes durable:
-/// otherwise a power cut could keep flushed data and lose `conf`, and the next open would
-/// write a new one from its own settings and read the log with them, where sled refuses
-/// settings that differ from the creator's (`tests/power_cut.rs`).
-fn open_log(db_dir: &std::path::Path, poison: &Poison) -> Result<Option<std::fs::File>> {
-    let Ok(log) = std::fs::File::open(db_dir.join("db")) else {
-        return Ok(None);
-    };
-    let conf = db_dir.join("conf");
-    match std::fs::File::open(&conf) {
-        Ok(f) => poison.step(&conf, Step::Fsync, f.sync_all())?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => poison.step(&conf, Step::Open, Err(e))?,
-    }
-    let folder = poison.step(db_dir, Step::Open, std::fs::File::open(db_dir))?;
-    poison.step(db_dir, Step::FsyncDir, folder.sync_all())?;
-    let parent = match db_dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    // A parent this process may not read cannot be fsynced by it either.
-    if let Ok(f) = std::fs::File::open(parent) {
-        poison.step(parent, Step::FsyncDir, f.sync_all())?;
-    }
-    Ok(Some(log))
+    store.sync().map_err(|f| poison.absorb(f))
 }
 
 /// How many of bloomsled's snapshot (`<tree id>.snap`) and journal
@@ -169,23 +97,20 @@ fn earlier_files(db_dir: &std::path::Path) -> Result<usize> {
 
 /// What opening the meta tree works with before its [`Meta`] exists.
 struct Opening<'a> {
-    tree: &'a sled::Tree,
-    log: Option<&'a std::fs::File>,
-    dir: &'a std::path::Path,
+    store: &'a dyn RecordStore,
     poison: &'a Poison,
-    sled: &'a sled::Config,
 }
 
 impl Opening<'_> {
     fn flush_durably(&self) -> Result<usize> {
-        flush_durably(self.tree, self.log, self.dir, self.poison, self.sled)
+        flush_durably(self.store, self.poison)
     }
 }
 
 /// Writes a new random database id, durably; returns it.
 fn write_db_record(at: &Opening<'_>) -> Result<[u8; 16]> {
     let id = random_id()?;
-    at.tree.insert(DB_KEY, DbRecord::new(id).as_bytes())?;
+    at.store.insert(DB_KEY, DbRecord::new(id).as_bytes())?;
     at.flush_durably()?;
     Ok(id)
 }
@@ -194,17 +119,16 @@ fn write_db_record(at: &Opening<'_>) -> Result<[u8; 16]> {
 /// durably, so that no snapshot is trusted again even if this open does not get to rebuild
 /// every tree before a crash. Unreadable records stay as they are (never trusted either).
 fn mark_every_tree_stale(at: &Opening<'_>) -> Result<()> {
-    let tree = at.tree;
-    for entry in tree.scan_prefix(TREE_PREFIX) {
-        let (key, bytes) = entry?;
-        let Ok(mut record) = TreeRecord::decode(&bytes) else {
-            continue;
+    let store = at.store;
+    store.for_each_with_prefix(TREE_PREFIX, &mut |key, bytes| {
+        let Ok(mut record) = TreeRecord::decode(bytes) else {
+            return Ok(());
         };
         let g = record.snapshot_sequence.get();
         record.dirty_sequence = U64::new(record.dirty_sequence.get().max(g));
         record.flags = U32::new(record.flags.get() & !FLAG_EMPTY);
-        tree.insert(key, &record.encode()[..])?;
-    }
+        store.insert(key, &record.encode()[..])
+    })?;
     at.flush_durably()?;
     Ok(())
 }
@@ -228,18 +152,6 @@ fn replace_db_record(
     Ok((write_db_record(at)?, Some(fault)))
 }
 
-/// A sled error of reading the meta tree at open; an I/O error names the store and the
-/// step (its kind kept).
-fn read_failed(db_dir: &std::path::Path, e: sled::Error) -> Error {
-    match e {
-        sled::Error::Io(io) => Error::Io(std::io::Error::new(
-            io.kind(),
-            format!("read of sled's store {}: {io}", db_dir.display()),
-        )),
-        other => other.into(),
-    }
-}
-
 const TREE_PREFIX: &[u8] = b"t/";
 
 fn tree_key(name: &[u8]) -> Vec<u8> {
@@ -260,31 +172,30 @@ impl Meta {
     /// [`Error::DatabaseRecordRejected`] and nothing is changed. Keys of the tree that are
     /// not bloomsled's records are never touched. An empty meta tree is a new database only
     /// when `<db>/bloomsled` holds no snapshot or journal file: beside such files it means
-    /// sled lost its records ([`DbRecordFault::StoreEmptied`]), and is treated the same way.
+    /// the store lost its records ([`DbRecordFault::StoreEmptied`]), and is treated the same
+    /// way.
+    ///
+    /// `store` holds the records of the database in `db_dir` (the tree [`META_TREE`] of a
+    /// sled database); what its creation left undurable is made durable first
+    /// ([`RecordStore::open_durably`]), a failed sync poisoning the database.
     pub(crate) fn open(
-        db: &sled::Db,
-        sled: &sled::Config,
+        mut store: Box<dyn RecordStore>,
         db_dir: &std::path::Path,
         recovery: RecoveryPolicy,
     ) -> Result<Arc<Meta>> {
-        let tree = db
-            .open_tree(META_TREE)
-            .map_err(|e| read_failed(db_dir, e))?;
         let poison = Poison::for_folder(db_dir);
-        let log = open_log(db_dir, &poison)?;
+        store.open_durably().map_err(|f| poison.absorb(f))?;
         let at = Opening {
-            tree: &tree,
-            log: log.as_ref(),
-            dir: db_dir,
+            store: &*store,
             poison: &poison,
-            sled,
         };
-        let (db_id, reset) = match tree.get(DB_KEY).map_err(|e| read_failed(db_dir, e))? {
+        let read = store.get(DB_KEY).map_err(|e| store.read_failed(e))?;
+        let (db_id, reset) = match read {
             Some(bytes) => match DbRecord::decode(&bytes) {
                 Ok(record) => (record.db_id, None),
                 Err(e) => replace_db_record(&at, DbRecordFault::Damaged(e), recovery)?,
             },
-            None if tree.first().map_err(|e| read_failed(db_dir, e))?.is_none() => {
+            None if store.is_empty().map_err(|e| store.read_failed(e))? => {
                 match earlier_files(db_dir)? {
                     // A new database.
                     0 => (write_db_record(&at)?, None),
@@ -297,12 +208,10 @@ impl Meta {
             None => replace_db_record(&at, DbRecordFault::Missing, recovery)?,
         };
         Ok(Arc::new(Meta {
-            tree,
-            log,
+            store,
             dir: db_dir.to_path_buf(),
             files_dir: Arc::from(db_dir.join(super::DIR_NAME)),
             poison,
-            sled: sled.clone(),
             db_id,
             reset,
             found: Default::default(),
@@ -315,26 +224,28 @@ impl Meta {
     }
 
     /// What every flush a user can call does (`Tree::flush`, a window's, a transaction's,
-    /// `Db::close`): sled's `flush()` of the whole database (through any of its trees),
-    /// then one fsync of sled's log, so a returned flush survives a power cut (sled's own
-    /// ends in `sync_file_range(2)`, spacejam/sled#1452). Returns sled's byte count.
+    /// `Db::close`): the store's durable flush of the whole database (with sled: sled's
+    /// `flush()`, then one fsync of sled's log, so a returned flush survives a power cut:
+    /// sled's own ends in `sync_file_range(2)`, spacejam/sled#1452). Returns the store's
+    /// byte count.
     ///
     /// Refused with [`Error::Poisoned`] once a sync of this database failed; a failure of
     /// either step poisons it (see `persist::poison`).
-    pub(crate) fn flush_user(&self, tree: &sled::Tree) -> Result<usize> {
-        flush_durably(tree, self.log.as_ref(), &self.dir, &self.poison, &self.sled)
+    pub(crate) fn flush_user(&self) -> Result<usize> {
+        self.flush_durably()
     }
 
-    /// The fsync of sled's log that makes what sled's `flush()` wrote durable (for a flush
-    /// sled ran itself, as a transaction's at its commit). Poisons as `flush_user`.
+    /// The store's sync that makes what its flush wrote durable (for a flush the store ran
+    /// itself, as a sled transaction's at its commit). Poisons as `flush_user`.
     pub(crate) fn sync_log(&self) -> Result<()> {
-        sync_log(self.log.as_ref(), &self.dir, &self.poison)
+        sync_store(&*self.store, &self.poison)
     }
 
-    /// The error for a failed sled flush run by the caller: it poisons the database.
-    pub(crate) fn flush_failed(&self, e: sled::Error) -> Error {
+    /// The error for a failed flush of the store run by the caller (`error`: the store's
+    /// error): it poisons the database.
+    pub(crate) fn flush_failed(&self, error: impl std::fmt::Display) -> Error {
         self.poison
-            .set(self.dir.join("db"), Step::SledFlush, e.to_string())
+            .absorb(self.store.flush_fault(error.to_string()))
     }
 
     /// `Err(Error::Poisoned)` once a sync of this database failed: the check every write
@@ -381,8 +292,8 @@ impl Meta {
         name: &[u8],
     ) -> Result<Option<std::result::Result<TreeRecord, DecodeError>>> {
         Ok(self
-            .tree
-            .get(tree_key(name))?
+            .store
+            .get(&tree_key(name))?
             .map(|b| TreeRecord::decode(&b)))
     }
 
@@ -391,7 +302,7 @@ impl Meta {
     /// with sled's next flush, vouching for what the failed sync lost.
     pub(crate) fn write(&self, name: &[u8], record: &mut TreeRecord, durable: bool) -> Result<()> {
         self.poison.check()?;
-        self.tree.insert(tree_key(name), &record.encode()[..])?;
+        self.store.insert(&tree_key(name), &record.encode()[..])?;
         if durable {
             self.flush_durably()?;
         }
@@ -401,29 +312,19 @@ impl Meta {
     /// Deletes the record of tree `name`, durably.
     pub(crate) fn remove(&self, name: &[u8]) -> Result<()> {
         self.poison.check()?;
-        self.tree.remove(tree_key(name))?;
+        self.store.remove(&tree_key(name))?;
         self.flush_durably()?;
         Ok(())
     }
 
     fn flush_durably(&self) -> Result<usize> {
-        flush_durably(
-            &self.tree,
-            self.log.as_ref(),
-            &self.dir,
-            &self.poison,
-            &self.sled,
-        )
+        flush_durably(&*self.store, &self.poison)
     }
 
     /// The record a layer above the store keeps under `prefix` for `name` (a window's
     /// ring: `crate::window` owns its prefix and its bytes), if any.
-    pub(crate) fn read_layer_record(
-        &self,
-        prefix: &[u8],
-        name: &[u8],
-    ) -> Result<Option<sled::IVec>> {
-        Ok(self.tree.get(layer_key(prefix, name))?)
+    pub(crate) fn read_layer_record(&self, prefix: &[u8], name: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.store.get(&layer_key(prefix, name))
     }
 
     /// Stores a layer's record under `prefix` for `name`; durable on return if `durable`.
@@ -435,7 +336,7 @@ impl Meta {
         durable: bool,
     ) -> Result<()> {
         self.poison.check()?;
-        self.tree.insert(layer_key(prefix, name), bytes)?;
+        self.store.insert(&layer_key(prefix, name), &bytes)?;
         if durable {
             self.flush_durably()?;
         }
@@ -444,11 +345,12 @@ impl Meta {
 
     /// The names with a layer's record under `prefix`.
     pub(crate) fn layer_record_names(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.tree
-            .scan_prefix(prefix)
-            .keys()
-            .map(|k| Ok(k?[prefix.len()..].to_vec()))
-            .collect()
+        let mut names = Vec::new();
+        self.store.for_each_with_prefix(prefix, &mut |key, _| {
+            names.push(key[prefix.len()..].to_vec());
+            Ok(())
+        })?;
+        Ok(names)
     }
 }
 

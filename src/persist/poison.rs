@@ -41,8 +41,9 @@ pub(crate) enum Step {
     Rename,
     /// Removing a file.
     Remove,
-    /// sled's `flush()` (its writes and its `sync_file_range`).
-    SledFlush,
+    /// The store's own flush, named by the store (sled's `flush()`: its writes and its
+    /// `sync_file_range`, "sled's flush").
+    StoreFlush(&'static str),
 }
 
 impl Step {
@@ -56,13 +57,13 @@ impl Step {
             Step::FsyncDir => "fsync of the folder",
             Step::Rename => "rename",
             Step::Remove => "remove",
-            Step::SledFlush => "sled's flush",
+            Step::StoreFlush(name) => name,
         }
     }
 
     /// True for a step whose failure may have dropped data the kernel reports only once.
     pub(crate) fn syncs(self) -> bool {
-        matches!(self, Step::Fsync | Step::FsyncDir | Step::SledFlush)
+        matches!(self, Step::Fsync | Step::FsyncDir | Step::StoreFlush(_))
     }
 }
 
@@ -198,16 +199,6 @@ impl Poison {
         });
         cause.error()
     }
-
-    /// `result` of `step` on `path`, a failure absorbed (see [`Poison::absorb`]).
-    pub(crate) fn step<T>(
-        &self,
-        path: &Path,
-        step: Step,
-        result: io::Result<T>,
-    ) -> Result<T, Error> {
-        result.at(path, step).map_err(|f| self.absorb(f))
-    }
 }
 
 #[cfg(test)]
@@ -229,11 +220,9 @@ mod tests {
             "{write}"
         );
         assert!(p.check().is_ok(), "a failed write poisons nothing");
-        let first = p.step(
-            Path::new("/x/db"),
-            Step::Fsync,
-            Err::<(), _>(io::Error::from_raw_os_error(5)),
-        );
+        let first = Err::<(), _>(io::Error::from_raw_os_error(5))
+            .at(Path::new("/x/db"), Step::Fsync)
+            .map_err(|f| p.absorb(f));
         let later = p.absorb(FileFault {
             path: "/x/bloomsled".into(),
             step: Step::FsyncDir,

@@ -18,6 +18,7 @@ use super::files::SnapshotFile;
 use super::journal::OP_REMOVE;
 use super::live::Persistence;
 use super::meta::{random_id, Meta};
+use super::records::TreeKeys;
 use super::settings::{record_for, settings_of};
 use super::tree_files::{TreeFiles, TreeJournals};
 use super::trust::{judge, judge_journals, Identity, JournalIdentity, Records, Trusted};
@@ -31,8 +32,8 @@ use crate::format::{self, TreeRecord};
 pub(crate) struct Opening<'a> {
     /// The tree's full name.
     pub(crate) name: &'a [u8],
-    /// The sled tree (to tell an empty tree from one with keys).
-    pub(crate) tree: &'a sled::Tree,
+    /// The tree's keys (to tell an empty tree from one with keys).
+    pub(crate) tree: &'a dyn TreeKeys,
     /// The mode the tree is opened in; `None`: the mode its record stores (plain for a new
     /// tree).
     pub(crate) mode: Option<FilterMode>,
@@ -140,7 +141,7 @@ fn decide(
         let old = record.and_then(|r| r.ok());
         return distrusted(Distrust::DatabaseRecord(fault.clone()), old);
     }
-    if record.is_none() && at.tree.first()?.is_none() {
+    if record.is_none() && at.tree.is_empty()? {
         return Ok(Decision::New);
     }
     let record = match record {

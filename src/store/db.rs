@@ -23,6 +23,7 @@ use super::config::sizing::TreeConfig;
 #[cfg(feature = "metrics")]
 use super::holds::Hold;
 use super::rebuild::Rebuild;
+use super::records::SledRecords;
 use super::recovery;
 use super::recovery::open::open_filter;
 use super::state::TreeState;
@@ -131,9 +132,9 @@ impl Db {
         let meta = if config.temporary {
             None
         } else {
+            let records = SledRecords::open(&inner, &config.sled, &config.path)?;
             Some(Meta::open(
-                &inner,
-                &config.sled,
+                Box::new(records),
                 &config.path,
                 config.recovery,
             )?)
@@ -235,7 +236,7 @@ impl Db {
     /// sled's flush of the whole database, then (for one on disk) an fsync of its log.
     fn flush_durably(&self) -> Result<()> {
         match &self.state.meta {
-            Some(meta) => meta.flush_user(&self.inner).map(drop),
+            Some(meta) => meta.flush_user().map(drop),
             None => self.inner.flush().map(drop).map_err(Into::into),
         }
     }

@@ -46,7 +46,7 @@ impl Tree {
     /// ```
     pub fn flush(&self) -> Result<usize> {
         match &self.state.persist {
-            Some(p) => p.flush_user(&self.inner),
+            Some(p) => p.flush_user(),
             None => Ok(self.inner.flush()?),
         }
     }
