@@ -44,8 +44,9 @@ const BUSY: u64 = 1 << 16;
 
 /// `N` counters, each thread adding to its own stripe once the set is busy.
 ///
-/// A set starts with its counters inline, unpadded; the add that passes [`BUSY`] on one
-/// makes one stripe per core ([`stripes`]), and adds go to those from then on. Thousands of
+/// A set starts with its counters inline, unpadded; the first add that finds one at
+/// [`BUSY`] or more makes one stripe per core ([`stripes`]), and adds go to those from
+/// then on. Thousands of
 /// trees that are rarely used (each has two sets) cost `8 × N` bytes a set, not a cache
 /// line per core; a busy set costs what it did before. The inline counters keep their
 /// counts: a sum reads them too. (While quiet, they may share a line with their owner's
@@ -92,44 +93,48 @@ impl<const N: usize> Counters<N> {
     #[inline]
     pub fn add(&self, which: usize, n: u64) {
         let c = self.mine(which);
-        let old = c.load(Relaxed);
-        c.store(old.wrapping_add(n), Relaxed);
-        self.grow_if_busy(old, n);
+        c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
     }
 
     /// Adds `n` to counter `which` with a locked add: never lost, whatever the threads.
     #[inline]
     pub(crate) fn add_exact(&self, which: usize, n: u64) {
-        let old = self.mine(which).fetch_add(n, Relaxed);
-        self.grow_if_busy(old, n);
+        self.mine(which).fetch_add(n, Relaxed);
     }
 
-    /// This thread's copy of counter `which`.
+    /// This thread's copy of counter `which`: the inline one while it holds less than
+    /// [`BUSY`], then its stripe (made by the first add that finds the inline copy busy).
+    /// A striped set's add checks nothing more than whether it is striped.
     #[inline]
     fn mine(&self, which: usize) -> &AtomicU64 {
         match self.more.get() {
-            // `stripes()` is a power of two, so the mask keeps every stripe in use.
-            Some(more) => &more[my_stripe() & (more.len() - 1)].0[which],
-            None => &self.first[which],
+            Some(more) => Self::stripe_of(more, which),
+            None => {
+                let c = &self.first[which];
+                if c.load(Relaxed) < BUSY {
+                    c
+                } else {
+                    self.grow(which)
+                }
+            }
         }
     }
 
-    /// After an add of `n` to a counter that held `old`: if that add crossed [`BUSY`] on
-    /// the inline stripe, the set takes its stripes (adds to striped counters cross it too,
-    /// and find them made).
     #[inline(always)]
-    fn grow_if_busy(&self, old: u64, n: u64) {
-        if old < BUSY && old.wrapping_add(n) >= BUSY {
-            self.grow();
-        }
+    fn stripe_of(more: &[Stripe<N>], which: usize) -> &AtomicU64 {
+        // `stripes()` is a power of two, so the mask keeps every stripe in use.
+        &more[my_stripe() & (more.len() - 1)].0[which]
     }
 
+    /// Makes the set's stripes (one per core; one on a machine of one core, so that the
+    /// check above is not made again) and returns this thread's copy of `which`.
     #[cold]
-    fn grow(&self) {
-        if stripes() > 1 {
-            self.more
-                .get_or_init(|| (0..stripes()).map(|_| Stripe::new()).collect());
-        }
+    #[inline(never)]
+    fn grow(&self, which: usize) -> &AtomicU64 {
+        let more = self
+            .more
+            .get_or_init(|| (0..stripes()).map(|_| Stripe::new()).collect());
+        Self::stripe_of(more, which)
     }
 
     /// Every copy of the counters: the inline one, then the per-core stripes if the set
@@ -170,13 +175,13 @@ mod tests {
             c.add(0, 1);
         }
         c.add_exact(1, 5);
-        assert!(c.more.get().is_none(), "striped before it was busy");
-        assert_eq!((c.sum(0), c.sum(1)), (BUSY - 1, 5));
-        // The add that reaches BUSY makes the stripes (on a machine of one core there is
-        // nothing to stripe for).
         c.add(0, 1);
-        assert_eq!(c.more.get().is_some(), stripes() > 1);
-        c.add(0, 10);
+        assert!(c.more.get().is_none(), "striped before it was busy");
+        assert_eq!((c.sum(0), c.sum(1)), (BUSY, 5));
+        // The next add finds the inline copy busy and makes the stripes.
+        c.add(0, 9);
+        assert!(c.more.get().is_some());
+        c.add(0, 1);
         c.add_exact(1, 1);
         assert_eq!((c.sum(0), c.sum(1)), (BUSY + 10, 6), "inline counts kept");
         c.reset();
@@ -184,11 +189,13 @@ mod tests {
     }
 
     #[test]
-    fn one_large_add_makes_the_stripes() {
+    fn one_large_add_makes_the_stripes_at_the_next() {
         let c = Counters::<1>::default();
         c.add(0, 3 * BUSY);
-        assert_eq!(c.more.get().is_some(), stripes() > 1);
-        assert_eq!(c.sum(0), 3 * BUSY);
+        assert!(c.more.get().is_none());
+        c.add_exact(0, 1);
+        assert!(c.more.get().is_some());
+        assert_eq!(c.sum(0), 3 * BUSY + 1);
     }
 
     #[test]
@@ -205,6 +212,6 @@ mod tests {
             }
         });
         assert_eq!(c.sum(0), 4 * per);
-        assert_eq!(c.more.get().is_some(), stripes() > 1);
+        assert!(c.more.get().is_some());
     }
 }
