@@ -49,8 +49,9 @@ use std::sync::atomic::Ordering::SeqCst;
 
 use bloomsled::persist::{JournalBinding, JournalWriter};
 
+use super::built::{Built, MIN_CAPACITY};
 use super::{Kind, Shared};
-use crate::persist::{Close, Mark, Record};
+use crate::persist::{self, Close, Mark, Record};
 use crate::sync::{AtomicBool, Mutex, MutexGuard};
 
 /// The journals of one database handle.
@@ -88,14 +89,28 @@ pub(crate) fn database_id(close: Close) -> [u8; 16] {
 /// What the journals of table `key` marked by `mark` extend (see the module doc).
 pub(crate) fn binding(key: &str, mark: &Mark) -> JournalBinding {
     JournalBinding {
-        database: database_id(mark.stored.close),
+        database: database_id(mark.base.close),
         tree: id(
-            bloomsled::hash::hash_key(key.as_bytes(), mark.stored.seed),
-            mark.stored.seed,
+            bloomsled::hash::hash_key(key.as_bytes(), mark.base.seed),
+            mark.base.seed,
         ),
-        base: id(mark.stored.len, mark.stored.digest),
-        seed: mark.stored.seed,
+        base: id(mark.base.len, mark.base.digest),
+        seed: mark.base.seed,
     }
+}
+
+/// The length and xxh3 of the bytes of the empty filter of `seed` at a table's first
+/// sizing (what an empty mark names); `None` if it cannot be made.
+pub(crate) fn empty_base(seed: u64) -> Option<(u64, u64)> {
+    let bytes = Built::new(seed, MIN_CAPACITY)?.filter().to_bytes();
+    Some((bytes.len() as u64, persist::digest(&bytes)))
+}
+
+/// True if `mark` is an empty mark whose length and xxh3 are the empty filter's of its
+/// seed: its journals' hashes are then all its table's keys (a replay adds them to an
+/// empty filter of any size).
+pub(crate) fn extends_empty(mark: &Mark) -> bool {
+    mark.empty && empty_base(mark.base.seed) == Some((mark.base.len, mark.base.digest))
 }
 
 impl Journals {
@@ -132,8 +147,15 @@ impl Journals {
 impl Shared {
     /// The mark a write transaction must have committed for table `name` (`key`) before it
     /// writes it, starting this session's journal of it at its first call; `None`: the
-    /// table is not journaled in this session (its mark must be removed).
-    pub(crate) fn journal_mark(&self, kind: Kind, name: &str, key: &str) -> Option<Mark> {
+    /// table is not journaled in this session (its mark must be removed). `absent`: the
+    /// table does not exist in the transaction's view (an empty base may start).
+    pub(crate) fn journal_mark(
+        &self,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        absent: impl FnOnce() -> bool,
+    ) -> Option<Mark> {
         let dir = self.journals.dir()?;
         let mut chains = self.journals.chains();
         if self.journals.stopped.load(SeqCst) {
@@ -142,31 +164,55 @@ impl Shared {
         if let Some(chain) = chains.get(key) {
             return *chain;
         }
-        let started = self.start_journal(kind, name, key, dir);
+        let started = self.start_journal(kind, name, key, dir, absent);
         chains.insert(key.to_string(), started);
         started
     }
 
     /// Creates this session's journal of table `key` and hands it to the table's filter.
-    fn start_journal(&self, kind: Kind, name: &str, key: &str, dir: &Path) -> Option<Mark> {
+    fn start_journal(
+        &self,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        dir: &Path,
+        absent: impl FnOnce() -> bool,
+    ) -> Option<Mark> {
+        let tf = self.table(kind, name)?;
         let mark = {
             let on_disk = self.on_disk();
             let close = on_disk.header?;
             if let Some(r) = on_disk.records.get(key) {
                 Mark {
-                    stored: Record { close, ..*r },
+                    base: Record { close, ..*r },
+                    empty: false,
                     last: 1,
                 }
-            } else {
-                let m = on_disk.marks.get(key)?;
+            } else if let Some(m) = on_disk.marks.get(key) {
                 Mark {
                     last: m.last.checked_add(1)?,
                     ..*m
                 }
+            } else {
+                // Made by this transaction: its filter so far is the empty one of its seed.
+                if !absent() {
+                    return None;
+                }
+                let (len, digest) = empty_base(tf.seed())?;
+                let seed = tf.seed();
+                Mark {
+                    base: Record {
+                        close,
+                        seed,
+                        len,
+                        digest,
+                    },
+                    empty: true,
+                    last: 1,
+                }
             }
         };
-        let tf = self.table(kind, name)?;
-        if tf.seed() != mark.stored.seed {
+        if tf.seed() != mark.base.seed {
             return None;
         }
         // No journal (no boot id or counter folder, a full disk, a counter file another
