@@ -1,44 +1,58 @@
 //! Crash journals: after `kill -9` (same boot), a table written since the last clean close
-//! gets its filter back from the filter that close stored plus the hashes of the keys
-//! written since, without reading a key. The journal's bytes, its counter file (in
-//! `/dev/shm` by default, cleared by a reboot), the boot id and the trust rule are the
-//! core's ([`bloomsled::persist::JournalWriter`], [`bloomsled::persist::replay_journals`]);
-//! this module binds them to redb's tables and commits.
+//! gets its filter back from the filter that close stored (or the empty filter, for a table
+//! made since that close) plus the hashes of the keys written since, without reading a key.
+//! The journal's bytes, its counter file (in `/dev/shm` by default, cleared by a reboot),
+//! the boot id and the trust rule are the core's ([`bloomsled::persist::JournalWriter`],
+//! [`bloomsled::persist::replay_journals`]); this module binds them to redb's tables and
+//! commits.
 //!
-//! * **Where.** A database opened by path keeps its journals in the folder `<file>.bloomsled`
-//!   beside it: `<table id>.<session>.jnl`. None is kept for a file opened from a `File`
-//!   or a backend, for a read-only open, or with filters off.
+//! * **Where.** A database opened by path keeps its journals in the folder
+//!   `<file>.bloomsled` beside it: `<table id>.<session>.jnl`. None is kept for a file
+//!   opened from a `File` or a backend, for a read-only open, or with filters off.
 //! * **The binding** (what a journal extends, [`binding`]): database id = the last clean
-//!   close's sequence and random nonce; table id = xxh3 of the table's key with its
-//!   seed; base = the length and xxh3 of the filter bytes that close stored for the table;
-//!   and the table's seed. A journal of another database, table, close or stored filter is
-//!   refused by the core's rule.
+//!   close's sequence and random nonce; table id = xxh3 of the table's key with its seed;
+//!   base = the length and xxh3 of the filter bytes that close stored for the table (or,
+//!   for an empty mark, of the empty filter of the table's seed at its first sizing,
+//!   [`empty_base`]); and the table's seed. A journal of another database, table, close or
+//!   base is refused by the core's rule.
 //! * **Writes.** The first write transaction of a session (a handle) that opens a table for
 //!   writing, if the last clean close stored the table's filter (its record is there, or a
-//!   mark of an earlier session names that close), creates the session's journal,
-//!   sequence 1 for the first session since the close, then the mark's `last + 1`, and
-//!   writes the table's mark (`persist::Mark`, `last` = this session) **in that
-//!   transaction**: redb commits the data and the mark together. Each key's hash is then
-//!   appended to the journal in the same step that sets its bits, before redb stores it
-//!   (rule 1 of `filters.rs`). A journal that cannot be made (no boot id, no counter folder,
-//!   a full disk) writes no mark and removes the table's mark in the transaction: the
-//!   next open after a crash scans, and the write goes on.
+//!   mark of an earlier session names that close), creates the session's journal, sequence
+//!   1 for the first session since the close, then the mark's `last + 1`, and writes the
+//!   table's mark (`persist::Mark`, `last` = this session) **in that transaction**: redb
+//!   commits the data and the mark together. A table with neither record nor mark gets a
+//!   chain only if it does not exist in that transaction's view (redb's `list_tables`,
+//!   before the open makes it): its mark is then an **empty mark** (`empty`, sequence 1),
+//!   committed with the table's making. An empty mark is written only by such a transaction
+//!   or in place of a committed empty mark of the same chain (by a later session); a table
+//!   that exists without one (a small table the close did not store, a table made without a
+//!   journal) is never given an empty base. Each key's hash is then appended to the journal
+//!   in the same step that sets its bits, before redb stores it (rule 1 of `filters.rs`). A
+//!   journal that cannot be made (no boot id, no counter folder, a full disk) writes no
+//!   mark and removes the table's mark in the transaction: the next open after a crash
+//!   scans, and the write goes on.
 //! * **Replay** (`filters/build.rs`, at a table's first use, when it has no record): the
-//!   mark must name the header's close and the table's seed; the stored bytes must have
-//!   its length and xxh3 and decode to that seed; every journal `1..=last` must pass the
-//!   core's rule (this boot, database, table, base and seed; counter file there, same
-//!   incarnation, no record erased, no overflow). Then the hashes go into the loaded
-//!   filter, which is installed by the build protocol (rules 2, 3), and only if the mark is
-//!   unchanged when the build's second transaction begins. Anything else: a scan, as
-//!   before, with the core's reason kept for `Database::table_filter_source`.
-//! * **Why nothing is missed.** Every key of the latest committed state was in the table
-//!   at the close (so in its stored filter), or was written by a later commit; that commit
-//!   wrote in a session whose first commit touching the table committed the mark naming the
-//!   session's journal (or removed it), and the session's sequence is at most the mark's
-//!   `last`, because sequences only grow from the committed mark; its key's hash reached
-//!   that journal before redb stored the key. A session that could not journal removed the
-//!   mark in its first commit: then no replay. Delete, rename and restore remove marks
-//!   in their transaction and stop the session's journaling of those tables.
+//!   mark must name the header's close and the table's seed; the stored bytes must have its
+//!   length and xxh3 and decode to that seed (an empty mark: its length and xxh3 must be
+//!   the empty filter's of that seed, and the hashes go into an empty filter sized for
+//!   twice the table's keys, as a scan's: an empty filter of any size holds no key, so it
+//!   is not rebuilt larger at once); every journal `1..=last` must pass the core's rule
+//!   (this boot, database, table, base and seed; counter file there, same incarnation, no
+//!   record erased, no overflow). Then the hashes go into the loaded filter, which is
+//!   installed by the build protocol (rules 2, 3), and only if the mark is unchanged when
+//!   the build's second transaction begins. Anything else: a scan, as before, with the
+//!   core's reason kept for `Database::table_filter_source`.
+//! * **Why nothing is missed.** Every key of the latest committed state was in the table at
+//!   the close (so in its stored filter), or was written by a later commit (for an empty
+//!   mark: every key was written at or after the commit of the chain's first mark, since
+//!   the table did not exist before the transaction that made it, and a delete, rename or
+//!   restore since removed the mark); that commit wrote in a session whose first commit
+//!   touching the table committed the mark naming the session's journal (or removed it),
+//!   and the session's sequence is at most the mark's `last`, because sequences only grow
+//!   from the committed mark; its key's hash reached that journal before redb stored the
+//!   key. A session that could not journal removed the mark in its first commit: then no
+//!   replay. Delete, rename and restore remove marks in their transaction and stop the
+//!   session's journaling of those tables.
 //! * **Clean close.** The close's commit removes every mark; then this handle's journals
 //!   and the old close's counter files are removed.
 
