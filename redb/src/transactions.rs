@@ -128,9 +128,6 @@ impl WriteTransaction {
         if writes && marks.contains_key(key) {
             return Ok(()); // done in this transaction (a delete or rename ends it again)
         }
-        if !writes {
-            self.shared.journals.stop(key);
-        }
         // Whether the table does not exist in this transaction's view (asked at most once,
         // before this transaction opens it): only then may a chain of the empty base start.
         let absent = std::cell::OnceCell::new();
@@ -147,8 +144,8 @@ impl WriteTransaction {
             let same_chain = committed.is_some_and(|c| c.empty && c.base == m.base);
             !m.empty || committed == Some(*m) || same_chain || absent()
         });
-        if writes && want.is_none() {
-            self.shared.journals.stop(key);
+        if want.is_none() {
+            self.shared.journals.stop(key); // a delete, rename, restore, or no journal
         }
         match want {
             Some(m) if committed == Some(m) => {}
