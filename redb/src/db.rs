@@ -435,8 +435,9 @@ pub struct FilterStats {
     /// Filters loaded from the clean close that wrote them, without reading a key.
     pub loaded: u64,
     /// Filters of tables written since the last clean close, brought back after a crash
-    /// from the filter that close stored plus the tables' crash journals, without reading a
-    /// key (see [`Database::table_filter_source`]).
+    /// from the filter that close stored (the empty filter, for a table made since) plus
+    /// the tables' crash journals, without reading a key (see
+    /// [`Database::table_filter_source`]).
     pub replayed: u64,
     /// Filters built from a scan of their table's keys (first use with no clean record,
     /// after a restore or rename, or grown past their capacity).

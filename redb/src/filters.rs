@@ -66,9 +66,10 @@ const GROWTH: u64 = 2;
 pub enum FilterSource {
     /// Loaded from the last clean close (no key read).
     Loaded,
-    /// The filter the last clean close stored, plus the hashes of the crash journals of
-    /// the `sessions` written since (no key read): the table was written after that close
-    /// and the process was killed (same boot).
+    /// The filter the last clean close stored (or the empty filter, for a table made since
+    /// that close), plus the hashes of the crash journals of the `sessions` written since
+    /// (no key read): the table was written after that close and the process was killed
+    /// (same boot).
     Replayed {
         /// Sessions (journals) replayed.
         sessions: u64,

@@ -20,9 +20,12 @@
 //!
 //! * `__bloomsled_journals`: per table written since the last clean close whose filter that
 //!   close stored, a **mark**: "crash journals `1..=last` (`journals.rs`) extend the
-//!   filter close N stored for this table (its seed, length and xxh3)". Written in the
-//!   first transaction of each session that writes the table, with the data, and removed
-//!   by a delete, rename or restore (in its transaction) and by the next clean close.
+//!   filter close N stored for this table (its seed, length and xxh3)"; per table made
+//!   since that close, an **empty mark** (its own magic): "crash journals `1..=last` extend
+//!   the empty filter of this seed (the length and xxh3 of its bytes)", first written by the
+//!   transaction that made the table. Written in the first transaction of each session
+//!   that writes the table, with the data, and removed by a delete, rename or restore (in
+//!   its transaction) and by the next clean close.
 //!
 //! Names beginning with [`RESERVED_PREFIX`] are bloomsled's: hidden from `list_tables`.
 
@@ -73,6 +76,9 @@ const HEADER_MAGIC: &[u8; 4] = b"BSH1";
 #[cfg(test)]
 const RECORD_LEN: usize = 4 + 8 * 6;
 const MARK_MAGIC: &[u8; 4] = b"BSJ1";
+/// A mark whose journals extend the empty filter (the table was made after the close); no
+/// flipped bit makes one magic the other.
+const EMPTY_MARK_MAGIC: &[u8; 4] = b"BSJE";
 /// Bytes of a mark (magic, 6 fields, check word).
 #[cfg(test)]
 const MARK_LEN: usize = 4 + 8 * 7;
@@ -166,20 +172,27 @@ impl Record {
     }
 }
 
-/// A table's journal mark: written since the clean close whose stored filter of the table
-/// `stored` names (that close, the table's seed, the filter bytes' length and xxh3), which
-/// its crash journals `1..=last` extend.
+/// A table's journal mark: written since the clean close `base` names, its crash journals
+/// `1..=last` extend the filter `base` names (the table's seed, the filter bytes' length
+/// and xxh3): the one that close stored for the table, or, if `empty`, the empty filter of
+/// the table's seed at its first sizing (the table did not exist when the transaction
+/// that wrote the chain's first mark began: see `filters/journals.rs`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct Mark {
-    pub(crate) stored: Record,
+    pub(crate) base: Record,
+    pub(crate) empty: bool,
     pub(crate) last: u64,
 }
 
 impl Mark {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let r = self.stored;
+        let r = self.base;
         seal(
-            MARK_MAGIC,
+            if self.empty {
+                EMPTY_MARK_MAGIC
+            } else {
+                MARK_MAGIC
+            },
             &[
                 r.close.sequence,
                 r.close.nonce,
@@ -193,9 +206,13 @@ impl Mark {
 
     /// `None` for anything that is not a mark this version wrote, intact.
     pub(crate) fn decode(bytes: &[u8]) -> Option<Mark> {
-        let w = unseal(bytes, MARK_MAGIC, 6)?;
+        let (w, empty) = match unseal(bytes, MARK_MAGIC, 6) {
+            Some(w) => (w, false),
+            None => (unseal(bytes, EMPTY_MARK_MAGIC, 6)?, true),
+        };
         Some(Mark {
-            stored: Record::from_words(&w),
+            base: Record::from_words(&w),
+            empty,
             last: w[5],
         })
     }
@@ -214,7 +231,7 @@ fn decode_header(bytes: &[u8]) -> Option<Close> {
 }
 
 /// The xxh3 of a filter's bytes, as its record keeps it.
-fn digest(bytes: &[u8]) -> u64 {
+pub(crate) fn digest(bytes: &[u8]) -> u64 {
     bloomsled::hash::hash_key(bytes, 0)
 }
 
@@ -283,9 +300,9 @@ fn read_marks(txn: &redb::ReadTransaction, on_disk: &mut OnDisk) {
         let k = k.value().to_string();
         on_disk.marked.insert(k.clone());
         let valid = Mark::decode(v.value())
-            .filter(|m| Some(m.stored.close) == on_disk.header && !on_disk.keys.contains(&k));
+            .filter(|m| Some(m.base.close) == on_disk.header && !on_disk.keys.contains(&k));
         if let Some(m) = valid {
-            on_disk.seeds.insert(k.clone(), m.stored.seed);
+            on_disk.seeds.insert(k.clone(), m.base.seed);
             on_disk.marks.insert(k, m);
         }
     }
@@ -308,22 +325,26 @@ pub(crate) fn raw_mark(txn: &redb::ReadTransaction, key: &str) -> Option<RawMark
     Some((header, mark))
 }
 
-/// The table's journal mark in `txn`'s state and the filter the last clean close stored
-/// for it, if the mark names that close and the table's seed, and the stored bytes have the
-/// mark's length and xxh3 and decode to that seed; with the raw mark and header.
+/// The table's journal mark in `txn`'s state, if it names the last clean close and the
+/// table's seed, with the raw mark and header; and the filter that close stored for the
+/// table, if the stored bytes have the mark's length and xxh3 and decode to that seed
+/// (`None` for a mark of the empty filter: the caller checks that base).
 pub(crate) fn marked_filter(
     txn: &redb::ReadTransaction,
     key: &str,
     seed: u64,
-) -> Option<(Mark, Filter, RawMark)> {
+) -> Option<(Mark, Option<Filter>, RawMark)> {
     let raw = raw_mark(txn, key)?;
     let close = decode_header(&raw.0)?;
     let mark = Mark::decode(&raw.1)?;
-    if mark.stored.close != close || mark.stored.seed != seed {
+    if mark.base.close != close || mark.base.seed != seed {
         return None;
     }
-    let filter = stored_filter(txn, key, seed, mark.stored.len, mark.stored.digest)?;
-    Some((mark, filter, raw))
+    if mark.empty {
+        return Some((mark, None, raw));
+    }
+    let filter = stored_filter(txn, key, seed, mark.base.len, mark.base.digest)?;
+    Some((mark, Some(filter), raw))
 }
 
 /// The filter bytes stored for `key` in `txn`'s state, if they have `len` and `digest` (as
@@ -508,7 +529,13 @@ mod tests {
             prop_assert_eq!(Record::decode(&h), None);
             // A journal mark likewise, and never read as a record or header.
             let _ = Mark::decode(&bytes);
-            let m = Mark { stored: r, last: fields[0] ^ 1 };
+            let m = Mark { base: r, empty: false, last: fields[0] ^ 1 };
+            let e = Mark { empty: true, ..m };
+            let mut enc = e.encode();
+            prop_assert_eq!(Mark::decode(&enc), Some(e));
+            prop_assert_eq!(Record::decode(&enc), None);
+            enc[flip / 8 % MARK_LEN] ^= 1 << (flip % 8);
+            prop_assert_eq!(Mark::decode(&enc), None);
             let mut enc = m.encode();
             prop_assert_eq!(Mark::decode(&enc), Some(m));
             prop_assert_eq!(Record::decode(&enc), None);

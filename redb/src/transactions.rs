@@ -128,15 +128,25 @@ impl WriteTransaction {
         if writes && marks.contains_key(key) {
             return Ok(()); // done in this transaction (a delete or rename ends it again)
         }
-        if !writes {
-            self.shared.journals.stop(key);
-        }
+        // Whether the table does not exist in this transaction's view (asked at most once,
+        // before this transaction opens it): only then may a chain of the empty base start.
+        let absent = std::cell::OnceCell::new();
+        let absent = || *absent.get_or_init(|| self.lacks_table(kind, name));
         let want = if writes && !restored {
-            self.shared.journal_mark(kind, name, key)
+            self.shared.journal_mark(kind, name, key, absent)
         } else {
             None
         };
         let committed = self.shared.on_disk().marks.get(key).copied();
+        // An empty mark is committed only with the table's making, or in place of one of
+        // the same chain (a later session's): never for a table that held keys before it.
+        let want = want.filter(|m| {
+            let same_chain = committed.is_some_and(|c| c.empty && c.base == m.base);
+            !m.empty || committed == Some(*m) || same_chain || absent()
+        });
+        if want.is_none() {
+            self.shared.journals.stop(key); // a delete, rename, restore, or no journal
+        }
         match want {
             Some(m) if committed == Some(m) => {}
             Some(m) => persist::write_mark(&self.inner, key, &m)?,
@@ -149,6 +159,21 @@ impl WriteTransaction {
         }
         marks.insert(key.to_string(), want);
         Ok(())
+    }
+
+    /// True if no table `name` of `kind` exists in this transaction's view (false on an
+    /// error: then no empty base is trusted).
+    fn lacks_table(&self, kind: Kind, name: &str) -> bool {
+        match kind {
+            Kind::Table => self
+                .inner
+                .list_tables()
+                .is_ok_and(|mut t| t.all(|t| redb::TableHandle::name(&t) != name)),
+            Kind::Multimap => self
+                .inner
+                .list_multimap_tables()
+                .is_ok_and(|mut t| t.all(|t| redb::MultimapTableHandle::name(&t) != name)),
+        }
     }
 
     fn unsettled(&self) -> bool {

@@ -44,9 +44,10 @@ fn base(dir: &Path) -> PathBuf {
 }
 
 /// The child: runs `steps` (`;`-separated) on the database at `path`, then waits to be
-/// killed. `w <table> <from> <to>`: a durable commit of those keys; `pause <n>`: tells the
-/// parent it reached pause `n` (a file) and waits for its go; `rename <from> <to>`,
-/// `delete <table>`, `restore`: a savepoint made at the start is restored; `compact`.
+/// killed. `w <table> <from> <to>`: a durable commit of those keys (`x`: aborted instead);
+/// `pause <n>`: tells the parent it reached pause `n` (a file) and waits for its go;
+/// `rename <from> <to>`, `delete <table>`, `restore`: a savepoint made at the start is
+/// restored; `compact`.
 fn child(path: &Path, steps: &str) -> ! {
     let start = Instant::now();
     let mut db = Database::open(path).unwrap();
@@ -57,6 +58,14 @@ fn child(path: &Path, steps: &str) -> ! {
         let f: Vec<&str> = step.split_whitespace().collect();
         match f.as_slice() {
             ["w", t, from, to] => write(&db, table(t), from.parse().unwrap()..to.parse().unwrap()),
+            ["x", t, from, to] => {
+                let x = db.begin_write().unwrap();
+                let mut xt = x.open_table(table(t)).unwrap();
+                (from.parse::<u64>().unwrap()..to.parse().unwrap())
+                    .for_each(|k| _ = xt.insert(k, k));
+                drop(xt);
+                x.abort().unwrap();
+            }
             ["pause", n] => {
                 std::fs::write(path.with_extension(format!("pause{n}")), b"").unwrap();
                 let go = path.with_extension(format!("go{n}"));
@@ -454,6 +463,93 @@ fn no_journal_without_a_counter_folder_and_none_from_a_read_only_open() {
     drop(db);
     // (A read-only open after a kill is redb's to refuse: the file needs a repair.)
     assert!(!journal_dir(&path).exists());
+}
+
+/// Checks that `t` rules out most of 10,000 keys it never held (a filter of only the
+/// journals' keys, sized for them, not one filled up).
+fn rules_out_absent(db: &Database, t: TableDefinition<u64, u64>) {
+    let r = db.begin_read().unwrap();
+    let rt = r.open_table(t).unwrap();
+    let before = db.table_filter_stats(t).unwrap().ruled_out;
+    for k in 1_000_000..1_010_000 {
+        assert!(rt.get(k).unwrap().is_none());
+    }
+    let ruled_out = db.table_filter_stats(t).unwrap().ruled_out - before;
+    assert!(
+        ruled_out > 9_900,
+        "{ruled_out} of 10,000 absent keys ruled out"
+    );
+}
+
+#[test]
+fn a_table_made_since_the_close_comes_back_from_journals_of_the_empty_filter() {
+    maybe_child();
+    let test = "a_table_made_since_the_close_comes_back_from_journals_of_the_empty_filter";
+    let dir = tempfile::tempdir().unwrap();
+    let path = base(dir.path());
+    // `n` is made by the first of several commits after the clean close (an aborted
+    // transaction made it first: its journal began there).
+    crash(
+        test,
+        &path,
+        "x n 20000 20100;w n 0 4000;w n 4000 8000;w a 2000 2100;w n 8000 12000",
+        &[],
+    );
+    let db = reopen_and_check(&path, &[("n", 0..12_000), ("a", 0..2_100)]);
+    let n = table("n");
+    let replayed = |sessions, hashes| FilterSource::Replayed { sessions, hashes };
+    // The aborted keys' hashes too (false positives only).
+    assert_eq!(source(&db, n), replayed(1, 12_100));
+    assert!(db.get_latest(n, 20_000).unwrap().is_none());
+    assert_eq!(db.filter_stats().scanned, 0);
+    rules_out_absent(&db, n);
+    drop(db);
+    // The clean close stored n's filter: a later session extends that one.
+    crash(test, &path, "w n 12000 13000", &[]);
+    let db = reopen_and_check(&path, &[("n", 0..13_000)]);
+    assert_eq!(source(&db, n), replayed(1, 1_000));
+    drop(db);
+    // Written in two sessions, both killed: the second's journal continues the chain.
+    crash(test, &path, "w m 0 6000", &[]);
+    crash(test, &path, "w m 6000 11000", &[]);
+    let db = reopen_and_check(&path, &[("m", 0..11_000)]);
+    assert_eq!(source(&db, table("m")), replayed(2, 11_000));
+    rules_out_absent(&db, table("m"));
+}
+
+#[test]
+fn a_table_that_held_keys_or_was_deleted_or_renamed_is_scanned() {
+    maybe_child();
+    let test = "a_table_that_held_keys_or_was_deleted_or_renamed_is_scanned";
+    let dir = tempfile::tempdir().unwrap();
+    let path = base(dir.path());
+    // `s` is too small for the close to store its filter: it gets no empty base.
+    let db = Database::open(&path).unwrap();
+    write(&db, table("s"), 0..100);
+    drop(db);
+    // New tables deleted and made again, or renamed, in the session that made them.
+    let steps = "w s 100 5000;w n 0 5000;w p 0 3000;delete n;w n 7000 7100;rename p q";
+    crash(test, &path, steps, &[]);
+    let scanned = FilterSource::Scanned { journal: None };
+    let keys = [("s", 0..5_000), ("n", 7_000..7_100), ("q", 0..3_000)];
+    let db = reopen_and_check(&path, &keys);
+    for (t, _) in keys {
+        assert_eq!(source(&db, table(t)), scanned, "{t}");
+    }
+    assert!(db.get_latest(table("n"), 10).unwrap().is_none());
+    drop(db);
+    // Made in a killed session, deleted or renamed by the next one, killed too.
+    crash(test, &path, "w u 0 3000;w v 0 3000", &[]);
+    crash(
+        test,
+        &path,
+        "w u 3000 3100;delete u;w u 8000 8100;rename v x",
+        &[],
+    );
+    let db = reopen_and_check(&path, &[("u", 8_000..8_100), ("x", 0..3_000)]);
+    assert_eq!(source(&db, table("u")), scanned);
+    assert_eq!(source(&db, table("x")), scanned);
+    assert!(db.get_latest(table("u"), 10).unwrap().is_none());
 }
 
 /// Not a check: how long a table's filter takes to come back after a kill, from its

@@ -113,7 +113,8 @@ impl Database {
     }
 
     /// Where `table`'s current filter came from: loaded from the last clean close,
-    /// replayed from its crash journals over that, or scanned (with the reason its
+    /// replayed from its crash journals over that (or over the empty filter, for a table
+    /// made since that close), or scanned (with the reason its
     /// journals were refused, if it had any). `None` until a build installed one in this
     /// handle (or with filters off).
     ///

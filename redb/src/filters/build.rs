@@ -150,16 +150,28 @@ impl Shared {
         if !grow && self.load_saved(tf, epoch) {
             return;
         }
-        if !grow && self.load_replayed(tf, epoch) {
+        self.build_claimed(tf, grow, claim, epoch, keys());
+    }
+
+    /// [`Shared::build_if_needed`] once it claimed the build at `epoch` and found no
+    /// filter a clean close wrote: replays the table's crash journals or scans its keys.
+    fn build_claimed(
+        self: &Arc<Self>,
+        tf: &Arc<TableFilter>,
+        grow: bool,
+        claim: Claim,
+        epoch: u64,
+        keys: Builder,
+    ) {
+        if !grow && self.load_replayed(tf, epoch, &*keys) {
             // The keys written since the close may have filled it: rebuilt larger, as
             // after the commit that fills a filter, while lookups use this one.
             drop(claim);
             if tf.wants_growth() {
-                self.build_if_needed(tf, true, keys);
+                self.build_if_needed(tf, true, || keys);
             }
             return;
         }
-        let keys = keys();
         let Some(len) = self.source.begin_read().and_then(|txn| keys.len(&txn)) else {
             return;
         };
@@ -209,24 +221,40 @@ impl Shared {
         installed
     }
 
-    /// Installs the filter the last clean close stored for `tf` with the hashes of its
-    /// crash journals added (`journals.rs`), if its journal mark names that close and the
-    /// stored bytes, the core's rule accepts every journal the mark names, and the mark is
-    /// unchanged when the second transaction begins. Reads no key. A refusal is kept for
-    /// `Database::table_filter_source`.
-    fn load_replayed(&self, tf: &TableFilter, epoch: u64) -> bool {
+    /// The filter `tf`'s crash journals extend (`journals.rs`), not yet trusted, with its
+    /// mark, raw mark and header: the one the last clean close stored, if the mark names
+    /// that close and the stored bytes; or, for an empty mark whose length and xxh3 are
+    /// the empty filter's, an empty filter sized for [`GROWTH`] times the table's keys in
+    /// the same state (an empty filter of any size holds no key).
+    fn replay_base(
+        &self,
+        tf: &TableFilter,
+        keys: &dyn Keys,
+    ) -> Option<(persist::Mark, Built, persist::RawMark)> {
+        let first = self.source.begin_read()?;
+        let (mark, stored, raw) = persist::marked_filter(&first, &tf.key, tf.seed)?;
+        let base = match stored {
+            Some(filter) => Built::loaded(filter),
+            None if journals::extends_empty(&mark) => {
+                Built::new(tf.seed, keys.len(&first)?.saturating_mul(GROWTH))?
+            }
+            None => return None,
+        };
+        Some((mark, base, raw))
+    }
+
+    /// Installs the filter `tf`'s crash journals extend ([`Shared::replay_base`]) with
+    /// their hashes added (`journals.rs`), if the core's rule accepts every journal the
+    /// mark names and the mark is unchanged when the second transaction begins. Reads no
+    /// key. A refusal is kept for `Database::table_filter_source`.
+    fn load_replayed(&self, tf: &TableFilter, epoch: u64, keys: &dyn Keys) -> bool {
         let Some(dir) = self.journals.dir() else {
             return false;
         };
-        let Some(first) = self.source.begin_read() else {
+        let Some((mark, base, raw)) = self.replay_base(tf, keys) else {
             return false;
         };
-        let saved = persist::marked_filter(&first, &tf.key, tf.seed);
-        drop(first);
-        let Some((mark, filter, raw)) = saved else {
-            return false;
-        };
-        let fresh = Arc::new(Built::loaded(filter));
+        let fresh = Arc::new(base);
         // Pending first: a key written from here on reaches it (rule 1); one written before
         // was appended to its journal before, so the replay below reads it.
         self.set_pending(tf, fresh.clone());

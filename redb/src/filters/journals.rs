@@ -1,44 +1,58 @@
 //! Crash journals: after `kill -9` (same boot), a table written since the last clean close
-//! gets its filter back from the filter that close stored plus the hashes of the keys
-//! written since, without reading a key. The journal's bytes, its counter file (in
-//! `/dev/shm` by default, cleared by a reboot), the boot id and the trust rule are the
-//! core's ([`bloomsled::persist::JournalWriter`], [`bloomsled::persist::replay_journals`]);
-//! this module binds them to redb's tables and commits.
+//! gets its filter back from the filter that close stored (or the empty filter, for a table
+//! made since that close) plus the hashes of the keys written since, without reading a key.
+//! The journal's bytes, its counter file (in `/dev/shm` by default, cleared by a reboot),
+//! the boot id and the trust rule are the core's ([`bloomsled::persist::JournalWriter`],
+//! [`bloomsled::persist::replay_journals`]); this module binds them to redb's tables and
+//! commits.
 //!
-//! * **Where.** A database opened by path keeps its journals in the folder `<file>.bloomsled`
-//!   beside it: `<table id>.<session>.jnl`. None is kept for a file opened from a `File`
-//!   or a backend, for a read-only open, or with filters off.
+//! * **Where.** A database opened by path keeps its journals in the folder
+//!   `<file>.bloomsled` beside it: `<table id>.<session>.jnl`. None is kept for a file
+//!   opened from a `File` or a backend, for a read-only open, or with filters off.
 //! * **The binding** (what a journal extends, [`binding`]): database id = the last clean
-//!   close's sequence and random nonce; table id = xxh3 of the table's key with its
-//!   seed; base = the length and xxh3 of the filter bytes that close stored for the table;
-//!   and the table's seed. A journal of another database, table, close or stored filter is
-//!   refused by the core's rule.
+//!   close's sequence and random nonce; table id = xxh3 of the table's key with its seed;
+//!   base = the length and xxh3 of the filter bytes that close stored for the table (or,
+//!   for an empty mark, of the empty filter of the table's seed at its first sizing,
+//!   [`empty_base`]); and the table's seed. A journal of another database, table, close or
+//!   base is refused by the core's rule.
 //! * **Writes.** The first write transaction of a session (a handle) that opens a table for
 //!   writing, if the last clean close stored the table's filter (its record is there, or a
-//!   mark of an earlier session names that close), creates the session's journal,
-//!   sequence 1 for the first session since the close, then the mark's `last + 1`, and
-//!   writes the table's mark (`persist::Mark`, `last` = this session) **in that
-//!   transaction**: redb commits the data and the mark together. Each key's hash is then
-//!   appended to the journal in the same step that sets its bits, before redb stores it
-//!   (rule 1 of `filters.rs`). A journal that cannot be made (no boot id, no counter folder,
-//!   a full disk) writes no mark and removes the table's mark in the transaction: the
-//!   next open after a crash scans, and the write goes on.
+//!   mark of an earlier session names that close), creates the session's journal, sequence
+//!   1 for the first session since the close, then the mark's `last + 1`, and writes the
+//!   table's mark (`persist::Mark`, `last` = this session) **in that transaction**: redb
+//!   commits the data and the mark together. A table with neither record nor mark gets a
+//!   chain only if it does not exist in that transaction's view (redb's `list_tables`,
+//!   before the open makes it): its mark is then an **empty mark** (`empty`, sequence 1),
+//!   committed with the table's making. An empty mark is written only by such a transaction
+//!   or in place of a committed empty mark of the same chain (by a later session); a table
+//!   that exists without one (a small table the close did not store, a table made without a
+//!   journal) is never given an empty base. Each key's hash is then appended to the journal
+//!   in the same step that sets its bits, before redb stores it (rule 1 of `filters.rs`). A
+//!   journal that cannot be made (no boot id, no counter folder, a full disk) writes no
+//!   mark and removes the table's mark in the transaction: the next open after a crash
+//!   scans, and the write goes on.
 //! * **Replay** (`filters/build.rs`, at a table's first use, when it has no record): the
-//!   mark must name the header's close and the table's seed; the stored bytes must have
-//!   its length and xxh3 and decode to that seed; every journal `1..=last` must pass the
-//!   core's rule (this boot, database, table, base and seed; counter file there, same
-//!   incarnation, no record erased, no overflow). Then the hashes go into the loaded
-//!   filter, which is installed by the build protocol (rules 2, 3), and only if the mark is
-//!   unchanged when the build's second transaction begins. Anything else: a scan, as
-//!   before, with the core's reason kept for `Database::table_filter_source`.
-//! * **Why nothing is missed.** Every key of the latest committed state was in the table
-//!   at the close (so in its stored filter), or was written by a later commit; that commit
-//!   wrote in a session whose first commit touching the table committed the mark naming the
-//!   session's journal (or removed it), and the session's sequence is at most the mark's
-//!   `last`, because sequences only grow from the committed mark; its key's hash reached
-//!   that journal before redb stored the key. A session that could not journal removed the
-//!   mark in its first commit: then no replay. Delete, rename and restore remove marks
-//!   in their transaction and stop the session's journaling of those tables.
+//!   mark must name the header's close and the table's seed; the stored bytes must have its
+//!   length and xxh3 and decode to that seed (an empty mark: its length and xxh3 must be
+//!   the empty filter's of that seed, and the hashes go into an empty filter sized for
+//!   twice the table's keys, as a scan's: an empty filter of any size holds no key, so it
+//!   is not rebuilt larger at once); every journal `1..=last` must pass the core's rule
+//!   (this boot, database, table, base and seed; counter file there, same incarnation, no
+//!   record erased, no overflow). Then the hashes go into the loaded filter, which is
+//!   installed by the build protocol (rules 2, 3), and only if the mark is unchanged when
+//!   the build's second transaction begins. Anything else: a scan, as before, with the
+//!   core's reason kept for `Database::table_filter_source`.
+//! * **Why nothing is missed.** Every key of the latest committed state was in the table at
+//!   the close (so in its stored filter), or was written by a later commit (for an empty
+//!   mark: every key was written at or after the commit of the chain's first mark, since
+//!   the table did not exist before the transaction that made it, and a delete, rename or
+//!   restore since removed the mark); that commit wrote in a session whose first commit
+//!   touching the table committed the mark naming the session's journal (or removed it),
+//!   and the session's sequence is at most the mark's `last`, because sequences only grow
+//!   from the committed mark; its key's hash reached that journal before redb stored the
+//!   key. A session that could not journal removed the mark in its first commit: then no
+//!   replay. Delete, rename and restore remove marks in their transaction and stop the
+//!   session's journaling of those tables.
 //! * **Clean close.** The close's commit removes every mark; then this handle's journals
 //!   and the old close's counter files are removed.
 
@@ -49,8 +63,9 @@ use std::sync::atomic::Ordering::SeqCst;
 
 use bloomsled::persist::{JournalBinding, JournalWriter};
 
+use super::built::{Built, MIN_CAPACITY};
 use super::{Kind, Shared};
-use crate::persist::{Close, Mark, Record};
+use crate::persist::{self, Close, Mark, Record};
 use crate::sync::{AtomicBool, Mutex, MutexGuard};
 
 /// The journals of one database handle.
@@ -88,14 +103,28 @@ pub(crate) fn database_id(close: Close) -> [u8; 16] {
 /// What the journals of table `key` marked by `mark` extend (see the module doc).
 pub(crate) fn binding(key: &str, mark: &Mark) -> JournalBinding {
     JournalBinding {
-        database: database_id(mark.stored.close),
+        database: database_id(mark.base.close),
         tree: id(
-            bloomsled::hash::hash_key(key.as_bytes(), mark.stored.seed),
-            mark.stored.seed,
+            bloomsled::hash::hash_key(key.as_bytes(), mark.base.seed),
+            mark.base.seed,
         ),
-        base: id(mark.stored.len, mark.stored.digest),
-        seed: mark.stored.seed,
+        base: id(mark.base.len, mark.base.digest),
+        seed: mark.base.seed,
     }
+}
+
+/// The length and xxh3 of the bytes of the empty filter of `seed` at a table's first
+/// sizing (what an empty mark names); `None` if it cannot be made.
+pub(crate) fn empty_base(seed: u64) -> Option<(u64, u64)> {
+    let bytes = Built::new(seed, MIN_CAPACITY)?.filter().to_bytes();
+    Some((bytes.len() as u64, persist::digest(&bytes)))
+}
+
+/// True if `mark` is an empty mark whose length and xxh3 are the empty filter's of its
+/// seed: its journals' hashes are then all its table's keys (a replay adds them to an
+/// empty filter of any size).
+pub(crate) fn extends_empty(mark: &Mark) -> bool {
+    mark.empty && empty_base(mark.base.seed) == Some((mark.base.len, mark.base.digest))
 }
 
 impl Journals {
@@ -132,8 +161,15 @@ impl Journals {
 impl Shared {
     /// The mark a write transaction must have committed for table `name` (`key`) before it
     /// writes it, starting this session's journal of it at its first call; `None`: the
-    /// table is not journaled in this session (its mark must be removed).
-    pub(crate) fn journal_mark(&self, kind: Kind, name: &str, key: &str) -> Option<Mark> {
+    /// table is not journaled in this session (its mark must be removed). `absent`: the
+    /// table does not exist in the transaction's view (an empty base may start).
+    pub(crate) fn journal_mark(
+        &self,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        absent: impl FnOnce() -> bool,
+    ) -> Option<Mark> {
         let dir = self.journals.dir()?;
         let mut chains = self.journals.chains();
         if self.journals.stopped.load(SeqCst) {
@@ -142,31 +178,55 @@ impl Shared {
         if let Some(chain) = chains.get(key) {
             return *chain;
         }
-        let started = self.start_journal(kind, name, key, dir);
+        let started = self.start_journal(kind, name, key, dir, absent);
         chains.insert(key.to_string(), started);
         started
     }
 
     /// Creates this session's journal of table `key` and hands it to the table's filter.
-    fn start_journal(&self, kind: Kind, name: &str, key: &str, dir: &Path) -> Option<Mark> {
+    fn start_journal(
+        &self,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        dir: &Path,
+        absent: impl FnOnce() -> bool,
+    ) -> Option<Mark> {
+        let tf = self.table(kind, name)?;
         let mark = {
             let on_disk = self.on_disk();
             let close = on_disk.header?;
             if let Some(r) = on_disk.records.get(key) {
                 Mark {
-                    stored: Record { close, ..*r },
+                    base: Record { close, ..*r },
+                    empty: false,
                     last: 1,
                 }
-            } else {
-                let m = on_disk.marks.get(key)?;
+            } else if let Some(m) = on_disk.marks.get(key) {
                 Mark {
                     last: m.last.checked_add(1)?,
                     ..*m
                 }
+            } else {
+                // Made by this transaction: its filter so far is the empty one of its seed.
+                if !absent() {
+                    return None;
+                }
+                let (len, digest) = empty_base(tf.seed())?;
+                let seed = tf.seed();
+                Mark {
+                    base: Record {
+                        close,
+                        seed,
+                        len,
+                        digest,
+                    },
+                    empty: true,
+                    last: 1,
+                }
             }
         };
-        let tf = self.table(kind, name)?;
-        if tf.seed() != mark.stored.seed {
+        if tf.seed() != mark.base.seed {
             return None;
         }
         // No journal (no boot id or counter folder, a full disk, a counter file another
