@@ -99,9 +99,11 @@ impl Set {
 /// key: [`FpMemory::recall_hashed`] uses it instead of hashing the key again when the seed
 /// is the memory's (always, unless a rebuild changed the tree's seed).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Hashed {
-    pub(crate) h: u64,
-    pub(crate) seed: u64,
+pub struct Hashed {
+    /// The key's hash ([`crate::hash::hash_key`] under `seed`).
+    pub h: u64,
+    /// The seed of the filter that took `h`.
+    pub seed: u64,
 }
 
 /// A lookup's place in the memory, taken before its store read (see [`FpMemory::recall`]).
@@ -196,7 +198,7 @@ impl FpMemory {
     /// [`FpMemory::recall`] with the hash the filter's probe took, when its seed is this
     /// memory's: a present key's lookup hashes the key once.
     #[inline]
-    pub(crate) fn recall_hashed(&self, key: &[u8], hashed: Hashed) -> Recall {
+    pub fn recall_hashed(&self, key: &[u8], hashed: Hashed) -> Recall {
         if self.sets.is_empty() {
             return Recall::Unknown(None);
         }
