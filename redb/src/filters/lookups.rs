@@ -36,7 +36,7 @@ const STORE: usize = 1;
 const FALSE_POSITIVES: usize = 2;
 const REMEMBERED: usize = 3;
 
-/// False positives one table remembers (16 bytes each, about 19 KiB a table).
+/// False positives one table remembers (about 21 bytes each, 21 KiB a table).
 #[cfg(not(bloomsled_loom))]
 pub(crate) const MEMORY_ENTRIES: usize = 1024;
 /// Under loom, one set: the rule does not depend on the memory's size.
