@@ -330,9 +330,16 @@ impl Filter {
         self.hasher.seed()
     }
 
-    /// `key`'s hash under this filter's seed: [`crate::hash::hash_key`]`(key, self.seed())`.
+    /// `key`'s hash under this filter's seed: [`crate::hash::hash_key`]`(key, self.seed())`,
+    /// the hash [`Filter::contains_hash`] and [`Filter::insert_hash`] take.
+    ///
+    /// ```
+    /// let f = bloomsled::Filter::new(1_000, 0.01)?;
+    /// assert_eq!(f.hash(b"k"), bloomsled::hash::hash_key(b"k", f.seed()));
+    /// # Ok::<(), bloomsled::Error>(())
+    /// ```
     #[inline(always)]
-    pub(crate) fn hash(&self, key: &[u8]) -> u64 {
+    pub fn hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash(key)
     }
 

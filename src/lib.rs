@@ -138,7 +138,7 @@ pub use store::{
 #[doc(hidden)]
 pub mod reuse {
     pub use crate::counters::Counters;
-    pub use crate::store::fp_memory::{FpMemory, Pending, Recall, Ticket};
+    pub use crate::store::fp_memory::{FpMemory, Hashed, Pending, Recall, Ticket};
 }
 
 /// The examples of `docs/windows.md`, compiled as doc tests.

@@ -7,9 +7,11 @@
 //! writers already have in hand) and a second 64-bit hash of the key under another seed,
 //! compared only when the first matches. A "remembered" answer therefore needs both 64-bit
 //! hashes of a stored key to equal a remembered absent key's. Sets of [`WAYS`] entries
-//! fill one 128-byte pair of cache lines (the adjacent-line prefetcher fetches both), so a
-//! lookup the filter passed pays at most one more cache miss; a set's entries are evicted
-//! by CLOCK. Keys the filter rejects never come here. Lossy by design: a record that
+//! fill one 128-byte pair of cache lines; a set's entries are evicted by CLOCK. Each set's
+//! word (below) and a byte of each entry's hash (its fingerprint) sit apart, in a 16-byte
+//! head, the heads of all sets side by side: most keys the filter passes are stored ones,
+//! which the head rules out without the set's lines (read only when a fingerprint
+//! matches), so a lookup pays no more than a read of a few hot cache lines. Keys the filter rejects never come here. Lossy by design: a record that
 //! races another is dropped, never waited for.
 //!
 //! ## No false negatives: the set's word
@@ -54,8 +56,9 @@ pub(crate) const WAYS: usize = 7;
 pub(crate) const WAYS: usize = 2;
 
 /// Keys of filter capacity per entry of the memory (see [`FpMemory::entries_for`]): at the
-/// default rate, a filter spends about 1.8 bytes a key, so the memory (16 bytes an entry)
-/// costs at most a twelfth of its filter.
+/// default rate, a filter spends about 1.8 bytes a key, so the memory (about 21 bytes an
+/// entry: 16, and a seventh of its set's CLOCK word and 16-byte head) costs at most an
+/// eleventh of its filter.
 pub(crate) const KEYS_PER_ENTRY: u64 = 128;
 
 const LOCK: u64 = 1;
@@ -75,10 +78,46 @@ fn nonzero(h: u64) -> u64 {
 /// filter's.
 const TAG_SALT: u64 = 0x9e37_79b9_7f4a_7c15;
 
-#[repr(align(128))]
-struct Set {
+/// A set's word and its entries' fingerprints, apart from the entries: 16 bytes a set, so
+/// the heads of a memory's sets share a few cache lines, which every lookup the filter
+/// passed reads and which therefore stay cached where the sets' own lines would not.
+#[repr(align(16))]
+struct Head {
     /// Version, writers in flight, lock (see the module docs).
     word: AtomicU64,
+    /// Byte `w`: the [`fingerprint`] of way `w`'s hash, written with the entry (under the
+    /// lock). A hint only: a way whose byte differs from a key's does not hold the key.
+    fingerprints: AtomicU64,
+}
+
+impl Head {
+    fn new() -> Head {
+        Head {
+            word: AtomicU64::new(0),
+            fingerprints: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The byte of a hash its way's fingerprint holds (not the bits [`FpMemory::set_of`] takes).
+#[inline(always)]
+fn fingerprint(h: u64) -> u64 {
+    (h >> 8) & 0xff
+}
+
+/// True if one of the first [`WAYS`] bytes of `fingerprints` is `fp`.
+#[inline(always)]
+fn may_hold(fingerprints: u64, fp: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const USED: u64 = u64::MAX >> (64 - 8 * WAYS);
+    // A zero byte of `x` is a way whose fingerprint is `fp` (the unused bytes set to
+    // non-zero); the classic zero-byte test.
+    let x = (fingerprints ^ fp.wrapping_mul(ONES)) | !USED;
+    x.wrapping_sub(ONES) & !x & (ONES << 7) != 0
+}
+
+#[repr(align(128))]
+struct Set {
     /// CLOCK: a referenced bit per way (bits 0..WAYS) and the hand (bits 8..16).
     clock: AtomicU64,
     /// `(hash, tag)`; hash 0: empty.
@@ -88,7 +127,6 @@ struct Set {
 impl Set {
     fn new() -> Set {
         Set {
-            word: AtomicU64::new(0),
             clock: AtomicU64::new(0),
             ways: std::array::from_fn(|_| [AtomicU64::new(0), AtomicU64::new(0)]),
         }
@@ -99,9 +137,11 @@ impl Set {
 /// key: [`FpMemory::recall_hashed`] uses it instead of hashing the key again when the seed
 /// is the memory's (always, unless a rebuild changed the tree's seed).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Hashed {
-    pub(crate) h: u64,
-    pub(crate) seed: u64,
+pub struct Hashed {
+    /// The key's hash ([`crate::hash::hash_key`] under `seed`).
+    pub h: u64,
+    /// The seed of the filter that took `h`.
+    pub seed: u64,
 }
 
 /// A lookup's place in the memory, taken before its store read (see [`FpMemory::recall`]).
@@ -133,6 +173,7 @@ pub struct Pending {
 
 /// A tree's false-positive memory (see the module docs). Off (no sets) when sized 0.
 pub struct FpMemory {
+    heads: Box<[Head]>,
     sets: Box<[Set]>,
     /// The tree's seed (its filters'). Keys are hashed with [`hash_key`], not a
     /// precomputed secret as the filter's probe is: only keys the filter passed are hashed
@@ -148,6 +189,7 @@ impl FpMemory {
     pub fn new(entries: usize, seed: u64) -> FpMemory {
         let n = entries.div_ceil(WAYS);
         FpMemory {
+            heads: (0..n).map(|_| Head::new()).collect(),
             sets: (0..n).map(|_| Set::new()).collect(),
             seed,
             tag_seed: seed ^ TAG_SALT,
@@ -196,7 +238,7 @@ impl FpMemory {
     /// [`FpMemory::recall`] with the hash the filter's probe took, when its seed is this
     /// memory's: a present key's lookup hashes the key once.
     #[inline]
-    pub(crate) fn recall_hashed(&self, key: &[u8], hashed: Hashed) -> Recall {
+    pub fn recall_hashed(&self, key: &[u8], hashed: Hashed) -> Recall {
         if self.sets.is_empty() {
             return Recall::Unknown(None);
         }
@@ -220,7 +262,7 @@ impl FpMemory {
             return Hashed { h: 0, seed };
         }
         let h = hash_key(key, self.seed);
-        prefetch(&self.sets[self.set_of(nonzero(h))]);
+        prefetch(&self.heads[self.set_of(nonzero(h))]);
         Hashed { h, seed }
     }
 
@@ -229,17 +271,23 @@ impl FpMemory {
     fn recall_h(&self, key: &[u8], h: u64) -> Recall {
         let h = nonzero(h);
         let i = self.set_of(h);
-        let set = &self.sets[i];
-        let word = set.word.load(Ordering::Acquire);
+        let head = &self.heads[i];
+        let word = head.word.load(Ordering::Acquire);
         if word & (LOCK | WRITERS) != 0 {
             return Recall::Unknown(None);
         }
+        let ticket = Recall::Unknown(Some(Ticket { set: i, word, h }));
+        // Most keys here are stored ones: ruled out by the head, the set's lines not read.
+        if !may_hold(head.fingerprints.load(Ordering::Relaxed), fingerprint(h)) {
+            return ticket;
+        }
+        let set = &self.sets[i];
         for (w, way) in set.ways.iter().enumerate() {
             if way[0].load(Ordering::Relaxed) == h
                 && way[1].load(Ordering::Relaxed) == self.tag(key)
             {
                 fence(Ordering::Acquire);
-                if set.word.load(Ordering::Relaxed) == word {
+                if head.word.load(Ordering::Relaxed) == word {
                     let bit = 1 << w;
                     if set.clock.load(Ordering::Relaxed) & bit == 0 {
                         set.clock.fetch_or(bit, Ordering::Relaxed);
@@ -249,15 +297,15 @@ impl FpMemory {
                 return Recall::Unknown(None);
             }
         }
-        Recall::Unknown(Some(Ticket { set: i, word, h }))
+        ticket
     }
 
     /// Remembers `key` as a false positive: the store did not hold it when read after
     /// `ticket` was taken. Dropped if a writer began on its set since (or another record).
     pub fn record(&self, ticket: Option<Ticket>, key: &[u8]) {
         let Some(t) = ticket else { return };
-        let set = &self.sets[t.set];
-        if set
+        let (head, set) = (&self.heads[t.set], &self.sets[t.set]);
+        if head
             .word
             .compare_exchange(t.word, t.word | LOCK, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
@@ -269,7 +317,12 @@ impl FpMemory {
         let victim = self.clock_victim(set);
         set.ways[victim][0].store(t.h, Ordering::Relaxed);
         set.ways[victim][1].store(self.tag(key), Ordering::Relaxed);
-        set.word
+        // Only a record (under the lock) writes the fingerprints.
+        let shift = 8 * victim;
+        let fps = head.fingerprints.load(Ordering::Relaxed);
+        let fps = (fps & !(0xff << shift)) | (fingerprint(t.h) << shift);
+        head.fingerprints.store(fps, Ordering::Relaxed);
+        head.word
             .store(t.word.wrapping_add(VERSION), Ordering::Release);
     }
 
@@ -309,7 +362,7 @@ impl FpMemory {
         let i = self.set_of(h);
         let set = &self.sets[i];
         if pending.borrow_mut().add(i, self.sets.len()) {
-            Self::begin(set);
+            Self::begin(&self.heads[i]);
         }
         for way in &set.ways {
             if way[0].load(Ordering::Relaxed) == h {
@@ -321,12 +374,12 @@ impl FpMemory {
     /// Begins a write on `set`: waits while it is locked, then raises its version and its
     /// count of writers in flight in one compare-and-swap (see the module docs).
     #[inline]
-    fn begin(set: &Set) {
+    fn begin(head: &Head) {
         let mut spins = 0u32;
         loop {
-            let w = set.word.load(Ordering::Relaxed);
+            let w = head.word.load(Ordering::Relaxed);
             if w & LOCK == 0
-                && set
+                && head
                     .word
                     .compare_exchange_weak(
                         w,
@@ -357,7 +410,7 @@ impl FpMemory {
     pub fn forget_all(&self, pending: &RefCell<Pending>) {
         for (i, set) in self.sets.iter().enumerate() {
             if pending.borrow_mut().add(i, self.sets.len()) {
-                Self::begin(set);
+                Self::begin(&self.heads[i]);
             }
             for way in &set.ways {
                 way[0].store(0, Ordering::Relaxed);
@@ -373,7 +426,7 @@ impl FpMemory {
                 .map(move |b| w * 64 + b)
         });
         for i in pending.first.into_iter().chain(more) {
-            self.sets[i].word.fetch_sub(WRITER, Ordering::Release);
+            self.heads[i].word.fetch_sub(WRITER, Ordering::Release);
         }
         pending.first = None;
         pending.more.clear();

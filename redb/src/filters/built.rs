@@ -1,6 +1,7 @@
 //! One table's filter as a build made it, and the rule that says when a transaction may
 //! trust it (rule 3 of `filters.rs`: the epoch, and the state it was scanned at).
 
+use bloomsled::reuse::Hashed;
 use bloomsled::{Filter, FilterConfig};
 
 /// The smallest capacity a table's filter is sized for.
@@ -42,6 +43,18 @@ impl Built {
     #[inline]
     pub(crate) fn may_contain(&self, key: &[u8]) -> bool {
         self.filter.contains(key)
+    }
+
+    /// [`Built::may_contain`] for a lookup that goes on to the false-positive memory:
+    /// `Some` (the key's hash, for the memory, which then does not hash the key again) if
+    /// the filter passes the key.
+    #[inline]
+    pub(crate) fn probe(&self, key: &[u8]) -> Option<Hashed> {
+        let h = self.filter.hash(key);
+        self.filter.contains_hash(h).then_some(Hashed {
+            h,
+            seed: self.filter.seed(),
+        })
     }
 
     /// A filter loaded from a clean close, not yet trusted (a build installs it).

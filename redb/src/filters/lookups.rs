@@ -27,7 +27,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 
-use bloomsled::reuse::{Counters, FpMemory, Pending, Recall};
+use bloomsled::reuse::{Counters, FpMemory, Hashed, Pending, Recall};
 
 use super::{Built, Kind, Shared, TableFilter};
 
@@ -36,7 +36,7 @@ const STORE: usize = 1;
 const FALSE_POSITIVES: usize = 2;
 const REMEMBERED: usize = 3;
 
-/// False positives one table remembers (16 bytes each, about 19 KiB a table).
+/// False positives one table remembers (about 21 bytes each, 21 KiB a table).
 #[cfg(not(bloomsled_loom))]
 pub(crate) const MEMORY_ENTRIES: usize = 1024;
 /// Under loom, one set: the rule does not depend on the memory's size.
@@ -171,8 +171,10 @@ impl ReadSide {
     ) -> Result<Option<G>, E> {
         self.tf.lookups.lookup();
         match &self.built {
-            Some(b) if !b.may_contain(key) => Ok(None),
-            Some(_) => self.passed(key, get),
+            Some(b) => match b.probe(key) {
+                None => Ok(None),
+                Some(hashed) => self.passed(key, hashed, get),
+            },
             None => {
                 let v = get()?;
                 self.tf.lookups.stored(false);
@@ -181,26 +183,30 @@ impl ReadSide {
         }
     }
 
-    /// The filter said "maybe": the memory, else redb (and a miss remembered). A snapshot
-    /// that is not the latest neither recalls nor records (see the module docs).
+    /// The filter said "maybe" (`hashed`: the key's hash from its probe): the memory, else
+    /// redb (and a miss remembered). A snapshot that is not the latest neither recalls nor
+    /// records (see the module docs).
     fn passed<G, E>(
         &self,
         key: &[u8],
+        hashed: Hashed,
         get: impl FnOnce() -> Result<Option<G>, E>,
     ) -> Result<Option<G>, E> {
-        let ticket = match self.tf.memory.recall(key) {
+        let ticket = match self.tf.memory.recall_hashed(key, hashed) {
             // After the recall: the entry was recorded before, by a snapshot no newer.
             Recall::Absent if self.latest() => {
                 self.tf.lookups.remembered();
                 return Ok(None);
             }
             Recall::Absent => None,
-            // After the ticket: every commit that ended before it is in this snapshot.
-            Recall::Unknown(t) => t.filter(|_| self.latest()),
+            Recall::Unknown(t) => t,
         };
         let v = get()?;
         self.tf.lookups.stored(v.is_none());
-        if v.is_none() {
+        // After the ticket (here, after the read too: `started` only grows, so this is the
+        // stricter test, and a found key does not pay it): every commit that ended before
+        // the ticket is in this snapshot.
+        if v.is_none() && self.latest() {
             self.tf.memory.record(ticket, key);
         }
         Ok(v)

@@ -109,12 +109,12 @@ fn a_batch_begins_each_set_once_and_ends_them_all() {
         m.forget(h(format!("b{i}").as_bytes()), &pending);
     }
     let begun = m
-        .sets
+        .heads
         .iter()
         .filter(|s| s.word.load(Ordering::Relaxed) & WRITERS == WRITER);
     assert_eq!(begun.count(), 100, "every set begun, once each");
     m.end(&mut pending.borrow_mut());
-    for set in m.sets.iter() {
+    for set in m.heads.iter() {
         assert_eq!(set.word.load(Ordering::Relaxed) & (WRITERS | LOCK), 0);
     }
     remember(&m, b"after");
@@ -201,4 +201,45 @@ fn forget_all_forgets_every_key_and_blocks_records_until_end() {
     assert!(t.is_some(), "records allowed again after end");
     m.record(t, &keys[0]);
     assert!(matches!(m.recall(&keys[0]), Recall::Absent));
+}
+
+#[test]
+fn a_head_rules_out_exactly_the_fingerprints_its_ways_do_not_hold() {
+    const FILL: u64 = 0x5a;
+    let filled = FILL * 0x0101_0101_0101_0101;
+    for g in 0..256 {
+        assert_eq!(may_hold(0, g), g == 0, "an empty head: fingerprint 0 only");
+    }
+    for fp in [0u64, 1, 0x7f, 0x80, 0xff] {
+        for w in 0..WAYS {
+            let fps = (filled & !(0xff << (8 * w))) | (fp << (8 * w));
+            for g in 0..256 {
+                assert_eq!(
+                    may_hold(fps, g),
+                    g == fp || g == FILL,
+                    "way {w}: {fp:#x}, {g:#x}"
+                );
+            }
+        }
+        if WAYS < 8 && fp != FILL {
+            // A byte past the last way is not a way.
+            let fps = (filled & !(0xff << (8 * WAYS))) | (fp << (8 * WAYS));
+            assert!(!may_hold(fps, fp));
+        }
+    }
+}
+
+#[test]
+fn a_full_set_recalls_every_entry_through_its_head() {
+    let m = FpMemory::new(WAYS, SEED); // one set
+    let keys: Vec<Vec<u8>> = (0..WAYS).map(|i| format!("k{i}").into_bytes()).collect();
+    for k in &keys {
+        remember(&m, k);
+    }
+    for k in &keys {
+        assert!(remembered(&m, k), "{k:?}");
+    }
+    write(&m, &keys[0]);
+    assert!(!remembered(&m, &keys[0]));
+    assert!(remembered(&m, &keys[1]));
 }
