@@ -56,8 +56,8 @@ const INDEX_BITS: u32 = 8;
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 
 /// `state` on a pair of cache lines of its own: every lookup reads it, only a rebuild
-/// (a slot filled, a swap) writes it. What lookups read after the word and the pointer,
-/// and rebuilds alone write, shares the pair instead of padding it.
+/// (a slot filled, a swap) writes it. The slots, which only rebuilds write, share the pair
+/// instead of padding it.
 // `repr(C)`: the word and the pointer first, on one line.
 #[repr(C, align(128))]
 struct State {
@@ -72,9 +72,6 @@ struct State {
     /// Write-once slots, a few inline and the rest allocated by the first rebuild that needs
     /// them (see [`Slots`]).
     slots: Slots,
-    /// The tree's memory of false positives (see [`super::fp_memory`]): a lookup the
-    /// filter passed reads it next.
-    memory: FpMemory,
 }
 
 /// What the rebuild has published; changed only under the gate's write side.
@@ -118,6 +115,9 @@ pub(crate) struct Filters {
     gate: RwLock<Gate>,
     /// Writers blocked on the gate: the rebuild lets them in between chunks.
     waiting: AtomicUsize,
+    /// The tree's memory of false positives (see [`super::fp_memory`]), beside the block
+    /// above: with it, the gate and the rest, two blocks in all.
+    memory: FpMemory,
     /// A bit per slot whose retired filter gave its memory back ([`Filters::release_retired`]).
     released: AtomicU64,
 }
@@ -144,10 +144,10 @@ impl Filters {
                 word: AtomicU64::new(0),
                 bits: AtomicPtr::new(bits.cast_mut()),
                 slots,
-                memory,
             },
             gate: RwLock::new(Gate::default()),
             waiting: AtomicUsize::new(0),
+            memory,
             released: AtomicU64::new(0),
         }
     }
@@ -155,7 +155,7 @@ impl Filters {
     /// The tree's false-positive memory, for lookups the filter passed.
     #[inline(always)]
     pub(crate) fn memory(&self) -> &FpMemory {
-        &self.state.memory
+        &self.memory
     }
 
     /// The filter in slot `i`, where `i < MAX_SLOTS` (every index `state` holds is one:
@@ -525,7 +525,7 @@ impl Entered<'_> {
     #[inline]
     fn admit_hashed(&self, key: &[u8], h: u64) {
         self.each_hashed(key, h, AnyFilter::admit_hash);
-        let memory = &self.filters.state.memory;
+        let memory = &self.filters.memory;
         let hm = if self.seed() == memory.seed() {
             h
         } else {
@@ -552,10 +552,7 @@ impl Drop for Entered<'_> {
     fn drop(&mut self) {
         if let Some(key) = self.key {
             // The outermost hold: every write under it reached the store (or failed).
-            self.filters
-                .state
-                .memory
-                .end(&mut self.view.pending.borrow_mut());
+            self.filters.memory.end(&mut self.view.pending.borrow_mut());
             HELD.with(|h| {
                 let mut h = h.borrow_mut();
                 if let Some(pos) = h.iter().rposition(|(k, _)| *k == key) {
