@@ -96,8 +96,12 @@ fn child(path: &Path, steps: &str) -> ! {
         }
     }
     // The time the steps took, for the measurement below.
+    // Written whole under another name, then renamed: the parent kills this process as
+    // soon as the name appears, and an empty file would leave it waiting forever.
     let took = start.elapsed().as_secs_f64().to_string();
-    std::fs::write(path.with_extension("done"), took).unwrap();
+    let writing = path.with_extension("done.tmp");
+    std::fs::write(&writing, took).unwrap();
+    std::fs::rename(&writing, path.with_extension("done")).unwrap();
     loop {
         std::thread::sleep(Duration::from_secs(1));
     }
@@ -146,13 +150,11 @@ fn crash(test: &str, path: &Path, steps: &str, env: &[(&str, &str)]) -> f64 {
     wait_for(&done, &mut c);
     c.kill().unwrap();
     c.wait().unwrap();
-    // Written before the file was made visible? Read until whole.
-    let took = loop {
-        if let Ok(t) = std::fs::read_to_string(&done).unwrap().parse() {
-            break t;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    };
+    // Renamed into place whole by the child.
+    let took = std::fs::read_to_string(&done)
+        .unwrap()
+        .parse()
+        .expect("the child's time");
     std::fs::remove_file(done).unwrap();
     took
 }
