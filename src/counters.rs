@@ -45,12 +45,11 @@ const BUSY: u64 = 1 << 16;
 /// `N` counters, each thread adding to its own stripe once the set is busy.
 ///
 /// A set starts with its counters inline, unpadded; the first add that finds one at
-/// [`BUSY`] or more makes one stripe per core ([`stripes`]), and adds go to those from
-/// then on. Thousands of
-/// trees that are rarely used (each has two sets) cost `8 × N` bytes a set, not a cache
-/// line per core; a busy set costs what it did before. The inline counters keep their
-/// counts: a sum reads them too. (While quiet, they may share a line with their owner's
-/// other fields: at most [`BUSY`] adds, a bounded cost.)
+/// 65,536 or more makes one stripe per core (at most eight), and adds go to those from
+/// then on. Thousands of trees that are rarely used (each has two sets) cost `8 × N` bytes
+/// a set, not a cache line per core; a busy set costs what it did before. The inline
+/// counters keep their counts: a sum reads them too. (While quiet, they may share a line
+/// with their owner's other fields: at most 65,536 adds, a bounded cost.)
 pub struct Counters<const N: usize> {
     first: [AtomicU64; N],
     more: OnceLock<Box<[Stripe<N>]>>,
