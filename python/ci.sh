@@ -49,16 +49,19 @@ venv() {
     local interp="$1" dir="$2"
     "$interp" -m venv "$dir"
     "$dir/bin/python" -m pip install --quiet --upgrade pip
-    "$dir/bin/python" -m pip install --quiet "$wheel" pytest scrapy "scrapy-redis==0.9.1" "${@:3}"
+    "$dir/bin/python" -m pip install --quiet "$wheel" pytest pytest-xdist scrapy "scrapy-redis==0.9.1" "${@:3}"
 }
 
 # From outside python/, so `import bloomsled` finds the installed wheel, not the source
-# folder (which has no compiled extension).
+# folder (which has no compiled extension). In PYTEST_WORKERS processes (pytest-xdist;
+# default 3): most tests wait on what they start (crawls, redis-servers, children killed
+# and resumed), so three workers on two cores take about half the serial time. Each test
+# has its own temporary folder and ports, so none depends on another's.
 run_tests() {
     local vpy="$1"
     shift
     set +e
-    (cd "$here/.." && "$vpy" -m pytest -q -p no:cacheprovider "$@")
+    (cd "$here/.." && "$vpy" -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-3}" "$@")
     local rc=$?
     set -e
     if [ "$rc" -eq 5 ]; then
