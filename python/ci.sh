@@ -55,8 +55,8 @@ venv() {
 # From outside python/, so `import bloomsled` finds the installed wheel, not the source
 # folder (which has no compiled extension). In PYTEST_WORKERS processes (pytest-xdist;
 # default 3): most tests wait on what they start (crawls, redis-servers, children killed
-# and resumed), so three workers on two cores take about half the serial time. Each test
-# has its own temporary folder and ports, so none depends on another's.
+# and resumed), so more workers than cores still overlap waits. Each test has its own
+# temporary folder and ports, so none depends on another's.
 run_tests() {
     local vpy="$1"
     shift
