@@ -214,6 +214,7 @@ mod recovery;
 mod scan_pause;
 mod settings;
 mod store_journal;
+mod stored;
 pub(crate) mod taint;
 mod tree_files;
 mod trust;
@@ -273,6 +274,10 @@ pub(crate) use scan_pause::{pause_limit, wait_at_pause};
 #[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use scan_pause::{pause_rebuild_scans_after, rebuild_scans_paused};
 pub use store_journal::{remove_journals, replay_journals, JournalBinding, JournalWriter};
+pub use stored::{
+    decode_database, decode_record, encode_database, encode_record, encode_snapshot, judge_named,
+    judge_stored, StoredIds,
+};
 
 pub(crate) use live::{filter_image, Persistence};
 pub(crate) use meta::Meta;

@@ -361,13 +361,13 @@ impl Database {
             return;
         }
         let mut clean = self.shared.clean_filters();
-        clean.retain(|(_, built)| built.filter().items() >= persist::MIN_ITEMS);
+        clean.retain(|(_, built, _)| built.filter().items() >= persist::MIN_ITEMS);
         let (records, marks, old) = {
             let on_disk = self.shared.on_disk();
             (
                 !on_disk.keys.is_empty(),
                 !on_disk.marked.is_empty(),
-                on_disk.header,
+                on_disk.close,
             )
         };
         if !clean.is_empty() || records || marks {

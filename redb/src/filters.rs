@@ -539,7 +539,7 @@ impl Shared {
 
     /// The filters complete for the latest committed state, by their key in bloomsled's
     /// tables: those trusted at the current epoch, while no restore or rename is in flight.
-    pub(crate) fn clean_filters(&self) -> Vec<(String, Arc<Built>)> {
+    pub(crate) fn clean_filters(&self) -> Vec<persist::Clean> {
         let epoch = self.epoch.load(SeqCst);
         if !self.enabled || self.unsettled.load(SeqCst) > 0 {
             return Vec::new();
@@ -550,7 +550,8 @@ impl Shared {
             for tf in map.values() {
                 let current = tf.read().current.clone();
                 if current.trusted_epoch == Some(epoch) {
-                    out.push((tf.key.to_string(), current));
+                    let loaded = tf.source().0 == Some(FilterSource::Loaded);
+                    out.push((tf.key.to_string(), current, loaded));
                 }
             }
         }

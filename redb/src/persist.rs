@@ -1,40 +1,49 @@
-//! Filters that survive a clean close: bloomsled's two tables inside the user's redb file.
+//! Filters that survive a clean close: bloomsled's tables inside the user's redb file, in
+//! the core's formats, judged by the core's rule (`bloomsled::persist::judge_stored`, which
+//! is `trust::judge`, the rule sled's snapshots go through).
 //!
-//! * `__bloomsled_filters`: per table, its filter as the core's [`Filter::to_bytes`] writes it
-//!   (a stable, checksummed form; this crate adds no filter format of its own).
-//! * `__bloomsled_records`: per table, a small **record** saying "the filter in
-//!   `__bloomsled_filters` is this table's, clean as of close N" (the close's sequence and a
-//!   random nonce, the table's seed, the length and xxh3 of the filter's bytes), and one
-//!   **header** naming the last clean close.
+//! * `__bloomsled_filters`: per table, its filter as the core's snapshot (header and pages,
+//!   as a snapshot file holds them: database id, the table's tree id, a random snapshot id,
+//!   the sequence of the close that wrote it, all under the header's CRC).
+//! * `__bloomsled_records`: per table, the core's tree record (104 bytes, CRC'd) naming that
+//!   snapshot, clean (`dirty < sequence`); under [`DATABASE`] the core's database record
+//!   (a random id drawn at the first close); under [`CLOSE`] the last clean close's
+//!   sequence and random nonce, in the same 36-byte form (the journals' database id).
 //!
 //! A record exists only while its table is clean: the first write transaction that touches a
 //! table (opens it for writing, deletes or renames it) removes its record **in that same
 //! transaction**, so redb commits (or loses) the data and the mark together; a savepoint
 //! restore removes every record in its transaction. A clean close writes, in one commit, the
-//! filter and record of every table whose filter is complete for the latest state and was
-//! written since the previous close, re-stamps the records of tables untouched since (their
-//! filters' bytes stay), and a new header. At open, a
-//! table's filter is loaded instead of scanned only if its record decodes, names the header's
-//! close, carries the table's seed, and the bytes match its length and xxh3 and decode with
-//! [`Filter::from_bytes`] to that seed. Anything else: a scan, as at first use.
+//! snapshot and record of every table whose filter is complete for the latest state and was
+//! written since the previous close (or whose record this session did not trust: it was
+//! scanned); the records of tables untouched since stay as they are, with their snapshots. At open, a table's filter is loaded instead of scanned only if the
+//! core's rule trusts its snapshot for its record and this database's id, and the record's
+//! tree id and seed are the table's ([`table_tree`]). Anything else (bytes of an older
+//! version of this crate included): a scan, as at first use.
 //!
-//! * `__bloomsled_journals`: per table written since the last clean close whose filter that
-//!   close stored, a **mark**: "crash journals `1..=last` (`journals.rs`) extend the
-//!   filter close N stored for this table (its seed, length and xxh3)"; per table made
-//!   since that close, an **empty mark** (its own magic): "crash journals `1..=last` extend
-//!   the empty filter of this seed (the length and xxh3 of its bytes)", first written by the
-//!   transaction that made the table. Written in the first transaction of each session
-//!   that writes the table, with the data, and removed by a delete, rename or restore (in
-//!   its transaction) and by the next clean close.
+//! Why a record needs no "last close" of its own: every record present in a committed state
+//! is current. A commit that makes a table's stored filter incomplete removes its record in
+//! that commit, a restore removes them all in its commit, and a close writes a new snapshot
+//! id for every filter it stores; so a record of an older close is in a state only if its
+//! table was untouched since, and then its filter is complete. A record or snapshot put back
+//! alone names another snapshot id (refused); both put back together by hand are a write by
+//! plain redb, outside the contract as any other. So records carry the core's fields and no
+//! close: re-stamping them at each close would rewrite every stored snapshot (the record's
+//! sequence is the snapshot's), and adds nothing. The close's sequence and nonce remain for
+//! the crash journals (`marks.rs`), whose files outlive the commits that name them.
 //!
 //! Names beginning with [`RESERVED_PREFIX`] are bloomsled's: hidden from `list_tables`.
 
 use std::collections::{HashMap, HashSet};
 
 use bloomsled::Filter;
+use bloomsled::persist::{self as core, StoredIds};
 use redb::{ReadableTable as _, TableDefinition};
 
 use crate::filters::{Built, Kind};
+
+mod marks;
+pub(crate) use marks::{Mark, RawMark, marked_filter, raw_mark, remove_mark, write_mark};
 
 /// Table names beginning with this are bloomsled's own (its filters and their records),
 /// hidden from `list_tables`; a user's table must not use it.
@@ -68,20 +77,10 @@ pub(crate) const FILTERS: TableDefinition<&str, &[u8]> =
     TableDefinition::new("__bloomsled_filters");
 pub(crate) const MARKS: TableDefinition<&str, &[u8]> = TableDefinition::new("__bloomsled_journals");
 
-/// The header's key in `RECORDS` (table keys all begin with `t/` or `m/`).
-const HEADER: &str = "close";
-const RECORD_MAGIC: &[u8; 4] = b"BSR1";
-const HEADER_MAGIC: &[u8; 4] = b"BSH1";
-/// Bytes of a record (magic, 5 fields, check word).
-#[cfg(test)]
-const RECORD_LEN: usize = 4 + 8 * 6;
-const MARK_MAGIC: &[u8; 4] = b"BSJ1";
-/// A mark whose journals extend the empty filter (the table was made after the close); no
-/// flipped bit makes one magic the other.
-const EMPTY_MARK_MAGIC: &[u8; 4] = b"BSJE";
-/// Bytes of a mark (magic, 6 fields, check word).
-#[cfg(test)]
-const MARK_LEN: usize = 4 + 8 * 7;
+/// The database record's key in `RECORDS` (table keys all begin with `t/` or `m/`).
+const DATABASE: &str = "database";
+/// The last clean close's key in `RECORDS`.
+const CLOSE: &str = "close";
 
 /// True if `name` is bloomsled's own table.
 pub(crate) fn reserved(name: &str) -> bool {
@@ -96,155 +95,101 @@ pub(crate) fn key(kind: Kind, name: &str) -> String {
     }
 }
 
-/// One clean close: its sequence number and a random nonce (so a record of another history
-/// with the same sequence is not taken for this one's).
+/// One clean close: its sequence number and a random nonce (so the journals of another
+/// history with the same sequence are not taken for this one's).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct Close {
     pub(crate) sequence: u64,
     pub(crate) nonce: u64,
 }
 
-/// A table's record: its filter is clean as of `close`.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) struct Record {
-    pub(crate) close: Close,
-    pub(crate) seed: u64,
-    pub(crate) len: u64,
-    pub(crate) digest: u64,
-}
-
-fn words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
-    bytes
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
-}
-
-fn check(fields: &[u64]) -> u64 {
-    let bytes: Vec<u8> = fields.iter().flat_map(|w| w.to_le_bytes()).collect();
-    bloomsled::hash::hash_key(&bytes, 0x6273_7265_6362)
-}
-
-/// `magic`, the little-endian `fields`, then their [`check`] word: the form of every value
-/// this module stores (header, records, marks).
-fn seal(magic: &[u8; 4], fields: &[u64]) -> Vec<u8> {
-    let mut out = magic.to_vec();
-    for w in fields.iter().chain([check(fields)].iter()) {
-        out.extend_from_slice(&w.to_le_bytes());
+impl Close {
+    /// The close as the core's database record of id `sequence ‖ nonce` (its CRC, no
+    /// format of this crate).
+    fn encode(self) -> Vec<u8> {
+        core::encode_database(join(self.sequence, self.nonce))
     }
+
+    fn decode(bytes: &[u8]) -> Option<Close> {
+        let (sequence, nonce) = split(core::decode_database(bytes).ok()?);
+        Some(Close { sequence, nonce })
+    }
+}
+
+/// The 16 bytes of two words.
+pub(crate) fn join(a: u64, b: u64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&a.to_le_bytes());
+    out[8..].copy_from_slice(&b.to_le_bytes());
     out
 }
 
-/// The `n` fields of a value [`seal`] wrote with `magic`; `None` for anything else (another
-/// length or magic, a check word that does not match).
-fn unseal(bytes: &[u8], magic: &[u8; 4], n: usize) -> Option<Vec<u64>> {
-    if bytes.len() != 4 + 8 * (n + 1) || &bytes[..4] != magic {
-        return None;
-    }
-    let w: Vec<u64> = words(&bytes[4..]).collect();
-    (check(&w[..n]) == w[n]).then_some(w)
+/// The two words of 16 bytes.
+pub(crate) fn split(id: [u8; 16]) -> (u64, u64) {
+    let mut a = [0u8; 8];
+    let mut b = [0u8; 8];
+    a.copy_from_slice(&id[..8]);
+    b.copy_from_slice(&id[8..]);
+    (u64::from_le_bytes(a), u64::from_le_bytes(b))
+}
+
+/// A table's tree id under `seed`: the xxh3 of its key under that seed, and the seed (its
+/// snapshots', records' and journals' id). Derived, so a record or snapshot moved under
+/// another table's key is refused.
+pub(crate) fn table_tree(key: &str, seed: u64) -> [u8; 16] {
+    join(bloomsled::hash::hash_key(key.as_bytes(), seed), seed)
+}
+
+fn random_id() -> Result<[u8; 16], redb::StorageError> {
+    let draw = || {
+        bloomsled::hash::secret_seed()
+            .map_err(|e| redb::StorageError::Io(std::io::Error::other(e.to_string())))
+    };
+    Ok(join(draw()?, draw()?))
+}
+
+/// What a table's record names: the seed and the snapshot (id and sequence).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Record {
+    pub(crate) seed: u64,
+    pub(crate) snapshot: [u8; 16],
+    pub(crate) sequence: u64,
 }
 
 impl Record {
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let c = self.close;
-        seal(
-            RECORD_MAGIC,
-            &[c.sequence, c.nonce, self.seed, self.len, self.digest],
-        )
-    }
-
-    /// `None` for anything that is not a record this version wrote, intact.
-    pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
-        Some(Record::from_words(&unseal(bytes, RECORD_MAGIC, 5)?))
-    }
-
-    /// A record's five words, in [`Record::encode`]'s order (also the head of a mark's).
-    fn from_words(w: &[u64]) -> Record {
-        Record {
-            close: Close {
-                sequence: w[0],
-                nonce: w[1],
-            },
-            seed: w[2],
-            len: w[3],
-            digest: w[4],
-        }
-    }
-}
-
-/// A table's journal mark: written since the clean close `base` names, its crash journals
-/// `1..=last` extend the filter `base` names (the table's seed, the filter bytes' length
-/// and xxh3): the one that close stored for the table, or, if `empty`, the empty filter of
-/// the table's seed at its first sizing (the table did not exist when the transaction
-/// that wrote the chain's first mark began: see `filters/journals.rs`).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) struct Mark {
-    pub(crate) base: Record,
-    pub(crate) empty: bool,
-    pub(crate) last: u64,
-}
-
-impl Mark {
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let r = self.base;
-        seal(
-            if self.empty {
-                EMPTY_MARK_MAGIC
-            } else {
-                MARK_MAGIC
-            },
-            &[
-                r.close.sequence,
-                r.close.nonce,
-                r.seed,
-                r.len,
-                r.digest,
-                self.last,
-            ],
-        )
-    }
-
-    /// `None` for anything that is not a mark this version wrote, intact.
-    pub(crate) fn decode(bytes: &[u8]) -> Option<Mark> {
-        let (w, empty) = match unseal(bytes, MARK_MAGIC, 6) {
-            Some(w) => (w, false),
-            None => (unseal(bytes, EMPTY_MARK_MAGIC, 6)?, true),
-        };
-        Some(Mark {
-            base: Record::from_words(&w),
-            empty,
-            last: w[5],
+    /// What `bytes` names, if it is the core's record of table `key` (its tree id).
+    fn decode(key: &str, bytes: &[u8], database: [u8; 16]) -> Option<Record> {
+        let (ids, seed) = core::decode_record(bytes, database).ok()?;
+        (ids.tree == table_tree(key, seed)).then_some(Record {
+            seed,
+            snapshot: ids.snapshot,
+            sequence: ids.sequence,
         })
     }
 }
 
-fn encode_header(close: Close) -> Vec<u8> {
-    seal(HEADER_MAGIC, &[close.sequence, close.nonce])
-}
-
-fn decode_header(bytes: &[u8]) -> Option<Close> {
-    let w = unseal(bytes, HEADER_MAGIC, 2)?;
-    Some(Close {
-        sequence: w[0],
-        nonce: w[1],
-    })
-}
-
-/// The xxh3 of a filter's bytes, as its record keeps it.
-pub(crate) fn digest(bytes: &[u8]) -> u64 {
-    bloomsled::hash::hash_key(bytes, 0)
+/// The last clean close, the database id and their raw bytes (what a build compares
+/// between its two transactions), if both decode.
+fn head(
+    records: &impl redb::ReadableTable<&'static str, &'static [u8]>,
+) -> Option<(Close, [u8; 16], Vec<u8>)> {
+    let close = records.get(CLOSE).ok()??.value().to_vec();
+    let database = records.get(DATABASE).ok()??.value().to_vec();
+    let c = Close::decode(&close)?;
+    let d = core::decode_database(&database).ok()?;
+    Some((c, d, [close, database].concat()))
 }
 
 /// What a read of bloomsled's tables found at open: the keys that have a record (a write
 /// must remove them), and the seeds records give (a table made anew takes its record's seed,
 /// so the filter it may load hashes as its writers do); the last clean close, the records
-/// valid under it and the journal marks naming it (a session's journals extend them), and
-/// the keys that have a mark at all (a delete, rename or restore removes them).
+/// of this database and the journal marks naming that close (a session's journals extend
+/// them), and the keys that have a mark at all (a delete, rename or restore removes them).
 #[derive(Default)]
 pub(crate) struct OnDisk {
     pub(crate) keys: HashSet<String>,
     pub(crate) seeds: HashMap<String, u64>,
-    pub(crate) header: Option<Close>,
+    pub(crate) close: Option<Close>,
     pub(crate) records: HashMap<String, Record>,
     pub(crate) marks: HashMap<String, Mark>,
     pub(crate) marked: HashSet<String>,
@@ -256,11 +201,7 @@ pub(crate) fn read_on_disk(txn: &redb::ReadTransaction) -> OnDisk {
     let Ok(records) = txn.open_table(RECORDS) else {
         return on_disk;
     };
-    let header = records
-        .get(HEADER)
-        .ok()
-        .flatten()
-        .and_then(|v| decode_header(v.value()));
+    let head = head(&records);
     let Ok(iter) = records.iter() else {
         return on_disk;
     };
@@ -269,21 +210,24 @@ pub(crate) fn read_on_disk(txn: &redb::ReadTransaction) -> OnDisk {
             return OnDisk::default();
         };
         let k = k.value();
-        if k == HEADER {
+        if k == CLOSE || k == DATABASE {
             continue;
         }
         on_disk.keys.insert(k.to_string());
-        if let Some(r) = Record::decode(v.value()).filter(|r| Some(r.close) == header) {
+        if let Some(r) = head
+            .as_ref()
+            .and_then(|h| Record::decode(k, v.value(), h.1))
+        {
             on_disk.seeds.insert(k.to_string(), r.seed);
             on_disk.records.insert(k.to_string(), r);
         }
     }
-    on_disk.header = header;
+    on_disk.close = head.map(|h| h.0);
     read_marks(txn, &mut on_disk);
     on_disk
 }
 
-/// Adds the journal marks of `txn`'s state to `on_disk` (whose header is read): nothing on
+/// Adds the journal marks of `txn`'s state to `on_disk` (whose close is read): nothing on
 /// an error (no journal is then replayed or continued; a later delete of a mark it missed
 /// finds none to delete, and that mark names journals no writer continues: a scan).
 fn read_marks(txn: &redb::ReadTransaction, on_disk: &mut OnDisk) {
@@ -300,7 +244,7 @@ fn read_marks(txn: &redb::ReadTransaction, on_disk: &mut OnDisk) {
         let k = k.value().to_string();
         on_disk.marked.insert(k.clone());
         let valid = Mark::decode(v.value())
-            .filter(|m| Some(m.base.close) == on_disk.header && !on_disk.keys.contains(&k));
+            .filter(|m| Some(m.close) == on_disk.close && !on_disk.keys.contains(&k));
         if let Some(m) = valid {
             on_disk.seeds.insert(k.clone(), m.base.seed);
             on_disk.marks.insert(k, m);
@@ -308,101 +252,28 @@ fn read_marks(txn: &redb::ReadTransaction, on_disk: &mut OnDisk) {
     }
 }
 
-/// A table's header and journal mark, raw, as a replay compares them between its two
-/// transactions.
-pub(crate) type RawMark = (Vec<u8>, Vec<u8>);
-
-/// A table's journal mark and the header as `txn` sees them, raw (a replay compares them
-/// between its two transactions).
-pub(crate) fn raw_mark(txn: &redb::ReadTransaction, key: &str) -> Option<RawMark> {
-    let records = txn.open_table(RECORDS).ok()?;
-    let header = records.get(HEADER).ok()??.value().to_vec();
-    if records.get(key).ok()?.is_some() {
-        return None; // a record and a mark are never both committed: trust neither here
-    }
-    let marks = txn.open_table(MARKS).ok()?;
-    let mark = marks.get(key).ok()??.value().to_vec();
-    Some((header, mark))
-}
-
-/// The table's journal mark in `txn`'s state, if it names the last clean close and the
-/// table's seed, with the raw mark and header; and the filter that close stored for the
-/// table, if the stored bytes have the mark's length and xxh3 and decode to that seed
-/// (`None` for a mark of the empty filter: the caller checks that base).
-pub(crate) fn marked_filter(
-    txn: &redb::ReadTransaction,
-    key: &str,
-    seed: u64,
-) -> Option<(Mark, Option<Filter>, RawMark)> {
-    let raw = raw_mark(txn, key)?;
-    let close = decode_header(&raw.0)?;
-    let mark = Mark::decode(&raw.1)?;
-    if mark.base.close != close || mark.base.seed != seed {
-        return None;
-    }
-    if mark.empty {
-        return Some((mark, None, raw));
-    }
-    let filter = stored_filter(txn, key, seed, mark.base.len, mark.base.digest)?;
-    Some((mark, Some(filter), raw))
-}
-
-/// The filter bytes stored for `key` in `txn`'s state, if they have `len` and `digest` (as
-/// a record or a mark names them) and decode to `seed`.
-fn stored_filter(
-    txn: &redb::ReadTransaction,
-    key: &str,
-    seed: u64,
-    len: u64,
-    digest_of_bytes: u64,
-) -> Option<Filter> {
-    let filters = txn.open_table(FILTERS).ok()?;
-    let bytes = filters.get(key).ok()??;
-    let bytes = bytes.value();
-    if bytes.len() as u64 != len || digest(bytes) != digest_of_bytes {
-        return None;
-    }
-    let filter = Filter::from_bytes(bytes).ok()?;
-    (filter.seed() == seed).then_some(filter)
-}
-
-/// Writes the journal mark of `key` in `txn` (the first write of a session to its table).
-pub(crate) fn write_mark(
-    txn: &redb::WriteTransaction,
-    key: &str,
-    mark: &Mark,
-) -> Result<(), redb::TableError> {
-    let mut marks = txn.open_table(MARKS)?;
-    marks.insert(key, mark.encode().as_slice())?;
-    Ok(())
-}
-
-/// Removes the journal mark of `key` in `txn` (a delete or rename of its table, or a write
-/// no journal covers).
-pub(crate) fn remove_mark(txn: &redb::WriteTransaction, key: &str) -> Result<(), redb::TableError> {
-    let mut marks = txn.open_table(MARKS)?;
-    marks.remove(key)?;
-    Ok(())
-}
-
-/// A table's record and header as `txn` sees them, raw (a build compares them between its
-/// two transactions).
+/// A table's record and the head as `txn` sees them, raw (a build compares them between
+/// its two transactions).
 pub(crate) fn raw_record(txn: &redb::ReadTransaction, key: &str) -> Option<(Vec<u8>, Vec<u8>)> {
     let records = txn.open_table(RECORDS).ok()?;
-    let header = records.get(HEADER).ok()??.value().to_vec();
+    let (_, _, head) = head(&records)?;
     let record = records.get(key).ok()??.value().to_vec();
-    Some((header, record))
+    Some((head, record))
 }
 
-/// The table's filter from its record in `txn`'s state, if every check passes.
+/// The table's filter from its record in `txn`'s state, if the core's rule trusts its
+/// snapshot and the record is the table's (tree id and seed).
 pub(crate) fn load(txn: &redb::ReadTransaction, key: &str, seed: u64) -> Option<Filter> {
-    let (header, record) = raw_record(txn, key)?;
-    let close = decode_header(&header)?;
-    let record = Record::decode(&record)?;
-    if record.close != close || record.seed != seed {
+    let records = txn.open_table(RECORDS).ok()?;
+    let (_, database, _) = head(&records)?;
+    let record = records.get(key).ok()??;
+    let named = Record::decode(key, record.value(), database)?;
+    if named.seed != seed {
         return None;
     }
-    stored_filter(txn, key, seed, record.len, record.digest)
+    let filters = txn.open_table(FILTERS).ok()?;
+    let bytes = filters.get(key).ok()?;
+    core::judge_stored(record.value(), database, bytes.as_ref().map(|b| b.value())).ok()
 }
 
 /// Removes the records of `keys` in `txn` (their tables are being written).
@@ -418,62 +289,78 @@ pub(crate) fn mark_dirty<'k>(
 }
 
 /// Removes every record and journal mark in `txn` (after a savepoint restore brought back
-/// older ones).
+/// older ones). The database record and close go too: the next close draws both anew.
 pub(crate) fn forget_all(txn: &redb::WriteTransaction) -> Result<(), redb::TableError> {
     txn.delete_table(RECORDS)?;
     txn.delete_table(MARKS)?;
     Ok(())
 }
 
-/// The clean close: in one commit, the filters of `clean` (key, filter: each complete for
-/// the latest state), records re-stamped for tables untouched since the last close, and a
-/// new header. Records that are not valid under the old header are dropped, and so are
-/// filters without a record and every journal mark.
-pub(crate) fn write_close(
-    db: &redb::Database,
-    clean: &[(String, std::sync::Arc<Built>)],
-) -> Result<(), redb::Error> {
+/// The clean close: in one commit, the snapshots and records of `clean` whose tables have
+/// no record (written since the last close) or one this session did not trust (its table
+/// was scanned), the records of the others kept with their snapshots, a new close and the
+/// database record (drawn now if there is none: no record of before is then kept).
+/// Records that do not decode are dropped, and so are snapshots without a record and every
+/// journal mark.
+pub(crate) fn write_close(db: &redb::Database, clean: &[Clean]) -> Result<(), redb::Error> {
     // Never wait: a leaked table of a failed commit may hold redb's write lock for good.
     let txn = db.try_begin_write()?;
     {
         let mut records = txn.open_table(RECORDS)?;
         let mut filters = txn.open_table(FILTERS)?;
-        let old = records.get(HEADER)?.and_then(|v| decode_header(v.value()));
+        let old = records.get(CLOSE)?.and_then(|v| Close::decode(v.value()));
+        let database = records
+            .get(DATABASE)?
+            .and_then(|v| core::decode_database(v.value()).ok());
         let close = Close {
-            sequence: old.map_or(1, |c| c.sequence.wrapping_add(1)),
+            sequence: old.map_or(1, |c| c.sequence.wrapping_add(1).max(1)),
             nonce: bloomsled::hash::secret_seed()
                 .map_err(|e| redb::StorageError::Io(std::io::Error::other(e.to_string())))?,
         };
-        let mut kept: Vec<(String, Record)> = Vec::new();
-        for entry in records.iter()? {
-            let (k, v) = entry?;
-            let k = k.value().to_string();
-            if let Some(r) = Record::decode(v.value()).filter(|r| Some(r.close) == old) {
-                kept.push((k, r));
+        // A table built this session other than from its record was scanned: its record
+        // was not trusted (an older one put back, say), so its filter is rewritten.
+        let scanned: HashSet<&str> = clean
+            .iter()
+            .filter(|c| !c.2)
+            .map(|c| c.0.as_str())
+            .collect();
+        let mut kept: Vec<(String, Vec<u8>)> = Vec::new();
+        if let Some(database) = database {
+            for entry in records.iter()? {
+                let (k, v) = entry?;
+                let k = k.value().to_string();
+                let valid = Record::decode(&k, v.value(), database).is_some();
+                if valid && !scanned.contains(k.as_str()) {
+                    kept.push((k, v.value().to_vec()));
+                }
             }
         }
+        let database = match database {
+            Some(d) => d,
+            None => random_id()?,
+        };
         records.retain(|_, _| false)?;
         for (k, r) in &kept {
-            records.insert(k.as_str(), Record { close, ..*r }.encode().as_slice())?;
+            records.insert(k.as_str(), r.as_slice())?;
         }
-        // A table whose record was kept is untouched since the last close: the filter that
-        // close wrote is complete for this state (the one in memory may hold more, keys of
-        // aborted writes), so its bytes stay as they are.
+        // A table whose record was kept is untouched since the close that stored its
+        // filter: that snapshot is complete for this state (the filter in memory may hold
+        // more, keys of aborted writes), so it stays as it is.
         let kept_keys: HashSet<&str> = kept.iter().map(|(k, _)| k.as_str()).collect();
-        for (k, built) in clean
+        for (k, built, _) in clean
             .iter()
-            .filter(|(k, _)| !kept_keys.contains(k.as_str()))
+            .filter(|(k, _, _)| !kept_keys.contains(k.as_str()))
         {
             let f = built.filter();
-            let bytes = f.to_bytes();
-            let r = Record {
-                close,
-                seed: f.seed(),
-                len: bytes.len() as u64,
-                digest: digest(&bytes),
+            let ids = StoredIds {
+                database,
+                tree: table_tree(k, f.seed()),
+                snapshot: random_id()?,
+                sequence: close.sequence,
             };
-            filters.insert(k.as_str(), bytes.as_slice())?;
-            records.insert(k.as_str(), r.encode().as_slice())?;
+            let snapshot = core::encode_snapshot(f, &ids);
+            filters.insert(k.as_str(), snapshot.as_slice())?;
+            records.insert(k.as_str(), core::encode_record(f, &ids).as_slice())?;
         }
         let orphans: Vec<String> = filters
             .iter()?
@@ -483,13 +370,19 @@ pub(crate) fn write_close(
         for k in orphans {
             filters.remove(k.as_str())?;
         }
-        records.insert(HEADER, encode_header(close).as_slice())?;
+        records.insert(CLOSE, close.encode().as_slice())?;
+        records.insert(DATABASE, core::encode_database(database).as_slice())?;
     }
     // The journals extend the old close's filters: their marks go with it.
     txn.delete_table(MARKS)?;
     txn.commit()?;
     Ok(())
 }
+
+/// A table's filter complete for the latest committed state, at a clean close: its key,
+/// the filter, and whether it was loaded from the table's record in this session (the
+/// record then judged and trusted).
+pub(crate) type Clean = (String, std::sync::Arc<Built>, bool);
 
 /// Reads bloomsled's records of `db`'s latest state.
 pub(crate) fn read_on_disk_of(db: &impl redb::ReadableDatabase) -> OnDisk {
@@ -503,46 +396,28 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// Any bytes: a record, header or mark, or `None`; never a panic. A record or mark
-        /// read back is the one written, and a flipped bit anywhere makes it unreadable.
+        /// Any bytes: a close, a record or `None`; never a panic.
         #[test]
-        fn records_decode_only_what_was_encoded(
-            bytes in proptest::collection::vec(any::<u8>(), 0..80),
-            fields in any::<[u64; 5]>(),
-            flip in 0usize..(RECORD_LEN * 8),
+        fn any_bytes_decode_or_not_without_a_panic(
+            bytes in proptest::collection::vec(any::<u8>(), 0..160),
         ) {
-            let _ = Record::decode(&bytes);
-            let _ = decode_header(&bytes);
-            let r = Record {
-                close: Close { sequence: fields[0], nonce: fields[1] },
-                seed: fields[2],
-                len: fields[3],
-                digest: fields[4],
-            };
-            let mut enc = r.encode();
-            prop_assert_eq!(Record::decode(&enc), Some(r));
-            prop_assert_eq!(decode_header(&enc), None);
-            enc[flip / 8] ^= 1 << (flip % 8);
-            prop_assert_eq!(Record::decode(&enc), None);
-            let h = encode_header(r.close);
-            prop_assert_eq!(decode_header(&h), Some(r.close));
-            prop_assert_eq!(Record::decode(&h), None);
-            // A journal mark likewise, and never read as a record or header.
-            let _ = Mark::decode(&bytes);
-            let m = Mark { base: r, empty: false, last: fields[0] ^ 1 };
-            let e = Mark { empty: true, ..m };
-            let mut enc = e.encode();
-            prop_assert_eq!(Mark::decode(&enc), Some(e));
-            prop_assert_eq!(Record::decode(&enc), None);
-            enc[flip / 8 % MARK_LEN] ^= 1 << (flip % 8);
-            prop_assert_eq!(Mark::decode(&enc), None);
-            let mut enc = m.encode();
-            prop_assert_eq!(Mark::decode(&enc), Some(m));
-            prop_assert_eq!(Record::decode(&enc), None);
-            prop_assert_eq!(decode_header(&enc), None);
-            prop_assert_eq!(Mark::decode(&r.encode()), None);
-            enc[flip / 8 % MARK_LEN] ^= 1 << (flip % 8);
-            prop_assert_eq!(Mark::decode(&enc), None);
+            let _ = Close::decode(&bytes);
+            let _ = Record::decode("t/x", &bytes, [1; 16]);
         }
+    }
+
+    #[test]
+    fn a_record_under_another_tables_key_is_not_the_tables() {
+        let f = Filter::new(100, 0.01).unwrap();
+        let ids = StoredIds {
+            database: [1; 16],
+            tree: table_tree("t/a", f.seed()),
+            snapshot: [3; 16],
+            sequence: 1,
+        };
+        let r = core::encode_record(&f, &ids);
+        assert!(Record::decode("t/a", &r, [1; 16]).is_some());
+        assert!(Record::decode("t/b", &r, [1; 16]).is_none());
+        assert!(Record::decode("m/a", &r, [1; 16]).is_none());
     }
 }

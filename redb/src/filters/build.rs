@@ -222,9 +222,9 @@ impl Shared {
     }
 
     /// The filter `tf`'s crash journals extend (`journals.rs`), not yet trusted, with its
-    /// mark, raw mark and header: the one the last clean close stored, if the mark names
-    /// that close and the stored bytes; or, for an empty mark whose length and xxh3 are
-    /// the empty filter's, an empty filter sized for [`GROWTH`] times the table's keys in
+    /// mark and raw mark: the one the last clean close left stored, if the mark names that
+    /// close and the core's rule trusts the snapshot it names; or, for an empty mark naming
+    /// no snapshot, an empty filter sized for [`GROWTH`] times the table's keys in
     /// the same state (an empty filter of any size holds no key).
     fn replay_base(
         &self,

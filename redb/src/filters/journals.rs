@@ -10,11 +10,11 @@
 //!   `<file>.bloomsled` beside it: `<table id>.<session>.jnl`. None is kept for a file
 //!   opened from a `File` or a backend, for a read-only open, or with filters off.
 //! * **The binding** (what a journal extends, [`binding`]): database id = the last clean
-//!   close's sequence and random nonce; table id = xxh3 of the table's key with its seed;
-//!   base = the length and xxh3 of the filter bytes that close stored for the table (or,
-//!   for an empty mark, of the empty filter of the table's seed at its first sizing,
-//!   [`empty_base`]); and the table's seed. A journal of another database, table, close or
-//!   base is refused by the core's rule.
+//!   close's sequence and random nonce; table id = the table's tree id
+//!   (`persist::table_tree`: xxh3 of its key with its seed); base = the snapshot id of the
+//!   filter that close left stored for the table (zeros for an empty mark); and the table's
+//!   seed. A journal of another database, table, close or base is refused by the core's
+//!   rule.
 //! * **Writes.** The first write transaction of a session (a handle) that opens a table for
 //!   writing, if the last clean close stored the table's filter (its record is there, or a
 //!   mark of an earlier session names that close), creates the session's journal, sequence
@@ -32,9 +32,10 @@
 //!   mark and removes the table's mark in the transaction: the next open after a crash
 //!   scans, and the write goes on.
 //! * **Replay** (`filters/build.rs`, at a table's first use, when it has no record): the
-//!   mark must name the header's close and the table's seed; the stored bytes must have its
-//!   length and xxh3 and decode to that seed (an empty mark: its length and xxh3 must be
-//!   the empty filter's of that seed, and the hashes go into an empty filter sized for
+//!   mark must name the last close and the table's seed; the core's rule
+//!   (`bloomsled::persist::judge_named`) must trust the stored snapshot for the database,
+//!   tree, snapshot id and sequence the mark names (an empty mark names no snapshot, and
+//!   the hashes go into an empty filter sized for
 //!   twice the table's keys, as a scan's: an empty filter of any size holds no key, so it
 //!   is not rebuilt larger at once); every journal `1..=last` must pass the core's rule
 //!   (this boot, database, table, base and seed; counter file there, same incarnation, no
@@ -63,7 +64,6 @@ use std::sync::atomic::Ordering::SeqCst;
 
 use bloomsled::persist::{JournalBinding, JournalWriter};
 
-use super::built::{Built, MIN_CAPACITY};
 use super::{Kind, Shared};
 use crate::persist::{self, Close, Mark, Record};
 use crate::sync::{AtomicBool, Mutex, MutexGuard};
@@ -87,44 +87,25 @@ pub(crate) fn dir_of(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The 16 bytes of two words.
-fn id(a: u64, b: u64) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    out[..8].copy_from_slice(&a.to_le_bytes());
-    out[8..].copy_from_slice(&b.to_le_bytes());
-    out
-}
-
 /// The database id of the journals that extend close `close`.
 pub(crate) fn database_id(close: Close) -> [u8; 16] {
-    id(close.sequence, close.nonce)
+    persist::join(close.sequence, close.nonce)
 }
 
 /// What the journals of table `key` marked by `mark` extend (see the module doc).
 pub(crate) fn binding(key: &str, mark: &Mark) -> JournalBinding {
     JournalBinding {
-        database: database_id(mark.base.close),
-        tree: id(
-            bloomsled::hash::hash_key(key.as_bytes(), mark.base.seed),
-            mark.base.seed,
-        ),
-        base: id(mark.base.len, mark.base.digest),
+        database: database_id(mark.close),
+        tree: persist::table_tree(key, mark.base.seed),
+        base: mark.base.snapshot,
         seed: mark.base.seed,
     }
 }
 
-/// The length and xxh3 of the bytes of the empty filter of `seed` at a table's first
-/// sizing (what an empty mark names); `None` if it cannot be made.
-pub(crate) fn empty_base(seed: u64) -> Option<(u64, u64)> {
-    let bytes = Built::new(seed, MIN_CAPACITY)?.filter().to_bytes();
-    Some((bytes.len() as u64, persist::digest(&bytes)))
-}
-
-/// True if `mark` is an empty mark whose length and xxh3 are the empty filter's of its
-/// seed: its journals' hashes are then all its table's keys (a replay adds them to an
-/// empty filter of any size).
+/// True if `mark` is an empty mark naming no snapshot: its journals' hashes are then all
+/// its table's keys (a replay adds them to an empty filter of any size).
 pub(crate) fn extends_empty(mark: &Mark) -> bool {
-    mark.empty && empty_base(mark.base.seed) == Some((mark.base.len, mark.base.digest))
+    mark.empty && mark.base.snapshot == [0; 16] && mark.base.sequence == 0
 }
 
 impl Journals {
@@ -195,10 +176,11 @@ impl Shared {
         let tf = self.table(kind, name)?;
         let mark = {
             let on_disk = self.on_disk();
-            let close = on_disk.header?;
+            let close = on_disk.close?;
             if let Some(r) = on_disk.records.get(key) {
                 Mark {
-                    base: Record { close, ..*r },
+                    close,
+                    base: *r,
                     empty: false,
                     last: 1,
                 }
@@ -212,14 +194,12 @@ impl Shared {
                 if !absent() {
                     return None;
                 }
-                let (len, digest) = empty_base(tf.seed())?;
-                let seed = tf.seed();
                 Mark {
+                    close,
                     base: Record {
-                        close,
-                        seed,
-                        len,
-                        digest,
+                        seed: tf.seed(),
+                        snapshot: [0; 16],
+                        sequence: 0,
                     },
                     empty: true,
                     last: 1,
