@@ -11,7 +11,7 @@ use redb::{
     Value,
 };
 
-use crate::filters::{Builder, Forgets, Kind, Shared, TableFilter, Unsettle};
+use crate::filters::{Builder, Forgets, Kind, Shared, TableFilter, Touched, Unsettle};
 use crate::multimap::MultimapTable;
 use crate::persist;
 use crate::table::Table;
@@ -68,6 +68,9 @@ pub struct WriteTransaction {
     /// The false-positive memory's forgets of this transaction's writes, ended when it ends
     /// (after `inner`: see `filters/lookups.rs`).
     forgets: Forgets,
+    /// The tables this transaction may change, whose commit counts its commit moves
+    /// (`filters/commits.rs`).
+    touched: Touched,
     _alive: Alive,
 }
 
@@ -96,6 +99,7 @@ impl WriteTransaction {
             unmarked: Mutex::default(),
             marks: Mutex::default(),
             forgets: Forgets::default(),
+            touched: Touched::default(),
         }
     }
 
@@ -110,8 +114,10 @@ impl WriteTransaction {
         let mut u = self.unsettle.lock().unwrap_or_else(|e| e.into_inner());
         if u.is_none() {
             *u = Some(self.shared.unsettle());
-            // Before redb's restore or rename: any key may come back (`filters/lookups.rs`).
+            // Before redb's restore or rename: any key may come back (`filters/lookups.rs`),
+            // in any table (`filters/commits.rs`).
             self.forgets.forget_all(&self.shared);
+            self.touched.all();
         }
     }
 
@@ -125,6 +131,7 @@ impl WriteTransaction {
         build: Builder,
     ) -> Option<(Arc<TableFilter>, u64)> {
         let tf = self.shared.table(kind, name)?;
+        self.touched.add(Some(&tf));
         let key = (kind, name.to_string());
         let first = !self
             .logs
@@ -436,13 +443,14 @@ impl WriteTransaction {
             unmarked,
             marks,
             forgets,
+            touched,
             ..
         } = self;
         let logs = logs.into_inner().unwrap_or_else(|e| e.into_inner());
         let written = logs
             .values()
             .map(|log| (&*log.filter, log.gen_seen, log.hashes.as_slice()));
-        let result = shared.commit_guarded(written, || {
+        let result = shared.commit_guarded(written, &touched, || {
             let result = inner.commit();
             if let (Err(CommitError::Storage(e)), Some(path)) = (&result, &shared.path)
                 && crate::db::taint::is_write_failure(e)

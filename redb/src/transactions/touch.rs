@@ -1,5 +1,6 @@
 //! What a write transaction does before it changes a table: the records of clean closes
-//! and the journal marks it removes or writes.
+//! and the journal marks it removes or writes, and the tables whose commit counts its
+//! commit moves.
 
 use redb::TableError;
 
@@ -12,7 +13,13 @@ impl WriteTransaction {
     /// in this transaction, so redb commits or loses the change and the mark together; and
     /// writes its journal mark (`writes`: it opens the table for writing, and this session
     /// journals it) or removes it (a delete or rename, or no journal), likewise.
+    ///
+    /// And counts the table among those this transaction may change: its commit moves the
+    /// table's commit count (`filters/commits.rs`), made here, before redb sees the change.
     pub(super) fn touch(&self, kind: Kind, name: &str, writes: bool) -> Result<(), TableError> {
+        if self.shared.enabled {
+            self.touched.add(self.shared.table(kind, name).as_ref());
+        }
         let key = persist::key(kind, name);
         self.journal_touch(kind, name, &key, writes)?;
         let mut unmarked = self.unmarked.lock().unwrap_or_else(|e| e.into_inner());
