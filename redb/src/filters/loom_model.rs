@@ -419,3 +419,49 @@ fn loom_a_commit_to_another_table_never_hides_a_commit_of_the_key() {
         },
     );
 }
+
+/// (g) Rule 5 against a commit in flight: a read transaction holds a snapshot with the key
+/// while one thread removes it and another commits to the other table, and a newer read
+/// transaction looks it up (and may remember it, once the removal ended). The old
+/// snapshot's lookups, during and after, always find the key (its snapshot holds it).
+#[test]
+fn loom_an_old_snapshot_never_recalls_a_key_a_racing_commit_removed() {
+    model(
+        "an old snapshot's lookup against a removal and another table's commit",
+        || {
+            let (shared, tf) = database();
+            let other = shared
+                .table(Kind::Table, OTHER_TABLE)
+                .expect("filters are on");
+            let store = Arc::new(Store::new(&[KEY]));
+            build(&shared, &tf, &store);
+            let seq = shared.finished.load(SeqCst);
+            let snapshot = store.begin_read();
+            let old = ReadSide::new(&shared, tf.clone(), seq);
+            let old_lookup = || {
+                old.get(KEY, || Ok::<_, ()>(snapshot.contains(KEY).then_some(())))
+                    .unwrap()
+                    .is_some()
+            };
+            let writers =
+                [(other, OTHER_KEY, false), (tf.clone(), KEY, true)].map(|(t, k, remove)| {
+                    let (shared, store) = (shared.clone(), store.clone());
+                    loom::thread::spawn(move || match remove {
+                        true => write_and_commit(&shared, &t, &store, &[], &[k]),
+                        false => write_and_commit(&shared, &t, &store, &[k], &[]),
+                    })
+                });
+            read_lookup(&shared, &tf, &store);
+            assert!(
+                old_lookup(),
+                "false negative: an old snapshot recalled a removal"
+            );
+            writers.map(|w| w.join().unwrap());
+            read_lookup(&shared, &tf, &store);
+            assert!(
+                old_lookup(),
+                "false negative: an old snapshot recalled a removal"
+            );
+        },
+    );
+}
