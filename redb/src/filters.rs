@@ -40,12 +40,15 @@ use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, RwLock,
 
 mod build;
 mod built;
+mod commits;
 pub(crate) mod journals;
 mod lookups;
 mod names;
 
 pub(crate) use built::Built;
 use built::MIN_CAPACITY;
+use commits::Commits;
+pub(crate) use commits::Touched;
 
 use journals::Journals;
 pub(crate) use lookups::{Forgets, Lookups, ReadSide};
@@ -116,8 +119,10 @@ pub(crate) struct TableFilter {
     pub(crate) builds: AtomicU64,
     /// What this table's lookups did (`lookups.rs`).
     pub(crate) lookups: Lookups,
-    /// The table's false positives found once (`lookups.rs`), with its seed.
+    /// The table's false positives found once (`lookups.rs`), with its seed, and the
+    /// commits that may change the table (`commits.rs`).
     memory: bloomsled::reuse::FpMemory,
+    commits: Commits,
     /// What `record_metrics` last recorded of this table's counters.
     #[cfg(feature = "metrics")]
     pub(crate) recorded: bloomsled::telemetry::Recorded,
@@ -144,6 +149,7 @@ impl TableFilter {
             builds: AtomicU64::new(0),
             lookups: Lookups::default(),
             memory: lookups::memory(seed),
+            commits: Commits::default(),
             #[cfg(feature = "metrics")]
             recorded: Default::default(),
         })
@@ -256,6 +262,8 @@ pub(crate) struct Shared {
     /// Commits begun (bumped before redb's commit) and ended (after it returns).
     pub(crate) started: AtomicU64,
     pub(crate) finished: AtomicU64,
+    /// The commits of unknown tables, which every table's memory asks (`commits.rs`).
+    pub(crate) wide: Commits,
     pub(crate) source: Source,
     /// Rule 4, on a cache line of its own: every per-request lookup reads it, and the
     /// commit counters beside it are written by every commit.
@@ -341,6 +349,7 @@ impl Shared {
             unsettled: AtomicUsize::new(0),
             started: AtomicU64::new(0),
             finished: AtomicU64::new(0),
+            wide: Commits::default(),
             source,
             version: Version::default(),
             id: NEXT_ID.fetch_add(1, SeqCst),
@@ -454,33 +463,6 @@ impl Shared {
         current
             .trusted_for(self.epoch.load(SeqCst), seq)
             .then_some(current)
-    }
-
-    /// A write transaction's commit around redb's (`commit`), rule 2: counts it started,
-    /// takes a read guard of each table it wrote (`written`: the table's filter, the build
-    /// generation the transaction first saw, the hashes it logged there) and re-inserts its
-    /// hashes if a build installed a pending filter since, runs `commit` under the guards,
-    /// then releases them and counts it finished.
-    pub(crate) fn commit_guarded<'a, R>(
-        &self,
-        written: impl IntoIterator<Item = (&'a TableFilter, u64, &'a [u64])>,
-        commit: impl FnOnce() -> R,
-    ) -> R {
-        self.started.fetch_add(1, SeqCst);
-        let guards: Vec<_> = written
-            .into_iter()
-            .map(|(tf, gen_seen, hashes)| {
-                let slots = tf.read();
-                if slots.build_gen != gen_seen {
-                    TableFilter::reinsert(&slots, hashes);
-                }
-                slots
-            })
-            .collect();
-        let result = commit();
-        drop(guards);
-        self.finished.fetch_add(1, SeqCst);
-        result
     }
 
     /// Moves `version` (rule 4): after a change of a table's `current`, under its write

@@ -15,17 +15,19 @@
 //! began or was in flight since) assumes the reader reads the latest store. A redb reader
 //! reads its snapshot, perhaps older than a commit that already ended. So a read table
 //! also asks, after its ticket and again after a recall, that its snapshot be the latest
-//! committed state: no commit began since its transaction counted `finished`
-//! (`started == seq`). A write transaction forgets each key it may create as it sets its
-//! bits (before redb stores it) and ends its forgets only when it ends (after its commit
-//! returned, or its abort): a reader never records while a commit of the key can still
+//! committed state of its table: no commit that may change the table is in flight or
+//! ended after its transaction read `finished` (its `seq`), by the table's commit word and
+//! the database's wide word (`commits.rs`; commits to other tables do not count). A write
+//! transaction forgets each key it may create as it sets its bits (before redb stores it)
+//! and ends its forgets only when it ends (after its commit returned and ended its tables'
+//! words, or its abort): a reader never records while a commit of the key can still
 //! become visible. A restore or rename forgets every key of every table (`forget_all`)
-//! before redb's call, ended with the transaction. The argument is in `docs/redb.md`, "The
+//! before redb's call, ended with the transaction. Multimap tables are read the same way
+//! (a key with no value is a miss). The argument is in `docs/redb.md`, "The
 //! false-positive memory".
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::SeqCst;
 
 use bloomsled::reuse::{Counters, FpMemory, Hashed, Pending, Recall};
 
@@ -156,10 +158,13 @@ pub(crate) struct ReadSide {
 }
 
 impl ReadSide {
-    /// True if this snapshot is the latest committed state: no commit began since the
-    /// transaction counted `finished` before its `begin_read`.
+    /// True if this snapshot is the latest committed state of this table: no commit that
+    /// may change it (one that wrote it, or a restore, a rename or any commit whose
+    /// tables are not known) is in flight or ended after the transaction counted
+    /// `finished` before its `begin_read` (`commits.rs`). Two loads, only on the lookups
+    /// the filter passed and redb did not find (or the memory answered).
     fn latest(&self) -> bool {
-        self.shared.started.load(SeqCst) == self.seq
+        self.tf.commits.settled_for(self.seq) && self.shared.wide.settled_for(self.seq)
     }
 
     /// A lookup of `key` through the filter, the memory, then `get` (redb), counted.
@@ -203,9 +208,9 @@ impl ReadSide {
         };
         let v = get()?;
         self.tf.lookups.stored(v.is_none());
-        // After the ticket (here, after the read too: `started` only grows, so this is the
-        // stricter test, and a found key does not pay it): every commit that ended before
-        // the ticket is in this snapshot.
+        // After the ticket (here, after the read too, so a found key does not pay it: a
+        // commit that ended before the ticket is seen by any later load): every commit of
+        // this table that ended before the ticket is in this snapshot.
         if v.is_none() && self.latest() {
             self.tf.memory.record(ticket, key);
         }

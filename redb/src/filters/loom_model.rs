@@ -10,8 +10,9 @@
 //! as `build_if_needed` starts it), `Shared::rules_out_latest` (the per-request path and its per-thread cache),
 //! `Shared::trusted_current` (a read transaction's table) and
 //! `TableFilter::probe_written` (a write transaction's lookup), and for the false-positive
-//! memory `ReadSide::get` (a read table's lookup) and `Forgets` (a write transaction's
-//! forgets, ended when it ends). Run with
+//! memory `ReadSide::get` (a read table's lookup), `Forgets` (a write transaction's
+//! forgets, ended when it ends) and `Touched` (the tables whose commit counts a commit
+//! moves). Run with
 //! `RUSTFLAGS="--cfg bloomsled_loom" cargo test --release -p bloomsled-redb --lib loom`
 //! (see `.ci/run`).
 
@@ -21,7 +22,7 @@ use std::sync::atomic::Ordering::SeqCst;
 
 use loom::sync::atomic::AtomicBool;
 
-use super::{Forgets, Kind, ReadSide, Shared, Source, TableFilter};
+use super::{Forgets, Kind, ReadSide, Shared, Source, TableFilter, Touched};
 use crate::persist::{self, OnDisk};
 use crate::sync::{Mutex, RwLock};
 
@@ -107,7 +108,7 @@ fn build(shared: &Shared, tf: &TableFilter, store: &Store) {
 
 /// A write transaction that opens `tf`, inserts `insert` (through the filter first, rule
 /// 1, forgetting each key in the false-positive memory), removes `remove`, commits (rule
-/// 2), and ends (its forgets end after the commit returned).
+/// 2, and the table's commit count), and ends (its forgets end after the commit returned).
 fn write_and_commit(
     shared: &Shared,
     tf: &Arc<TableFilter>,
@@ -116,11 +117,14 @@ fn write_and_commit(
     remove: &[&'static [u8]],
 ) {
     let forgets = Forgets::default();
+    // `WriteTransaction::touch`, at the table's open for writing.
+    let touched = Touched::default();
+    touched.add(Some(tf));
     let gen_seen = tf.build_gen();
     let mut pending = Default::default();
     let log: Vec<u64> = insert.iter().map(|k| tf.insert(k, &mut pending)).collect();
     forgets.keep(tf.clone(), pending);
-    shared.commit_guarded([(&**tf, gen_seen, log.as_slice())], || {
+    shared.commit_guarded([(&**tf, gen_seen, log.as_slice())], &touched, || {
         store.commit(insert, remove)
     });
     drop(forgets);
@@ -148,7 +152,10 @@ fn spawn_restore(
     let (shared, store, done) = (shared.clone(), store.clone(), done.clone());
     loom::thread::spawn(move || {
         let unsettle = shared.unsettle();
-        shared.commit_guarded([], || store.commit(&[KEY], &[]));
+        // A restore may change any table.
+        let touched = Touched::default();
+        touched.all();
+        shared.commit_guarded([], &touched, || store.commit(&[KEY], &[]));
         done.store(true, SeqCst);
         drop(unsettle);
     })
@@ -361,6 +368,99 @@ fn loom_an_old_snapshot_never_remembers_a_key_committed_since() {
             assert!(
                 read_lookup(&shared, &tf, &store),
                 "false negative: a lookup remembered a key committed since its snapshot"
+            );
+        },
+    );
+}
+
+/// The other table of (f), and its key.
+const OTHER_TABLE: &str = "u";
+const OTHER_KEY: &[u8] = b"a key of the other table";
+
+/// (f) Per-table commit counts (`commits.rs`): table `TABLE`'s key is a false positive.
+/// A read transaction whose snapshot predates a commit to the other table still records
+/// and recalls it (the other table's commits do not stop this table's memory). Then a
+/// lookup of the key races a commit to the other table and a commit of the key: whatever
+/// the interleaving, a read transaction begun after both ended finds the key.
+#[test]
+fn loom_a_commit_to_another_table_never_hides_a_commit_of_the_key() {
+    model(
+        "a lookup against commits to its table and to another",
+        || {
+            let (shared, tf) = database();
+            let other = shared
+                .table(Kind::Table, OTHER_TABLE)
+                .expect("filters are on");
+            let store = Arc::new(Store::new(&[]));
+            build(&shared, &tf, &store);
+            write_and_commit(&shared, &tf, &store, &[KEY], &[]);
+            write_and_commit(&shared, &tf, &store, &[], &[KEY]);
+            // A snapshot older than a commit to the other table: remembered all the same.
+            let seq = shared.finished.load(SeqCst);
+            let snapshot = store.begin_read();
+            let side = ReadSide::new(&shared, tf.clone(), seq);
+            write_and_commit(&shared, &other, &store, &[OTHER_KEY], &[]);
+            for _ in 0..2 {
+                let found = side.get(KEY, || Ok::<_, ()>(snapshot.contains(KEY).then_some(())));
+                assert!(found.unwrap().is_none());
+            }
+            assert_eq!(tf.lookups.totals().4, 1, "the memory answered");
+            let writers = [(other, OTHER_KEY), (tf.clone(), KEY)].map(|(t, k)| {
+                let (shared, store) = (shared.clone(), store.clone());
+                loom::thread::spawn(move || write_and_commit(&shared, &t, &store, &[k], &[]))
+            });
+            // Either answer is right for a snapshot racing the commit of the key.
+            read_lookup(&shared, &tf, &store);
+            writers.map(|w| w.join().unwrap());
+            assert!(
+                read_lookup(&shared, &tf, &store),
+                "false negative: a commit to another table hid a commit of the key"
+            );
+        },
+    );
+}
+
+/// (g) Rule 5 against a commit in flight: a read transaction holds a snapshot with the key
+/// while one thread removes it and another commits to the other table, and a newer read
+/// transaction looks it up (and may remember it, once the removal ended). The old
+/// snapshot's lookups, during and after, always find the key (its snapshot holds it).
+#[test]
+fn loom_an_old_snapshot_never_recalls_a_key_a_racing_commit_removed() {
+    model(
+        "an old snapshot's lookup against a removal and another table's commit",
+        || {
+            let (shared, tf) = database();
+            let other = shared
+                .table(Kind::Table, OTHER_TABLE)
+                .expect("filters are on");
+            let store = Arc::new(Store::new(&[KEY]));
+            build(&shared, &tf, &store);
+            let seq = shared.finished.load(SeqCst);
+            let snapshot = store.begin_read();
+            let old = ReadSide::new(&shared, tf.clone(), seq);
+            let old_lookup = || {
+                old.get(KEY, || Ok::<_, ()>(snapshot.contains(KEY).then_some(())))
+                    .unwrap()
+                    .is_some()
+            };
+            let writers =
+                [(other, OTHER_KEY, false), (tf.clone(), KEY, true)].map(|(t, k, remove)| {
+                    let (shared, store) = (shared.clone(), store.clone());
+                    loom::thread::spawn(move || match remove {
+                        true => write_and_commit(&shared, &t, &store, &[], &[k]),
+                        false => write_and_commit(&shared, &t, &store, &[k], &[]),
+                    })
+                });
+            read_lookup(&shared, &tf, &store);
+            assert!(
+                old_lookup(),
+                "false negative: an old snapshot recalled a removal"
+            );
+            writers.map(|w| w.join().unwrap());
+            read_lookup(&shared, &tf, &store);
+            assert!(
+                old_lookup(),
+                "false negative: an old snapshot recalled a removal"
             );
         },
     );
