@@ -53,15 +53,12 @@ venv() {
 }
 
 # From outside python/, so `import bloomsled` finds the installed wheel, not the source
-# folder (which has no compiled extension). In PYTEST_WORKERS processes (pytest-xdist;
-# default 3): most tests wait on what they start (crawls, redis-servers, children killed
-# and resumed), so more workers than cores still overlap waits. Each test has its own
-# temporary folder and ports, so none depends on another's.
-run_tests() {
+# folder (which has no compiled extension). Fails when pytest collects no tests.
+pytest_run() {
     local vpy="$1"
     shift
     set +e
-    (cd "$here/.." && "$vpy" -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-3}" "$@")
+    (cd "$here/.." && "$vpy" -m pytest -q -p no:cacheprovider "$@")
     local rc=$?
     set -e
     if [ "$rc" -eq 5 ]; then
@@ -69,6 +66,18 @@ run_tests() {
         exit 1
     fi
     return "$rc"
+}
+
+# The tests in PYTEST_WORKERS processes (pytest-xdist; default 3): most wait on what they
+# start (crawls, redis-servers, children killed and resumed), so more workers than cores
+# still overlap waits, and each test has its own temporary folder and ports. The tests
+# marked `serial` (python/pyproject.toml: a bound that a starved CPU moves) run after,
+# alone.
+run_tests() {
+    local vpy="$1"
+    shift
+    pytest_run "$vpy" -n "${PYTEST_WORKERS:-3}" -m "not serial" "$@"
+    pytest_run "$vpy" -m serial "$@"
 }
 
 venv "$newest" "$work/newest" "mypy>=2.4,<3"
@@ -86,7 +95,8 @@ vpy="$work/oldest/bin/python"
 if [ "${FULL_ON_OLDEST:-0}" = 1 ]; then
     run_tests "$vpy" "$here/tests"
 else
-    run_tests "$vpy" "$here/tests" \
+    # (No `serial` test is in this selection.)
+    pytest_run "$vpy" -n "${PYTEST_WORKERS:-3}" "$here/tests" \
         -k "not (interrupted_crawl or kill9 or middleware or addon or two_spiders or crawl_fetches_every_page)" \
         --ignore="$here/tests/test_scrapy_redis.py" --ignore="$here/tests/test_redis_failover.py" \
         --ignore="$here/tests/test_redis_outage.py" --ignore="$here/tests/test_full_disk.py" \

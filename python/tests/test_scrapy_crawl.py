@@ -103,6 +103,10 @@ def test_interrupted_crawl_resumes_without_refetching(site, tmp_path, sig):
     assert all(n == 1 for n in site.snapshot().values()), "run 2 fetched a page twice"
 
 
+# Serial: with other tests beside it on a starved CPU, responses wait for the scraper and
+# count as in flight too (more than CONCURRENT_REQUESTS of them; seen once under
+# pytest-xdist with three workers on two cores: 9 against 8).
+@pytest.mark.serial
 def test_kill9_refetches_at_most_the_requests_in_flight(tmp_path):
     """Issue 33: a 1,500-page crawl at CONCURRENT_REQUESTS 8, killed halfway and resumed,
     fetches again only what was in flight when it was killed, and reaches every page."""
