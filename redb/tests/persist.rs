@@ -65,6 +65,17 @@ fn crash_image(from: &Path, dir: &Path, n: u32) -> PathBuf {
     to
 }
 
+/// `db`'s filters so far: how many tables loaded, replayed and scanned theirs.
+#[track_caller]
+fn assert_stats(db: &Database, loaded: u64, replayed: u64, scanned: u64) {
+    let want = FilterStats {
+        loaded,
+        replayed,
+        scanned,
+    };
+    assert_eq!(db.filter_stats(), want);
+}
+
 fn stats_after_first_use(path: &Path, tables: &[TableDefinition<&str, u64>]) -> FilterStats {
     let db = Database::open(path).unwrap();
     for &t in tables {
@@ -107,14 +118,7 @@ fn a_clean_close_reopens_without_a_scan() {
             .unwrap()
             .is_none()
     );
-    assert_eq!(
-        db.filter_stats(),
-        FilterStats {
-            loaded: 3,
-            replayed: 0,
-            scanned: 1
-        }
-    );
+    assert_stats(&db, 3, 0, 1);
     // bloomsled's own tables are not the user's.
     let names: Vec<String> = r
         .list_tables()
@@ -193,14 +197,7 @@ fn a_close_rewrites_only_the_filters_of_tables_written_since_the_last() {
     let db = Database::open(&path).unwrap();
     assert_eq!(no_false_negative(&db, T), 300);
     assert_eq!(no_false_negative(&db, U), 600);
-    assert_eq!(
-        db.filter_stats(),
-        FilterStats {
-            loaded: 2,
-            replayed: 0,
-            scanned: 0
-        }
-    );
+    assert_stats(&db, 2, 0, 0);
 }
 
 #[test]
@@ -331,14 +328,7 @@ fn closed_with_two_histories(dir: &Path) -> (PathBuf, Vec<u8>, Vec<u8>) {
 fn scanned_and_complete(path: &Path) {
     let db = Database::open(path).unwrap();
     assert_eq!(no_false_negative(&db, T), 1_000);
-    assert_eq!(
-        db.filter_stats(),
-        FilterStats {
-            loaded: 0,
-            replayed: 0,
-            scanned: 1
-        }
-    );
+    assert_stats(&db, 0, 0, 1);
 }
 
 #[test]
@@ -486,14 +476,7 @@ fn a_copy_of_the_file_from_before_a_later_close_loads_its_own_state() {
     std::fs::copy(&copy, &path).unwrap();
     let db = Database::open(&path).unwrap();
     assert_eq!(no_false_negative(&db, T), 500);
-    assert_eq!(
-        db.filter_stats(),
-        FilterStats {
-            loaded: 1,
-            replayed: 0,
-            scanned: 0
-        }
-    );
+    assert_stats(&db, 1, 0, 0);
 }
 
 #[test]
