@@ -74,8 +74,15 @@ impl Filter {
         if u64::from(h.page_size.get()) != h.payload_len.get().min(MAX_PAGE) {
             return bad(format!("page size {}", h.page_size.get()));
         }
+        Filter::of_snapshot(&h, &words)
+    }
+
+    /// The plain filter a decoded snapshot's header and words make (a standalone filter's
+    /// or a store's stored one): parts the filter refuses are a decode fault, memory it
+    /// cannot have is [`Error::OutOfMemory`].
+    pub(crate) fn of_snapshot(h: &super::Header, words: &[u64]) -> Result<Filter> {
         Filter::from_parts(
-            &words,
+            words,
             h.num_hashes.get(),
             h.seed.get(),
             h.capacity.get(),

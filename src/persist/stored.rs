@@ -219,14 +219,9 @@ fn judge_filter(
             record.seed.get()
         )));
     }
-    let (k, seed, capacity, items) = (
-        h.num_hashes.get(),
-        h.seed.get(),
-        h.capacity.get(),
-        h.items.get(),
-    );
-    Filter::from_parts(&words, k, seed, capacity, items).map_err(|e| match e {
+    Filter::of_snapshot(&h, &words).map_err(|e| match e {
         Error::OutOfMemory { bytes, .. } => Distrust::Decode(DecodeError::TooLarge { bytes }),
+        Error::Decode(d) => Distrust::Decode(d),
         e => inconsistent(e.to_string()),
     })
 }
