@@ -9,15 +9,19 @@
 //! present keys, a fresh process (this binary again) after
 //! `sync; echo 3 > /proc/sys/vm/drop_caches`: open the file with a redb cache of 16 MiB
 //! (much smaller than the file), `begin_read` + `open_table` (where `bloomsled-redb` loads
-//! the filter: counted in the open's time), then time each of the first 20,000 lookups of
-//! keys in a random order; the mean and median are printed. Then, per kind, what the means
-//! are made of: bloomsled-redb's false positives (each a cold redb lookup), the part of each
-//! mean spent in lookups of 2 µs or more (disk reads), and an empty timed span (part of every
-//! lookup's figure); each process's slowest lookups go to stderr.
+//! the filter: counted in the open's time), then the first 20,000 lookups of keys in a
+//! random order, timed as one span (two clock reads in all): the mean. Three rounds
+//! (`BLOOMSLED_COLD_ROUNDS`), the first store alternating; the figure is the median of the
+//! rounds' ratios. Then one more fresh process per store and kind times every lookup on its
+//! own, for what the means are made of: the medians, bloomsled-redb's false positives (each
+//! a cold redb lookup), the part of the mean spent in lookups of 2 µs or more (disk reads),
+//! and an empty timed span (part of each of those figures, not of the means above); each
+//! process's slowest lookups go to stderr.
 //!
 //! Dropping the page cache needs root. Without it the bench still runs, says loudly that its
 //! figures are warm, and marks them so. The files are kept in
-//! `target/redb-cold-bench-N/` for the next run.
+//! `target/redb-cold-bench-N/` for the next run (remove it after a change to the filters'
+//! settings: a reopen loads the filter the load stored).
 //!
 //! ```text
 //! BLOOMSLED_COLD=1 cargo bench -p bloomsled-redb --bench cold          # 1M keys
@@ -111,11 +115,14 @@ fn load(dir: &Path, n: u64) {
     std::fs::write(dir.join("loaded"), n.to_string()).unwrap();
 }
 
-/// The child: opens `store` with a cache of `cache` bytes, looks up the first 20,000
-/// keys, prints the median and mean ns of one lookup, the open's ms (to the table open and,
-/// for bloomsled-redb, its filter loaded), whether the filter answered from the first lookup
-/// on, and how many lookups took 10 µs or more.
-fn child(store: &str, kind: &str, dir: &Path, n: u64, cache: usize) {
+/// The child: opens `store` with a cache of `cache` bytes and looks up the first 20,000
+/// keys. `batch`: one clock read before the first lookup and one after the last, and prints
+/// the mean ns of one lookup and the open's ms (to the table open and, for bloomsled-redb,
+/// its filter loaded): the figure. `each`: every lookup timed on its own (two clock reads
+/// in each figure), for what the mean is made of: prints the median and mean ns, the open's
+/// ms, whether the filter answered from the first lookup on, the lookups of 10 µs or more,
+/// the false positives, the mean's share of lookups of 2 µs or more, and an empty timed span.
+fn child(store: &str, kind: &str, mode: &str, dir: &Path, n: u64, cache: usize) {
     use bloomsled_redb::ReadableDatabase as _;
     use redb::ReadableDatabase as _;
     let keys: Vec<Vec<u8>> = (0..LOOKUPS)
@@ -124,10 +131,13 @@ fn child(store: &str, kind: &str, dir: &Path, n: u64, cache: usize) {
             _ => url(mix(i) % n),
         })
         .collect();
+    let each = mode == "each";
     let mut ns = Vec::with_capacity(keys.len());
+    // Every lookup's answer is checked after the timed loop, so the check costs no time.
+    let mut found = 0u64;
     let timer = timer_ns();
     let t = Instant::now();
-    let (open_ms, filter, fps) = if store == "bloomsled-redb" {
+    let (open_ms, total_ns, filter, fps) = if store == "bloomsled-redb" {
         let db = bloomsled_redb::Builder::new()
             .set_cache_size(cache)
             .open(dir.join("bloomsled-redb.redb"))
@@ -135,14 +145,17 @@ fn child(store: &str, kind: &str, dir: &Path, n: u64, cache: usize) {
         let r = db.begin_read().unwrap();
         let table = r.open_table(OURS).unwrap();
         let open_ms = t.elapsed().as_secs_f64() * 1e3;
+        let all = Instant::now();
         for k in &keys {
-            let t = Instant::now();
-            let found = table.get(k.as_slice()).unwrap().is_some();
-            ns.push(t.elapsed().as_nanos() as u64);
-            assert_eq!(found, kind == "present");
+            let t = each.then(Instant::now);
+            found += u64::from(table.get(k.as_slice()).unwrap().is_some());
+            if let Some(t) = t {
+                ns.push(t.elapsed().as_nanos() as u64);
+            }
         }
+        let total_ns = all.elapsed().as_nanos() as f64;
         let fps = db.table_filter_stats(OURS).map_or(0, |s| s.false_positives);
-        (open_ms, table.filter_in_use(), fps)
+        (open_ms, total_ns, table.filter_in_use(), fps)
     } else {
         let db = redb::Builder::new()
             .set_cache_size(cache)
@@ -151,14 +164,23 @@ fn child(store: &str, kind: &str, dir: &Path, n: u64, cache: usize) {
         let r = db.begin_read().unwrap();
         let table = r.open_table(THEIRS).unwrap();
         let open_ms = t.elapsed().as_secs_f64() * 1e3;
+        let all = Instant::now();
         for k in &keys {
-            let t = Instant::now();
-            let found = table.get(k.as_slice()).unwrap().is_some();
-            ns.push(t.elapsed().as_nanos() as u64);
-            assert_eq!(found, kind == "present");
+            let t = each.then(Instant::now);
+            found += u64::from(table.get(k.as_slice()).unwrap().is_some());
+            if let Some(t) = t {
+                ns.push(t.elapsed().as_nanos() as u64);
+            }
         }
-        (open_ms, true, 0)
+        let total_ns = all.elapsed().as_nanos() as f64;
+        (open_ms, total_ns, true, 0)
     };
+    let expected = if kind == "present" { LOOKUPS } else { 0 };
+    assert_eq!(found, expected, "{store} {kind}: wrong answers");
+    if !each {
+        println!("{:.1} {open_ms:.1}", total_ns / LOOKUPS as f64);
+        return;
+    }
     let mean = ns.iter().sum::<u64>() as f64 / ns.len() as f64;
     let slow = ns.iter().filter(|&&t| t >= 10_000).count();
     // What the lookups that read the disk (2 µs or more) took, of the mean.
@@ -216,13 +238,49 @@ fn micros(ns: f64) -> String {
     }
 }
 
+/// The median of `v` (the upper one of an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Runs this binary as a child for `store`, `kind` and `mode` after dropping the page
+/// cache: its figures, and whether the cache was dropped.
+fn run_child(me: &Path, role: &str, n: u64, cache: usize) -> (Vec<f64>, bool) {
+    let cold = drop_caches();
+    let out = Command::new(me)
+        .env(ROLE, role)
+        .env("BLOOMSLED_COLD_KEYS", n.to_string())
+        .env("BLOOMSLED_COLD_CACHE_MIB", (cache >> 20).to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let v = text
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    (v, cold)
+}
+
 fn main() {
     let n = env("BLOOMSLED_COLD_KEYS", 1_000_000);
     let cache = (env("BLOOMSLED_COLD_CACHE_MIB", 16) << 20) as usize;
+    let rounds = env("BLOOMSLED_COLD_ROUNDS", 3).max(1);
     let dir = PathBuf::from(format!("target/redb-cold-bench-{n}"));
     if let Ok(role) = std::env::var(ROLE) {
-        let (store, kind) = role.split_once(' ').unwrap();
-        return child(store, kind, &dir, n, cache);
+        let mut parts = role.split(' ');
+        let (store, kind, mode) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
+        return child(store, kind, mode, &dir, n, cache);
     }
     if std::env::args().any(|a| a == "--bench") && std::env::var("BLOOMSLED_COLD").is_err() {
         // `cargo bench` runs every bench: this one only when asked (it drops the page cache).
@@ -231,39 +289,43 @@ fn main() {
     }
     load(&dir, n);
     let me = std::env::current_exe().unwrap();
-    let mut rows = Vec::new();
     let mut all_cold = true;
+    let mut rows = Vec::new();
     for kind in ["absent", "present"] {
-        let mut r = Vec::new();
-        for store in ["redb", "bloomsled-redb"] {
-            all_cold &= drop_caches();
-            let out = Command::new(&me)
-                .env(ROLE, format!("{store} {kind}"))
-                .env("BLOOMSLED_COLD_KEYS", n.to_string())
-                .env("BLOOMSLED_COLD_CACHE_MIB", (cache >> 20).to_string())
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            eprint!("{}", String::from_utf8_lossy(&out.stderr));
-            let text = String::from_utf8(out.stdout).unwrap();
-            let v: Vec<f64> = text
-                .split_whitespace()
-                .map(|x| x.parse().unwrap())
-                .collect();
-            r.push(v);
+        // Rounds of one fresh process per store, the first store alternating.
+        let (mut theirs, mut ours, mut ratios, mut opens) = (vec![], vec![], vec![], vec![]);
+        for round in 0..rounds {
+            let mut means = [0.0; 2];
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for i in order {
+                let store = ["redb", "bloomsled-redb"][i];
+                let (v, cold) = run_child(&me, &format!("{store} {kind} batch"), n, cache);
+                all_cold &= cold;
+                means[i] = v[0];
+                opens.push((i, v[1]));
+            }
+            theirs.push(means[0]);
+            ours.push(means[1]);
+            ratios.push(means[0] / means[1]);
         }
-        rows.push((kind, r));
+        let open = |i| median(opens.iter().filter(|o| o.0 == i).map(|o| o.1).collect());
+        let each: Vec<Vec<f64>> = ["redb", "bloomsled-redb"]
+            .iter()
+            .map(|store| {
+                let (v, cold) = run_child(&me, &format!("{store} {kind} each"), n, cache);
+                all_cold &= cold;
+                v
+            })
+            .collect();
+        rows.push((kind, theirs, ours, ratios, [open(0), open(1)], each));
     }
     let mib = |f: &str| {
         std::fs::metadata(dir.join(f)).map_or(0.0, |m| m.len() as f64 / f64::from(1 << 20))
     };
     println!(
         "{n} keys, {VALUE_LEN} B values; files: redb {:.0} MiB, bloomsled-redb {:.0} MiB; \
-         cache {} MiB; {}; first {LOOKUPS} lookups of each fresh process:",
+         cache {} MiB; {}; the first {LOOKUPS} lookups of each fresh process, {rounds} \
+         rounds (medians):",
         mib("redb.redb"),
         mib("bloomsled-redb.redb"),
         cache >> 20,
@@ -274,41 +336,57 @@ fn main() {
         }
     );
     println!(
-        "| lookups | redb mean | bloomsled-redb mean | redb / bloomsled-redb (mean) | redb \
-         median | bloomsled-redb median | lookups ≥ 10 µs (redb, ours) | open + first \
-         open_table (redb, ours) |"
+        "| lookups | redb mean | bloomsled-redb mean | redb / bloomsled-redb (each round) | \
+         open + first open_table (redb, ours) |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---|---|");
-    for (kind, r) in &rows {
-        let (s, b) = (&r[0], &r[1]);
+    println!("|---|---:|---:|---:|---|");
+    for (kind, theirs, ours, ratios, open, _) in &rows {
+        // Speed-ups to the unit, ratios near 1 (present keys) to the hundredth.
+        let ratio = |r: f64| {
+            if r >= 10.0 {
+                format!("{r:.0}")
+            } else {
+                format!("{r:.2}")
+            }
+        };
+        let each: Vec<String> = ratios.iter().map(|&r| ratio(r)).collect();
         println!(
-            "| {kind} | {} | {} | {:.0}× | {} | {} | {}, {} | {:.0} ms, {:.0} ms{} |",
-            micros(s[1]),
-            micros(b[1]),
-            s[1] / b[1],
+            "| {kind} | {} | {} | **{}×** ({}) | {:.0} ms, {:.0} ms |",
+            micros(median(theirs.clone())),
+            micros(median(ours.clone())),
+            ratio(median(ratios.clone())),
+            each.join(", "),
+            open[0],
+            open[1],
+        );
+    }
+    println!(
+        "\nWhat the means are made of (one more fresh process per store, each lookup timed on \
+         its own, so an empty timed span is in every figure):"
+    );
+    println!(
+        "| lookups | median (redb, ours) | mean (redb, ours) | ≥ 10 µs (redb, ours) | \
+         ours: false positives | of the mean, lookups ≥ 2 µs (redb, ours) | empty span |"
+    );
+    println!("|---|---|---|---|---:|---|---:|");
+    for (kind, .., each) in &rows {
+        let (s, b) = (&each[0], &each[1]);
+        println!(
+            "| {kind} | {}, {} | {}, {} | {}, {} | {}{} | {}, {} | {:.0} ns |",
             micros(s[0]),
             micros(b[0]),
+            micros(s[1]),
+            micros(b[1]),
             s[4],
             b[4],
-            s[2],
-            b[2],
+            b[5],
             if b[3] == 1.0 {
                 ""
             } else {
                 " (filter not in use at the first lookup)"
-            }
-        );
-    }
-    println!();
-    for (kind, r) in &rows {
-        let (s, b) = (&r[0], &r[1]);
-        println!(
-            "{kind}: bloomsled-redb's false positives {} of {LOOKUPS}; lookups of 2 µs or more: \
-             {} of redb's mean, {} of bloomsled-redb's; an empty timed span: {:.0} ns, {:.0} ns",
-            b[5],
+            },
             micros(s[6]),
             micros(b[6]),
-            s[7],
             b[7]
         );
     }
