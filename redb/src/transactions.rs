@@ -444,6 +444,7 @@ impl WriteTransaction {
             marks,
             forgets,
             touched,
+            seq,
             ..
         } = self;
         let logs = logs.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -463,8 +464,14 @@ impl WriteTransaction {
             result
         });
         // After redb's commit returned and was counted: its keys are in every snapshot
-        // begun from now on (`filters/lookups.rs`).
-        drop(forgets);
+        // begun from now on (`filters/lookups.rs`). Then its misses are recorded (rule 6).
+        let settled = unsettle.lock().unwrap_or_else(|e| e.into_inner()).is_none();
+        match &result {
+            Ok(()) => forgets.end_and_record(&shared, seq, settled, |tf, h| {
+                (logs.values()).any(|l| std::ptr::eq(&*l.filter, tf) && l.hashes.contains(&h))
+            }),
+            Err(_) => drop(forgets),
+        }
         drop(unsettle);
         if result.is_ok() {
             for log in logs.values().filter(|log| log.filter.wants_growth()) {
