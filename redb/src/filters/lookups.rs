@@ -21,8 +21,9 @@
 //! transaction forgets each key it may create as it sets its bits (before redb stores it)
 //! and ends its forgets only when it ends (after its commit returned and ended its tables'
 //! words, or its abort): a reader never records while a commit of the key can still
-//! become visible. A restore or rename forgets every key of every table (`forget_all`)
-//! before redb's call, ended with the transaction. Multimap tables are read the same way
+//! become visible. A restore forgets every key of every table (`forget_all`), a rename
+//! every key of the table it renames to (`forget_table`), before redb's call, ended with
+//! the transaction. Multimap tables are read the same way
 //! (a key with no value is a miss).
 //!
 //! ## Write transactions
@@ -176,10 +177,15 @@ impl Forgets {
     /// redb's call).
     pub(crate) fn forget_all(&self, shared: &Shared) {
         for tf in shared.every_table() {
-            let pending = RefCell::new(Pending::default());
-            tf.memory.forget_all(&pending);
-            self.keep(tf, pending.into_inner());
+            self.forget_table(&tf);
         }
+    }
+
+    /// Forgets every key of `tf`'s table (a rename to its name, before redb's call).
+    pub(crate) fn forget_table(&self, tf: &Arc<TableFilter>) {
+        let pending = RefCell::new(Pending::default());
+        tf.memory.forget_all(&pending);
+        self.keep(tf.clone(), pending.into_inner());
     }
 }
 

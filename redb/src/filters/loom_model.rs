@@ -94,7 +94,7 @@ fn database() -> (Arc<Shared>, Arc<TableFilter>) {
 /// A build of `tf` from a scan of `store`, as `build_if_needed` starts one (none while a
 /// restore or rename is in flight).
 fn build(shared: &Shared, tf: &TableFilter, store: &Store) {
-    let Some(epoch) = shared.settled_epoch() else {
+    let Some(epoch) = shared.settled_epoch(tf) else {
         return;
     };
     shared.scan_build_with(
@@ -155,6 +155,28 @@ fn spawn_restore(
         // A restore may change any table.
         let touched = Touched::default();
         touched.all();
+        shared.commit_guarded([], &touched, || store.commit(&[KEY], &[]));
+        done.store(true, SeqCst);
+        drop(unsettle);
+    })
+}
+
+/// A rename to the table's name on its own thread: moves the table's own epoch (not the
+/// database's), commits the key under that name without a write through the filter (it
+/// was the other name's), sets `done`, and moves the table's epoch again as its
+/// transaction ends.
+fn spawn_rename(
+    shared: &Arc<Shared>,
+    tf: &Arc<TableFilter>,
+    store: &Arc<Store>,
+    done: &Arc<AtomicBool>,
+) -> loom::thread::JoinHandle<()> {
+    let (shared, tf, store, done) = (shared.clone(), tf.clone(), store.clone(), done.clone());
+    loom::thread::spawn(move || {
+        let unsettle = shared.unsettle_table(&tf);
+        // A rename changes the two tables it names (`WriteTransaction::touch`).
+        let touched = Touched::default();
+        touched.add(Some(&tf));
         shared.commit_guarded([], &touched, || store.commit(&[KEY], &[]));
         done.store(true, SeqCst);
         drop(unsettle);
@@ -273,6 +295,40 @@ fn loom_a_build_racing_a_restore_is_not_trusted() {
         restore.join().unwrap();
         builder.join().unwrap();
         assert!(!shared.rules_out_latest(Kind::Table, TABLE, KEY));
+    });
+}
+
+/// (b) Rules 3 and 4 with a rename: a thread whose per-request cache holds the table's
+/// filter, and a build, race a rename that gives the table's name the key (it moves only
+/// that table's epoch, before and after its commit). A lookup that begins after the rename
+/// committed never rules the key out.
+#[test]
+fn loom_a_rename_distrusts_the_cached_and_the_racing_filter() {
+    model("a cached lookup and a build against a rename", || {
+        let (shared, tf) = database();
+        let store = Arc::new(Store::new(&[]));
+        build(&shared, &tf, &store);
+        assert!(shared.rules_out_latest(Kind::Table, TABLE, KEY));
+        let done = Arc::new(AtomicBool::new(false));
+        let rename = spawn_rename(&shared, &tf, &store, &done);
+        let builder = {
+            let (shared, tf, store) = (shared.clone(), tf.clone(), store.clone());
+            loom::thread::spawn(move || build(&shared, &tf, &store))
+        };
+        let after = done.load(SeqCst);
+        let ruled_out = shared.rules_out_latest(Kind::Table, TABLE, KEY);
+        assert!(
+            !(after && ruled_out),
+            "a filter ruled out a key a rename brought to its table"
+        );
+        rename.join().unwrap();
+        builder.join().unwrap();
+        assert!(!shared.rules_out_latest(Kind::Table, TABLE, KEY));
+        let (ruled_out, stored) = read_transaction(&shared, &tf, &store, KEY);
+        assert!(
+            stored && !ruled_out,
+            "a read transaction lost a renamed key"
+        );
     });
 }
 
