@@ -11,8 +11,9 @@
 //! `Shared::trusted_current` (a read transaction's table) and
 //! `TableFilter::probe_written` (a write transaction's lookup), and for the false-positive
 //! memory `ReadSide::get` (a read table's lookup), `Forgets` (a write transaction's
-//! forgets, ended when it ends) and `Touched` (the tables whose commit counts a commit
-//! moves). Run with
+//! forgets, ended when it ends, and its misses, recorded after its commit by
+//! `Forgets::end_and_record`) and `Touched` (the tables whose commit counts a commit
+//! moves); a rename's `Shared::unsettle_table`. Run with
 //! `RUSTFLAGS="--cfg bloomsled_loom" cargo test --release -p bloomsled-redb --lib loom`
 //! (see `.ci/run`).
 
@@ -517,6 +518,52 @@ fn loom_an_old_snapshot_never_recalls_a_key_a_racing_commit_removed() {
             assert!(
                 old_lookup(),
                 "false negative: an old snapshot recalled a removal"
+            );
+        },
+    );
+}
+
+/// (h) Rule 6: a write transaction that found the key absent (written and removed before:
+/// the filter passes it) records that miss after its commit, while the next write
+/// transaction, which takes redb's write lock as soon as redb's commit returns, commits the
+/// key and ends, perhaps counting `finished` before the first one does. A read transaction
+/// begun after both ended finds the key.
+#[test]
+fn loom_a_write_transactions_miss_never_hides_the_next_commit() {
+    model(
+        "a write transaction's recorded miss against the next commit",
+        || {
+            let (shared, tf) = database();
+            let store = Arc::new(Store::new(&[]));
+            build(&shared, &tf, &store);
+            write_and_commit(&shared, &tf, &store, &[KEY], &[]);
+            write_and_commit(&shared, &tf, &store, &[], &[KEY]);
+            // redb's write lock: this thread's transaction holds it first.
+            let lock = Arc::new(Mutex::new(()));
+            let held = lock.lock().unwrap();
+            let seq = shared.started.load(SeqCst);
+            let next = {
+                let (shared, tf, store, lock) =
+                    (shared.clone(), tf.clone(), store.clone(), lock.clone());
+                loom::thread::spawn(move || {
+                    let held = lock.lock().unwrap();
+                    write_and_commit(&shared, &tf, &store, &[KEY], &[]);
+                    drop(held);
+                })
+            };
+            let forgets = Forgets::default();
+            forgets.keep_misses(&tf, vec![KEY.into()]);
+            let touched = Touched::default();
+            touched.add(Some(&tf));
+            shared.commit_guarded([], &touched, || {
+                store.commit(&[], &[]);
+                drop(held);
+            });
+            forgets.end_and_record(&shared, seq, true, |_, _| false);
+            next.join().unwrap();
+            assert!(
+                read_lookup(&shared, &tf, &store),
+                "false negative: a write transaction's miss hid the next commit of the key"
             );
         },
     );
