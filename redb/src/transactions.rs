@@ -14,9 +14,9 @@ use redb::{
 use crate::filters::{
     Builder, Forgets, Kind, Shared, TableFilter, Touched, Unsettle, UnsettleTable,
 };
-use crate::multimap::MultimapTable;
+use crate::multimap::{MultimapKeys, MultimapTable};
 use crate::persist;
-use crate::table::Table;
+use crate::table::{Table, TableKeys};
 use crate::{MultimapTableHandle, TableHandle};
 
 mod read;
@@ -175,6 +175,15 @@ impl WriteTransaction {
         Some((tf, log.gen_seen))
     }
 
+    /// Builds the table's filter before its first touch (`touch.rs`), as its first open
+    /// would just after: a small table's is then trusted when its session's journal starts,
+    /// and may be the chain's base (`filters/journals.rs`).
+    fn prebuild(&self, kind: Kind, name: &str, build: impl FnOnce() -> Builder) {
+        if let Some(tf) = self.shared.table(kind, name).filter(|_| self.settled()) {
+            self.shared.build_if_needed(&tf, false, build);
+        }
+    }
+
     /// Appends a table handle's logged hashes when it is dropped.
     pub(crate) fn append_log(&self, kind: Kind, name: &str, hashes: &mut Vec<u64>) {
         if hashes.is_empty() {
@@ -221,7 +230,9 @@ impl WriteTransaction {
         &'txn self,
         definition: TableDefinition<K, V>,
     ) -> Result<Table<'txn, K, V>, TableError> {
-        self.touch(Kind::Table, redb::TableHandle::name(&definition), true)?;
+        let name = redb::TableHandle::name(&definition);
+        self.prebuild(Kind::Table, name, || TableKeys::<K, V>::shared(name));
+        self.touch(Kind::Table, name, true)?;
         let inner = self.inner.open_table(definition)?;
         Ok(Table::new(inner, self))
     }
@@ -242,11 +253,9 @@ impl WriteTransaction {
         &'txn self,
         definition: MultimapTableDefinition<K, V>,
     ) -> Result<MultimapTable<'txn, K, V>, TableError> {
-        self.touch(
-            Kind::Multimap,
-            redb::MultimapTableHandle::name(&definition),
-            true,
-        )?;
+        let name = redb::MultimapTableHandle::name(&definition);
+        self.prebuild(Kind::Multimap, name, || MultimapKeys::<K, V>::shared(name));
+        self.touch(Kind::Multimap, name, true)?;
         let inner = self.inner.open_multimap_table(definition)?;
         Ok(MultimapTable::new(inner, self))
     }
