@@ -16,9 +16,11 @@
 //!    scans; a commit holds a read guard of each table it wrote from before checking `build_gen`
 //!    until redb's commit returns, and re-inserts its logged hashes if `build_gen` moved since the
 //!    transaction first opened the table. So a key is in the scan or in `pending`.
-//! 3. A built filter is trusted by a transaction only if its epoch is the database's epoch
-//!    (restores and renames bump it) and the transaction's state is at least as new as the
-//!    scan's (`valid_from`, in commits): an older snapshot may hold keys removed since.
+//! 3. A built filter is trusted by a transaction only if its epoch is its table's epoch
+//!    ([`Shared::epoch_of`]: the database's, which restores bump, plus the table's own,
+//!    which a rename to or from its name bumps) and the transaction's state is at least as
+//!    new as the scan's (`valid_from`, in commits): an older snapshot may hold keys removed
+//!    since.
 //! 4. `version` moves after every change of a table's `current` (under that table's write
 //!    lock, so no key reaches the new filter before it moves) and after every move of the
 //!    epoch. A per-thread copy of a `current` (the per-request path's cache, [`Shared::rules_out_latest`])
@@ -44,6 +46,7 @@ mod commits;
 pub(crate) mod journals;
 mod lookups;
 mod names;
+mod renames;
 
 pub(crate) use built::Built;
 use built::MIN_CAPACITY;
@@ -53,6 +56,7 @@ pub(crate) use commits::Touched;
 use journals::Journals;
 pub(crate) use lookups::{Forgets, Lookups, ReadSide};
 use names::Names;
+pub(crate) use renames::UnsettleTable;
 
 pub(crate) use build::{Builder, Builds, Keys};
 
@@ -123,6 +127,10 @@ pub(crate) struct TableFilter {
     /// commits that may change the table (`commits.rs`).
     memory: bloomsled::reuse::FpMemory,
     commits: Commits,
+    /// Bumped when a rename to or from this table's name begins and when its transaction
+    /// ends (rule 3, [`Shared::epoch_of`]); `unsettled`: such transactions alive.
+    epoch: AtomicU64,
+    unsettled: AtomicUsize,
     /// What `record_metrics` last recorded of this table's counters.
     #[cfg(feature = "metrics")]
     pub(crate) recorded: bloomsled::telemetry::Recorded,
@@ -150,6 +158,8 @@ impl TableFilter {
             lookups: Lookups::default(),
             memory: lookups::memory(seed),
             commits: Commits::default(),
+            epoch: AtomicU64::new(0),
+            unsettled: AtomicUsize::new(0),
             #[cfg(feature = "metrics")]
             recorded: Default::default(),
         })
@@ -221,7 +231,7 @@ impl TableFilter {
         let slots = self.read();
         (slots.build_gen == gen_seen
             && settled()
-            && slots.current.trusted_for(shared.epoch.load(SeqCst), seq))
+            && slots.current.trusted_for(shared.epoch_of(self), seq))
         .then(|| slots.current.may_contain(key))
     }
 
@@ -255,9 +265,10 @@ pub(crate) struct Shared {
     pub(crate) enabled: bool,
     tables: RwLock<Names>,
     multimap_tables: RwLock<Names>,
-    /// Bumped when a restore or rename begins and when its transaction ends.
+    /// Bumped when a restore begins and when its transaction ends (a rename bumps its two
+    /// tables' own: [`Shared::epoch_of`]).
     pub(crate) epoch: AtomicU64,
-    /// Write transactions that restored a savepoint or renamed a table and have not ended.
+    /// Write transactions that restored a savepoint and have not ended.
     unsettled: AtomicUsize,
     /// Commits begun (bumped before redb's commit) and ended (after it returns).
     pub(crate) started: AtomicU64,
@@ -427,7 +438,7 @@ impl Shared {
             return false;
         };
         let built = tf.read().current.clone();
-        if built.trusted_epoch != Some(self.epoch.load(SeqCst)) {
+        if built.trusted_epoch != Some(self.epoch_of(&tf)) {
             return false;
         }
         let absent = !built.may_contain(key);
@@ -461,7 +472,7 @@ impl Shared {
     pub(crate) fn trusted_current(&self, tf: &TableFilter, seq: u64) -> Option<Arc<Built>> {
         let current = tf.read().current.clone();
         current
-            .trusted_for(self.epoch.load(SeqCst), seq)
+            .trusted_for(self.epoch_of(tf), seq)
             .then_some(current)
     }
 
@@ -520,9 +531,9 @@ impl Shared {
     }
 
     /// The filters complete for the latest committed state, by their key in bloomsled's
-    /// tables: those trusted at the current epoch, while no restore or rename is in flight.
+    /// tables: those trusted at the current epoch, while no restore (or rename of the
+    /// table) is in flight.
     pub(crate) fn clean_filters(&self) -> Vec<persist::Clean> {
-        let epoch = self.epoch.load(SeqCst);
         if !self.enabled || self.unsettled.load(SeqCst) > 0 {
             return Vec::new();
         }
@@ -531,7 +542,8 @@ impl Shared {
             let map = self.map(kind).read().unwrap_or_else(|e| e.into_inner());
             for tf in map.values() {
                 let current = tf.read().current.clone();
-                if current.trusted_epoch == Some(epoch) {
+                let renaming = tf.unsettled.load(SeqCst) > 0;
+                if current.trusted_epoch == Some(self.epoch_of(tf)) && !renaming {
                     let loaded = tf.source().0 == Some(FilterSource::Loaded);
                     out.push((tf.key.to_string(), current, loaded));
                 }
@@ -540,7 +552,7 @@ impl Shared {
         out
     }
 
-    /// Marks the start of a restore or rename (see `Unsettle`).
+    /// Marks the start of a restore (see `Unsettle`).
     pub(crate) fn unsettle(self: &Arc<Self>) -> Unsettle {
         self.unsettled.fetch_add(1, SeqCst);
         self.epoch.fetch_add(1, SeqCst);
@@ -551,8 +563,8 @@ impl Shared {
     }
 }
 
-/// Held by a write transaction from its first restore or rename until it ends: builds wait,
-/// and the epoch moves again at the end, so no list built before the transaction's state is
+/// Held by a write transaction from its first restore until it ends: builds wait, and the
+/// epoch moves again at the end, so no filter built before the transaction's state is
 /// visible is trusted after it.
 pub(crate) struct Unsettle {
     shared: Arc<Shared>,

@@ -43,7 +43,9 @@ use redb::{ReadableTable as _, TableDefinition};
 use crate::filters::{Built, Kind};
 
 mod marks;
-pub(crate) use marks::{Mark, RawMark, marked_filter, raw_mark, remove_mark, write_mark};
+pub(crate) use marks::{
+    Mark, RawMark, marked_filter, raw_mark, remove_mark, write_base, write_mark,
+};
 
 /// Table names beginning with this are bloomsled's own (its filters and their records),
 /// hidden from `list_tables`; a user's table must not use it.
@@ -140,7 +142,7 @@ pub(crate) fn table_tree(key: &str, seed: u64) -> [u8; 16] {
     join(bloomsled::hash::hash_key(key.as_bytes(), seed), seed)
 }
 
-fn random_id() -> Result<[u8; 16], redb::StorageError> {
+pub(crate) fn random_id() -> Result<[u8; 16], redb::StorageError> {
     let draw = || {
         bloomsled::hash::secret_seed()
             .map_err(|e| redb::StorageError::Io(std::io::Error::other(e.to_string())))

@@ -11,10 +11,12 @@ use redb::{
     Value,
 };
 
-use crate::filters::{Builder, Forgets, Kind, Shared, TableFilter, Touched, Unsettle};
-use crate::multimap::MultimapTable;
+use crate::filters::{
+    Builder, Forgets, Kind, Shared, TableFilter, Touched, Unsettle, UnsettleTable,
+};
+use crate::multimap::{MultimapKeys, MultimapTable};
 use crate::persist;
-use crate::table::Table;
+use crate::table::{Table, TableKeys};
 use crate::{MultimapTableHandle, TableHandle};
 
 mod read;
@@ -57,8 +59,10 @@ pub struct WriteTransaction {
     /// Commits that began before this transaction: its state is theirs.
     seq: u64,
     logs: Mutex<HashMap<(Kind, String), WriteLog>>,
-    /// Set from the first restore or rename until the transaction ends (after `inner`).
+    /// Set from the first restore until the transaction ends (after `inner`).
     unsettle: Mutex<Option<Unsettle>>,
+    /// The tables renamed from or to since, each distrusted until the transaction ends.
+    renamed: Mutex<Vec<UnsettleTable>>,
     /// The records of clean closes this transaction removed (`persist`), and whether it
     /// removed them all (a restore).
     unmarked: Mutex<(Vec<String>, bool)>,
@@ -96,6 +100,7 @@ impl WriteTransaction {
             seq,
             logs: Mutex::default(),
             unsettle: Mutex::default(),
+            renamed: Mutex::default(),
             unmarked: Mutex::default(),
             marks: Mutex::default(),
             forgets: Forgets::default(),
@@ -114,11 +119,30 @@ impl WriteTransaction {
         let mut u = self.unsettle.lock().unwrap_or_else(|e| e.into_inner());
         if u.is_none() {
             *u = Some(self.shared.unsettle());
-            // Before redb's restore or rename: any key may come back (`filters/lookups.rs`),
-            // in any table (`filters/commits.rs`).
+            // Before redb's restore: any key may come back (`filters/lookups.rs`), in any
+            // table (`filters/commits.rs`).
             self.forgets.forget_all(&self.shared);
             self.touched.all();
         }
+    }
+
+    /// Before redb renames table `from` to `to`: those two tables' filters are distrusted
+    /// until this transaction ends (rule 3: their epochs move now and at its end, and their
+    /// builds wait), and `to`'s memory forgets every key (it gets `from`'s keys), ended with
+    /// the transaction. The other tables keep their filters and memories: a rename changes
+    /// no table but these two. (`touch` noted both for their commit counts.)
+    fn unsettle_rename(&self, kind: Kind, from: &str, to: &str) {
+        if !self.shared.enabled {
+            return;
+        }
+        let (Some(from), Some(to)) = (self.shared.table(kind, from), self.shared.table(kind, to))
+        else {
+            return self.unsettle(); // a filter that cannot be made: every table, as a restore
+        };
+        let mut renamed = self.renamed.lock().unwrap_or_else(|e| e.into_inner());
+        renamed.push(self.shared.unsettle_table(&from));
+        renamed.push(self.shared.unsettle_table(&to));
+        self.forgets.forget_table(&to);
     }
 
     /// The table's filter for this transaction, and the generation it first saw. At the
@@ -149,6 +173,15 @@ impl WriteTransaction {
             hashes: Vec::new(),
         });
         Some((tf, log.gen_seen))
+    }
+
+    /// Builds the table's filter before its first touch (`touch.rs`), as its first open
+    /// would just after: a small table's is then trusted when its session's journal starts,
+    /// and may be the chain's base (`filters/journals.rs`).
+    fn prebuild(&self, kind: Kind, name: &str, build: impl FnOnce() -> Builder) {
+        if let Some(tf) = self.shared.table(kind, name).filter(|_| self.settled()) {
+            self.shared.build_if_needed(&tf, false, build);
+        }
     }
 
     /// Appends a table handle's logged hashes when it is dropped.
@@ -197,7 +230,9 @@ impl WriteTransaction {
         &'txn self,
         definition: TableDefinition<K, V>,
     ) -> Result<Table<'txn, K, V>, TableError> {
-        self.touch(Kind::Table, redb::TableHandle::name(&definition), true)?;
+        let name = redb::TableHandle::name(&definition);
+        self.prebuild(Kind::Table, name, || TableKeys::<K, V>::shared(name));
+        self.touch(Kind::Table, name, true)?;
         let inner = self.inner.open_table(definition)?;
         Ok(Table::new(inner, self))
     }
@@ -218,17 +253,16 @@ impl WriteTransaction {
         &'txn self,
         definition: MultimapTableDefinition<K, V>,
     ) -> Result<MultimapTable<'txn, K, V>, TableError> {
-        self.touch(
-            Kind::Multimap,
-            redb::MultimapTableHandle::name(&definition),
-            true,
-        )?;
+        let name = redb::MultimapTableHandle::name(&definition);
+        self.prebuild(Kind::Multimap, name, || MultimapKeys::<K, V>::shared(name));
+        self.touch(Kind::Multimap, name, true)?;
         let inner = self.inner.open_multimap_table(definition)?;
         Ok(MultimapTable::new(inner, self))
     }
 
-    /// Renames a table. The new name's filter is distrusted until rebuilt after this
-    /// transaction ends (its keys were the old name's).
+    /// Renames a table. The two names' filters are distrusted until rebuilt after this
+    /// transaction ends (the new name's keys were the old name's); every other table keeps
+    /// its filter.
     ///
     /// ```
     /// use bloomsled_redb::{Database, TableDefinition};
@@ -252,7 +286,7 @@ impl WriteTransaction {
         drop(definition);
         self.touch(Kind::Table, &name, false)?;
         self.touch(Kind::Table, new_name.name(), false)?;
-        self.unsettle();
+        self.unsettle_rename(Kind::Table, &name, new_name.name());
         self.inner.rename_table(
             TableDefinition::<(), ()>::new(&name),
             TableDefinition::<(), ()>::new(new_name.name()),
@@ -282,7 +316,7 @@ impl WriteTransaction {
         drop(definition);
         self.touch(Kind::Multimap, &name, false)?;
         self.touch(Kind::Multimap, new_name.name(), false)?;
-        self.unsettle();
+        self.unsettle_rename(Kind::Multimap, &name, new_name.name());
         self.inner.rename_multimap_table(
             MultimapTableDefinition::<(), ()>::new(&name),
             MultimapTableDefinition::<(), ()>::new(new_name.name()),
@@ -440,10 +474,12 @@ impl WriteTransaction {
             shared,
             logs,
             unsettle,
+            renamed,
             unmarked,
             marks,
             forgets,
             touched,
+            seq,
             ..
         } = self;
         let logs = logs.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -463,9 +499,17 @@ impl WriteTransaction {
             result
         });
         // After redb's commit returned and was counted: its keys are in every snapshot
-        // begun from now on (`filters/lookups.rs`).
-        drop(forgets);
+        // begun from now on (`filters/lookups.rs`). Then its misses are recorded (rule 6).
+        let settled = unsettle.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+            && renamed.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
+        match &result {
+            Ok(()) => forgets.end_and_record(&shared, seq, settled, |tf, h| {
+                (logs.values()).any(|l| std::ptr::eq(&*l.filter, tf) && l.hashes.contains(&h))
+            }),
+            Err(_) => drop(forgets),
+        }
         drop(unsettle);
+        drop(renamed);
         if result.is_ok() {
             for log in logs.values().filter(|log| log.filter.wants_growth()) {
                 shared.build_if_needed(&log.filter, true, || log.build.clone());

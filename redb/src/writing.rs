@@ -2,7 +2,9 @@
 //! `MultimapTable`: every key a write may create goes through [`Writing::admit`] before
 //! redb stores it, and a lookup asks [`Writing::get`] before redb.
 
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 
 use bloomsled::reuse::Pending;
 
@@ -24,7 +26,18 @@ pub(crate) struct Writing<'txn> {
     /// The sets of the table's false-positive memory this handle's writes began in, handed
     /// to the transaction when the handle drops (ended when it ends).
     pending: Pending,
+    /// Keys the filter passed and this transaction's view lacked (false positives, or keys
+    /// it removed): answered absent without redb until this handle writes them, and handed
+    /// to the transaction when the handle drops, which records them in the table's memory
+    /// after its commit (rule 6 of `docs/redb.md`, "The false-positive memory").
+    /// (A lock, not a `RefCell`: redb's tables are `Sync`; taken only when `missed` says
+    /// it holds a key.)
+    misses: Mutex<Vec<Box<[u8]>>>,
+    missed: AtomicBool,
 }
+
+/// At most this many misses a table handle keeps (only keys the filter passed get here).
+const MISSES: usize = 64;
 
 impl<'txn> Writing<'txn> {
     /// The filter of table `name` for `txn`, built by `build` if it has none yet.
@@ -46,6 +59,8 @@ impl<'txn> Writing<'txn> {
             gen_seen,
             log: Vec::new(),
             pending: Pending::default(),
+            misses: Mutex::default(),
+            missed: AtomicBool::new(false),
         }
     }
 
@@ -58,6 +73,10 @@ impl<'txn> Writing<'txn> {
     pub(crate) fn admit(&mut self, key: &[u8]) {
         if let Some(tf) = &self.filter {
             self.log.push(tf.insert(key, &mut self.pending));
+            if *self.missed.get_mut() {
+                let misses = self.misses.get_mut().unwrap_or_else(|e| e.into_inner());
+                misses.retain(|k| **k != *key);
+            }
         }
     }
 
@@ -72,8 +91,9 @@ impl<'txn> Writing<'txn> {
         )
     }
 
-    /// A lookup of `key` in this transaction's view: the filter, then `get` (redb), counted
-    /// in the table's lookups.
+    /// A lookup of `key` in this transaction's view: the filter, the false-positive
+    /// memory (this handle's misses, then the table's), then `get` (redb), counted in the
+    /// table's lookups. A miss the trusted filter passed is kept (rule 6).
     #[inline]
     pub(crate) fn get<G, E>(
         &self,
@@ -88,13 +108,38 @@ impl<'txn> Writing<'txn> {
         if probe == Some(false) {
             return Ok(None);
         }
+        if probe == Some(true) && (self.missed(key) || tf.remembered_absent(key)) {
+            tf.lookups.remembered();
+            return Ok(None);
+        }
         let v = get()?;
         tf.lookups.stored(probe.is_some() && v.is_none());
+        if probe == Some(true) && v.is_none() {
+            let mut misses = self.misses.lock().unwrap_or_else(|e| e.into_inner());
+            if misses.len() < MISSES {
+                misses.push(key.into());
+                self.missed.store(true, Relaxed);
+            }
+        }
         Ok(v)
     }
 
-    /// The filter and the log, for a cursor that writes through this handle.
+    /// True if this handle found `key` absent (and has not written it since).
+    fn missed(&self, key: &[u8]) -> bool {
+        self.missed.load(Relaxed)
+            && (self.misses.lock().unwrap_or_else(|e| e.into_inner()))
+                .iter()
+                .any(|k| **k == *key)
+    }
+
+    fn misses_mut(&mut self) -> &mut Vec<Box<[u8]>> {
+        self.misses.get_mut().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The filter and the log, for a cursor that writes through this handle (which drops
+    /// the handle's misses: a cursor's writes do not pass through [`Writing::admit`]).
     pub(crate) fn for_cursor(&mut self) -> (Option<&TableFilter>, &mut Vec<u64>, &mut Pending) {
+        self.misses_mut().clear();
         (self.filter.as_deref(), &mut self.log, &mut self.pending)
     }
 }
@@ -103,9 +148,10 @@ impl Drop for Writing<'_> {
     fn drop(&mut self) {
         self.txn.append_log(self.kind, &self.name, &mut self.log);
         if let Some(tf) = &self.filter {
-            self.txn
-                .forgets()
-                .keep(tf.clone(), std::mem::take(&mut self.pending));
+            let forgets = self.txn.forgets();
+            forgets.keep(tf.clone(), std::mem::take(&mut self.pending));
+            let misses = self.misses.get_mut().unwrap_or_else(|e| e.into_inner());
+            forgets.keep_misses(tf, std::mem::take(misses));
         }
     }
 }

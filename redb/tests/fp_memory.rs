@@ -1,6 +1,9 @@
 //! The false-positive memory counts commits per table (`filters/commits.rs`): commits to
 //! another table do not stop a table's memory, and a write of a remembered key is found
-//! as soon as its commit returns, for tables and multimap tables alike.
+//! as soon as its commit returns, for tables and multimap tables alike. Write transactions
+//! use it too (rule 6 of `docs/redb.md`, "The false-positive memory"): a repeated false
+//! positive costs one redb lookup, a key they write is found, and what they record after
+//! their commit is true of the committed state.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -47,13 +50,18 @@ fn stats(db: &Database, multimap: bool) -> TableFilterStats {
 }
 
 /// A real false positive of `A` (or `MA`): an absent key the filter passes, found by
-/// probing absent keys in a write transaction (which neither records nor recalls, so the
-/// memory starts without it), then aborted.
+/// probing absent keys in a write transaction, then dropped (an aborted write transaction
+/// records nothing in the table's memory, so the memory starts without it).
 fn false_positive(db: &Database, multimap: bool) -> u64 {
+    false_positive_after(db, multimap, 999)
+}
+
+/// The first false positive of `A` (or `MA`) after `after` (see [`false_positive`]).
+fn false_positive_after(db: &Database, multimap: bool, after: u64) -> u64 {
     let w = db.begin_write().unwrap();
     let t = w.open_table(A).unwrap();
     let m = w.open_multimap_table(MA).unwrap();
-    for i in 1_000..100_000 {
+    for i in after + 1..200_000 {
         let before = stats(db, multimap).false_positives;
         let absent = match multimap {
             false => t.get(key(i).as_str()).unwrap().is_none(),
@@ -223,4 +231,191 @@ fn a_table_finds_a_remembered_key_written_by_a_racing_thread() {
 #[test]
 fn a_multimap_table_finds_a_remembered_key_written_by_a_racing_thread() {
     a_racing_write_is_found(true);
+}
+
+/// (store lookups, false positives, remembered) of `A` (or `MA`).
+fn counts(db: &Database, multimap: bool) -> (u64, u64, u64) {
+    let s = stats(db, multimap);
+    (
+        s.store_lookups,
+        s.false_positives,
+        s.false_positives_remembered,
+    )
+}
+
+/// `k` looked up in an open write transaction's `A` (or `MA`): true if absent.
+fn absent_in<'t>(
+    t: &bloomsled_redb::Table<'t, &'static str, u64>,
+    m: &bloomsled_redb::MultimapTable<'t, &'static str, u64>,
+    multimap: bool,
+    k: u64,
+) -> bool {
+    match multimap {
+        false => t.get(key(k).as_str()).unwrap().is_none(),
+        true => m.get(key(k).as_str()).unwrap().is_empty(),
+    }
+}
+
+/// A write transaction's repeated false positive costs one redb lookup (the second is the
+/// handle's memory), and a key it then inserts is found by its next lookup.
+fn a_write_transaction_remembers_then_finds_its_write(multimap: bool) {
+    let (_dir, db) = db(multimap);
+    let k = false_positive(&db, multimap);
+    let (store, fps, remembered) = counts(&db, multimap);
+    let w = db.begin_write().unwrap();
+    let mut t = w.open_table(A).unwrap();
+    let mut m = w.open_multimap_table(MA).unwrap();
+    for _ in 0..3 {
+        assert!(absent_in(&t, &m, multimap, k));
+    }
+    assert_eq!(
+        counts(&db, multimap),
+        (store + 1, fps + 1, remembered + 2),
+        "one redb lookup for three lookups of a false positive"
+    );
+    match multimap {
+        false => drop(t.insert(key(k).as_str(), &k).unwrap()),
+        true => drop(m.insert(key(k).as_str(), &k).unwrap()),
+    }
+    assert!(
+        !absent_in(&t, &m, multimap, k),
+        "false negative: the transaction's own write, after a remembered false positive"
+    );
+    drop((t, m));
+    w.commit().unwrap();
+    assert!(found(&db, multimap, k));
+}
+
+#[test]
+fn a_write_transaction_remembers_a_false_positive_and_finds_its_own_write() {
+    a_write_transaction_remembers_then_finds_its_write(false);
+}
+
+#[test]
+fn a_multimap_write_transaction_remembers_a_false_positive_and_finds_its_own_write() {
+    a_write_transaction_remembers_then_finds_its_write(true);
+}
+
+/// A false positive a read transaction remembered is answered to a write transaction
+/// without redb; once the write transaction writes the key (through another handle), it
+/// finds it.
+#[test]
+fn a_write_transaction_recalls_a_read_tables_entry_until_it_writes_the_key() {
+    let (_dir, db) = db(false);
+    let k = false_positive(&db, false);
+    assert!(!found(&db, false, k));
+    assert!(!found(&db, false, k));
+    let (store, fps, remembered) = counts(&db, false);
+    let w = db.begin_write().unwrap();
+    assert!(
+        w.open_table(A)
+            .unwrap()
+            .get(key(k).as_str())
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(counts(&db, false), (store, fps, remembered + 1));
+    w.open_table(A)
+        .unwrap()
+        .insert(key(k).as_str(), &k)
+        .unwrap();
+    let t = w.open_table(A).unwrap();
+    assert!(
+        t.get(key(k).as_str()).unwrap().is_some(),
+        "false negative: a remembered key the transaction wrote"
+    );
+    drop(t);
+    w.commit().unwrap();
+    assert!(found(&db, false, k));
+}
+
+/// What a write transaction found absent is recorded after its commit (a later read
+/// transaction's lookup is the memory's), unless it wrote the key since, through any
+/// handle; an aborted one records nothing.
+#[test]
+fn a_write_transaction_records_its_misses_after_its_commit() {
+    let (_dir, db) = db(false);
+    let k = false_positive(&db, false);
+    // Aborted: nothing recorded, the read pays redb.
+    let w = db.begin_write().unwrap();
+    assert!(
+        w.open_table(A)
+            .unwrap()
+            .get(key(k).as_str())
+            .unwrap()
+            .is_none()
+    );
+    drop(w);
+    let store = counts(&db, false).0;
+    assert!(!found(&db, false, k));
+    assert_eq!(counts(&db, false).0, store + 1, "an abort recorded a miss");
+    // Committed: recorded, the read is the memory's.
+    let k = false_positive_after(&db, false, k);
+    let w = db.begin_write().unwrap();
+    assert!(
+        w.open_table(A)
+            .unwrap()
+            .get(key(k).as_str())
+            .unwrap()
+            .is_none()
+    );
+    w.commit().unwrap();
+    let (store, fps, remembered) = counts(&db, false);
+    assert!(!found(&db, false, k));
+    assert_eq!(counts(&db, false), (store, fps, remembered + 1));
+    // A miss, then the key written through another handle: not recorded, and found.
+    let k2 = false_positive_after(&db, false, k);
+    let w = db.begin_write().unwrap();
+    assert!(
+        w.open_table(A)
+            .unwrap()
+            .get(key(k2).as_str())
+            .unwrap()
+            .is_none()
+    );
+    w.open_table(A)
+        .unwrap()
+        .insert(key(k2).as_str(), &k2)
+        .unwrap();
+    w.commit().unwrap();
+    assert!(
+        found(&db, false, k2),
+        "false negative: a miss written since was recorded"
+    );
+}
+
+/// A key a write transaction removed is a miss of its view but present in the committed
+/// state: after an abort it is still found; after a commit it is absent, rightly.
+#[test]
+fn a_removed_key_is_recorded_only_when_its_removal_commits() {
+    let (_dir, db) = db(false);
+    let w = db.begin_write().unwrap();
+    {
+        let mut t = w.open_table(A).unwrap();
+        t.remove(key(7).as_str()).unwrap();
+        assert!(t.get(key(7).as_str()).unwrap().is_none());
+        assert!(t.get(key(7).as_str()).unwrap().is_none());
+    }
+    w.abort().unwrap();
+    assert!(
+        found(&db, false, 7),
+        "false negative: an aborted removal was remembered"
+    );
+    assert!(db.get_latest(A, key(7).as_str()).unwrap().is_some());
+    let w = db.begin_write().unwrap();
+    {
+        let mut t = w.open_table(A).unwrap();
+        t.remove(key(7).as_str()).unwrap();
+        assert!(t.get(key(7).as_str()).unwrap().is_none());
+    }
+    w.commit().unwrap();
+    let (store, _, remembered) = counts(&db, false);
+    assert!(!found(&db, false, 7));
+    assert_eq!(counts(&db, false).0, store);
+    assert_eq!(counts(&db, false).2, remembered + 1);
+    commit_key(&db, false, 7);
+    assert!(
+        found(&db, false, 7),
+        "false negative: a key written back after its removal"
+    );
 }

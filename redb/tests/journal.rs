@@ -519,13 +519,46 @@ fn a_table_made_since_the_close_comes_back_from_journals_of_the_empty_filter() {
     rules_out_absent(&db, table("m"));
 }
 
+/// A table too small for the clean close to store its filter: the killed session's first
+/// write wrote its filter as the chain's base, with the mark; a second killed session
+/// continues the chain. No key read after either kill.
+#[test]
+fn a_small_table_at_the_close_replays_from_its_sessions_base() {
+    maybe_child();
+    let test = "a_small_table_at_the_close_replays_from_its_sessions_base";
+    let replayed = |sessions, hashes| FilterSource::Replayed { sessions, hashes };
+    let dir = tempfile::tempdir().unwrap();
+    let path = base(dir.path());
+    let db = Database::open(&path).unwrap();
+    write(&db, table("s"), 0..100);
+    drop(db);
+    // (Within the filter's capacity, 1,024 keys: a fuller one is rebuilt larger at once.)
+    crash(test, &path, "w s 100 700;x s 9000 9100", &[]);
+    let db = reopen_and_check(&path, &[("s", 0..700)]);
+    assert_eq!(source(&db, table("s")), replayed(1, 600 + 100));
+    rules_out_absent(&db, table("s"));
+    drop(db);
+    // The reopen above closed cleanly: the table (700 keys) is stored now. Two killed
+    // sessions of a new small table's chain over a close.
+    let db = Database::open(&path).unwrap();
+    write(&db, table("t"), 0..50);
+    drop(db);
+    crash(test, &path, "w t 50 500", &[]);
+    crash(test, &path, "w t 500 900", &[]);
+    let db = reopen_and_check(&path, &[("t", 0..900), ("s", 0..700)]);
+    assert_eq!(source(&db, table("t")), replayed(2, 850));
+    assert_eq!(source(&db, table("s")), FilterSource::Loaded);
+    rules_out_absent(&db, table("t"));
+}
+
 #[test]
 fn a_table_that_held_keys_or_was_deleted_or_renamed_is_scanned() {
     maybe_child();
     let test = "a_table_that_held_keys_or_was_deleted_or_renamed_is_scanned";
     let dir = tempfile::tempdir().unwrap();
     let path = base(dir.path());
-    // `s` is too small for the close to store its filter: it gets no empty base.
+    // `s` is too small for the close to store its filter: it gets no empty base (its
+    // session's base, overfilled by 4,900 keys, is rebuilt larger by a scan).
     let db = Database::open(&path).unwrap();
     write(&db, table("s"), 0..100);
     drop(db);

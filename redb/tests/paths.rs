@@ -162,6 +162,108 @@ fn rename_brings_the_keys_to_the_new_name() {
     );
 }
 
+const C: TableDefinition<&str, u64> = TableDefinition::new("c");
+
+/// A false positive of `C` (keys 0..1,000), found by fresh read transactions: the one that
+/// finds it remembers it.
+fn remembered_false_positive_of_c(db: &Database) -> u64 {
+    (1_000..200_000)
+        .find(|&i| {
+            let before = db.table_filter_stats(C).unwrap().false_positives;
+            let r = db.begin_read().unwrap();
+            assert!(
+                r.open_table(C)
+                    .unwrap()
+                    .get(key(i).as_str())
+                    .unwrap()
+                    .is_none()
+            );
+            db.table_filter_stats(C).unwrap().false_positives > before
+        })
+        .expect("a false positive in 199,000 absent keys")
+}
+
+/// After a rename of `T` to `U`: `C` answers from its filter (no build since, its absent
+/// keys ruled out without redb, its remembered false positive still the memory's), in the
+/// renaming transaction and after it; `U` holds every key of `T`; `T` is gone. Then the
+/// same after a clean close and reopen (`C` and `U` loaded, not scanned).
+#[test]
+fn a_rename_keeps_the_other_tables_filters() {
+    let (dir, db) = db();
+    load(&db, 0..300);
+    let w = db.begin_write().unwrap();
+    {
+        let mut c = w.open_table(C).unwrap();
+        for i in 0..1_000 {
+            c.insert(key(i).as_str(), i).unwrap();
+        }
+    }
+    w.commit().unwrap();
+    settle(&db, &[T, C]);
+    let fp = remembered_false_positive_of_c(&db);
+    let before = db.table_filter_stats(C).unwrap();
+    let w = db.begin_write().unwrap();
+    w.rename_table(T, U).unwrap();
+    // The renaming transaction itself still trusts C's filter.
+    assert!(w.open_table(C).unwrap().get("absent").unwrap().is_none());
+    w.commit().unwrap();
+    let r = db.begin_read().unwrap();
+    let c = r.open_table(C).unwrap();
+    assert!(c.filter_in_use(), "C's filter distrusted by a rename of T");
+    assert!(c.get(key(fp).as_str()).unwrap().is_none());
+    assert_eq!(
+        db.table_filter_stats(C).unwrap().false_positives_remembered,
+        before.false_positives_remembered + 1,
+        "C's memory lost by a rename of T"
+    );
+    for i in 1_000..3_000 {
+        assert!(c.get(key(i).as_str()).unwrap().is_none());
+        assert!(db.get_latest(C, key(i).as_str()).unwrap().is_none());
+    }
+    for i in 0..1_000 {
+        assert_eq!(c.get(key(i).as_str()).unwrap().unwrap().value(), i);
+    }
+    drop((c, r));
+    let after = db.table_filter_stats(C).unwrap();
+    assert_eq!(after.builds, before.builds, "C rebuilt after a rename of T");
+    // 2,000 absent lookups (and 2,000 per-request ones) cost redb at most their false
+    // positives, and the 1,000 present lookups one each.
+    let store = after.store_lookups - before.store_lookups;
+    assert!(
+        store <= 1_000 + 2 * (after.false_positives - before.false_positives),
+        "C's absent lookups went to redb: {store}"
+    );
+    let check = |db: &Database| {
+        for i in 0..300 {
+            let k = key(i);
+            assert_eq!(db.get_latest(U, k.as_str()).unwrap().unwrap().value(), i);
+            let r = db.begin_read().unwrap();
+            let u = r.open_table(U).unwrap();
+            assert_eq!(u.get(k.as_str()).unwrap().unwrap().value(), i);
+            assert!(db.get_latest(T, k.as_str()).unwrap().is_none());
+            assert!(matches!(
+                r.open_table(T),
+                Err(bloomsled_redb::TableError::TableDoesNotExist(_))
+            ));
+        }
+    };
+    check(&db);
+    settle(&db, &[U]);
+    check(&db);
+    drop(db);
+    let db = Database::open(dir.path().join("p.redb")).unwrap();
+    settle(&db, &[C, U]);
+    check(&db);
+    assert_eq!(
+        db.table_filter_source(C),
+        Some(bloomsled_redb::FilterSource::Loaded)
+    );
+    assert_eq!(
+        db.table_filter_source(U),
+        Some(bloomsled_redb::FilterSource::Loaded)
+    );
+}
+
 #[test]
 fn restore_ephemeral_savepoint_brings_removed_keys_back() {
     let (_d, db) = db();

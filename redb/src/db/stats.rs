@@ -79,7 +79,7 @@ fn stats_of(shared: &Shared, kind: Kind, name: &str) -> Option<TableFilterStats>
         target_fpr: f.target_fpr(),
         estimated_fpr: f.estimated_fpr(),
         memory_bytes: f.memory_bytes(),
-        in_use: built.trusted_for(shared.epoch.load(SeqCst), u64::MAX),
+        in_use: built.trusted_for(shared.epoch_of(&tf), u64::MAX),
         building: tf.building.load(SeqCst),
         builds: tf.builds.load(SeqCst),
         lookups,

@@ -135,13 +135,13 @@ impl Shared {
                 tf.read().current.trusted_epoch != Some(epoch)
             }
         };
-        if !needed(self.epoch.load(SeqCst)) || self.builds.stopping() {
+        if !needed(self.epoch_of(tf)) || self.builds.stopping() {
             return;
         }
         let Some(claim) = Claim::take(tf) else {
             return;
         };
-        let Some(epoch) = self.settled_epoch() else {
+        let Some(epoch) = self.settled_epoch(tf) else {
             return;
         };
         if !needed(epoch) {
@@ -186,14 +186,14 @@ impl Shared {
         });
     }
 
-    /// The epoch a build that begins now may trust its filter at, or `None` while a restore
-    /// or rename is in flight. Read before `unsettled`, which a restore or rename raises
-    /// before it moves the epoch: a build that reads the moved epoch sees it in flight, and
-    /// one that read the epoch before is refused at its install (or its filter distrusted
-    /// by the move).
-    pub(crate) fn settled_epoch(&self) -> Option<u64> {
-        let epoch = self.epoch.load(SeqCst);
-        (self.unsettled.load(SeqCst) == 0).then_some(epoch)
+    /// The epoch a build of `tf` that begins now may trust its filter at, or `None` while a
+    /// restore, or a rename to or from its name, is in flight. Read before `unsettled` (the
+    /// database's and the table's), which a restore or rename raises before it moves the
+    /// epoch: a build that reads the moved epoch sees it in flight, and one that read the
+    /// epoch before is refused at its install (or its filter distrusted by the move).
+    pub(crate) fn settled_epoch(&self, tf: &TableFilter) -> Option<u64> {
+        let epoch = self.epoch_of(tf);
+        (self.unsettled.load(SeqCst) == 0 && tf.unsettled.load(SeqCst) == 0).then_some(epoch)
     }
 
     /// Installs the filter the last clean close wrote for `tf`, if its record is still in
@@ -365,7 +365,7 @@ impl Shared {
         let Some(pending) = s.pending.take() else {
             return false;
         };
-        if self.epoch.load(SeqCst) != epoch {
+        if self.epoch_of(tf) != epoch {
             return false;
         }
         // Only the slots hold `pending` now (the build dropped the handle it filled), so this

@@ -26,7 +26,11 @@
 //!   committed with the table's making. An empty mark is written only by such a transaction
 //!   or in place of a committed empty mark of the same chain (by a later session); a table
 //!   that exists without one (a small table the close did not store, a table made without a
-//!   journal) is never given an empty base. Each key's hash is then appended to the journal
+//!   journal) is never given an empty base: its chain's base is its filter as that
+//!   transaction finds it (trusted for its state, so holding every key of the latest
+//!   committed state, which no commit changes while it holds redb's write lock; at most
+//!   16 KiB), written by it as a snapshot with the mark (`persist::write_base`), and again
+//!   with a mark written again after it aborted. Each key's hash is then appended to the journal
 //!   in the same step that sets its bits, before redb stores it (rule 1 of `filters.rs`). A
 //!   journal that cannot be made (no boot id, no counter folder, a full disk) writes no
 //!   mark and removes the table's mark in the transaction: the next open after a crash
@@ -57,7 +61,7 @@
 //! * **Clean close.** The close's commit removes every mark; then this handle's journals
 //!   and the old close's counter files are removed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
@@ -78,7 +82,14 @@ pub(crate) struct Journals {
     chains: Mutex<HashMap<String, Option<Mark>>>,
     /// Set by a restore: no table is journaled for the rest of the session.
     stopped: AtomicBool,
+    /// The tables whose chain this session based on their filter, written with the mark
+    /// (tables the last clean close did not store).
+    based: Mutex<HashSet<String>>,
 }
+
+/// The largest filter a session writes as a chain's base (a small table's is about 2 KiB):
+/// a larger one keeps its scan after a crash rather than add megabytes to a write.
+const BASE_MAX_BYTES: usize = 16 << 10;
 
 /// The folder of the journals of the database file at `path`.
 pub(crate) fn dir_of(path: &Path) -> PathBuf {
@@ -114,6 +125,7 @@ impl Journals {
             dir,
             chains: Mutex::default(),
             stopped: AtomicBool::new(false),
+            based: Mutex::default(),
         }
     }
 
@@ -131,6 +143,12 @@ impl Journals {
         self.chains().insert(key.to_string(), None);
     }
 
+    /// True if this session's chain of table `key` extends the filter it wrote as its base
+    /// (the mark's transaction writes that base too: `persist::write_base`).
+    pub(crate) fn writes_base(&self, key: &str) -> bool {
+        (self.based.lock().unwrap_or_else(|e| e.into_inner())).contains(key)
+    }
+
     /// This session stops journaling every table (a restore): every chain known so far
     /// ends, and tables not seen yet start none.
     pub(crate) fn stop_all(&self) {
@@ -143,12 +161,14 @@ impl Shared {
     /// The mark a write transaction must have committed for table `name` (`key`) before it
     /// writes it, starting this session's journal of it at its first call; `None`: the
     /// table is not journaled in this session (its mark must be removed). `absent`: the
-    /// table does not exist in the transaction's view (an empty base may start).
+    /// table does not exist in the transaction's view (an empty base may start); `seq`: the
+    /// transaction's (a filter trusted for it may be a chain's base).
     pub(crate) fn journal_mark(
         &self,
         kind: Kind,
         name: &str,
         key: &str,
+        seq: u64,
         absent: impl FnOnce() -> bool,
     ) -> Option<Mark> {
         let dir = self.journals.dir()?;
@@ -159,7 +179,7 @@ impl Shared {
         if let Some(chain) = chains.get(key) {
             return *chain;
         }
-        let started = self.start_journal(kind, name, key, dir, absent);
+        let started = self.start_journal(kind, name, key, dir, (seq, absent));
         chains.insert(key.to_string(), started);
         started
     }
@@ -171,9 +191,11 @@ impl Shared {
         name: &str,
         key: &str,
         dir: &Path,
-        absent: impl FnOnce() -> bool,
+        (seq, absent): (u64, impl FnOnce() -> bool),
     ) -> Option<Mark> {
         let tf = self.table(kind, name)?;
+        // Read before the records' lock: a commit takes the table's lock, then that one.
+        let trusted = self.trusted_current(&tf, seq);
         let mark = {
             let on_disk = self.on_disk();
             let close = on_disk.close?;
@@ -189,11 +211,35 @@ impl Shared {
                     last: m.last.checked_add(1)?,
                     ..*m
                 }
-            } else {
-                // Made by this transaction: its filter so far is the empty one of its seed.
-                if !absent() {
+            } else if !absent() {
+                // The close did not store it (too small): its filter now, complete for the
+                // latest committed state (the transaction holds redb's write lock and has
+                // not written the table yet), is the chain's base, written with the mark.
+                let base = trusted.clone()?;
+                if base.filter().memory_bytes() > BASE_MAX_BYTES {
                     return None;
                 }
+                let sequence = close.sequence;
+                let snapshot = persist::random_id().ok()?;
+                let seed = tf.seed();
+                (self
+                    .journals
+                    .based
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()))
+                .insert(key.to_string());
+                Mark {
+                    close,
+                    base: Record {
+                        seed,
+                        snapshot,
+                        sequence,
+                    },
+                    empty: false,
+                    last: 1,
+                }
+            } else {
+                // Made by this transaction: its filter so far is the empty one of its seed.
                 Mark {
                     close,
                     base: Record {

@@ -21,13 +21,21 @@
 //! transaction forgets each key it may create as it sets its bits (before redb stores it)
 //! and ends its forgets only when it ends (after its commit returned and ended its tables'
 //! words, or its abort): a reader never records while a commit of the key can still
-//! become visible. A restore or rename forgets every key of every table (`forget_all`)
-//! before redb's call, ended with the transaction. Multimap tables are read the same way
-//! (a key with no value is a miss). The argument is in `docs/redb.md`, "The
-//! false-positive memory".
+//! become visible. A restore forgets every key of every table (`forget_all`), a rename
+//! every key of the table it renames to (`forget_table`), before redb's call, ended with
+//! the transaction. Multimap tables are read the same way
+//! (a key with no value is a miss).
+//!
+//! ## Write transactions
+//! A write transaction's table recalls (its base is the latest committed state, and a key
+//! it wrote keeps a writer in its set) and keeps its own misses per handle; it records
+//! them only after its commit returned, if it did not write them since and no commit began
+//! after its own ([`Forgets::end_and_record`]). The argument is in `docs/redb.md`, "The
+//! false-positive memory" (rule 6).
 
 use std::cell::RefCell;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
 
 use bloomsled::reuse::{Counters, FpMemory, Hashed, Pending, Recall};
 
@@ -66,7 +74,7 @@ impl Lookups {
     }
 
     /// One lookup the memory answered.
-    fn remembered(&self) {
+    pub(crate) fn remembered(&self) {
         self.0.add(REMEMBERED, 1);
     }
 
@@ -90,6 +98,14 @@ pub(crate) fn memory(seed: u64) -> FpMemory {
 }
 
 impl TableFilter {
+    /// True if the memory holds `key` (which the trusted filter passed) as absent from the
+    /// latest committed state, for a write transaction, whose state is that one plus its own
+    /// writes (rule 6 of `docs/redb.md`, "The false-positive memory": a key it wrote is in
+    /// a set it keeps a writer in, which answers nothing).
+    pub(crate) fn remembered_absent(&self, key: &[u8]) -> bool {
+        matches!(self.memory.recall(key), Recall::Absent)
+    }
+
     /// Forgets the key of hash `h` (a write that may create it, before redb stores it),
     /// keeping its set from recording until `pending` ends with the transaction. `pending`
     /// is the table handle's own (`&mut`: a `RefCell` in the handle would make redb's
@@ -103,9 +119,17 @@ impl TableFilter {
 }
 
 /// The forgets of one write transaction, ended when it ends (after its commit returned,
-/// or its abort): declared after redb's transaction, so dropped after it.
+/// or its abort): declared after redb's transaction, so dropped after it. And the false
+/// positives its tables' handles found (`.1`, [`Forgets::keep_misses`]), recorded after its
+/// commit by [`Forgets::end_and_record`].
 #[derive(Default)]
-pub(crate) struct Forgets(std::sync::Mutex<Vec<(Arc<TableFilter>, Pending)>>);
+pub(crate) struct Forgets(
+    std::sync::Mutex<Vec<(Arc<TableFilter>, Pending)>>,
+    std::sync::Mutex<Misses>,
+);
+
+/// Keys a write transaction's handles found absent, with their tables.
+type Misses = Vec<(Arc<TableFilter>, Box<[u8]>)>;
 
 impl Forgets {
     /// Keeps `pending` (forgets made in `tf`'s memory) until the transaction ends.
@@ -116,14 +140,52 @@ impl Forgets {
             .push((tf, pending));
     }
 
+    /// Keeps the keys a handle of `tf` found absent after its filter passed them
+    /// (`Writing::get`), to record after the commit.
+    pub(crate) fn keep_misses(&self, tf: &Arc<TableFilter>, misses: Vec<Box<[u8]>>) {
+        let mut kept = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        kept.extend(misses.into_iter().map(|k| (tf.clone(), k)));
+    }
+
+    /// After the transaction's commit returned `Ok` (`seq`: its `seq`; `settled`: it
+    /// restored and renamed nothing): ends its forgets, then records each kept miss that
+    /// it did not write since (`written(tf, hash)`: in its log) in its table's memory, if
+    /// no commit began since this one (`started` is `seq + 1`, read after the ticket). The
+    /// argument is in `docs/redb.md`, "The false-positive memory" (rule 6).
+    pub(crate) fn end_and_record(
+        self,
+        shared: &Shared,
+        seq: u64,
+        settled: bool,
+        written: impl Fn(&TableFilter, u64) -> bool,
+    ) {
+        let misses = std::mem::take(&mut *self.1.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(self); // the forgets end: this transaction's own writers leave the sets
+        for (tf, key) in misses.into_iter().filter(|_| settled) {
+            if written(&tf, bloomsled::hash::hash_key(&key, tf.seed)) {
+                continue;
+            }
+            if let Recall::Unknown(ticket) = tf.memory.recall(&key)
+                && shared.started.load(SeqCst) == seq + 1
+            {
+                tf.memory.record(ticket, &key);
+            }
+        }
+    }
+
     /// Forgets every key of every table this handle knows (a restore or rename, before
     /// redb's call).
     pub(crate) fn forget_all(&self, shared: &Shared) {
         for tf in shared.every_table() {
-            let pending = RefCell::new(Pending::default());
-            tf.memory.forget_all(&pending);
-            self.keep(tf, pending.into_inner());
+            self.forget_table(&tf);
         }
+    }
+
+    /// Forgets every key of `tf`'s table (a rename to its name, before redb's call).
+    pub(crate) fn forget_table(&self, tf: &Arc<TableFilter>) {
+        let pending = RefCell::new(Pending::default());
+        tf.memory.forget_all(&pending);
+        self.keep(tf.clone(), pending.into_inner());
     }
 }
 

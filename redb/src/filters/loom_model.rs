@@ -11,8 +11,9 @@
 //! `Shared::trusted_current` (a read transaction's table) and
 //! `TableFilter::probe_written` (a write transaction's lookup), and for the false-positive
 //! memory `ReadSide::get` (a read table's lookup), `Forgets` (a write transaction's
-//! forgets, ended when it ends) and `Touched` (the tables whose commit counts a commit
-//! moves). Run with
+//! forgets, ended when it ends, and its misses, recorded after its commit by
+//! `Forgets::end_and_record`) and `Touched` (the tables whose commit counts a commit
+//! moves); a rename's `Shared::unsettle_table`. Run with
 //! `RUSTFLAGS="--cfg bloomsled_loom" cargo test --release -p bloomsled-redb --lib loom`
 //! (see `.ci/run`).
 
@@ -94,7 +95,7 @@ fn database() -> (Arc<Shared>, Arc<TableFilter>) {
 /// A build of `tf` from a scan of `store`, as `build_if_needed` starts one (none while a
 /// restore or rename is in flight).
 fn build(shared: &Shared, tf: &TableFilter, store: &Store) {
-    let Some(epoch) = shared.settled_epoch() else {
+    let Some(epoch) = shared.settled_epoch(tf) else {
         return;
     };
     shared.scan_build_with(
@@ -155,6 +156,28 @@ fn spawn_restore(
         // A restore may change any table.
         let touched = Touched::default();
         touched.all();
+        shared.commit_guarded([], &touched, || store.commit(&[KEY], &[]));
+        done.store(true, SeqCst);
+        drop(unsettle);
+    })
+}
+
+/// A rename to the table's name on its own thread: moves the table's own epoch (not the
+/// database's), commits the key under that name without a write through the filter (it
+/// was the other name's), sets `done`, and moves the table's epoch again as its
+/// transaction ends.
+fn spawn_rename(
+    shared: &Arc<Shared>,
+    tf: &Arc<TableFilter>,
+    store: &Arc<Store>,
+    done: &Arc<AtomicBool>,
+) -> loom::thread::JoinHandle<()> {
+    let (shared, tf, store, done) = (shared.clone(), tf.clone(), store.clone(), done.clone());
+    loom::thread::spawn(move || {
+        let unsettle = shared.unsettle_table(&tf);
+        // A rename changes the two tables it names (`WriteTransaction::touch`).
+        let touched = Touched::default();
+        touched.add(Some(&tf));
         shared.commit_guarded([], &touched, || store.commit(&[KEY], &[]));
         done.store(true, SeqCst);
         drop(unsettle);
@@ -273,6 +296,40 @@ fn loom_a_build_racing_a_restore_is_not_trusted() {
         restore.join().unwrap();
         builder.join().unwrap();
         assert!(!shared.rules_out_latest(Kind::Table, TABLE, KEY));
+    });
+}
+
+/// (b) Rules 3 and 4 with a rename: a thread whose per-request cache holds the table's
+/// filter, and a build, race a rename that gives the table's name the key (it moves only
+/// that table's epoch, before and after its commit). A lookup that begins after the rename
+/// committed never rules the key out.
+#[test]
+fn loom_a_rename_distrusts_the_cached_and_the_racing_filter() {
+    model("a cached lookup and a build against a rename", || {
+        let (shared, tf) = database();
+        let store = Arc::new(Store::new(&[]));
+        build(&shared, &tf, &store);
+        assert!(shared.rules_out_latest(Kind::Table, TABLE, KEY));
+        let done = Arc::new(AtomicBool::new(false));
+        let rename = spawn_rename(&shared, &tf, &store, &done);
+        let builder = {
+            let (shared, tf, store) = (shared.clone(), tf.clone(), store.clone());
+            loom::thread::spawn(move || build(&shared, &tf, &store))
+        };
+        let after = done.load(SeqCst);
+        let ruled_out = shared.rules_out_latest(Kind::Table, TABLE, KEY);
+        assert!(
+            !(after && ruled_out),
+            "a filter ruled out a key a rename brought to its table"
+        );
+        rename.join().unwrap();
+        builder.join().unwrap();
+        assert!(!shared.rules_out_latest(Kind::Table, TABLE, KEY));
+        let (ruled_out, stored) = read_transaction(&shared, &tf, &store, KEY);
+        assert!(
+            stored && !ruled_out,
+            "a read transaction lost a renamed key"
+        );
     });
 }
 
@@ -461,6 +518,52 @@ fn loom_an_old_snapshot_never_recalls_a_key_a_racing_commit_removed() {
             assert!(
                 old_lookup(),
                 "false negative: an old snapshot recalled a removal"
+            );
+        },
+    );
+}
+
+/// (h) Rule 6: a write transaction that found the key absent (written and removed before:
+/// the filter passes it) records that miss after its commit, while the next write
+/// transaction, which takes redb's write lock as soon as redb's commit returns, commits the
+/// key and ends, perhaps counting `finished` before the first one does. A read transaction
+/// begun after both ended finds the key.
+#[test]
+fn loom_a_write_transactions_miss_never_hides_the_next_commit() {
+    model(
+        "a write transaction's recorded miss against the next commit",
+        || {
+            let (shared, tf) = database();
+            let store = Arc::new(Store::new(&[]));
+            build(&shared, &tf, &store);
+            write_and_commit(&shared, &tf, &store, &[KEY], &[]);
+            write_and_commit(&shared, &tf, &store, &[], &[KEY]);
+            // redb's write lock: this thread's transaction holds it first.
+            let lock = Arc::new(Mutex::new(()));
+            let held = lock.lock().unwrap();
+            let seq = shared.started.load(SeqCst);
+            let next = {
+                let (shared, tf, store, lock) =
+                    (shared.clone(), tf.clone(), store.clone(), lock.clone());
+                loom::thread::spawn(move || {
+                    let held = lock.lock().unwrap();
+                    write_and_commit(&shared, &tf, &store, &[KEY], &[]);
+                    drop(held);
+                })
+            };
+            let forgets = Forgets::default();
+            forgets.keep_misses(&tf, vec![KEY.into()]);
+            let touched = Touched::default();
+            touched.add(Some(&tf));
+            shared.commit_guarded([], &touched, || {
+                store.commit(&[], &[]);
+                drop(held);
+            });
+            forgets.end_and_record(&shared, seq, true, |_, _| false);
+            next.join().unwrap();
+            assert!(
+                read_lookup(&shared, &tf, &store),
+                "false negative: a write transaction's miss hid the next commit of the key"
             );
         },
     );

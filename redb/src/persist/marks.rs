@@ -155,6 +155,34 @@ pub(crate) fn write_mark(
     Ok(())
 }
 
+/// Writes `filter` in `txn` as the base of the journal chain `mark` starts for table `key`,
+/// which the last clean close did not store (too small: see `filters/journals.rs`): a
+/// snapshot under the ids the mark names, judged at a replay as a close's is (and removed,
+/// having no record, by the next clean close). `false`, nothing written, if the records'
+/// head does not decode or names another close.
+pub(crate) fn write_base(
+    txn: &redb::WriteTransaction,
+    key: &str,
+    mark: &Mark,
+    filter: &bloomsled::Filter,
+) -> Result<bool, redb::TableError> {
+    let Some((close, database, _)) = head(&txn.open_table(RECORDS)?) else {
+        return Ok(false);
+    };
+    if close != mark.close || mark.empty || filter.seed() != mark.base.seed {
+        return Ok(false);
+    }
+    let ids = StoredIds {
+        database,
+        tree: table_tree(key, mark.base.seed),
+        snapshot: mark.base.snapshot,
+        sequence: mark.base.sequence,
+    };
+    let snapshot = bloomsled::persist::encode_snapshot(filter, &ids);
+    txn.open_table(FILTERS)?.insert(key, snapshot.as_slice())?;
+    Ok(true)
+}
+
 /// Removes the journal mark of `key` in `txn` (a delete or rename of its table, or a write
 /// no journal covers).
 pub(crate) fn remove_mark(txn: &redb::WriteTransaction, key: &str) -> Result<(), redb::TableError> {

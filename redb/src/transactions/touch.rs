@@ -50,7 +50,7 @@ impl WriteTransaction {
         let absent = std::cell::OnceCell::new();
         let absent = || *absent.get_or_init(|| self.lacks_table(kind, name));
         let want = if writes && !restored {
-            self.shared.journal_mark(kind, name, key, absent)
+            self.shared.journal_mark(kind, name, key, self.seq, absent)
         } else {
             None
         };
@@ -61,6 +61,17 @@ impl WriteTransaction {
             let same_chain = committed.is_some_and(|c| c.empty && c.base == m.base);
             !m.empty || committed == Some(*m) || same_chain || absent()
         });
+        // A base this session writes goes with the chain's first committed mark (again, if
+        // the transaction that wrote it first aborted: a superset of the filter then).
+        let want = match want {
+            Some(m)
+                if self.shared.journals.writes_base(key)
+                    && committed.map(|c| c.base) != Some(m.base) =>
+            {
+                self.write_base(kind, name, key, &m)?.then_some(m)
+            }
+            other => other,
+        };
         if want.is_none() {
             self.shared.journals.stop(key); // a delete, rename, restore, or no journal
         }
@@ -76,6 +87,22 @@ impl WriteTransaction {
         }
         marks.insert(key.to_string(), want);
         Ok(())
+    }
+
+    /// Writes the base of this session's chain of table `name` (`mark`'s) in this
+    /// transaction: its filter, if it is still trusted for this transaction's state.
+    fn write_base(
+        &self,
+        kind: Kind,
+        name: &str,
+        key: &str,
+        mark: &persist::Mark,
+    ) -> Result<bool, TableError> {
+        let tf = self.shared.table(kind, name);
+        let Some(base) = tf.and_then(|tf| self.shared.trusted_current(&tf, self.seq)) else {
+            return Ok(false);
+        };
+        persist::write_base(&self.inner, key, mark, base.filter())
     }
 
     /// True if no table `name` of `kind` exists in this transaction's view (false on an
