@@ -45,10 +45,10 @@ pub(crate) mod journals;
 mod lookups;
 mod names;
 
-pub(crate) use built::Built;
 use built::MIN_CAPACITY;
+pub(crate) use built::{Bits, Built};
 use commits::Commits;
-pub(crate) use commits::Touched;
+pub(crate) use commits::{Touched, Written};
 
 use journals::Journals;
 pub(crate) use lookups::{Forgets, Lookups, ReadSide};
@@ -123,6 +123,12 @@ pub(crate) struct TableFilter {
     /// commits that may change the table (`commits.rs`).
     memory: bloomsled::reuse::FpMemory,
     commits: Commits,
+    /// Counting mode: the table's filters count keys, and a committed removal counts its
+    /// key out of `current`.
+    pub(crate) counting: bool,
+    /// The commits that counted keys out of the table (`commits.rs`, "Count-outs"): a
+    /// snapshot older than the latest of them trusts no "absent" of the filter.
+    outs: Commits,
     /// What `record_metrics` last recorded of this table's counters.
     #[cfg(feature = "metrics")]
     pub(crate) recorded: bloomsled::telemetry::Recorded,
@@ -134,11 +140,11 @@ pub(crate) struct TableFilter {
 }
 
 impl TableFilter {
-    fn new(seed: u64, key: String) -> Option<TableFilter> {
+    fn new(seed: u64, key: String, counting: bool) -> Option<TableFilter> {
         Some(TableFilter {
             key: key.into(),
             slots: RwLock::new(Slots {
-                current: Arc::new(Built::new(seed, MIN_CAPACITY)?),
+                current: Arc::new(Built::new(seed, MIN_CAPACITY, counting)?),
                 pending: None,
                 build_gen: 0,
                 journal: None,
@@ -150,6 +156,8 @@ impl TableFilter {
             lookups: Lookups::default(),
             memory: lookups::memory(seed),
             commits: Commits::default(),
+            counting,
+            outs: Commits::default(),
             #[cfg(feature = "metrics")]
             recorded: Default::default(),
         })
@@ -253,6 +261,8 @@ pub(crate) struct Shared {
     /// False when another process may write the file: nothing it writes reaches our
     /// filters, so every lookup goes to redb.
     pub(crate) enabled: bool,
+    /// Counting mode (`Builder::set_counting`): every table's filter counts its keys.
+    pub(crate) counting: bool,
     tables: RwLock<Names>,
     multimap_tables: RwLock<Names>,
     /// Bumped when a restore or rename begins and when its transaction ends.
@@ -343,6 +353,7 @@ impl Shared {
     ) -> Shared {
         Shared {
             enabled,
+            counting: false,
             tables: RwLock::default(),
             multimap_tables: RwLock::default(),
             epoch: AtomicU64::new(0),
@@ -362,6 +373,12 @@ impl Shared {
             builds: Builds::default(),
             path,
         }
+    }
+
+    /// This database in counting mode if `counting` (before any table is made).
+    pub(crate) fn counting(mut self, counting: bool) -> Shared {
+        self.counting = counting;
+        self
     }
 
     fn map(&self, kind: Kind) -> &RwLock<Names> {
@@ -489,7 +506,7 @@ impl Shared {
             Some(seed) => seed,
             None => bloomsled::hash::secret_seed().ok()?,
         };
-        let tf = Arc::new(TableFilter::new(seed, key)?);
+        let tf = Arc::new(TableFilter::new(seed, key, self.counting)?);
         map.insert(name.to_string(), tf.clone());
         Some(tf)
     }

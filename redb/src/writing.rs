@@ -9,6 +9,14 @@ use bloomsled::reuse::Pending;
 use crate::filters::{Builder, Kind, TableFilter};
 use crate::transactions::WriteTransaction;
 
+/// What a cursor writes through (see [`Writing::for_cursor`]).
+pub(crate) type ForCursor<'a> = (
+    Option<&'a TableFilter>,
+    &'a mut Vec<u64>,
+    &'a mut Pending,
+    &'a mut Vec<u64>,
+);
+
 /// One table's filter as a write transaction sees it, and the hashes of the keys written
 /// through this handle (handed to the transaction when the handle drops, so that its
 /// commit can re-insert them into a filter a build installed meanwhile).
@@ -21,6 +29,9 @@ pub(crate) struct Writing<'txn> {
     /// The build generation the transaction saw when it first opened the table.
     gen_seen: u64,
     log: Vec<u64>,
+    /// Counting mode: the hashes to count out when the transaction commits, one per key
+    /// this handle removed or overwrote (an overwrite counted its key in once more).
+    outs: Vec<u64>,
     /// The sets of the table's false-positive memory this handle's writes began in, handed
     /// to the transaction when the handle drops (ended when it ends).
     pending: Pending,
@@ -45,6 +56,7 @@ impl<'txn> Writing<'txn> {
             filter,
             gen_seen,
             log: Vec::new(),
+            outs: Vec::new(),
             pending: Pending::default(),
         }
     }
@@ -54,11 +66,40 @@ impl<'txn> Writing<'txn> {
         &self.name
     }
 
-    /// Sets the key's bits before a write that may create it.
-    pub(crate) fn admit(&mut self, key: &[u8]) {
-        if let Some(tf) = &self.filter {
-            self.log.push(tf.insert(key, &mut self.pending));
+    /// Sets the key's bits before a write that may create it; its hash, for a
+    /// [`Writing::count_out_hash`] if the write overwrote the key.
+    pub(crate) fn admit(&mut self, key: &[u8]) -> Option<u64> {
+        let tf = self.filter.as_ref()?;
+        let h = tf.insert(key, &mut self.pending);
+        self.log.push(h);
+        Some(h)
+    }
+
+    /// Counting mode: `key` (admitted before, by this or an earlier transaction) is one
+    /// count too many once this transaction commits: it removed the key, or overwrote it
+    /// (its admit counted it in again). Counted out of the table's filter after redb's
+    /// commit returns (`filters/commits.rs`, "Count-outs"); an abort counts out nothing.
+    pub(crate) fn count_out(&mut self, key: &[u8]) {
+        let h = self.out_hash(key);
+        self.count_out_hash(h);
+    }
+
+    /// [`Writing::count_out`] by the hash [`Writing::admit`] or [`Writing::out_hash`] gave.
+    pub(crate) fn count_out_hash(&mut self, h: Option<u64>) {
+        if let Some(h) = h.filter(|_| self.counting()) {
+            self.outs.push(h);
         }
+    }
+
+    /// The hash to count `key` out by, in counting mode.
+    pub(crate) fn out_hash(&self, key: &[u8]) -> Option<u64> {
+        let tf = self.filter.as_ref().filter(|tf| tf.counting)?;
+        Some(bloomsled::hash::hash_key(key, tf.seed()))
+    }
+
+    /// True in counting mode: removals and overwrites are counted out.
+    pub(crate) fn counting(&self) -> bool {
+        self.filter.as_ref().is_some_and(|tf| tf.counting)
     }
 
     fn probe(&self, key: &[u8]) -> Option<bool> {
@@ -93,15 +134,22 @@ impl<'txn> Writing<'txn> {
         Ok(v)
     }
 
-    /// The filter and the log, for a cursor that writes through this handle.
-    pub(crate) fn for_cursor(&mut self) -> (Option<&TableFilter>, &mut Vec<u64>, &mut Pending) {
-        (self.filter.as_deref(), &mut self.log, &mut self.pending)
+    /// The filter, the log, the forgets and the count-outs, for a cursor that writes
+    /// through this handle.
+    pub(crate) fn for_cursor(&mut self) -> ForCursor<'_> {
+        (
+            self.filter.as_deref(),
+            &mut self.log,
+            &mut self.pending,
+            &mut self.outs,
+        )
     }
 }
 
 impl Drop for Writing<'_> {
     fn drop(&mut self) {
-        self.txn.append_log(self.kind, &self.name, &mut self.log);
+        self.txn
+            .append_log(self.kind, &self.name, &mut self.log, &mut self.outs);
         if let Some(tf) = &self.filter {
             self.txn
                 .forgets()

@@ -177,15 +177,20 @@ impl ReadSide {
         self.tf.lookups.lookup();
         match &self.built {
             Some(b) => match b.probe(key) {
-                None => Ok(None),
+                // Counting mode: unless a count-out the snapshot may not hold cleared it.
+                None if self.tf.absent_holds_for(self.seq) => Ok(None),
                 Some(hashed) => self.passed(key, hashed, get),
+                None => self.unfiltered(get),
             },
-            None => {
-                let v = get()?;
-                self.tf.lookups.stored(false);
-                Ok(v)
-            }
+            None => self.unfiltered(get),
         }
+    }
+
+    /// A lookup the filter does not answer: redb's.
+    fn unfiltered<G, E>(&self, get: impl FnOnce() -> Result<Option<G>, E>) -> Result<Option<G>, E> {
+        let v = get()?;
+        self.tf.lookups.stored(false);
+        Ok(v)
     }
 
     /// The filter said "maybe" (`hashed`: the key's hash from its probe): the memory, else
