@@ -336,6 +336,48 @@ mod tests {
     }
 
     #[test]
+    fn a_stored_counting_filter_comes_back_with_its_counts_and_only_as_counting() {
+        let f = CountingFilter::new(1000, 0.01).unwrap();
+        for i in 0..100u32 {
+            f.insert(&i.to_le_bytes());
+            f.insert(&(i % 10).to_le_bytes());
+        }
+        let ids = StoredIds {
+            database: [1; 16],
+            tree: [2; 16],
+            snapshot: [3; 16],
+            sequence: 2,
+        };
+        let (r, s) = (
+            encode_counting_record(&f, &ids),
+            encode_counting_snapshot(&f, &ids),
+        );
+        let g = judge_stored_counting(&r, ids.database, Some(&s)).unwrap();
+        assert_eq!(g.counter_words(), f.counter_words());
+        assert_eq!(g.bits().words(), f.bits().words());
+        assert_eq!((g.items(), g.bits().seed()), (200, f.bits().seed()));
+        for i in 0..10u32 {
+            assert!(g.remove(&i.to_le_bytes()));
+            assert!(g.contains(&i.to_le_bytes()), "counted twice: still in");
+        }
+        // Either mode refuses the other's filter.
+        assert!(judge_stored(&r, ids.database, Some(&s)).is_err());
+        let (pf, _, pr, ps) = stored();
+        assert!(judge_stored_counting(&pr, ids.database, Some(&ps)).is_err());
+        assert!(
+            judge_stored_counting(&r, ids.database, Some(&encode_snapshot(&pf, &ids))).is_err()
+        );
+        for i in (0..s.len() * 8).step_by(13) {
+            let mut c = s.clone();
+            c[i / 8] ^= 1 << (i % 8);
+            assert!(
+                judge_stored_counting(&r, ids.database, Some(&c)).is_err(),
+                "bit {i}"
+            );
+        }
+    }
+
+    #[test]
     fn a_stored_filter_comes_back_whole() {
         let (f, ids, r, s) = stored();
         let g = judge_stored(&r, ids.database, Some(&s)).unwrap();
