@@ -7,7 +7,9 @@
 //! rate rises, nothing is lost) until the commit that overfilled it starts a rebuild from a
 //! scan, sized for twice the table's keys, while lookups keep using the full one. Builds of
 //! all but small tables run in a background thread (`build.rs`). A filter is never
-//! cleared: a handle that holds one keeps every key it was ever given.
+//! cleared: a handle that holds one keeps every key it was ever given, except in counting
+//! mode, where a committed removal counts its key out of `current` (`commits.rs`,
+//! "Count-outs": rule 5 below).
 //!
 //! The rules (the argument is in `docs/redb.md`, "No false negative"):
 //! 1. Every write that can create a key sets its bits in `current` and `pending` before redb
@@ -23,6 +25,9 @@
 //!    lock, so no key reaches the new filter before it moves) and after every move of the
 //!    epoch. A per-thread copy of a `current` (the per-request path's cache, [`Shared::rules_out_latest`])
 //!    is used only while `version` has not moved since it was read.
+//! 5. Counting mode: a commit counts out only of the `current` it guarded across redb's
+//!    commit, after that commit returned `Ok`, with the table's `outs` word in flight; a
+//!    read table trusts the filter's "absent" only if `outs` is settled for its snapshot.
 //!
 //! Loom checks these rules on this code (`filters/loom_model.rs`: its locks and atomics come
 //! from `crate::sync`).

@@ -137,7 +137,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         })
     }
 
-    /// Removes and returns the first pair (its key stays in the filter: a false positive).
+    /// Removes and returns the first pair (its key stays in the filter: a false positive,
+    /// unless counting mode counts it out when the transaction commits).
     ///
     /// ```
     /// use bloomsled_redb::{Database, TableDefinition};

@@ -398,7 +398,7 @@ fn kill_9_then_reopen_no_false_negative_and_removals_forgotten() {
     }
     let dir = tempfile::tempdir().unwrap();
     drop(counting(&dir.path().join("c.redb")));
-    let mut rng = Rng(0x5eed_c0_0a7);
+    let mut rng = Rng(0x5eed_c0a7);
     let (mut removed_checked, mut scanned) = (0, 0);
     for _ in 0..6 {
         let mut c = Command::new(std::env::current_exe().unwrap())
