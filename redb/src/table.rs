@@ -428,8 +428,13 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn entry<'a>(&'a mut self, key: K::SelfType<'a>) -> Result<Entry<'a, K, V>> {
-        self.admit(K::as_bytes(&key).as_ref());
-        self.inner.entry(key)
+        let h = self.writing.admit(K::as_bytes(&key).as_ref());
+        let entry = self.inner.entry(key)?;
+        if matches!(entry, Entry::Occupied(_)) {
+            // Counting mode: the key was there and counted; this admit is one too many.
+            self.writing.count_out_hash(h);
+        }
+        Ok(entry)
     }
 }
 

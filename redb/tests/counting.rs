@@ -157,6 +157,15 @@ fn overwrites_count_a_key_in_once() {
         }
     }
     w.commit().unwrap();
+    // And through `entry`, occupied.
+    let w = db.begin_write().unwrap();
+    {
+        let mut t = w.open_table(T).unwrap();
+        for k in 0..20 {
+            t.entry(k).unwrap().or_insert(k).unwrap();
+        }
+    }
+    w.commit().unwrap();
     assert_eq!(stats(&db).items, 20);
     remove(&db, 0..20);
     assert_eq!(stats(&db).items, 0);
