@@ -25,6 +25,11 @@
 //! before redb's call, ended with the transaction. Multimap tables are read the same way
 //! (a key with no value is a miss). The argument is in `docs/redb.md`, "The
 //! false-positive memory".
+//!
+//! ## Counting mode
+//! A read table's filter may have keys of its snapshot counted out by commits since: its
+//! "absent" holds only if no such commit is in flight or finished after its `seq`
+//! (`TableFilter::absent_holds_for`, `commits.rs`, "Count-outs"); otherwise redb answers.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -155,6 +160,9 @@ pub(crate) struct ReadSide {
     pub(crate) built: Option<Arc<Built>>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) seq: u64,
+    /// The table's filter counts (counting mode): its "absent" is checked against the
+    /// count-outs (`commits.rs`). Kept here, beside `built`, for the lookup path.
+    counting: bool,
 }
 
 impl ReadSide {
@@ -178,7 +186,7 @@ impl ReadSide {
         match &self.built {
             Some(b) => match b.probe(key) {
                 // Counting mode: unless a count-out the snapshot may not hold cleared it.
-                None if self.tf.absent_holds_for(self.seq) => Ok(None),
+                None if !self.counting || self.tf.absent_holds_for(self.seq) => Ok(None),
                 Some(hashed) => self.passed(key, hashed, get),
                 None => self.unfiltered(get),
             },
@@ -229,6 +237,7 @@ impl ReadSide {
     pub(crate) fn new(shared: &Arc<Shared>, tf: Arc<TableFilter>, seq: u64) -> ReadSide {
         ReadSide {
             built: shared.trusted_current(&tf, seq),
+            counting: tf.counting,
             tf,
             shared: shared.clone(),
             seq,
