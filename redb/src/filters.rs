@@ -53,7 +53,7 @@ mod names;
 use built::MIN_CAPACITY;
 pub(crate) use built::{Bits, Built};
 use commits::Commits;
-pub(crate) use commits::{Touched, Written};
+pub(crate) use commits::{Out, Touched, Written};
 
 use journals::Journals;
 pub(crate) use lookups::{Forgets, Lookups, ReadSide};
@@ -183,6 +183,13 @@ impl TableFilter {
     /// crash journal if there is one (all before redb stores the key), and returns the hash
     /// for the write log.
     pub(crate) fn insert(&self, key: &[u8], pending: &mut Pending) -> u64 {
+        self.insert_at(key, pending).h
+    }
+
+    /// [`TableFilter::insert`], with the build generation the key was counted in at: a
+    /// commit that finds the same generation may count it out of `pending` too
+    /// (`commits.rs`, "Count-outs").
+    pub(crate) fn insert_at(&self, key: &[u8], pending: &mut Pending) -> Out {
         let h = bloomsled::hash::hash_key(key, self.seed);
         self.forget(h, pending);
         let slots = self.read();
@@ -190,7 +197,10 @@ impl TableFilter {
         if let Some(j) = &slots.journal {
             j.append(h);
         }
-        h
+        Out {
+            h,
+            admitted_at: Some(slots.build_gen),
+        }
     }
 
     /// The seed of the table's hashes.

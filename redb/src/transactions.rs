@@ -11,7 +11,9 @@ use redb::{
     Value,
 };
 
-use crate::filters::{Builder, Forgets, Kind, Shared, TableFilter, Touched, Unsettle, Written};
+use crate::filters::{
+    Builder, Forgets, Kind, Out, Shared, TableFilter, Touched, Unsettle, Written,
+};
 use crate::multimap::MultimapTable;
 use crate::persist;
 use crate::table::Table;
@@ -32,7 +34,7 @@ pub(crate) struct WriteLog {
     gen_seen: u64,
     hashes: Vec<u64>,
     /// Counting mode: hashes counted out at the commit (`Writing::count_out`).
-    outs: Vec<u64>,
+    outs: Vec<Out>,
 }
 
 /// A write transaction (redb's `WriteTransaction`, same methods).
@@ -161,7 +163,7 @@ impl WriteTransaction {
         kind: Kind,
         name: &str,
         hashes: &mut Vec<u64>,
-        outs: &mut Vec<u64>,
+        outs: &mut Vec<Out>,
     ) {
         if hashes.is_empty() && outs.is_empty() {
             return;

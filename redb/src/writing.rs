@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bloomsled::reuse::Pending;
 
-use crate::filters::{Builder, Kind, TableFilter};
+use crate::filters::{Builder, Kind, Out, TableFilter};
 use crate::transactions::WriteTransaction;
 
 /// What a cursor writes through (see [`Writing::for_cursor`]).
@@ -14,7 +14,7 @@ pub(crate) type ForCursor<'a> = (
     Option<&'a TableFilter>,
     &'a mut Vec<u64>,
     &'a mut Pending,
-    &'a mut Vec<u64>,
+    &'a mut Vec<Out>,
 );
 
 /// One table's filter as a write transaction sees it, and the hashes of the keys written
@@ -31,7 +31,7 @@ pub(crate) struct Writing<'txn> {
     log: Vec<u64>,
     /// Counting mode: the hashes to count out when the transaction commits, one per key
     /// this handle removed or overwrote (an overwrite counted its key in once more).
-    outs: Vec<u64>,
+    outs: Vec<Out>,
     /// The sets of the table's false-positive memory this handle's writes began in, handed
     /// to the transaction when the handle drops (ended when it ends).
     pending: Pending,
@@ -68,11 +68,11 @@ impl<'txn> Writing<'txn> {
 
     /// Sets the key's bits before a write that may create it; its hash, for a
     /// [`Writing::count_out_hash`] if the write overwrote the key.
-    pub(crate) fn admit(&mut self, key: &[u8]) -> Option<u64> {
+    pub(crate) fn admit(&mut self, key: &[u8]) -> Option<Out> {
         let tf = self.filter.as_ref()?;
-        let h = tf.insert(key, &mut self.pending);
-        self.log.push(h);
-        Some(h)
+        let out = tf.insert_at(key, &mut self.pending);
+        self.log.push(out.h);
+        Some(out)
     }
 
     /// Counting mode: `key` (admitted before, by this or an earlier transaction) is one
@@ -85,16 +85,19 @@ impl<'txn> Writing<'txn> {
     }
 
     /// [`Writing::count_out`] by the hash [`Writing::admit`] or [`Writing::out_hash`] gave.
-    pub(crate) fn count_out_hash(&mut self, h: Option<u64>) {
-        if let Some(h) = h.filter(|_| self.counting()) {
-            self.outs.push(h);
+    pub(crate) fn count_out_hash(&mut self, out: Option<Out>) {
+        if let Some(out) = out.filter(|_| self.counting()) {
+            self.outs.push(out);
         }
     }
 
-    /// The hash to count `key` out by, in counting mode.
-    pub(crate) fn out_hash(&self, key: &[u8]) -> Option<u64> {
+    /// What to count a removed `key` out by, in counting mode.
+    pub(crate) fn out_hash(&self, key: &[u8]) -> Option<Out> {
         let tf = self.filter.as_ref().filter(|tf| tf.counting)?;
-        Some(bloomsled::hash::hash_key(key, tf.seed()))
+        Some(Out {
+            h: bloomsled::hash::hash_key(key, tf.seed()),
+            admitted_at: None,
+        })
     }
 
     /// True in counting mode: removals and overwrites are counted out.

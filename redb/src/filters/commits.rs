@@ -40,7 +40,7 @@ use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
 
 use crate::sync::fence;
 
-use super::{Shared, TableFilter};
+use super::{Shared, Slots, TableFilter};
 use crate::sync::{AtomicU64, Mutex};
 
 /// The largest `n` a word can hold. After this many commits (2^48) every word compares
@@ -99,6 +99,18 @@ impl Touched {
     }
 }
 
+/// A key to count out of a table's filter at the commit (counting mode): its hash, and for
+/// the extra count of a write that found its key there, the build generation that write
+/// counted it in at (`TableFilter::insert_at`). Such a count is undone in every filter the
+/// write raised: `current`, and `pending` if the generation has not moved since (the
+/// filters of that generation are the commit's, or the one of them a build installed). A
+/// removal (`admitted_at: None`) is counted out of `current` only.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Out {
+    pub(crate) h: u64,
+    pub(crate) admitted_at: Option<u64>,
+}
+
 /// What a write transaction wrote in one table, for its commit: the table's filter, the
 /// build generation the transaction first saw, the hashes it logged there (rule 2), and
 /// the hashes to count out if it commits (counting mode).
@@ -106,10 +118,21 @@ pub(crate) struct Written<'a> {
     pub(crate) filter: &'a TableFilter,
     pub(crate) gen_seen: u64,
     pub(crate) hashes: &'a [u64],
-    pub(crate) outs: &'a [u64],
+    pub(crate) outs: &'a [Out],
 }
 
 impl TableFilter {
+    /// Counts `outs` out of `slots`' filters, under the guard its commit took before redb's
+    /// commit (module docs).
+    fn count_out(slots: &Slots, outs: &[Out]) {
+        for out in outs {
+            slots.current.remove_hash(out.h);
+            if let (Some(p), true) = (&slots.pending, out.admitted_at == Some(slots.build_gen)) {
+                p.remove_hash(out.h);
+            }
+        }
+    }
+
     /// True if a read transaction whose state is `seq` may trust this table's filter when
     /// it rules a key out: no commit counted keys out of it that the snapshot may not hold
     /// (see "Count-outs" in the module docs). Called after the probe.
@@ -172,7 +195,7 @@ impl Shared {
             fence(Release);
             for (w, slots) in written.iter().zip(&guards) {
                 if outs.iter().any(|o| std::ptr::eq(*o, w)) {
-                    w.outs.iter().for_each(|&h| slots.current.remove_hash(h));
+                    TableFilter::count_out(slots, w.outs);
                 }
             }
         }

@@ -5,7 +5,7 @@ use std::borrow::Borrow;
 use redb::{AccessGuard, CursorError, Key, Value};
 
 use super::Result;
-use crate::filters::TableFilter;
+use crate::filters::{Out, TableFilter};
 
 /// A cursor that writes (redb's `CursorMut`): its inserts put their key in the filter first.
 ///
@@ -31,7 +31,7 @@ pub struct CursorMut<'a, K: Key + 'static, V: Value + 'static> {
     /// The forgets of the table's write handle (see `Writing`).
     pub(super) pending: &'a mut bloomsled::reuse::Pending,
     /// Counting mode: the hashes of the keys it removed, counted out at the commit.
-    pub(super) outs: &'a mut Vec<u64>,
+    pub(super) outs: &'a mut Vec<Out>,
 }
 
 impl<K: Key + 'static, V: Value + 'static> CursorMut<'_, K, V> {
@@ -44,14 +44,14 @@ impl<K: Key + 'static, V: Value + 'static> CursorMut<'_, K, V> {
     /// Counting mode: the removed pair's key is counted out at the commit.
     fn removed(
         filter: Option<&TableFilter>,
-        outs: &mut Vec<u64>,
+        outs: &mut Vec<Out>,
         pair: &Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>,
     ) {
         if let (Some(tf), Some((k, _))) = (filter.filter(|tf| tf.counting), pair) {
-            outs.push(bloomsled::hash::hash_key(
-                K::as_bytes(&k.value()).as_ref(),
-                tf.seed(),
-            ));
+            outs.push(Out {
+                h: bloomsled::hash::hash_key(K::as_bytes(&k.value()).as_ref(), tf.seed()),
+                admitted_at: None,
+            });
         }
     }
 
