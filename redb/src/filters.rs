@@ -183,13 +183,6 @@ impl TableFilter {
     /// crash journal if there is one (all before redb stores the key), and returns the hash
     /// for the write log.
     pub(crate) fn insert(&self, key: &[u8], pending: &mut Pending) -> u64 {
-        self.insert_at(key, pending).h
-    }
-
-    /// [`TableFilter::insert`], with the build generation the key was counted in at: a
-    /// commit that finds the same generation may count it out of `pending` too
-    /// (`commits.rs`, "Count-outs").
-    pub(crate) fn insert_at(&self, key: &[u8], pending: &mut Pending) -> Out {
         let h = bloomsled::hash::hash_key(key, self.seed);
         self.forget(h, pending);
         let slots = self.read();
@@ -197,10 +190,7 @@ impl TableFilter {
         if let Some(j) = &slots.journal {
             j.append(h);
         }
-        Out {
-            h,
-            admitted_at: Some(slots.build_gen),
-        }
+        h
     }
 
     /// The seed of the table's hashes.

@@ -70,9 +70,9 @@ impl<'txn> Writing<'txn> {
     /// [`Writing::count_out_hash`] if the write overwrote the key.
     pub(crate) fn admit(&mut self, key: &[u8]) -> Option<Out> {
         let tf = self.filter.as_ref()?;
-        let out = tf.insert_at(key, &mut self.pending);
-        self.log.push(out.h);
-        Some(out)
+        let h = tf.insert(key, &mut self.pending);
+        self.log.push(h);
+        Some(Out { h, extra: true })
     }
 
     /// Counting mode: `key` (admitted before, by this or an earlier transaction) is one
@@ -96,7 +96,7 @@ impl<'txn> Writing<'txn> {
         let tf = self.filter.as_ref().filter(|tf| tf.counting)?;
         Some(Out {
             h: bloomsled::hash::hash_key(key, tf.seed()),
-            admitted_at: None,
+            extra: false,
         })
     }
 

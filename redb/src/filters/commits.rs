@@ -99,16 +99,18 @@ impl Touched {
     }
 }
 
-/// A key to count out of a table's filter at the commit (counting mode): its hash, and for
-/// the extra count of a write that found its key there, the build generation that write
-/// counted it in at (`TableFilter::insert_at`). Such a count is undone in every filter the
-/// write raised: `current`, and `pending` if the generation has not moved since (the
-/// filters of that generation are the commit's, or the one of them a build installed). A
-/// removal (`admitted_at: None`) is counted out of `current` only.
+/// A key to count out of a table's filter at the commit (counting mode): its hash, and
+/// whether it is the `extra` count of a write of this transaction that found its key there
+/// (else a removal). A removal is counted out of `current` only: `pending`'s scan may not
+/// have counted the key. An extra count is counted out of `pending` too: the write's admit
+/// raised every filter of its build generation, so if the generation is still the
+/// commit's, the commit's `pending` is the admit's (and its `current` the admit's, or the
+/// `pending` a build installed since); if a build began since, the commit re-inserted the
+/// transaction's hashes into both under its guard (rule 2), that hash among them.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Out {
     pub(crate) h: u64,
-    pub(crate) admitted_at: Option<u64>,
+    pub(crate) extra: bool,
 }
 
 /// What a write transaction wrote in one table, for its commit: the table's filter, the
@@ -127,7 +129,7 @@ impl TableFilter {
     fn count_out(slots: &Slots, outs: &[Out]) {
         for out in outs {
             slots.current.remove_hash(out.h);
-            if let (Some(p), true) = (&slots.pending, out.admitted_at == Some(slots.build_gen)) {
+            if let (Some(p), true) = (&slots.pending, out.extra) {
                 p.remove_hash(out.h);
             }
         }

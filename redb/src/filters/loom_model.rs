@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering::SeqCst;
 
 use loom::sync::atomic::AtomicBool;
 
-use super::{Forgets, Kind, ReadSide, Shared, Source, TableFilter, Touched, Written};
+use super::{Forgets, Kind, Out, ReadSide, Shared, Source, TableFilter, Touched, Written};
 use crate::persist::{self, OnDisk};
 use crate::sync::{Mutex, RwLock};
 
@@ -135,8 +135,11 @@ fn write_and_commit(
     let log: Vec<u64> = insert.iter().map(|k| tf.insert(k, &mut pending)).collect();
     forgets.keep(tf.clone(), pending);
     // `Table::remove` of a key the table holds (each removed key is, in these models).
-    let outs: Vec<u64> = (remove.iter())
-        .map(|k| bloomsled::hash::hash_key(k, tf.seed()))
+    let outs: Vec<Out> = (remove.iter())
+        .map(|k| Out {
+            h: bloomsled::hash::hash_key(k, tf.seed()),
+            extra: false,
+        })
         .collect();
     let written = Written {
         filter: tf,
@@ -369,6 +372,58 @@ fn read_lookup_held(shared: &Arc<Shared>, tf: &Arc<TableFilter>, store: &Store) 
         .unwrap()
         .is_some();
     (found, snapshot.contains(KEY))
+}
+
+/// A write transaction that overwrites `KEY` (the table holds it): its admit counts it in
+/// once more, and its commit counts that extra count out (`Table::insert` returning the
+/// old value).
+fn overwrite_and_commit(shared: &Shared, tf: &Arc<TableFilter>, store: &Store) {
+    let forgets = Forgets::default();
+    let touched = Touched::default();
+    touched.add(Some(tf));
+    let gen_seen = tf.build_gen();
+    let mut pending = Default::default();
+    let h = tf.insert(KEY, &mut pending);
+    forgets.keep(tf.clone(), pending);
+    let written = Written {
+        filter: tf,
+        gen_seen,
+        hashes: &[h],
+        outs: &[Out { h, extra: true }],
+    };
+    shared
+        .commit_guarded([written], &touched, || {
+            store.commit(&[KEY], &[]);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+    drop(forgets);
+}
+
+/// (i) Counting mode: an overwrite's extra count is counted out of `pending` too, which
+/// its admit raised, or (if a build began since the transaction opened the table) the
+/// commit's re-insert of rule 2 did. The key is committed and counted;
+/// a write transaction overwrites it and commits while a build installs `pending`, scans
+/// and installs it. Afterwards a new read transaction's filter never rules the key out.
+#[test]
+fn loom_an_overwrite_racing_a_build_keeps_its_count() {
+    model("an overwrite's count-out against a build", || {
+        let (shared, tf) = database_in(true);
+        let store = Arc::new(Store::new(&[]));
+        build(&shared, &tf, &store);
+        write_and_commit(&shared, &tf, &store, &[KEY], &[]);
+        let builder = {
+            let (shared, tf, store) = (shared.clone(), tf.clone(), store.clone());
+            loom::thread::spawn(move || build(&shared, &tf, &store))
+        };
+        overwrite_and_commit(&shared, &tf, &store);
+        builder.join().unwrap();
+        let (ruled_out, held) = read_transaction(&shared, &tf, &store, KEY);
+        assert!(
+            held && !ruled_out,
+            "an overwrite's count-out dropped the key"
+        );
+    });
 }
 
 /// (h) Counting mode (`commits.rs`, "Count-outs"): the key is committed and counted in; a

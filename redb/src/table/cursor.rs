@@ -50,7 +50,7 @@ impl<K: Key + 'static, V: Value + 'static> CursorMut<'_, K, V> {
         if let (Some(tf), Some((k, _))) = (filter.filter(|tf| tf.counting), pair) {
             outs.push(Out {
                 h: bloomsled::hash::hash_key(K::as_bytes(&k.value()).as_ref(), tf.seed()),
-                admitted_at: None,
+                extra: false,
             });
         }
     }
