@@ -111,13 +111,16 @@ pub fn encode_record(filter: &Filter, ids: &StoredIds) -> Vec<u8> {
 /// its counters as the words (the bits are derived from them at load).
 ///
 /// ```
-/// use bloomsled::persist::{encode_counting_record, encode_counting_snapshot, judge_stored_counting, StoredIds};
+/// use bloomsled::persist::{
+///     encode_counting_record, encode_counting_snapshot, judge_stored_counting, StoredIds,
+/// };
 /// let f = bloomsled::CountingFilter::new(100, 0.01)?;
 /// f.insert(b"k");
 /// f.insert(b"gone");
 /// f.remove(b"gone");
 /// let ids = StoredIds { database: [1; 16], tree: [2; 16], snapshot: [3; 16], sequence: 1 };
-/// let (record, snapshot) = (encode_counting_record(&f, &ids), encode_counting_snapshot(&f, &ids));
+/// let record = encode_counting_record(&f, &ids);
+/// let snapshot = encode_counting_snapshot(&f, &ids);
 /// let g = judge_stored_counting(&record, [1; 16], Some(&snapshot))?;
 /// assert!(g.contains(b"k"));
 /// assert_eq!(g.items(), 1);

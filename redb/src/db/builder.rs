@@ -54,7 +54,7 @@ impl Builder {
     /// rebuilt from a scan (see `docs/redb.md`, "Counting mode").
     ///
     /// ```
-    /// use bloomsled_redb::{Builder, TableDefinition};
+    /// use bloomsled_redb::{Builder, ReadableDatabase, TableDefinition};
     /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
     /// # let dir = tempfile::tempdir().unwrap();
     /// let db = Builder::new().set_counting(true).create(dir.path().join("a.redb"))?;

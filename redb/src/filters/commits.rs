@@ -22,15 +22,16 @@
 //!
 //! ## Count-outs (counting mode)
 //! A commit that removed keys (or overwrote them: each write counted its key in once
-//! more) counts them out of its table's `current` filter after redb's commit returned,
-//! under the read guard it took before redb's commit (rule 2 of `filters.rs`: no build
-//! installs another `current` meanwhile, so the filter it counts out of is the one that
-//! counted the keys in; a `pending` filter is never counted out of, its counts stay high,
-//! which is false positives only). A reader whose snapshot is older than the commit may
-//! still hold those keys, and reads the same filter. So each table has a second word,
-//! `outs`, of the commits that counted out of it: such a commit *begins* it before
-//! redb's commit, counts out after a release fence (the word in flight), and *ends* it
-//! with its `n` as it ends the others. A read table that the filter says lacks a key trusts that only if, after an acquire fence,
+//! more) counts them out of its table's filters after redb's commit returned, under the
+//! read guard it took before redb's commit (rule 2 of `filters.rs`: no build installs
+//! another `current` meanwhile, so the filter it counts out of is one that counted the
+//! keys in). A removal is counted out of `current` only, an extra count of `pending` too
+//! ([`Out`]); a count left high is a false positive only. A reader whose snapshot is
+//! older than the commit may still hold the removed keys, and reads the same filter. So
+//! each table has a second word, `outs`, of the commits that counted out of it: such a
+//! commit *begins* it before redb's commit, counts out after a release fence (the word
+//! in flight), and *ends* it with its `n` as it ends the others. A read table whose
+//! filter rules a key out trusts that only if, after an acquire fence,
 //! `outs.settled_for(seq)`: every count-out it could have seen was of a commit in its
 //! snapshot. Otherwise it asks redb. A commit that restored a savepoint or renamed a
 //! table (`wide`) counts nothing out: its filters are distrusted and rebuilt from a scan.
