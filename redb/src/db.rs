@@ -88,6 +88,7 @@ impl Database {
     fn wrap(
         inner: redb::Database,
         mode: ConcurrencyMode,
+        counting: bool,
         close_writes: bool,
         path: Option<&Path>,
     ) -> Database {
@@ -101,7 +102,9 @@ impl Database {
             .map(crate::filters::journals::dir_of);
         let path = path.map(Path::to_path_buf);
         Database {
-            shared: Arc::new(Shared::new(enabled, source, on_disk, path, journals)),
+            shared: Arc::new(
+                Shared::new(enabled, source, on_disk, path, journals).counting(counting),
+            ),
             close_writes,
         }
     }
@@ -143,6 +146,10 @@ impl Database {
             loaded: self.shared.loaded.load(SeqCst),
             replayed: self.shared.replayed.load(SeqCst),
             scanned: self.shared.scanned.load(SeqCst),
+            mode: match self.shared.counting {
+                true => bloomsled::FilterMode::Counting,
+                false => bloomsled::FilterMode::Plain,
+            },
         }
     }
 
@@ -361,7 +368,7 @@ impl Database {
             return;
         }
         let mut clean = self.shared.clean_filters();
-        clean.retain(|(_, built, _)| built.filter().items() >= persist::MIN_ITEMS);
+        clean.retain(|(_, built, _)| built.items() >= persist::MIN_ITEMS);
         let (records, marks, old) = {
             let on_disk = self.shared.on_disk();
             (
@@ -442,6 +449,8 @@ pub struct FilterStats {
     /// Filters built from a scan of their table's keys (first use with no clean record,
     /// after a restore or rename, or grown past their capacity).
     pub scanned: u64,
+    /// The tables' filters: plain, or counting (`Builder::set_counting`).
+    pub mode: bloomsled::FilterMode,
 }
 
 impl std::fmt::Debug for Database {
@@ -467,13 +476,17 @@ pub struct ReadOnlyDatabase {
 }
 
 impl ReadOnlyDatabase {
-    fn wrap(inner: redb::ReadOnlyDatabase, mode: ConcurrencyMode) -> ReadOnlyDatabase {
+    fn wrap(
+        inner: redb::ReadOnlyDatabase,
+        mode: ConcurrencyMode,
+        counting: bool,
+    ) -> ReadOnlyDatabase {
         let on_disk = persist::read_on_disk_of(&inner);
         let source = Source::ReadOnly(RwLock::new(Some(inner)));
         let enabled = mode == ConcurrencyMode::ExclusiveWriter;
         ReadOnlyDatabase {
             // No journal is made or replayed by a read-only handle.
-            shared: Arc::new(Shared::new(enabled, source, on_disk, None, None)),
+            shared: Arc::new(Shared::new(enabled, source, on_disk, None, None).counting(counting)),
         }
     }
 

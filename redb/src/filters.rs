@@ -7,7 +7,9 @@
 //! rate rises, nothing is lost) until the commit that overfilled it starts a rebuild from a
 //! scan, sized for twice the table's keys, while lookups keep using the full one. Builds of
 //! all but small tables run in a background thread (`build.rs`). A filter is never
-//! cleared: a handle that holds one keeps every key it was ever given.
+//! cleared: a handle that holds one keeps every key it was ever given, except in counting
+//! mode, where a committed removal counts its key out of `current` (`commits.rs`,
+//! "Count-outs": rule 5 below).
 //!
 //! The rules (the argument is in `docs/redb.md`, "No false negative"):
 //! 1. Every write that can create a key sets its bits in `current` and `pending` before redb
@@ -25,6 +27,9 @@
 //!    lock, so no key reaches the new filter before it moves) and after every move of the
 //!    epoch. A per-thread copy of a `current` (the per-request path's cache, [`Shared::rules_out_latest`])
 //!    is used only while `version` has not moved since it was read.
+//! 5. Counting mode: a commit counts out only of the `current` it guarded across redb's
+//!    commit, after that commit returned `Ok`, with the table's `outs` word in flight; a
+//!    read table trusts the filter's "absent" only if `outs` is settled for its snapshot.
 //!
 //! Loom checks these rules on this code (`filters/loom_model.rs`: its locks and atomics come
 //! from `crate::sync`).
@@ -48,10 +53,10 @@ mod lookups;
 mod names;
 mod renames;
 
-pub(crate) use built::Built;
 use built::MIN_CAPACITY;
+pub(crate) use built::{Bits, Built};
 use commits::Commits;
-pub(crate) use commits::Touched;
+pub(crate) use commits::{Out, Touched, Written};
 
 use journals::Journals;
 pub(crate) use lookups::{Forgets, Lookups, ReadSide};
@@ -131,6 +136,12 @@ pub(crate) struct TableFilter {
     /// ends (rule 3, [`Shared::epoch_of`]); `unsettled`: such transactions alive.
     epoch: AtomicU64,
     unsettled: AtomicUsize,
+    /// Counting mode: the table's filters count keys, and a committed removal counts its
+    /// key out of `current`.
+    pub(crate) counting: bool,
+    /// The commits that counted keys out of the table (`commits.rs`, "Count-outs"): a
+    /// snapshot older than the latest of them trusts no "absent" of the filter.
+    outs: Commits,
     /// What `record_metrics` last recorded of this table's counters.
     #[cfg(feature = "metrics")]
     pub(crate) recorded: bloomsled::telemetry::Recorded,
@@ -142,11 +153,11 @@ pub(crate) struct TableFilter {
 }
 
 impl TableFilter {
-    fn new(seed: u64, key: String) -> Option<TableFilter> {
+    fn new(seed: u64, key: String, counting: bool) -> Option<TableFilter> {
         Some(TableFilter {
             key: key.into(),
             slots: RwLock::new(Slots {
-                current: Arc::new(Built::new(seed, MIN_CAPACITY)?),
+                current: Arc::new(Built::new(seed, MIN_CAPACITY, counting)?),
                 pending: None,
                 build_gen: 0,
                 journal: None,
@@ -160,6 +171,8 @@ impl TableFilter {
             commits: Commits::default(),
             epoch: AtomicU64::new(0),
             unsettled: AtomicUsize::new(0),
+            counting,
+            outs: Commits::default(),
             #[cfg(feature = "metrics")]
             recorded: Default::default(),
         })
@@ -263,6 +276,8 @@ pub(crate) struct Shared {
     /// False when another process may write the file: nothing it writes reaches our
     /// filters, so every lookup goes to redb.
     pub(crate) enabled: bool,
+    /// Counting mode (`Builder::set_counting`): every table's filter counts its keys.
+    pub(crate) counting: bool,
     tables: RwLock<Names>,
     multimap_tables: RwLock<Names>,
     /// Bumped when a restore begins and when its transaction ends (a rename bumps its two
@@ -354,6 +369,7 @@ impl Shared {
     ) -> Shared {
         Shared {
             enabled,
+            counting: false,
             tables: RwLock::default(),
             multimap_tables: RwLock::default(),
             epoch: AtomicU64::new(0),
@@ -373,6 +389,12 @@ impl Shared {
             builds: Builds::default(),
             path,
         }
+    }
+
+    /// This database in counting mode if `counting` (before any table is made).
+    pub(crate) fn counting(mut self, counting: bool) -> Shared {
+        self.counting = counting;
+        self
     }
 
     fn map(&self, kind: Kind) -> &RwLock<Names> {
@@ -500,7 +522,7 @@ impl Shared {
             Some(seed) => seed,
             None => bloomsled::hash::secret_seed().ok()?,
         };
-        let tf = Arc::new(TableFilter::new(seed, key)?);
+        let tf = Arc::new(TableFilter::new(seed, key, self.counting)?);
         map.insert(name.to_string(), tf.clone());
         Some(tf)
     }

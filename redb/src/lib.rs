@@ -50,6 +50,10 @@ pub use persist::RESERVED_PREFIX;
 pub use table::{CursorMut, ReadOnlyTable, Table};
 pub use transactions::{ReadTransaction, WriteTransaction};
 
+/// The core's filter mode and counter ceiling, as [`FilterStats`] and [`TableFilterStats`]
+/// report them (counting mode: `Builder::set_counting`).
+pub use bloomsled::{COUNTER_MAX, FilterMode};
+
 pub use redb::backends;
 pub use redb::{
     AccessGuard, AccessGuardMut, AccessGuardMutInPlace, BackendError, CacheStats, CommitError,

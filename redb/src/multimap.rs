@@ -207,8 +207,18 @@ impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
         key: impl Borrow<K::SelfType<'k>>,
         value: impl Borrow<V::SelfType<'v>>,
     ) -> Result<bool> {
-        self.writing.admit(K::as_bytes(key.borrow()).as_ref());
-        self.inner.insert(key, value)
+        // Counting mode: a key with values already is counted in once; this admit would
+        // be one count too many (one redb lookup more per insert, in counting mode only).
+        let had = match self.writing.counting() {
+            true => !redb::ReadableMultimapTable::get(&self.inner, key.borrow())?.is_empty(),
+            false => false,
+        };
+        let h = self.writing.admit(K::as_bytes(key.borrow()).as_ref());
+        let present = self.inner.insert(key, value)?;
+        if had {
+            self.writing.count_out_hash(h);
+        }
+        Ok(present)
     }
 
     /// Removes one value of `key`; true if it was there.
@@ -229,7 +239,15 @@ impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
         key: impl Borrow<K::SelfType<'k>>,
         value: impl Borrow<V::SelfType<'v>>,
     ) -> Result<bool> {
-        self.inner.remove(key, value)
+        let removed = self.inner.remove(key.borrow(), value)?;
+        // Counting mode: the key is gone once its last value is.
+        if removed
+            && self.writing.counting()
+            && redb::ReadableMultimapTable::get(&self.inner, key.borrow())?.is_empty()
+        {
+            self.writing.count_out(K::as_bytes(key.borrow()).as_ref());
+        }
+        Ok(removed)
     }
 
     /// Removes every value of `key` and returns them.
@@ -249,7 +267,12 @@ impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
         &mut self,
         key: impl Borrow<K::SelfType<'a>>,
     ) -> Result<MultimapValue<'_, V>> {
-        Ok(MultimapValue::of(self.inner.remove_all(key)?))
+        let h = self.writing.out_hash(K::as_bytes(key.borrow()).as_ref());
+        let values = self.inner.remove_all(key)?;
+        if !values.is_empty() {
+            self.writing.count_out_hash(h);
+        }
+        Ok(MultimapValue::of(values))
     }
 }
 

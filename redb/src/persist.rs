@@ -36,11 +36,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use bloomsled::Filter;
 use bloomsled::persist::{self as core, StoredIds};
 use redb::{ReadableTable as _, TableDefinition};
 
-use crate::filters::{Built, Kind};
+use crate::filters::{Bits, Built, Kind};
 
 mod marks;
 pub(crate) use marks::{
@@ -264,8 +263,15 @@ pub(crate) fn raw_record(txn: &redb::ReadTransaction, key: &str) -> Option<(Vec<
 }
 
 /// The table's filter from its record in `txn`'s state, if the core's rule trusts its
-/// snapshot and the record is the table's (tree id and seed).
-pub(crate) fn load(txn: &redb::ReadTransaction, key: &str, seed: u64) -> Option<Filter> {
+/// snapshot and the record is the table's (tree id and seed), and it is of the kind asked
+/// for (`counting`: the core's counting kind; a filter of the other mode is refused, and
+/// the table scanned).
+pub(crate) fn load(
+    txn: &redb::ReadTransaction,
+    key: &str,
+    seed: u64,
+    counting: bool,
+) -> Option<Bits> {
     let records = txn.open_table(RECORDS).ok()?;
     let (_, database, _) = head(&records)?;
     let record = records.get(key).ok()??;
@@ -275,7 +281,15 @@ pub(crate) fn load(txn: &redb::ReadTransaction, key: &str, seed: u64) -> Option<
     }
     let filters = txn.open_table(FILTERS).ok()?;
     let bytes = filters.get(key).ok()?;
-    core::judge_stored(record.value(), database, bytes.as_ref().map(|b| b.value())).ok()
+    let snapshot = bytes.as_ref().map(|b| b.value());
+    match counting {
+        true => core::judge_stored_counting(record.value(), database, snapshot)
+            .ok()
+            .map(Bits::Counting),
+        false => core::judge_stored(record.value(), database, snapshot)
+            .ok()
+            .map(Bits::Plain),
+    }
 }
 
 /// Removes the records of `keys` in `txn` (their tables are being written).
@@ -360,9 +374,15 @@ pub(crate) fn write_close(db: &redb::Database, clean: &[Clean]) -> Result<(), re
                 snapshot: random_id()?,
                 sequence: close.sequence,
             };
-            let snapshot = core::encode_snapshot(f, &ids);
+            let (snapshot, record) = match built.counting() {
+                Some(c) => (
+                    core::encode_counting_snapshot(c, &ids),
+                    core::encode_counting_record(c, &ids),
+                ),
+                None => (core::encode_snapshot(f, &ids), core::encode_record(f, &ids)),
+            };
             filters.insert(k.as_str(), snapshot.as_slice())?;
-            records.insert(k.as_str(), core::encode_record(f, &ids).as_slice())?;
+            records.insert(k.as_str(), record.as_slice())?;
         }
         let orphans: Vec<String> = filters
             .iter()?
@@ -395,6 +415,7 @@ pub(crate) fn read_on_disk_of(db: &impl redb::ReadableDatabase) -> OnDisk {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bloomsled::Filter;
     use proptest::prelude::*;
 
     proptest! {

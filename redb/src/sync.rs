@@ -7,11 +7,11 @@
 //! reference count.
 
 #[cfg(bloomsled_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, fence};
 #[cfg(bloomsled_loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 #[cfg(not(bloomsled_loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, fence};
 #[cfg(not(bloomsled_loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};

@@ -137,7 +137,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         })
     }
 
-    /// Removes and returns the first pair (its key stays in the filter: a false positive).
+    /// Removes and returns the first pair (its key stays in the filter: a false positive,
+    /// unless counting mode counts it out when the transaction commits).
     ///
     /// ```
     /// use bloomsled_redb::{Database, TableDefinition};
@@ -152,7 +153,11 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     /// ```
     #[allow(clippy::type_complexity)]
     pub fn pop_first(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
-        self.inner.pop_first()
+        let pair = self.inner.pop_first()?;
+        if let Some((k, _)) = &pair {
+            self.writing.count_out(K::as_bytes(&k.value()).as_ref());
+        }
+        Ok(pair)
     }
 
     /// Removes and returns the last pair.
@@ -170,7 +175,11 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     /// ```
     #[allow(clippy::type_complexity)]
     pub fn pop_last(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
-        self.inner.pop_last()
+        let pair = self.inner.pop_last()?;
+        if let Some((k, _)) = &pair {
+            self.writing.count_out(K::as_bytes(&k.value()).as_ref());
+        }
+        Ok(pair)
     }
 
     /// Removes the pairs `predicate` selects, as they are iterated.
@@ -233,9 +242,25 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     /// ```
     pub fn retain<F: for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool>(
         &mut self,
-        predicate: F,
+        mut predicate: F,
     ) -> Result {
-        self.inner.retain(predicate)
+        if !self.writing.counting() {
+            return self.inner.retain(predicate);
+        }
+        let mut outs = Vec::new();
+        let writing = &self.writing;
+        self.inner.retain(|k, v| {
+            let h = writing.out_hash(K::as_bytes(&k).as_ref());
+            let keep = predicate(k, v);
+            if !keep {
+                outs.push(h);
+            }
+            keep
+        })?;
+        // Only once redb removed them all: a failed retain counts nothing out.
+        outs.into_iter()
+            .for_each(|h| self.writing.count_out_hash(h));
+        Ok(())
     }
 
     /// [`Table::retain`] within a range of keys.
@@ -257,7 +282,23 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     where
         KR: Borrow<K::SelfType<'a>> + 'a,
     {
-        self.inner.retain_in(range, predicate)
+        if !self.writing.counting() {
+            return self.inner.retain_in(range, predicate);
+        }
+        let mut predicate = predicate;
+        let mut outs = Vec::new();
+        let writing = &self.writing;
+        self.inner.retain_in(range, |k, v| {
+            let h = writing.out_hash(K::as_bytes(&k).as_ref());
+            let keep = predicate(k, v);
+            if !keep {
+                outs.push(h);
+            }
+            keep
+        })?;
+        outs.into_iter()
+            .for_each(|h| self.writing.count_out_hash(h));
+        Ok(())
     }
 
     /// Inserts a pair; returns the old value. The key is in the filter before redb stores it.
@@ -278,11 +319,17 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         key: impl Borrow<K::SelfType<'k>>,
         value: impl Borrow<V::SelfType<'v>>,
     ) -> Result<Option<AccessGuard<'_, V>>> {
-        self.admit(K::as_bytes(key.borrow()).as_ref());
-        self.inner.insert(key, value)
+        let h = self.writing.admit(K::as_bytes(key.borrow()).as_ref());
+        let old = self.inner.insert(key, value)?;
+        if old.is_some() {
+            // The key was there and counted: this admit is one count too many.
+            self.writing.count_out_hash(h);
+        }
+        Ok(old)
     }
 
-    /// Removes a key; returns its value. The key stays in the filter (a false positive).
+    /// Removes a key; returns its value. The key stays in the filter (a false positive),
+    /// unless counting mode counts it out when the transaction commits.
     ///
     /// ```
     /// use bloomsled_redb::{Database, TableDefinition};
@@ -299,7 +346,12 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         &mut self,
         key: impl Borrow<K::SelfType<'a>>,
     ) -> Result<Option<AccessGuard<'_, V>>> {
-        self.inner.remove(key)
+        let h = self.writing.out_hash(K::as_bytes(key.borrow()).as_ref());
+        let old = self.inner.remove(key)?;
+        if old.is_some() {
+            self.writing.count_out_hash(h);
+        }
+        Ok(old)
     }
 
     /// A mutable cursor at the gap before the first key not below `bound`.
@@ -321,12 +373,13 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         &mut self,
         bound: Bound<impl Borrow<K::SelfType<'a>>>,
     ) -> Result<CursorMut<'_, K, V>> {
-        let (filter, log, pending) = self.writing.for_cursor();
+        let (filter, log, pending, outs) = self.writing.for_cursor();
         Ok(CursorMut {
             inner: self.inner.lower_bound_mut(bound)?,
             filter,
             log,
             pending,
+            outs,
         })
     }
 
@@ -350,12 +403,13 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         &mut self,
         bound: Bound<impl Borrow<K::SelfType<'a>>>,
     ) -> Result<CursorMut<'_, K, V>> {
-        let (filter, log, pending) = self.writing.for_cursor();
+        let (filter, log, pending, outs) = self.writing.for_cursor();
         Ok(CursorMut {
             inner: self.inner.upper_bound_mut(bound)?,
             filter,
             log,
             pending,
+            outs,
         })
     }
 
@@ -374,8 +428,13 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn entry<'a>(&'a mut self, key: K::SelfType<'a>) -> Result<Entry<'a, K, V>> {
-        self.admit(K::as_bytes(&key).as_ref());
-        self.inner.entry(key)
+        let h = self.writing.admit(K::as_bytes(&key).as_ref());
+        let entry = self.inner.entry(key)?;
+        if matches!(entry, Entry::Occupied(_)) {
+            // Counting mode: the key was there and counted; this admit is one too many.
+            self.writing.count_out_hash(h);
+        }
+        Ok(entry)
     }
 }
 

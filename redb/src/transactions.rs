@@ -12,7 +12,8 @@ use redb::{
 };
 
 use crate::filters::{
-    Builder, Forgets, Kind, Shared, TableFilter, Touched, Unsettle, UnsettleTable,
+    Builder, Forgets, Kind, Out, Shared, TableFilter, Touched, Unsettle, UnsettleTable,
+    Written,
 };
 use crate::multimap::{MultimapKeys, MultimapTable};
 use crate::persist;
@@ -33,6 +34,8 @@ pub(crate) struct WriteLog {
     build: Builder,
     gen_seen: u64,
     hashes: Vec<u64>,
+    /// Counting mode: hashes counted out at the commit (`Writing::count_out`).
+    outs: Vec<Out>,
 }
 
 /// A write transaction (redb's `WriteTransaction`, same methods).
@@ -171,6 +174,7 @@ impl WriteTransaction {
             filter: tf.clone(),
             build,
             hashes: Vec::new(),
+            outs: Vec::new(),
         });
         Some((tf, log.gen_seen))
     }
@@ -184,14 +188,22 @@ impl WriteTransaction {
         }
     }
 
-    /// Appends a table handle's logged hashes when it is dropped.
-    pub(crate) fn append_log(&self, kind: Kind, name: &str, hashes: &mut Vec<u64>) {
-        if hashes.is_empty() {
+    /// Appends a table handle's logged hashes, and those it counts out at the commit,
+    /// when it is dropped.
+    pub(crate) fn append_log(
+        &self,
+        kind: Kind,
+        name: &str,
+        hashes: &mut Vec<u64>,
+        outs: &mut Vec<Out>,
+    ) {
+        if hashes.is_empty() && outs.is_empty() {
             return;
         }
         let mut logs = self.logs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(log) = logs.get_mut(&(kind, name.to_string())) {
             log.hashes.append(hashes);
+            log.outs.append(outs);
         }
     }
 
@@ -483,9 +495,12 @@ impl WriteTransaction {
             ..
         } = self;
         let logs = logs.into_inner().unwrap_or_else(|e| e.into_inner());
-        let written = logs
-            .values()
-            .map(|log| (&*log.filter, log.gen_seen, log.hashes.as_slice()));
+        let written = logs.values().map(|log| Written {
+            filter: &log.filter,
+            gen_seen: log.gen_seen,
+            hashes: &log.hashes,
+            outs: &log.outs,
+        });
         let result = shared.commit_guarded(written, &touched, || {
             let result = inner.commit();
             if let (Err(CommitError::Storage(e)), Some(path)) = (&result, &shared.path)

@@ -8,8 +8,16 @@ use std::sync::{Arc, Mutex};
 
 use bloomsled::reuse::Pending;
 
-use crate::filters::{Builder, Kind, TableFilter};
+use crate::filters::{Builder, Kind, Out, TableFilter};
 use crate::transactions::WriteTransaction;
+
+/// What a cursor writes through (see [`Writing::for_cursor`]).
+pub(crate) type ForCursor<'a> = (
+    Option<&'a TableFilter>,
+    &'a mut Vec<u64>,
+    &'a mut Pending,
+    &'a mut Vec<Out>,
+);
 
 /// One table's filter as a write transaction sees it, and the hashes of the keys written
 /// through this handle (handed to the transaction when the handle drops, so that its
@@ -23,6 +31,9 @@ pub(crate) struct Writing<'txn> {
     /// The build generation the transaction saw when it first opened the table.
     gen_seen: u64,
     log: Vec<u64>,
+    /// Counting mode: the hashes to count out when the transaction commits, one per key
+    /// this handle removed or overwrote (an overwrite counted its key in once more).
+    outs: Vec<Out>,
     /// The sets of the table's false-positive memory this handle's writes began in, handed
     /// to the transaction when the handle drops (ended when it ends).
     pending: Pending,
@@ -58,6 +69,7 @@ impl<'txn> Writing<'txn> {
             filter,
             gen_seen,
             log: Vec::new(),
+            outs: Vec::new(),
             pending: Pending::default(),
             misses: Mutex::default(),
             missed: AtomicBool::new(false),
@@ -69,15 +81,48 @@ impl<'txn> Writing<'txn> {
         &self.name
     }
 
-    /// Sets the key's bits before a write that may create it.
-    pub(crate) fn admit(&mut self, key: &[u8]) {
-        if let Some(tf) = &self.filter {
-            self.log.push(tf.insert(key, &mut self.pending));
-            if *self.missed.get_mut() {
-                let misses = self.misses.get_mut().unwrap_or_else(|e| e.into_inner());
-                misses.retain(|k| **k != *key);
-            }
+    /// Sets the key's bits before a write that may create it (and drops it from the
+    /// handle's misses); its hash, for a [`Writing::count_out_hash`] if the write overwrote
+    /// the key.
+    pub(crate) fn admit(&mut self, key: &[u8]) -> Option<Out> {
+        let tf = self.filter.as_ref()?;
+        let h = tf.insert(key, &mut self.pending);
+        self.log.push(h);
+        if *self.missed.get_mut() {
+            let misses = self.misses.get_mut().unwrap_or_else(|e| e.into_inner());
+            misses.retain(|k| **k != *key);
         }
+        Some(Out { h, extra: true })
+    }
+
+    /// Counting mode: `key` (admitted before, by this or an earlier transaction) is one
+    /// count too many once this transaction commits: it removed the key, or overwrote it
+    /// (its admit counted it in again). Counted out of the table's filter after redb's
+    /// commit returns (`filters/commits.rs`, "Count-outs"); an abort counts out nothing.
+    pub(crate) fn count_out(&mut self, key: &[u8]) {
+        let h = self.out_hash(key);
+        self.count_out_hash(h);
+    }
+
+    /// [`Writing::count_out`] by the hash [`Writing::admit`] or [`Writing::out_hash`] gave.
+    pub(crate) fn count_out_hash(&mut self, out: Option<Out>) {
+        if let Some(out) = out.filter(|_| self.counting()) {
+            self.outs.push(out);
+        }
+    }
+
+    /// What to count a removed `key` out by, in counting mode.
+    pub(crate) fn out_hash(&self, key: &[u8]) -> Option<Out> {
+        let tf = self.filter.as_ref().filter(|tf| tf.counting)?;
+        Some(Out {
+            h: bloomsled::hash::hash_key(key, tf.seed()),
+            extra: false,
+        })
+    }
+
+    /// True in counting mode: removals and overwrites are counted out.
+    pub(crate) fn counting(&self) -> bool {
+        self.filter.as_ref().is_some_and(|tf| tf.counting)
     }
 
     fn probe(&self, key: &[u8]) -> Option<bool> {
@@ -136,17 +181,24 @@ impl<'txn> Writing<'txn> {
         self.misses.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The filter and the log, for a cursor that writes through this handle (which drops
-    /// the handle's misses: a cursor's writes do not pass through [`Writing::admit`]).
-    pub(crate) fn for_cursor(&mut self) -> (Option<&TableFilter>, &mut Vec<u64>, &mut Pending) {
+    /// The filter, the log, the forgets and the count-outs, for a cursor that writes
+    /// through this handle (which drops the handle's misses: a cursor's writes do not pass
+    /// through [`Writing::admit`]).
+    pub(crate) fn for_cursor(&mut self) -> ForCursor<'_> {
         self.misses_mut().clear();
-        (self.filter.as_deref(), &mut self.log, &mut self.pending)
+        (
+            self.filter.as_deref(),
+            &mut self.log,
+            &mut self.pending,
+            &mut self.outs,
+        )
     }
 }
 
 impl Drop for Writing<'_> {
     fn drop(&mut self) {
-        self.txn.append_log(self.kind, &self.name, &mut self.log);
+        self.txn
+            .append_log(self.kind, &self.name, &mut self.log, &mut self.outs);
         if let Some(tf) = &self.filter {
             let forgets = self.txn.forgets();
             forgets.keep(tf.clone(), std::mem::take(&mut self.pending));

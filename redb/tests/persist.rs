@@ -72,6 +72,7 @@ fn assert_stats(db: &Database, loaded: u64, replayed: u64, scanned: u64) {
         loaded,
         replayed,
         scanned,
+        ..FilterStats::default()
     };
     assert_eq!(db.filter_stats(), want);
 }
@@ -169,7 +170,8 @@ fn a_write_after_the_close_distrusts_only_its_table() {
         FilterStats {
             loaded: 2,
             replayed: 0,
-            scanned: 0
+            scanned: 0,
+            ..FilterStats::default()
         }
     );
 }

@@ -16,7 +16,14 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(bloomsled_loom))]
 use std::sync::{Mutex, MutexGuard};
+
+// Under loom a stripe is loom's lock: the bits a writer sets under it are loom's atomics, so
+// a writer may be preempted while it holds the stripe, and another must then wait in loom,
+// not block the one thread loom runs its threads on.
+#[cfg(bloomsled_loom)]
+use loom::sync::{Mutex, MutexGuard};
 
 use super::layout::{block_index, block_masks, nonzero_nibbles, BLOCK_BITS, BLOCK_WORDS};
 use super::{Filter, FilterConfig};
@@ -29,7 +36,11 @@ pub(crate) const COUNTER_WORDS: usize = BLOCK_BITS * 4 / 64;
 pub const COUNTER_MAX: u8 = 15;
 
 /// Lock stripes per filter: block `i` uses stripe `i % LOCK_STRIPES`.
+#[cfg(not(bloomsled_loom))]
 const LOCK_STRIPES: usize = 256;
+/// Under loom, one stripe (each is an object loom tracks; no rule rests on their number).
+#[cfg(bloomsled_loom)]
+const LOCK_STRIPES: usize = 1;
 
 /// A lock on its own cache line, so that writers on different stripes never share one.
 #[repr(align(64))]

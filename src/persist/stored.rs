@@ -16,10 +16,10 @@
 
 use super::trust::{judge, Identity, Trusted};
 use crate::error::{DecodeError, Distrust, Error};
-use crate::filter::{Filter, FilterMode};
+use crate::filter::{CountingFilter, Filter, FilterMode};
 use crate::format::{
     self, filter_kind, DbRecord, Header, SnapshotMeta, TreeRecord, DEFAULT_PAGE_SIZE,
-    FILTER_KIND_BLOCKED,
+    FILTER_KIND_BLOCKED, FILTER_KIND_COUNTING,
 };
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromZeros, IntoBytes};
@@ -104,7 +104,58 @@ pub fn encode_snapshot(filter: &Filter, ids: &StoredIds) -> Vec<u8> {
 /// # Ok::<(), bloomsled::Error>(())
 /// ```
 pub fn encode_record(filter: &Filter, ids: &StoredIds) -> Vec<u8> {
+    sized_record(filter, ids, FilterMode::Plain)
+}
+
+/// [`encode_snapshot`] of a counting filter: the snapshot kind `FILTER_KIND_COUNTING`,
+/// its counters as the words (the bits are derived from them at load).
+///
+/// ```
+/// use bloomsled::persist::{
+///     encode_counting_record, encode_counting_snapshot, judge_stored_counting, StoredIds,
+/// };
+/// let f = bloomsled::CountingFilter::new(100, 0.01)?;
+/// f.insert(b"k");
+/// f.insert(b"gone");
+/// f.remove(b"gone");
+/// let ids = StoredIds { database: [1; 16], tree: [2; 16], snapshot: [3; 16], sequence: 1 };
+/// let record = encode_counting_record(&f, &ids);
+/// let snapshot = encode_counting_snapshot(&f, &ids);
+/// let g = judge_stored_counting(&record, [1; 16], Some(&snapshot))?;
+/// assert!(g.contains(b"k"));
+/// assert_eq!(g.items(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn encode_counting_snapshot(filter: &CountingFilter, ids: &StoredIds) -> Vec<u8> {
+    let mut meta = SnapshotMeta::of(filter.bits(), FILTER_KIND_COUNTING, filter.items());
+    meta.db_id = ids.database;
+    meta.tree_id = ids.tree;
+    meta.snapshot_id = ids.snapshot;
+    meta.sequence = ids.sequence;
+    let words = filter.try_counter_words().unwrap_or_default();
+    format::encode(&meta, &words, DEFAULT_PAGE_SIZE)
+}
+
+/// [`encode_record`] of a counting filter: the record names the counting kind, so only a
+/// counting snapshot is trusted for it ([`judge_stored_counting`]).
+///
+/// ```
+/// let f = bloomsled::CountingFilter::new(100, 0.01)?;
+/// let ids = bloomsled::persist::StoredIds {
+///     database: [1; 16], tree: [2; 16], snapshot: [3; 16], sequence: 1,
+/// };
+/// let record = bloomsled::persist::encode_counting_record(&f, &ids);
+/// assert!(bloomsled::persist::judge_stored(&record, [1; 16], None).is_err());
+/// # Ok::<(), bloomsled::Error>(())
+/// ```
+pub fn encode_counting_record(filter: &CountingFilter, ids: &StoredIds) -> Vec<u8> {
+    sized_record(filter.bits(), ids, FilterMode::Counting)
+}
+
+/// The record of `filter` (its bits, in either mode) under `ids`, naming `mode`.
+fn sized_record(filter: &Filter, ids: &StoredIds, mode: FilterMode) -> Vec<u8> {
     let mut r = clean_record(ids, filter.seed());
+    r.filter_kind = U32::new(filter_kind(mode));
     r.capacity = U64::new(filter.capacity());
     let bits_per_key = filter.num_bits() as f64 / filter.capacity().max(1) as f64;
     r.sizing = U64::new(bits_per_key.to_bits());
@@ -167,7 +218,46 @@ pub fn judge_stored(
     snapshot: Option<&[u8]>,
 ) -> Result<Filter, Distrust> {
     let record = TreeRecord::decode(record).map_err(Distrust::RecordUnreadable)?;
-    judge_filter(&record, database, snapshot)
+    let (h, words) = judge_words(&record, database, snapshot, FilterMode::Plain)?;
+    Filter::of_snapshot(&h, &words).map_err(refusal)
+}
+
+/// [`judge_stored`] for a filter stored by [`encode_counting_snapshot`] and
+/// [`encode_counting_record`]: the same rule, and the record and snapshot must name the
+/// counting kind (a plain filter is refused, as a counting one is by [`judge_stored`]).
+///
+/// ```
+/// use bloomsled::persist::{encode_record, encode_snapshot, judge_stored_counting, StoredIds};
+/// let f = bloomsled::Filter::new(100, 0.01)?;
+/// let ids = StoredIds { database: [1; 16], tree: [2; 16], snapshot: [3; 16], sequence: 1 };
+/// let (record, snapshot) = (encode_record(&f, &ids), encode_snapshot(&f, &ids));
+/// assert!(judge_stored_counting(&record, [1; 16], Some(&snapshot)).is_err());
+/// # Ok::<(), bloomsled::Error>(())
+/// ```
+pub fn judge_stored_counting(
+    record: &[u8],
+    database: [u8; 16],
+    snapshot: Option<&[u8]>,
+) -> Result<CountingFilter, Distrust> {
+    let record = TreeRecord::decode(record).map_err(Distrust::RecordUnreadable)?;
+    let (h, words) = judge_words(&record, database, snapshot, FilterMode::Counting)?;
+    CountingFilter::from_counter_words(
+        &words,
+        h.num_hashes.get(),
+        h.seed.get(),
+        h.capacity.get(),
+        h.items.get(),
+    )
+    .map_err(refusal)
+}
+
+/// Why a snapshot that passed the rule still makes no filter.
+fn refusal(e: Error) -> Distrust {
+    match e {
+        Error::OutOfMemory { bytes, .. } => Distrust::Decode(DecodeError::TooLarge { bytes }),
+        Error::Decode(d) => Distrust::Decode(d),
+        e => Distrust::Decode(DecodeError::Inconsistent(e.to_string())),
+    }
 }
 
 /// [`judge_stored`] for a record the store no longer keeps but whose ids and seed it kept
@@ -189,19 +279,26 @@ pub fn judge_named(
     seed: u64,
     snapshot: Option<&[u8]>,
 ) -> Result<Filter, Distrust> {
-    judge_filter(&clean_record(ids, seed), ids.database, snapshot)
+    let (h, words) = judge_words(
+        &clean_record(ids, seed),
+        ids.database,
+        snapshot,
+        FilterMode::Plain,
+    )?;
+    Filter::of_snapshot(&h, &words).map_err(refusal)
 }
 
-/// `trust::judge` over the snapshot's bytes, then the filter its header and words make,
-/// which must have the record's seed.
-fn judge_filter(
+/// `trust::judge` over the snapshot's bytes for a filter of `mode`: its header and words,
+/// whose seed must be the record's.
+fn judge_words(
     record: &TreeRecord,
     database: [u8; 16],
     snapshot: Option<&[u8]>,
-) -> Result<Filter, Distrust> {
+    mode: FilterMode,
+) -> Result<(Header, Vec<u64>), Distrust> {
     let identity = Identity {
         db_id: database,
-        mode: FilterMode::Plain,
+        mode,
     };
     let read = || -> Result<(Header, Vec<u64>), Distrust> {
         Ok(format::decode(snapshot.ok_or(Distrust::Missing)?)?)
@@ -219,11 +316,7 @@ fn judge_filter(
             record.seed.get()
         )));
     }
-    Filter::of_snapshot(&h, &words).map_err(|e| match e {
-        Error::OutOfMemory { bytes, .. } => Distrust::Decode(DecodeError::TooLarge { bytes }),
-        Error::Decode(d) => Distrust::Decode(d),
-        e => inconsistent(e.to_string()),
-    })
+    Ok((h, words))
 }
 
 #[cfg(test)]
@@ -243,6 +336,48 @@ mod tests {
         };
         let (r, s) = (encode_record(&f, &ids), encode_snapshot(&f, &ids));
         (f, ids, r, s)
+    }
+
+    #[test]
+    fn a_stored_counting_filter_comes_back_with_its_counts_and_only_as_counting() {
+        let f = CountingFilter::new(1000, 0.01).unwrap();
+        for i in 0..100u32 {
+            f.insert(&i.to_le_bytes());
+            f.insert(&(i % 10).to_le_bytes());
+        }
+        let ids = StoredIds {
+            database: [1; 16],
+            tree: [2; 16],
+            snapshot: [3; 16],
+            sequence: 2,
+        };
+        let (r, s) = (
+            encode_counting_record(&f, &ids),
+            encode_counting_snapshot(&f, &ids),
+        );
+        let g = judge_stored_counting(&r, ids.database, Some(&s)).unwrap();
+        assert_eq!(g.counter_words(), f.counter_words());
+        assert_eq!(g.bits().words(), f.bits().words());
+        assert_eq!((g.items(), g.bits().seed()), (200, f.bits().seed()));
+        for i in 0..10u32 {
+            assert!(g.remove(&i.to_le_bytes()));
+            assert!(g.contains(&i.to_le_bytes()), "counted twice: still in");
+        }
+        // Either mode refuses the other's filter.
+        assert!(judge_stored(&r, ids.database, Some(&s)).is_err());
+        let (pf, _, pr, ps) = stored();
+        assert!(judge_stored_counting(&pr, ids.database, Some(&ps)).is_err());
+        assert!(
+            judge_stored_counting(&r, ids.database, Some(&encode_snapshot(&pf, &ids))).is_err()
+        );
+        for i in (0..s.len() * 8).step_by(13) {
+            let mut c = s.clone();
+            c[i / 8] ^= 1 << (i % 8);
+            assert!(
+                judge_stored_counting(&r, ids.database, Some(&c)).is_err(),
+                "bit {i}"
+            );
+        }
     }
 
     #[test]

@@ -19,7 +19,8 @@ use crate::{MultimapTableHandle, TableHandle};
 #[non_exhaustive]
 pub struct TableFilterStats {
     /// Keys the filter took that set a new bit (the table's keys, plus those of aborted
-    /// writes and removed keys since the last build: their bits stay set).
+    /// writes and removed keys since the last build: their bits stay set). Counting mode:
+    /// keys counted in less those counted out (aborted writes stay counted).
     pub items: u64,
     /// Keys the filter is sized for at its target rate; a build resizes it for twice the
     /// table's keys once `items` passes this.
@@ -34,8 +35,13 @@ pub struct TableFilterStats {
     pub target_fpr: f64,
     /// The false-positive rate its fill predicts now.
     pub estimated_fpr: f64,
-    /// Bytes the filter's bits take.
+    /// Bytes the filter takes (its bits, and its counters in counting mode).
     pub memory_bytes: usize,
+    /// Plain, or counting (`Builder::set_counting`): removed keys counted out.
+    pub mode: bloomsled::FilterMode,
+    /// Counting mode: counters stuck at their maximum ([`bloomsled::COUNTER_MAX`]), never
+    /// lowered again (their keys' bits stay set: false positives only). O(size) to count.
+    pub stuck_counters: u64,
     /// True if lookups of the latest committed state ask the filter; false while none is
     /// trusted (never built, or distrusted by a restore or rename, until a build installs
     /// one): lookups then go to redb.
@@ -71,14 +77,19 @@ fn stats_of(shared: &Shared, kind: Kind, name: &str) -> Option<TableFilterStats>
     let (lookups, ruled_out, store_lookups, false_positives, false_positives_remembered) =
         tf.lookups.totals();
     Some(TableFilterStats {
-        items: f.items(),
+        items: built.items(),
         capacity: f.capacity(),
         num_bits: f.num_bits(),
         num_hashes: f.num_hashes(),
         bits_per_key: f.bits_per_key(),
         target_fpr: f.target_fpr(),
         estimated_fpr: f.estimated_fpr(),
-        memory_bytes: f.memory_bytes(),
+        memory_bytes: built.memory_bytes(),
+        mode: match built.counting() {
+            Some(_) => bloomsled::FilterMode::Counting,
+            None => bloomsled::FilterMode::Plain,
+        },
+        stuck_counters: built.counting().map_or(0, |c| c.stuck_counters()),
         in_use: built.trusted_for(shared.epoch_of(&tf), u64::MAX),
         building: tf.building.load(SeqCst),
         builds: tf.builds.load(SeqCst),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 use std::thread::{self, JoinHandle};
 
-use super::{Built, FilterSource, GROWTH, Shared, TableFilter, journals};
+use super::{Bits, Built, FilterSource, GROWTH, Shared, TableFilter, journals};
 use crate::persist;
 use crate::sync::{AtomicBool, AtomicU64, Mutex};
 
@@ -203,8 +203,8 @@ impl Shared {
         let Some(first) = self.source.begin_read() else {
             return false;
         };
-        let saved =
-            persist::load(&first, &tf.key, tf.seed).zip(persist::raw_record(&first, &tf.key));
+        let saved = persist::load(&first, &tf.key, tf.seed, tf.counting)
+            .zip(persist::raw_record(&first, &tf.key));
         drop(first);
         let Some((filter, record)) = saved else {
             return false;
@@ -234,10 +234,12 @@ impl Shared {
         let first = self.source.begin_read()?;
         let (mark, stored, raw) = persist::marked_filter(&first, &tf.key, tf.seed)?;
         let base = match stored {
-            Some(filter) => Built::loaded(filter),
-            None if journals::extends_empty(&mark) => {
-                Built::new(tf.seed, keys.len(&first)?.saturating_mul(GROWTH))?
-            }
+            Some(filter) => Built::loaded(Bits::Plain(filter)),
+            None if journals::extends_empty(&mark) => Built::new(
+                tf.seed,
+                keys.len(&first)?.saturating_mul(GROWTH),
+                tf.counting,
+            )?,
             None => return None,
         };
         Some((mark, base, raw))
@@ -248,7 +250,9 @@ impl Shared {
     /// mark names and the mark is unchanged when the second transaction begins. Reads no
     /// key. A refusal is kept for `Database::table_filter_source`.
     fn load_replayed(&self, tf: &TableFilter, epoch: u64, keys: &dyn Keys) -> bool {
-        let Some(dir) = self.journals.dir() else {
+        // A counting table is scanned instead: its journals hold count-ins only, so a
+        // replay would keep every key removed since the close (`docs/redb.md`).
+        let Some(dir) = self.journals.dir().filter(|_| !tf.counting) else {
             return false;
         };
         let Some((mark, base, raw)) = self.replay_base(tf, keys) else {
@@ -315,7 +319,7 @@ impl Shared {
         begin: impl FnOnce() -> Option<T>,
         scan: impl FnOnce(&T, &mut dyn FnMut(&[u8]) -> bool) -> bool,
     ) {
-        let Some(fresh) = Built::new(tf.seed, len.saturating_mul(GROWTH)) else {
+        let Some(fresh) = Built::new(tf.seed, len.saturating_mul(GROWTH), tf.counting) else {
             return;
         };
         let fresh = Arc::new(fresh);

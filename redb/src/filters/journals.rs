@@ -171,6 +171,11 @@ impl Shared {
         seq: u64,
         absent: impl FnOnce() -> bool,
     ) -> Option<Mark> {
+        // Counting mode: no journal. Its hashes are count-ins only, so a replay could not
+        // count removals out: a counting table is scanned after a crash (`build.rs`).
+        if self.counting {
+            return None;
+        }
         let dir = self.journals.dir()?;
         let mut chains = self.journals.chains();
         if self.journals.stopped.load(SeqCst) {

@@ -32,6 +32,11 @@
 //! them only after its commit returned, if it did not write them since and no commit began
 //! after its own ([`Forgets::end_and_record`]). The argument is in `docs/redb.md`, "The
 //! false-positive memory" (rule 6).
+//!
+//! ## Counting mode
+//! A read table's filter may have keys of its snapshot counted out by commits since: its
+//! "absent" holds only if no such commit is in flight or finished after its `seq`
+//! (`TableFilter::absent_holds_for`, `commits.rs`, "Count-outs"); otherwise redb answers.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -217,6 +222,9 @@ pub(crate) struct ReadSide {
     pub(crate) built: Option<Arc<Built>>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) seq: u64,
+    /// The table's filter counts (counting mode): its "absent" is checked against the
+    /// count-outs (`commits.rs`). Kept here, beside `built`, for the lookup path.
+    counting: bool,
 }
 
 impl ReadSide {
@@ -239,15 +247,20 @@ impl ReadSide {
         self.tf.lookups.lookup();
         match &self.built {
             Some(b) => match b.probe(key) {
-                None => Ok(None),
+                // Counting mode: unless a count-out the snapshot may not hold cleared it.
+                None if !self.counting || self.tf.absent_holds_for(self.seq) => Ok(None),
                 Some(hashed) => self.passed(key, hashed, get),
+                None => self.unfiltered(get),
             },
-            None => {
-                let v = get()?;
-                self.tf.lookups.stored(false);
-                Ok(v)
-            }
+            None => self.unfiltered(get),
         }
+    }
+
+    /// A lookup the filter does not answer: redb's.
+    fn unfiltered<G, E>(&self, get: impl FnOnce() -> Result<Option<G>, E>) -> Result<Option<G>, E> {
+        let v = get()?;
+        self.tf.lookups.stored(false);
+        Ok(v)
     }
 
     /// The filter said "maybe" (`hashed`: the key's hash from its probe): the memory, else
@@ -286,6 +299,7 @@ impl ReadSide {
     pub(crate) fn new(shared: &Arc<Shared>, tf: Arc<TableFilter>, seq: u64) -> ReadSide {
         ReadSide {
             built: shared.trusted_current(&tf, seq),
+            counting: tf.counting,
             tf,
             shared: shared.clone(),
             seq,

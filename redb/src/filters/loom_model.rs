@@ -13,7 +13,8 @@
 //! memory `ReadSide::get` (a read table's lookup), `Forgets` (a write transaction's
 //! forgets, ended when it ends, and its misses, recorded after its commit by
 //! `Forgets::end_and_record`) and `Touched` (the tables whose commit counts a commit
-//! moves); a rename's `Shared::unsettle_table`. Run with
+//! moves); a rename's `Shared::unsettle_table`; and in counting mode the count-outs of
+//! `Shared::commit_guarded` against `ReadSide::get`'s `outs` check. Run with
 //! `RUSTFLAGS="--cfg bloomsled_loom" cargo test --release -p bloomsled-redb --lib loom`
 //! (see `.ci/run`).
 
@@ -23,7 +24,7 @@ use std::sync::atomic::Ordering::SeqCst;
 
 use loom::sync::atomic::AtomicBool;
 
-use super::{Forgets, Kind, ReadSide, Shared, Source, TableFilter, Touched};
+use super::{Forgets, Kind, Out, ReadSide, Shared, Source, TableFilter, Touched, Written};
 use crate::persist::{self, OnDisk};
 use crate::sync::{Mutex, RwLock};
 
@@ -79,15 +80,23 @@ impl Store {
 
 /// A database with filters on, no redb behind it, and table `TABLE` made.
 fn database() -> (Arc<Shared>, Arc<TableFilter>) {
+    database_in(false)
+}
+
+/// [`database`], in counting mode if `counting`.
+fn database_in(counting: bool) -> (Arc<Shared>, Arc<TableFilter>) {
     let mut on_disk = OnDisk::default();
     on_disk.seeds.insert(persist::key(Kind::Table, TABLE), SEED);
-    let shared = Arc::new(Shared::new(
-        true,
-        Source::ReadWrite(RwLock::new(None)),
-        on_disk,
-        None,
-        None,
-    ));
+    let shared = Arc::new(
+        Shared::new(
+            true,
+            Source::ReadWrite(RwLock::new(None)),
+            on_disk,
+            None,
+            None,
+        )
+        .counting(counting),
+    );
     let tf = shared.table(Kind::Table, TABLE).expect("filters are on");
     (shared, tf)
 }
@@ -109,7 +118,8 @@ fn build(shared: &Shared, tf: &TableFilter, store: &Store) {
 
 /// A write transaction that opens `tf`, inserts `insert` (through the filter first, rule
 /// 1, forgetting each key in the false-positive memory), removes `remove`, commits (rule
-/// 2, and the table's commit count), and ends (its forgets end after the commit returned).
+/// 2, and the table's commit count; in counting mode, the removed keys counted out), and
+/// ends (its forgets end after the commit returned).
 fn write_and_commit(
     shared: &Shared,
     tf: &Arc<TableFilter>,
@@ -125,9 +135,25 @@ fn write_and_commit(
     let mut pending = Default::default();
     let log: Vec<u64> = insert.iter().map(|k| tf.insert(k, &mut pending)).collect();
     forgets.keep(tf.clone(), pending);
-    shared.commit_guarded([(&**tf, gen_seen, log.as_slice())], &touched, || {
-        store.commit(insert, remove)
-    });
+    // `Table::remove` of a key the table holds (each removed key is, in these models).
+    let outs: Vec<Out> = (remove.iter())
+        .map(|k| Out {
+            h: bloomsled::hash::hash_key(k, tf.seed()),
+            extra: false,
+        })
+        .collect();
+    let written = Written {
+        filter: tf,
+        gen_seen,
+        hashes: &log,
+        outs: &outs,
+    };
+    shared
+        .commit_guarded([written], &touched, || {
+            store.commit(insert, remove);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
     drop(forgets);
 }
 
@@ -156,7 +182,10 @@ fn spawn_restore(
         // A restore may change any table.
         let touched = Touched::default();
         touched.all();
-        shared.commit_guarded([], &touched, || store.commit(&[KEY], &[]));
+        let _ = shared.commit_guarded([], &touched, || {
+            store.commit(&[KEY], &[]);
+            Ok::<(), ()>(())
+        });
         done.store(true, SeqCst);
         drop(unsettle);
     })
@@ -386,13 +415,99 @@ fn loom_a_write_transaction_never_loses_its_own_key_to_a_build() {
 /// A read transaction's lookup of `KEY` through its table (`ReadSide::get`: the filter it
 /// trusts, the false-positive memory, then its snapshot): true if it found the key.
 fn read_lookup(shared: &Arc<Shared>, tf: &Arc<TableFilter>, store: &Store) -> bool {
+    read_lookup_held(shared, tf, store).0
+}
+
+/// [`read_lookup`], and whether the snapshot held the key.
+fn read_lookup_held(shared: &Arc<Shared>, tf: &Arc<TableFilter>, store: &Store) -> (bool, bool) {
     // `Database::begin_read`: the commits finished, then redb's begin.
     let seq = shared.finished.load(SeqCst);
     let snapshot = store.begin_read();
     let side = ReadSide::new(shared, tf.clone(), seq);
-    side.get(KEY, || Ok::<_, ()>(snapshot.contains(KEY).then_some(())))
+    let found = side
+        .get(KEY, || Ok::<_, ()>(snapshot.contains(KEY).then_some(())))
         .unwrap()
-        .is_some()
+        .is_some();
+    (found, snapshot.contains(KEY))
+}
+
+/// A write transaction that overwrites `KEY` (the table holds it): its admit counts it in
+/// once more, and its commit counts that extra count out (`Table::insert` returning the
+/// old value).
+fn overwrite_and_commit(shared: &Shared, tf: &Arc<TableFilter>, store: &Store) {
+    let forgets = Forgets::default();
+    let touched = Touched::default();
+    touched.add(Some(tf));
+    let gen_seen = tf.build_gen();
+    let mut pending = Default::default();
+    let h = tf.insert(KEY, &mut pending);
+    forgets.keep(tf.clone(), pending);
+    let written = Written {
+        filter: tf,
+        gen_seen,
+        hashes: &[h],
+        outs: &[Out { h, extra: true }],
+    };
+    shared
+        .commit_guarded([written], &touched, || {
+            store.commit(&[KEY], &[]);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+    drop(forgets);
+}
+
+/// (k) Counting mode: an overwrite's extra count is counted out of `pending` too, which
+/// its admit raised, or (if a build began since the transaction opened the table) the
+/// commit's re-insert of rule 2 did. The key is committed and counted;
+/// a write transaction overwrites it and commits while a build installs `pending`, scans
+/// and installs it. Afterwards a new read transaction's filter never rules the key out.
+#[test]
+fn loom_an_overwrite_racing_a_build_keeps_its_count() {
+    model("an overwrite's count-out against a build", || {
+        let (shared, tf) = database_in(true);
+        let store = Arc::new(Store::new(&[]));
+        build(&shared, &tf, &store);
+        write_and_commit(&shared, &tf, &store, &[KEY], &[]);
+        let builder = {
+            let (shared, tf, store) = (shared.clone(), tf.clone(), store.clone());
+            loom::thread::spawn(move || build(&shared, &tf, &store))
+        };
+        overwrite_and_commit(&shared, &tf, &store);
+        builder.join().unwrap();
+        let (ruled_out, held) = read_transaction(&shared, &tf, &store, KEY);
+        assert!(
+            held && !ruled_out,
+            "an overwrite's count-out dropped the key"
+        );
+    });
+}
+
+/// (j) Counting mode (`commits.rs`, "Count-outs"): the key is committed and counted in; a
+/// read transaction takes its snapshot and looks the key up while a write transaction
+/// removes it, commits and counts it out of the same filter. A snapshot that holds the
+/// key always finds it, whether the count-out cleared its bits before the probe or not.
+#[test]
+fn loom_an_old_snapshot_never_trusts_a_count_out() {
+    model("an old snapshot's lookup against a count-out", || {
+        let (shared, tf) = database_in(true);
+        let store = Arc::new(Store::new(&[]));
+        build(&shared, &tf, &store);
+        write_and_commit(&shared, &tf, &store, &[KEY], &[]);
+        let remover = {
+            let (shared, tf, store) = (shared.clone(), tf.clone(), store.clone());
+            loom::thread::spawn(move || write_and_commit(&shared, &tf, &store, &[], &[KEY]))
+        };
+        let (found, held) = read_lookup_held(&shared, &tf, &store);
+        assert!(
+            found || !held,
+            "a snapshot holding the key was told it is absent"
+        );
+        remover.join().unwrap();
+        // Counted out: a new read transaction's filter rules the key out.
+        let (ruled_out, _) = read_transaction(&shared, &tf, &store, KEY);
+        assert!(ruled_out, "the removed key was not counted out");
+    });
 }
 
 /// (e) The false-positive memory (`lookups.rs`): the key was written and removed (its bits

@@ -5,7 +5,7 @@ use std::borrow::Borrow;
 use redb::{AccessGuard, CursorError, Key, Value};
 
 use super::Result;
-use crate::filters::TableFilter;
+use crate::filters::{Out, TableFilter};
 
 /// A cursor that writes (redb's `CursorMut`): its inserts put their key in the filter first.
 ///
@@ -30,12 +30,28 @@ pub struct CursorMut<'a, K: Key + 'static, V: Value + 'static> {
     pub(super) log: &'a mut Vec<u64>,
     /// The forgets of the table's write handle (see `Writing`).
     pub(super) pending: &'a mut bloomsled::reuse::Pending,
+    /// Counting mode: the hashes of the keys it removed, counted out at the commit.
+    pub(super) outs: &'a mut Vec<Out>,
 }
 
 impl<K: Key + 'static, V: Value + 'static> CursorMut<'_, K, V> {
     fn admit(&mut self, key: &[u8]) {
         if let Some(tf) = self.filter {
             self.log.push(tf.insert(key, self.pending));
+        }
+    }
+
+    /// Counting mode: the removed pair's key is counted out at the commit.
+    fn removed(
+        filter: Option<&TableFilter>,
+        outs: &mut Vec<Out>,
+        pair: &Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>,
+    ) {
+        if let (Some(tf), Some((k, _))) = (filter.filter(|tf| tf.counting), pair) {
+            outs.push(Out {
+                h: bloomsled::hash::hash_key(K::as_bytes(&k.value()).as_ref(), tf.seed()),
+                extra: false,
+            });
         }
     }
 
@@ -177,7 +193,9 @@ impl<K: Key + 'static, V: Value + 'static> CursorMut<'_, K, V> {
     /// ```
     #[allow(clippy::type_complexity)]
     pub fn remove_next(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
-        self.inner.remove_next()
+        let pair = self.inner.remove_next()?;
+        Self::removed(self.filter, self.outs, &pair);
+        Ok(pair)
     }
 
     /// Removes the pair before the cursor.
@@ -196,7 +214,9 @@ impl<K: Key + 'static, V: Value + 'static> CursorMut<'_, K, V> {
     /// ```
     #[allow(clippy::type_complexity)]
     pub fn remove_prev(&mut self) -> Result<Option<(AccessGuard<'_, K>, AccessGuard<'_, V>)>> {
-        self.inner.remove_prev()
+        let pair = self.inner.remove_prev()?;
+        Self::removed(self.filter, self.outs, &pair);
+        Ok(pair)
     }
 
     /// Ends the cursor, reporting an error it latched.
