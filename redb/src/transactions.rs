@@ -12,8 +12,7 @@ use redb::{
 };
 
 use crate::filters::{
-    Builder, Forgets, Kind, Out, Shared, TableFilter, Touched, Unsettle, UnsettleTable,
-    Written,
+    Builder, Forgets, Kind, Out, Shared, TableFilter, Touched, Unsettle, UnsettleTable, Written,
 };
 use crate::multimap::{MultimapKeys, MultimapTable};
 use crate::persist;
