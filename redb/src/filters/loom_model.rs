@@ -207,7 +207,10 @@ fn spawn_rename(
         // A rename changes the two tables it names (`WriteTransaction::touch`).
         let touched = Touched::default();
         touched.add(Some(&tf));
-        shared.commit_guarded([], &touched, || store.commit(&[KEY], &[]));
+        let _ = shared.commit_guarded([], &touched, || {
+            store.commit(&[KEY], &[]);
+            Ok::<(), ()>(())
+        });
         done.store(true, SeqCst);
         drop(unsettle);
     })
@@ -583,7 +586,9 @@ fn loom_a_commit_to_another_table_never_hides_a_commit_of_the_key() {
             });
             // Either answer is right for a snapshot racing the commit of the key.
             read_lookup(&shared, &tf, &store);
-            writers.map(|w| w.join().unwrap());
+            for w in writers {
+                w.join().unwrap();
+            }
             assert!(
                 read_lookup(&shared, &tf, &store),
                 "false negative: a commit to another table hid a commit of the key"
@@ -628,7 +633,9 @@ fn loom_an_old_snapshot_never_recalls_a_key_a_racing_commit_removed() {
                 old_lookup(),
                 "false negative: an old snapshot recalled a removal"
             );
-            writers.map(|w| w.join().unwrap());
+            for w in writers {
+                w.join().unwrap();
+            }
             read_lookup(&shared, &tf, &store);
             assert!(
                 old_lookup(),
@@ -670,9 +677,10 @@ fn loom_a_write_transactions_miss_never_hides_the_next_commit() {
             forgets.keep_misses(&tf, vec![KEY.into()]);
             let touched = Touched::default();
             touched.add(Some(&tf));
-            shared.commit_guarded([], &touched, || {
+            let _ = shared.commit_guarded([], &touched, || {
                 store.commit(&[], &[]);
                 drop(held);
+                Ok::<(), ()>(())
             });
             forgets.end_and_record(&shared, seq, true, |_, _| false);
             next.join().unwrap();
