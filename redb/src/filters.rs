@@ -61,7 +61,7 @@ pub(crate) use commits::{Out, Touched, Written};
 use journals::Journals;
 pub(crate) use lookups::{Forgets, Lookups, ReadSide};
 use names::Names;
-pub(crate) use renames::UnsettleTable;
+pub(crate) use renames::{Unsettle, UnsettleTable};
 
 pub(crate) use build::{Builder, Builds, Keys};
 
@@ -572,31 +572,6 @@ impl Shared {
             }
         }
         out
-    }
-
-    /// Marks the start of a restore (see `Unsettle`).
-    pub(crate) fn unsettle(self: &Arc<Self>) -> Unsettle {
-        self.unsettled.fetch_add(1, SeqCst);
-        self.epoch.fetch_add(1, SeqCst);
-        self.changed();
-        Unsettle {
-            shared: self.clone(),
-        }
-    }
-}
-
-/// Held by a write transaction from its first restore until it ends: builds wait, and the
-/// epoch moves again at the end, so no filter built before the transaction's state is
-/// visible is trusted after it.
-pub(crate) struct Unsettle {
-    shared: Arc<Shared>,
-}
-
-impl Drop for Unsettle {
-    fn drop(&mut self) {
-        self.shared.epoch.fetch_add(1, SeqCst);
-        self.shared.changed();
-        self.shared.unsettled.fetch_sub(1, SeqCst);
     }
 }
 

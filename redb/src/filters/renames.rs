@@ -1,8 +1,8 @@
-//! A rename's distrust of its two tables (rule 3 of `filters.rs`): each table has an epoch
-//! of its own, and a filter is trusted at the database's epoch plus its table's, so a
-//! rename moves only the epochs of the names it involves, and the other tables keep their
-//! filters. A restore still moves the database's (`Shared::unsettle`). The argument is in
-//! `docs/redb.md`, "Savepoints and renames".
+//! A restore's distrust of every table and a rename's of its two (rule 3 of `filters.rs`):
+//! each table has an epoch of its own, and a filter is trusted at the database's epoch plus
+//! its table's, so a rename moves only the epochs of the names it involves, and the other
+//! tables keep their filters. A restore moves the database's (`Shared::unsettle`). The
+//! argument is in `docs/redb.md`, "Savepoints and renames".
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
@@ -43,5 +43,32 @@ impl Drop for UnsettleTable {
         self.tf.epoch.fetch_add(1, SeqCst);
         self.shared.changed();
         self.tf.unsettled.fetch_sub(1, SeqCst);
+    }
+}
+
+impl Shared {
+    /// Marks the start of a restore (see `Unsettle`).
+    pub(crate) fn unsettle(self: &Arc<Self>) -> Unsettle {
+        self.unsettled.fetch_add(1, SeqCst);
+        self.epoch.fetch_add(1, SeqCst);
+        self.changed();
+        Unsettle {
+            shared: self.clone(),
+        }
+    }
+}
+
+/// Held by a write transaction from its first restore until it ends: builds wait, and the
+/// epoch moves again at the end, so no filter built before the transaction's state is
+/// visible is trusted after it.
+pub(crate) struct Unsettle {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Unsettle {
+    fn drop(&mut self) {
+        self.shared.epoch.fetch_add(1, SeqCst);
+        self.shared.changed();
+        self.shared.unsettled.fetch_sub(1, SeqCst);
     }
 }
