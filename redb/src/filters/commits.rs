@@ -4,8 +4,8 @@
 //! one table does not stop another table's memory.
 //!
 //! Each table has a [`Commits`] word, and the database one more, `Shared::wide`, for the
-//! commits whose set of changed tables is not known (a savepoint restore, a rename, a
-//! table whose filter could not be made): a read table asks both. A commit, around redb's:
+//! commits whose set of changed tables is not known (a savepoint restore, a table whose
+//! filter could not be made): a read table asks both. A commit, around redb's:
 //! 1. *begins* the word of each table it may have changed (every table opened for
 //!    writing, deleted or renamed: [`Touched`]), or the wide word, before redb's commit;
 //! 2. counts itself `finished` (the database's count, which a read transaction reads
@@ -33,8 +33,10 @@
 //! in flight), and *ends* it with its `n` as it ends the others. A read table whose
 //! filter rules a key out trusts that only if, after an acquire fence,
 //! `outs.settled_for(seq)`: every count-out it could have seen was of a commit in its
-//! snapshot. Otherwise it asks redb. A commit that restored a savepoint or renamed a
-//! table (`wide`) counts nothing out: its filters are distrusted and rebuilt from a scan.
+//! snapshot. Otherwise it asks redb. A commit that restored a savepoint (`wide`) counts
+//! nothing out: every filter is distrusted and rebuilt from a scan. A rename marks its two
+//! tables only; their filters are distrusted and rebuilt from a scan too, so a count-out
+//! of theirs is harmless, and the other tables' count-outs are those of any commit.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};
@@ -94,7 +96,7 @@ impl Touched {
         }
     }
 
-    /// The transaction may change any table (a restore or rename).
+    /// The transaction may change any table (a restore).
     pub(crate) fn all(&self) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
     }
@@ -174,7 +176,7 @@ impl Shared {
                 .chain(written.iter().map(|w| &w.filter.commits))
                 .collect(),
         };
-        // A restore or rename counts nothing out (module docs).
+        // A restore counts nothing out (module docs).
         let outs: Vec<&Written> = written
             .iter()
             .filter(|w| !touched.1 && w.filter.counting && !w.outs.is_empty())
