@@ -47,7 +47,7 @@ pub use db::{
 };
 pub use multimap::{MultimapTable, MultimapValue, ReadOnlyMultimapTable, ReadableMultimapTable};
 pub use persist::RESERVED_PREFIX;
-pub use table::{CursorMut, ReadOnlyTable, Table};
+pub use table::{CursorMut, Entry, ExtractIf, OccupiedEntry, ReadOnlyTable, Table, VacantEntry};
 pub use transactions::{ReadTransaction, WriteTransaction};
 
 /// The core's filter mode and counter ceiling, as [`FilterStats`] and [`TableFilterStats`]
@@ -58,12 +58,12 @@ pub use redb::backends;
 pub use redb::{
     AccessGuard, AccessGuardMut, AccessGuardMutInPlace, BackendError, CacheStats, CommitError,
     CompactionError, ConcurrencyMode, Cursor, CursorError, DatabaseError, DatabaseStats,
-    Durability, Entry, Error, ExtractIf, Key, MultimapRange, MultimapTableDefinition,
-    MutInPlaceValue, OccupiedEntry, OwnedAccessGuard, OwnedMultimapRange, OwnedMultimapValue,
-    OwnedRange, Range, ReadOnlyUntypedMultimapTable, ReadOnlyUntypedTable, ReadableTable,
-    ReadableTableMetadata, RepairSession, Result, Savepoint, SavepointError, SetDurabilityError,
-    StorageBackend, StorageError, TableDefinition, TableError, TableStats, TransactionError,
-    TypeName, UntypedMultimapTableHandle, UntypedTableHandle, VacantEntry, Value,
+    Durability, Error, Key, MultimapRange, MultimapTableDefinition, MutInPlaceValue,
+    OwnedAccessGuard, OwnedMultimapRange, OwnedMultimapValue, OwnedRange, Range,
+    ReadOnlyUntypedMultimapTable, ReadOnlyUntypedTable, ReadableTable, ReadableTableMetadata,
+    RepairSession, Result, Savepoint, SavepointError, SetDurabilityError, StorageBackend,
+    StorageError, TableDefinition, TableError, TableStats, TransactionError, TypeName,
+    UntypedMultimapTableHandle, UntypedTableHandle, Value,
 };
 
 /// A table's name (redb's `TableHandle`): a definition, an open table or a listed name.
