@@ -4,10 +4,11 @@
 //! The API is redb's, same names and types, so switching is a change of import: `Database`,
 //! `Builder`, transactions and tables wrap redb's and ask the table's filter (the core's
 //! [`bloomsled::Filter`], seeded secretly per table) before a single-key lookup; every other
-//! type is redb's own, re-exported. Every write that can create a key puts it in the filter
-//! before redb stores it: no false negative, ever. Removals, aborts and deleted tables leave
-//! false positives only; restoring a savepoint or renaming a table distrusts the filters
-//! until they are rebuilt from a scan. The design is in `docs/redb.md`.
+//! type is redb's own, re-exported (but `Entry` and `ExtractIf`, which remove keys). Every
+//! write that can create a key puts it in the filter before redb stores it: no false
+//! negative, ever. Removals and aborts leave false positives only (counting mode,
+//! `Builder::set_counting`, counts committed removals out); restoring a savepoint, renaming
+//! or deleting a table distrusts the filters until they are rebuilt from a scan. The design is in `docs/redb.md`.
 //!
 //! ```
 //! use bloomsled_redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
