@@ -8,7 +8,8 @@
 //! write that can create a key puts it in the filter before redb stores it: no false
 //! negative, ever. Removals and aborts leave false positives only (counting mode,
 //! `Builder::set_counting`, counts committed removals out); restoring a savepoint, renaming
-//! or deleting a table distrusts the filters until they are rebuilt from a scan. The design is in `docs/redb.md`.
+//! or deleting a table distrusts the filters until they are rebuilt from a scan. The design
+//! is in `docs/redb.md`.
 //!
 //! ```
 //! use bloomsled_redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
