@@ -1,8 +1,9 @@
 //! A restore's distrust of every table, a rename's of its two and a delete's of its one
 //! (rule 3 of `filters.rs`): each table has an epoch of its own, and a filter is trusted at
 //! the database's epoch plus its table's, so a rename or a delete moves only the epochs of
-//! the names it involves, and the other tables keep their filters. A restore moves the database's (`Shared::unsettle`). The
-//! argument is in `docs/redb.md`, "Savepoints and renames".
+//! the names it involves, and the other tables keep their filters. A restore moves the
+//! database's (`Shared::unsettle`). The argument is in `docs/redb.md`, "Savepoints and
+//! renames".
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
