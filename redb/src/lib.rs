@@ -4,10 +4,12 @@
 //! The API is redb's, same names and types, so switching is a change of import: `Database`,
 //! `Builder`, transactions and tables wrap redb's and ask the table's filter (the core's
 //! [`bloomsled::Filter`], seeded secretly per table) before a single-key lookup; every other
-//! type is redb's own, re-exported. Every write that can create a key puts it in the filter
-//! before redb stores it: no false negative, ever. Removals, aborts and deleted tables leave
-//! false positives only; restoring a savepoint or renaming a table distrusts the filters
-//! until they are rebuilt from a scan. The design is in `docs/redb.md`.
+//! type is redb's own, re-exported (but `Entry` and `ExtractIf`, which remove keys). Every
+//! write that can create a key puts it in the filter before redb stores it: no false
+//! negative, ever. Removals and aborts leave false positives only (counting mode,
+//! `Builder::set_counting`, counts committed removals out); restoring a savepoint, renaming
+//! or deleting a table distrusts the filters until they are rebuilt from a scan. The design
+//! is in `docs/redb.md`.
 //!
 //! ```
 //! use bloomsled_redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -47,7 +49,7 @@ pub use db::{
 };
 pub use multimap::{MultimapTable, MultimapValue, ReadOnlyMultimapTable, ReadableMultimapTable};
 pub use persist::RESERVED_PREFIX;
-pub use table::{CursorMut, ReadOnlyTable, Table};
+pub use table::{CursorMut, Entry, ExtractIf, OccupiedEntry, ReadOnlyTable, Table, VacantEntry};
 pub use transactions::{ReadTransaction, WriteTransaction};
 
 /// The core's filter mode and counter ceiling, as [`FilterStats`] and [`TableFilterStats`]
@@ -58,12 +60,12 @@ pub use redb::backends;
 pub use redb::{
     AccessGuard, AccessGuardMut, AccessGuardMutInPlace, BackendError, CacheStats, CommitError,
     CompactionError, ConcurrencyMode, Cursor, CursorError, DatabaseError, DatabaseStats,
-    Durability, Entry, Error, ExtractIf, Key, MultimapRange, MultimapTableDefinition,
-    MutInPlaceValue, OccupiedEntry, OwnedAccessGuard, OwnedMultimapRange, OwnedMultimapValue,
-    OwnedRange, Range, ReadOnlyUntypedMultimapTable, ReadOnlyUntypedTable, ReadableTable,
-    ReadableTableMetadata, RepairSession, Result, Savepoint, SavepointError, SetDurabilityError,
-    StorageBackend, StorageError, TableDefinition, TableError, TableStats, TransactionError,
-    TypeName, UntypedMultimapTableHandle, UntypedTableHandle, VacantEntry, Value,
+    Durability, Error, Key, MultimapRange, MultimapTableDefinition, MutInPlaceValue,
+    OwnedAccessGuard, OwnedMultimapRange, OwnedMultimapValue, OwnedRange, Range,
+    ReadOnlyUntypedMultimapTable, ReadOnlyUntypedTable, ReadableTable, ReadableTableMetadata,
+    RepairSession, Result, Savepoint, SavepointError, SetDurabilityError, StorageBackend,
+    StorageError, TableDefinition, TableError, TableStats, TransactionError, TypeName,
+    UntypedMultimapTableHandle, UntypedTableHandle, Value,
 };
 
 /// A table's name (redb's `TableHandle`): a definition, an open table or a listed name.

@@ -7,9 +7,8 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 use redb::{
-    AccessGuard, AccessGuardMut, AccessGuardMutInPlace, Cursor, Entry, ExtractIf, Key,
-    MutInPlaceValue, Range, ReadableTable, ReadableTableMetadata, StorageError, TableDefinition,
-    TableStats, Value,
+    AccessGuard, AccessGuardMut, AccessGuardMutInPlace, Cursor, Key, MutInPlaceValue, Range,
+    ReadableTable, ReadableTableMetadata, StorageError, TableDefinition, TableStats, Value,
 };
 
 use crate::filters::{Builder, Keys, Kind};
@@ -17,9 +16,13 @@ use crate::transactions::WriteTransaction;
 use crate::writing::Writing;
 
 mod cursor;
+mod entry;
+mod extract;
 mod read_only;
 
 pub use cursor::CursorMut;
+pub use entry::{Entry, OccupiedEntry, VacantEntry};
+pub use extract::ExtractIf;
 pub use read_only::ReadOnlyTable;
 
 type Result<T = (), E = StorageError> = std::result::Result<T, E>;
@@ -108,11 +111,6 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         }
     }
 
-    /// Sets the key's bits before a write that may create it.
-    fn admit(&mut self, key: &[u8]) {
-        self.writing.admit(key);
-    }
-
     /// The value of `key` for in-place change; `None` if absent (the filter may say so).
     ///
     /// ```
@@ -182,7 +180,9 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         Ok(pair)
     }
 
-    /// Removes the pairs `predicate` selects, as they are iterated.
+    /// Removes the pairs `predicate` selects, as they are iterated: a pair is removed when
+    /// the iterator yields it (counting mode counts its key out at the commit); pairs not
+    /// read stay.
     ///
     /// ```
     /// use bloomsled_redb::{Database, TableDefinition};
@@ -199,7 +199,10 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
         &mut self,
         predicate: F,
     ) -> Result<ExtractIf<'_, K, V, F>> {
-        self.inner.extract_if(predicate)
+        Ok(ExtractIf {
+            inner: self.inner.extract_if(predicate)?,
+            outs: self.writing.count_outs(),
+        })
     }
 
     /// [`Table::extract_if`] within a range of keys.
@@ -223,7 +226,10 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     where
         KR: Borrow<K::SelfType<'a>> + 'a,
     {
-        self.inner.extract_from_if(range, predicate)
+        Ok(ExtractIf {
+            inner: self.inner.extract_from_if(range, predicate)?,
+            outs: self.writing.count_outs(),
+        })
     }
 
     /// Keeps only the pairs `predicate` accepts.
@@ -414,7 +420,8 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     }
 
     /// The entry of `key` for in-place manipulation. The key is put in the filter first
-    /// (if the entry stays vacant, a false positive).
+    /// (if the entry stays vacant, a false positive, except in counting mode, which counts
+    /// it out again; as it counts out an occupied entry's removal).
     ///
     /// ```
     /// use bloomsled_redb::{Database, ReadableTable, TableDefinition};
@@ -429,17 +436,32 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     /// ```
     pub fn entry<'a>(&'a mut self, key: K::SelfType<'a>) -> Result<Entry<'a, K, V>> {
         let h = self.writing.admit(K::as_bytes(&key).as_ref());
+        let removal = self.writing.out_hash(K::as_bytes(&key).as_ref());
         let entry = self.inner.entry(key)?;
-        if matches!(entry, Entry::Occupied(_)) {
-            // Counting mode: the key was there and counted; this admit is one too many.
-            self.writing.count_out_hash(h);
-        }
-        Ok(entry)
+        let mut outs = self.writing.count_outs();
+        Ok(match entry {
+            redb::Entry::Occupied(inner) => {
+                // Counting mode: the key was there and counted; this admit is one too many.
+                outs.push(h);
+                Entry::Occupied(OccupiedEntry {
+                    inner,
+                    out: removal,
+                    outs,
+                })
+            }
+            redb::Entry::Vacant(inner) => Entry::Vacant(VacantEntry {
+                inner: Some(inner),
+                out: h,
+                outs,
+            }),
+        })
     }
 }
 
 impl<K: Key + 'static, V: MutInPlaceValue + 'static> Table<'_, K, V> {
-    /// Reserves `value_length` bytes for the value of `key` (the key enters the filter first).
+    /// Reserves `value_length` bytes for the value of `key` (the key enters the filter first;
+    /// over an existing key, counting mode counts that extra count out at the commit, for
+    /// which it asks redb first whether the key is there).
     ///
     /// ```
     /// use bloomsled_redb::{Database, TableDefinition};
@@ -456,8 +478,14 @@ impl<K: Key + 'static, V: MutInPlaceValue + 'static> Table<'_, K, V> {
         key: impl Borrow<K::SelfType<'a>>,
         value_length: usize,
     ) -> Result<AccessGuardMutInPlace<'_, V>> {
-        self.admit(K::as_bytes(key.borrow()).as_ref());
-        self.inner.insert_reserve(key, value_length)
+        let existed = self.writing.counting() && self.inner.get(key.borrow())?.is_some();
+        let h = self.writing.admit(K::as_bytes(key.borrow()).as_ref());
+        let reserved = self.inner.insert_reserve(key, value_length)?;
+        if existed {
+            // The key was there and counted: this admit is one count too many.
+            self.writing.count_out_hash(h);
+        }
+        Ok(reserved)
     }
 }
 

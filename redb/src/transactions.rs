@@ -63,7 +63,8 @@ pub struct WriteTransaction {
     logs: Mutex<HashMap<(Kind, String), WriteLog>>,
     /// Set from the first restore until the transaction ends (after `inner`).
     unsettle: Mutex<Option<Unsettle>>,
-    /// The tables renamed from or to since, each distrusted until the transaction ends.
+    /// The tables renamed from or to, or deleted, since: each distrusted until the
+    /// transaction ends.
     renamed: Mutex<Vec<UnsettleTable>>,
     /// The records of clean closes this transaction removed (`persist`), and whether it
     /// removed them all (a restore).
@@ -128,23 +129,30 @@ impl WriteTransaction {
         }
     }
 
-    /// Before redb renames table `from` to `to`: those two tables' filters are distrusted
-    /// until this transaction ends (rule 3: their epochs move now and at its end, and their
-    /// builds wait), and `to`'s memory forgets every key (it gets `from`'s keys), ended with
-    /// the transaction. The other tables keep their filters and memories: a rename changes
-    /// no table but these two. (`touch` noted both for their commit counts.)
-    fn unsettle_rename(&self, kind: Kind, from: &str, to: &str) {
+    /// Before redb renames table `from` to `to` (`Some`), or deletes `from` (`None`): those
+    /// tables' filters are distrusted until this transaction ends (rule 3: their epochs
+    /// move now and at its end, and their builds wait), then rebuilt from a scan of what it
+    /// left; `to`'s memory forgets every key (it gets `from`'s keys), ended with the
+    /// transaction. The other tables keep their filters and memories: a rename or a delete
+    /// changes no other table. (`touch` noted them for their commit counts.)
+    fn unsettle_tables(&self, kind: Kind, from: &str, to: Option<&str>) {
         if !self.shared.enabled {
             return;
         }
-        let (Some(from), Some(to)) = (self.shared.table(kind, from), self.shared.table(kind, to))
-        else {
-            return self.unsettle(); // a filter that cannot be made: every table, as a restore
+        // A filter that cannot be made: every table, as a restore.
+        let Some(from) = self.shared.table(kind, from) else {
+            return self.unsettle();
+        };
+        let to = match to.map(|to| self.shared.table(kind, to)) {
+            Some(None) => return self.unsettle(),
+            to => to.flatten(),
         };
         let mut renamed = self.renamed.lock().unwrap_or_else(|e| e.into_inner());
         renamed.push(self.shared.unsettle_table(&from));
-        renamed.push(self.shared.unsettle_table(&to));
-        self.forgets.forget_table(&to);
+        if let Some(to) = to {
+            renamed.push(self.shared.unsettle_table(&to));
+            self.forgets.forget_table(&to);
+        }
     }
 
     /// The table's filter for this transaction, and the generation it first saw. At the
@@ -297,7 +305,7 @@ impl WriteTransaction {
         drop(definition);
         self.touch(Kind::Table, &name, false)?;
         self.touch(Kind::Table, new_name.name(), false)?;
-        self.unsettle_rename(Kind::Table, &name, new_name.name());
+        self.unsettle_tables(Kind::Table, &name, Some(new_name.name()));
         self.inner.rename_table(
             TableDefinition::<(), ()>::new(&name),
             TableDefinition::<(), ()>::new(new_name.name()),
@@ -327,14 +335,17 @@ impl WriteTransaction {
         drop(definition);
         self.touch(Kind::Multimap, &name, false)?;
         self.touch(Kind::Multimap, new_name.name(), false)?;
-        self.unsettle_rename(Kind::Multimap, &name, new_name.name());
+        self.unsettle_tables(Kind::Multimap, &name, Some(new_name.name()));
         self.inner.rename_multimap_table(
             MultimapTableDefinition::<(), ()>::new(&name),
             MultimapTableDefinition::<(), ()>::new(new_name.name()),
         )
     }
 
-    /// Deletes a table. Its filter keeps the keys: false positives only, until rebuilt.
+    /// Deletes a table. Its filter is distrusted from the call until the transaction ends,
+    /// then rebuilt from a scan (as a rename's two): the deleted keys do not stay as false
+    /// positives, and a read transaction begun before the commit, which still sees them,
+    /// never trusts the rebuilt filter (its snapshot is older than the scan).
     ///
     /// ```
     /// use bloomsled_redb::{Database, TableDefinition};
@@ -351,6 +362,7 @@ impl WriteTransaction {
         let name = definition.name().to_string();
         drop(definition);
         self.touch(Kind::Table, &name, false)?;
+        self.unsettle_tables(Kind::Table, &name, None);
         self.inner
             .delete_table(TableDefinition::<(), ()>::new(&name))
     }
@@ -373,6 +385,7 @@ impl WriteTransaction {
         let name = definition.name().to_string();
         drop(definition);
         self.touch(Kind::Multimap, &name, false)?;
+        self.unsettle_tables(Kind::Multimap, &name, None);
         self.inner
             .delete_multimap_table(MultimapTableDefinition::<(), ()>::new(&name))
     }

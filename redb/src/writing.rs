@@ -19,6 +19,35 @@ pub(crate) type ForCursor<'a> = (
     &'a mut Vec<Out>,
 );
 
+/// Counting mode: where a removal that outlives one call of the table (an `ExtractIf`, an
+/// entry) notes the keys it removed or the counts it added in vain, counted out when the
+/// transaction commits (see [`Writing::count_out`]). Notes nothing in plain mode.
+pub(crate) struct CountOuts<'a> {
+    /// The table's seed, in counting mode only.
+    seed: Option<u64>,
+    outs: &'a mut Vec<Out>,
+}
+
+impl CountOuts<'_> {
+    /// `key` was removed (redb's call returned it): one count out at the commit.
+    pub(crate) fn removed(&mut self, key: &[u8]) {
+        if let Some(seed) = self.seed {
+            self.outs.push(Out {
+                h: bloomsled::hash::hash_key(key, seed),
+                extra: false,
+            });
+        }
+    }
+
+    /// A hash [`Writing::admit`] or [`Writing::out_hash`] gave, counted out at the commit
+    /// (counting mode).
+    pub(crate) fn push(&mut self, out: Option<Out>) {
+        if let Some(out) = out.filter(|_| self.seed.is_some()) {
+            self.outs.push(out);
+        }
+    }
+}
+
 /// One table's filter as a write transaction sees it, and the hashes of the keys written
 /// through this handle (handed to the transaction when the handle drops, so that its
 /// commit can re-insert them into a filter a build installed meanwhile).
@@ -123,6 +152,19 @@ impl<'txn> Writing<'txn> {
     /// True in counting mode: removals and overwrites are counted out.
     pub(crate) fn counting(&self) -> bool {
         self.filter.as_ref().is_some_and(|tf| tf.counting)
+    }
+
+    /// Where a removal that outlives one call notes its count-outs ([`CountOuts`]).
+    pub(crate) fn count_outs(&mut self) -> CountOuts<'_> {
+        let seed = self
+            .filter
+            .as_ref()
+            .filter(|tf| tf.counting)
+            .map(|tf| tf.seed());
+        CountOuts {
+            seed,
+            outs: &mut self.outs,
+        }
     }
 
     fn probe(&self, key: &[u8]) -> Option<bool> {

@@ -553,3 +553,274 @@ fn kill_9_then_reopen_no_false_negative_and_removals_forgotten() {
     );
     assert!(removed_checked > 0, "no removal was checked");
 }
+
+// The removal paths that outlive one call (an `ExtractIf`, an entry), `insert_reserve` and
+// a cursor's refused inserts over existing keys, and deleted tables.
+
+const R: TableDefinition<u64, &[u8]> = TableDefinition::new("r");
+
+/// [`assert_ruled_out`] for any `u64`-keyed table.
+#[track_caller]
+fn assert_ruled_out_in<V: bloomsled_redb::Value + 'static>(
+    db: &Database,
+    def: TableDefinition<u64, V>,
+    keys: impl IntoIterator<Item = u64>,
+) {
+    let before = db.table_filter_stats(def).unwrap();
+    let r = db.begin_read().unwrap();
+    let t = r.open_table(def).unwrap();
+    assert!(t.filter_in_use());
+    let mut n = 0;
+    for k in keys {
+        assert!(t.get(k).unwrap().is_none(), "key {k} is gone");
+        n += 1;
+    }
+    let after = db.table_filter_stats(def).unwrap();
+    assert_eq!(after.lookups - before.lookups, n);
+    assert_eq!(
+        after.store_lookups - before.store_lookups,
+        0,
+        "a removed key was not counted out: redb was asked"
+    );
+}
+
+/// `keys` are all in `t` (a table opened by a reader of before).
+#[track_caller]
+fn assert_held(t: &bloomsled_redb::ReadOnlyTable<u64, u64>, keys: impl IntoIterator<Item = u64>) {
+    for k in keys {
+        assert_eq!(t.get(k).unwrap().map(|v| v.value()), Some(k), "key {k}");
+    }
+}
+
+/// An `ExtractIf` removes a pair when it yields it: those keys are counted out, the pairs
+/// it did not reach are not, and an abort counts out nothing.
+#[test]
+fn extract_if_counts_out_the_pairs_it_yielded() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = counting(&dir.path().join("a.redb"));
+    insert(&db, 0..40);
+    // Aborted: nothing counted out.
+    let w = db.begin_write().unwrap();
+    {
+        let mut t = w.open_table(T).unwrap();
+        assert_eq!(t.extract_if(|_, _| true).unwrap().count(), 40);
+    }
+    w.abort().unwrap();
+    assert_found(&db, 0..40);
+    assert_eq!(stats(&db).items, 40);
+    let early = db.begin_read().unwrap();
+    let opened_before = early.open_table(T).unwrap();
+    let w = db.begin_write().unwrap();
+    {
+        let mut t = w.open_table(T).unwrap();
+        // Selects 0..20, yields 10 of them from the front and 2 from the back.
+        let mut it = t.extract_if(|k, _| k < 20).unwrap();
+        for k in 0..10 {
+            assert_eq!(it.next().unwrap().unwrap().0.value(), k);
+        }
+        assert_eq!(it.next_back().unwrap().unwrap().0.value(), 19);
+        assert_eq!(it.next_back().unwrap().unwrap().0.value(), 18);
+        drop(it);
+        let odd: Vec<u64> = (t.extract_from_if(30..40, |k, _| k % 2 == 1).unwrap())
+            .map(|p| p.unwrap().0.value())
+            .collect();
+        assert_eq!(odd, [31, 33, 35, 37, 39]);
+        t.extract_from_if(20..30, |_, _| true)
+            .unwrap()
+            .close()
+            .unwrap();
+    }
+    w.commit().unwrap();
+    let gone: Vec<u64> = (0..10).chain([18, 19, 31, 33, 35, 37, 39]).collect();
+    let kept: Vec<u64> = (0..40).filter(|k| !gone.contains(k)).collect();
+    assert_ruled_out(&db, gone.iter().copied());
+    assert_found(&db, kept.iter().copied());
+    assert_eq!(stats(&db).items, kept.len() as u64);
+    // The reader of before still holds every extracted key.
+    assert_held(&opened_before, 0..40);
+    assert_held(&early.open_table(T).unwrap(), 0..40);
+}
+
+/// An occupied entry's `remove` / `remove_entry` counts its key out; a vacant entry given
+/// up counts out the count-in `entry` made; one filled stays counted once.
+#[test]
+fn entry_removals_and_vacant_entries_given_up_count_out() {
+    use bloomsled_redb::Entry;
+    let dir = tempfile::tempdir().unwrap();
+    let db = counting(&dir.path().join("a.redb"));
+    insert(&db, 0..20);
+    let early = db.begin_read().unwrap();
+    let opened_before = early.open_table(T).unwrap();
+    let w = db.begin_write().unwrap();
+    {
+        let mut t = w.open_table(T).unwrap();
+        for k in 0..10 {
+            let Entry::Occupied(e) = t.entry(k).unwrap() else {
+                panic!("key {k} is there")
+            };
+            if k % 2 == 0 {
+                assert_eq!(e.remove().unwrap().value(), k);
+            } else {
+                assert_eq!(e.remove_entry().unwrap().0, k);
+            }
+        }
+        for k in 100..110 {
+            let Entry::Vacant(e) = t.entry(k).unwrap() else {
+                panic!("key {k} is not there")
+            };
+            if k % 2 == 0 {
+                drop(e);
+            } else {
+                assert_eq!(e.into_key(), k);
+            }
+        }
+        t.entry(200).unwrap().or_insert(200).unwrap();
+        // Occupied, kept: counted once.
+        t.entry(15).unwrap().and_modify(|_| Ok(())).unwrap();
+    }
+    w.commit().unwrap();
+    assert_ruled_out(&db, (0..10).chain(100..110));
+    assert_found(&db, (10..20).chain([200]));
+    assert_eq!(stats(&db).items, 11);
+    assert_held(&opened_before, 0..20);
+    // Aborted: nothing counted out (the count-ins of `entry` stay, as any abort's).
+    let w = db.begin_write().unwrap();
+    {
+        let mut t = w.open_table(T).unwrap();
+        for k in 10..20 {
+            let Entry::Occupied(e) = t.entry(k).unwrap() else {
+                panic!("key {k} is there")
+            };
+            e.remove().unwrap();
+        }
+    }
+    w.abort().unwrap();
+    assert_found(&db, 10..20);
+    assert_eq!(stats(&db).items, 21);
+}
+
+/// `insert_reserve` over an existing key and a cursor insert refused as unordered (redb's
+/// cursor never overwrites: a key already there is unordered) leave each key counted once.
+#[test]
+fn insert_reserve_and_refused_cursor_inserts_count_a_key_in_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = counting(&dir.path().join("a.redb"));
+    for _ in 0..3 {
+        let w = db.begin_write().unwrap();
+        {
+            let mut t = w.open_table(R).unwrap();
+            for k in 0..20 {
+                t.insert_reserve(k, 3)
+                    .unwrap()
+                    .as_mut()
+                    .copy_from_slice(b"abc");
+            }
+        }
+        w.commit().unwrap();
+    }
+    assert_eq!(db.table_filter_stats(R).unwrap().items, 20);
+    let w = db.begin_write().unwrap();
+    {
+        let mut t = w.open_table(R).unwrap();
+        for k in 0..20 {
+            assert!(t.remove(k).unwrap().is_some());
+        }
+    }
+    w.commit().unwrap();
+    assert_eq!(db.table_filter_stats(R).unwrap().items, 0);
+    assert_ruled_out_in(&db, R, 0..20);
+
+    insert(&db, (0..20).filter(|k| k % 2 == 0));
+    let w = db.begin_write().unwrap();
+    {
+        let mut t = w.open_table(T).unwrap();
+        let mut c = t.lower_bound_mut(std::ops::Bound::Included(4)).unwrap();
+        // The gap is between 2 and 4: both are there, 30 is out of order.
+        for k in [2, 4, 30] {
+            assert!(matches!(
+                c.insert_before(k, k),
+                Err(bloomsled_redb::CursorError::UnorderedKey)
+            ));
+            assert!(matches!(
+                c.insert_after(k, k),
+                Err(bloomsled_redb::CursorError::UnorderedKey)
+            ));
+        }
+        c.insert_before(3, 3).unwrap();
+        c.close().unwrap();
+    }
+    w.commit().unwrap();
+    assert_eq!(stats(&db).items, 11);
+    assert_ruled_out(&db, [30]);
+    remove(&db, (0..20).filter(|k| k % 2 == 0).chain([3]));
+    assert_eq!(stats(&db).items, 0);
+    assert_ruled_out(&db, (0..20).chain([30]));
+}
+
+/// A deleted table's filter is rebuilt from a scan after the commit: its keys are not
+/// false positives of the table made again under that name, a reader of before still
+/// finds them, and an abort keeps them.
+#[test]
+fn a_deleted_table_forgets_its_keys_and_an_older_reader_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = counting(&dir.path().join("a.redb"));
+    insert(&db, 0..50);
+    let w = db.begin_write().unwrap();
+    {
+        let mut m = w.open_multimap_table(M).unwrap();
+        for k in 0..50 {
+            m.insert(k, k).unwrap();
+        }
+    }
+    w.commit().unwrap();
+    let w = db.begin_write().unwrap();
+    assert!(w.delete_table(T).unwrap());
+    assert!(w.delete_multimap_table(M).unwrap());
+    w.abort().unwrap();
+    assert_found(&db, 0..50);
+    let early = db.begin_read().unwrap();
+    let opened_before = early.open_table(T).unwrap();
+    let w = db.begin_write().unwrap();
+    assert!(w.delete_table(T).unwrap());
+    assert!(w.delete_multimap_table(M).unwrap());
+    // Made again in the same transaction, with other keys.
+    w.open_table(T).unwrap().insert(1000, 1000).unwrap();
+    w.commit().unwrap();
+    assert_held(&opened_before, 0..50);
+    assert_held(&early.open_table(T).unwrap(), 0..50);
+    assert!(
+        early
+            .open_multimap_table(M)
+            .unwrap()
+            .get(7)
+            .unwrap()
+            .next()
+            .is_some()
+    );
+    common::settle(&db, &[T]);
+    assert_ruled_out(&db, 0..50);
+    assert_found(&db, [1000]);
+    assert_eq!(stats(&db).items, 1);
+    // The multimap table, made again empty.
+    let w = db.begin_write().unwrap();
+    w.open_multimap_table(M).unwrap().insert(1000, 1).unwrap();
+    w.commit().unwrap();
+    {
+        let r = db.begin_read().unwrap();
+        let _ = r.open_multimap_table(M).unwrap();
+    }
+    db.wait_for_filters();
+    let s = db.multimap_table_filter_stats(M).unwrap();
+    assert_eq!(s.items, 1);
+    let before = s.store_lookups;
+    let r = db.begin_read().unwrap();
+    let m = r.open_multimap_table(M).unwrap();
+    for k in 0..50 {
+        assert!(m.get(k).unwrap().next().is_none());
+    }
+    assert_eq!(
+        db.multimap_table_filter_stats(M).unwrap().store_lookups,
+        before
+    );
+    assert_held(&opened_before, 0..50);
+}

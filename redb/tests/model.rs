@@ -1,5 +1,6 @@
 //! A property test against a model (a `BTreeMap`): random write transactions (inserts,
-//! removes, retain, extract_if, pop, delete_table), aborts, `Durability::None` commits,
+//! removes, retain, extract_if read whole or in part, pop, an entry's removal, cursor
+//! inserts, delete_table), aborts, `Durability::None` commits,
 //! savepoints and restores, renames back and forth, reopens, with readers held across
 //! commits. Every lookup path must answer what the model holds: a false negative fails.
 //! Run twice: with plain filters, and in counting mode (`Builder::set_counting`), where
@@ -27,6 +28,12 @@ enum Write {
     ExtractIf(u64),
     PopFirst,
     PopLast,
+    /// `entry(k)`: an occupied one removed, a vacant one given up.
+    EntryRemove(u64),
+    /// `extract_if` of the keys `k % n == 0`, only the first two it yields read.
+    ExtractSome(u64),
+    /// A cursor's `insert_before(k, v)` at `k`: refused if `k` is there.
+    CursorInsert(u64, u64),
 }
 
 /// What a transaction does to the whole table after its writes.
@@ -64,6 +71,9 @@ fn write() -> impl Strategy<Value = Write> {
         1 => (2..5u64).prop_map(Write::ExtractIf),
         1 => Just(Write::PopFirst),
         1 => Just(Write::PopLast),
+        2 => (0..KEYS).prop_map(Write::EntryRemove),
+        1 => (2..5u64).prop_map(Write::ExtractSome),
+        2 => (0..KEYS, any::<u64>()).prop_map(|(k, v)| Write::CursorInsert(k, v)),
     ]
 }
 
@@ -137,6 +147,27 @@ fn apply(t: &mut bloomsled_redb::Table<'_, u64, u64>, w: &Write, m: &mut Model) 
         Write::PopLast => {
             t.pop_last().unwrap();
             m.pop_last();
+        }
+        Write::EntryRemove(k) => {
+            if let bloomsled_redb::Entry::Occupied(e) = t.entry(k).unwrap() {
+                e.remove().unwrap();
+            }
+            m.remove(&k);
+        }
+        Write::ExtractSome(n) => {
+            let mut it = t.extract_if(|k, _| k % n == 0).unwrap();
+            for _ in 0..2 {
+                if let Some(p) = it.next() {
+                    assert!(m.remove(&p.unwrap().0.value()).is_some());
+                }
+            }
+        }
+        Write::CursorInsert(k, v) => {
+            let mut c = t.lower_bound_mut(std::ops::Bound::Included(k)).unwrap();
+            let r = c.insert_before(k, v);
+            c.close().unwrap();
+            assert_eq!(r.is_ok(), !m.contains_key(&k), "cursor insert of {k}");
+            m.entry(k).or_insert(v);
         }
     }
 }

@@ -35,8 +35,9 @@
 //! `outs.settled_for(seq)`: every count-out it could have seen was of a commit in its
 //! snapshot. Otherwise it asks redb. A commit that restored a savepoint (`wide`) counts
 //! nothing out: every filter is distrusted and rebuilt from a scan. A rename marks its two
-//! tables only; their filters are distrusted and rebuilt from a scan too, so a count-out
-//! of theirs is harmless, and the other tables' count-outs are those of any commit.
+//! tables only, a delete its one; their filters are distrusted and rebuilt from a scan too,
+//! so a count-out of theirs is harmless, and the other tables' count-outs are those of any
+//! commit.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Release, SeqCst};

@@ -1,8 +1,9 @@
-//! A restore's distrust of every table and a rename's of its two (rule 3 of `filters.rs`):
-//! each table has an epoch of its own, and a filter is trusted at the database's epoch plus
-//! its table's, so a rename moves only the epochs of the names it involves, and the other
-//! tables keep their filters. A restore moves the database's (`Shared::unsettle`). The
-//! argument is in `docs/redb.md`, "Savepoints and renames".
+//! A restore's distrust of every table, a rename's of its two and a delete's of its one
+//! (rule 3 of `filters.rs`): each table has an epoch of its own, and a filter is trusted at
+//! the database's epoch plus its table's, so a rename or a delete moves only the epochs of
+//! the names it involves, and the other tables keep their filters. A restore moves the
+//! database's (`Shared::unsettle`). The argument is in `docs/redb.md`, "Savepoints and
+//! renames".
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
@@ -16,9 +17,9 @@ impl Shared {
         self.epoch.load(SeqCst).wrapping_add(tf.epoch.load(SeqCst))
     }
 
-    /// Marks the start of a rename to or from `tf`'s name (see `UnsettleTable`): only that
-    /// table's filter is distrusted, and its builds wait. Raised before the epoch moves
-    /// (`Shared::settled_epoch`).
+    /// Marks the start of a rename to or from `tf`'s name, or of its delete (see
+    /// `UnsettleTable`): only that table's filter is distrusted, and its builds wait.
+    /// Raised before the epoch moves (`Shared::settled_epoch`).
     pub(crate) fn unsettle_table(self: &Arc<Self>, tf: &Arc<TableFilter>) -> UnsettleTable {
         tf.unsettled.fetch_add(1, SeqCst);
         tf.epoch.fetch_add(1, SeqCst);
@@ -31,8 +32,8 @@ impl Shared {
 }
 
 /// `Unsettle` for one table: held by a write transaction from a rename to or from the
-/// table's name until it ends (that table's builds wait, and its epoch moves again at the
-/// end).
+/// table's name, or its delete, until it ends (that table's builds wait, and its epoch
+/// moves again at the end).
 pub(crate) struct UnsettleTable {
     tf: Arc<TableFilter>,
     shared: Arc<Shared>,

@@ -7,7 +7,9 @@ use redb::{AccessGuard, CursorError, Key, Value};
 use super::Result;
 use crate::filters::{Out, TableFilter};
 
-/// A cursor that writes (redb's `CursorMut`): its inserts put their key in the filter first.
+/// A cursor that writes (redb's `CursorMut`): its inserts put their key in the filter first
+/// (redb's cursor never overwrites a key: an insert of a key already there is refused as
+/// unordered, and counting mode counts its count-in out again at the commit).
 ///
 /// ```
 /// use std::ops::Bound;
@@ -35,10 +37,28 @@ pub struct CursorMut<'a, K: Key + 'static, V: Value + 'static> {
 }
 
 impl<K: Key + 'static, V: Value + 'static> CursorMut<'_, K, V> {
-    fn admit(&mut self, key: &[u8]) {
-        if let Some(tf) = self.filter {
-            self.log.push(tf.insert(key, self.pending));
+    /// Counts `key` in before an insert; its hash, for [`CursorMut::refused`].
+    fn admit(&mut self, key: &[u8]) -> Option<u64> {
+        let tf = self.filter?;
+        let h = tf.insert(key, self.pending);
+        self.log.push(h);
+        Some(h)
+    }
+
+    /// Counting mode: an insert redb refused as unordered changed nothing (redb's cursor
+    /// never overwrites: a key equal to a neighbour, one already there, is unordered), so
+    /// its count-in is one too many, counted out at the commit. Any other error leaves the
+    /// count (too high at worst: the insert may have reached the table).
+    fn refused<T>(
+        &mut self,
+        h: Option<u64>,
+        result: std::result::Result<T, CursorError>,
+    ) -> std::result::Result<T, CursorError> {
+        let counting = self.filter.is_some_and(|tf| tf.counting);
+        if let (Some(h), true, Err(CursorError::UnorderedKey)) = (h, counting, &result) {
+            self.outs.push(Out { h, extra: true });
         }
+        result
     }
 
     /// Counting mode: the removed pair's key is counted out at the commit.
@@ -150,8 +170,9 @@ impl<K: Key + 'static, V: Value + 'static> CursorMut<'_, K, V> {
         key: impl Borrow<K::SelfType<'k>>,
         value: impl Borrow<V::SelfType<'v>>,
     ) -> std::result::Result<(), CursorError> {
-        self.admit(K::as_bytes(key.borrow()).as_ref());
-        self.inner.insert_before(key, value)
+        let h = self.admit(K::as_bytes(key.borrow()).as_ref());
+        let result = self.inner.insert_before(key, value);
+        self.refused(h, result)
     }
 
     /// Inserts a pair at the cursor, after it (keys must stay in order).
@@ -173,8 +194,9 @@ impl<K: Key + 'static, V: Value + 'static> CursorMut<'_, K, V> {
         key: impl Borrow<K::SelfType<'k>>,
         value: impl Borrow<V::SelfType<'v>>,
     ) -> std::result::Result<(), CursorError> {
-        self.admit(K::as_bytes(key.borrow()).as_ref());
-        self.inner.insert_after(key, value)
+        let h = self.admit(K::as_bytes(key.borrow()).as_ref());
+        let result = self.inner.insert_after(key, value);
+        self.refused(h, result)
     }
 
     /// Removes the pair after the cursor.
