@@ -248,25 +248,13 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
     /// ```
     pub fn retain<F: for<'f> FnMut(K::SelfType<'f>, V::SelfType<'f>) -> bool>(
         &mut self,
-        mut predicate: F,
+        predicate: F,
     ) -> Result {
         if !self.writing.counting() {
             return self.inner.retain(predicate);
         }
-        let mut outs = Vec::new();
-        let writing = &self.writing;
-        self.inner.retain(|k, v| {
-            let h = writing.out_hash(K::as_bytes(&k).as_ref());
-            let keep = predicate(k, v);
-            if !keep {
-                outs.push(h);
-            }
-            keep
-        })?;
-        // Only once redb removed them all: a failed retain counts nothing out.
-        outs.into_iter()
-            .for_each(|h| self.writing.count_out_hash(h));
-        Ok(())
+        // Counting mode: over every key, the same count-outs as a range's.
+        self.retain_in::<K::SelfType<'_>, F>(.., predicate)
     }
 
     /// [`Table::retain`] within a range of keys.
@@ -302,6 +290,7 @@ impl<'txn, K: Key + 'static, V: Value + 'static> Table<'txn, K, V> {
             }
             keep
         })?;
+        // Only once redb removed them all: a failed retain counts nothing out.
         outs.into_iter()
             .for_each(|h| self.writing.count_out_hash(h));
         Ok(())
