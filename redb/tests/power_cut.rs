@@ -15,6 +15,12 @@
 //! * every key the tables hold is found by `get`: no false negative, so no filter that the
 //!   cut made stale was trusted.
 //!
+//! The child also removes keys of its last durable commit now and then (saying so before
+//! that commit, so those keys are no longer owed), and every other database file is in
+//! counting mode (`Builder::set_counting`: removals counted out of the filter, counting
+//! filters stored at a clean close), opened so by the parent too: a counting filter that
+//! a cut left behind its data must never be trusted.
+//!
 //! One run in ten ends with `kill -9` and no cut instead: the control. Without FUSE the test
 //! skips loudly, or fails under `CI=true`. `BLOOMSLED_REDB_POWER_CUTS` sets the runs (default
 //! 30, 240 under `BLOOMSLED_CI_FULL`), `BLOOMSLED_REDB_POWER_CUT_SEED` the seed.
@@ -28,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use bloomsled_powercut::{Fault, Model, run_child_with};
 use bloomsled_redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableError,
+    Builder, Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableError,
 };
 use common::rng::Rng;
 
@@ -39,16 +45,38 @@ const TABLES: [TableDefinition<&str, u64>; 3] = [
     TableDefinition::new("c"),
 ];
 
+/// Opens (or creates) the database at `path`, in counting mode if `counting`.
+fn open(path: &Path, counting: bool) -> Result<Database, bloomsled_redb::DatabaseError> {
+    Builder::new().set_counting(counting).create(path)
+}
+
 /// The child: transactions on `path` until the power goes. Prints `open` once the first
 /// open returned, `w <table> <first> <count>` after a durable commit of keys
-/// `<run>/<first..first+count>` returned, `s` before a clean close.
-fn child(path: &Path, run: u64, seed: u64) -> ! {
+/// `<run>/<first..first+count>` returned, `x <table> <first> <count>` before the commit
+/// of a removal of such keys (no longer owed from then on), `s` before a clean close.
+fn child(path: &Path, run: u64, seed: u64, counting: bool) -> ! {
     let mut rng = Rng(seed);
     let mut next = 0u64;
+    // The last durable commit's table, first key and count: what a removal takes from.
+    let mut last: Option<(usize, u64, u64)> = None;
     loop {
-        let db = Database::create(path).unwrap();
+        let db = open(path, counting).unwrap();
         println!("open");
         for _ in 0..rng.below(30) + 1 {
+            if let Some((table, first, count)) = last.filter(|_| rng.below(5) == 0) {
+                let n = rng.below(count) + 1;
+                let w = db.begin_write().unwrap();
+                {
+                    let mut t = w.open_table(TABLES[table]).unwrap();
+                    for i in first..first + n {
+                        t.remove(format!("{run}/{i}").as_str()).unwrap();
+                    }
+                }
+                println!("x {table} {first} {n}");
+                w.commit().unwrap();
+                last = None;
+                continue;
+            }
             let mut w = db.begin_write().unwrap();
             let durable = rng.below(4) != 0;
             if !durable {
@@ -74,6 +102,7 @@ fn child(path: &Path, run: u64, seed: u64) -> ! {
             w.commit().unwrap();
             if durable {
                 println!("w {table} {next} {count}");
+                last = Some((table, next, count));
             }
             next += count;
         }
@@ -82,20 +111,32 @@ fn child(path: &Path, run: u64, seed: u64) -> ! {
     }
 }
 
-/// The durable keys a run's printed lines vouch for, per table.
+/// The durable keys a run's printed lines vouch for, per table (a removal's keys are no
+/// longer owed once the child said it would commit it).
 fn durable_keys(run: u64, lines: &[String], into: &mut BTreeMap<usize, BTreeSet<String>>) {
     for line in lines {
         let f: Vec<&str> = line.split_whitespace().collect();
-        if let ["w", t, first, count] = f.as_slice() {
+        if let [op @ ("w" | "x"), t, first, count] = f.as_slice() {
             let (first, count): (u64, u64) = (first.parse().unwrap(), count.parse().unwrap());
             let keys = into.entry(t.parse().unwrap()).or_default();
-            keys.extend((first..first + count).map(|i| format!("{run}/{i}")));
+            let range = (first..first + count).map(|i| format!("{run}/{i}"));
+            if *op == "w" {
+                keys.extend(range);
+            } else {
+                for k in range {
+                    keys.remove(&k);
+                }
+            }
         }
     }
 }
 
 /// Opens what a reboot finds at `path` and checks both rules; returns the keys checked.
-fn verify(path: &Path, durable: &BTreeMap<usize, BTreeSet<String>>) -> Result<usize, String> {
+fn verify(
+    path: &Path,
+    durable: &BTreeMap<usize, BTreeSet<String>>,
+    counting: bool,
+) -> Result<usize, String> {
     if !path.exists() {
         let n: usize = durable.values().map(BTreeSet::len).sum();
         return if n == 0 {
@@ -104,7 +145,7 @@ fn verify(path: &Path, durable: &BTreeMap<usize, BTreeSet<String>>) -> Result<us
             Err(format!("the database file is gone, with {n} durable keys"))
         };
     }
-    let db = Database::create(path).map_err(|e| format!("reopen: {e:?}"))?;
+    let db = open(path, counting).map_err(|e| format!("reopen: {e:?}"))?;
     let r = db.begin_read().map_err(|e| format!("begin_read: {e:?}"))?;
     let mut checked = 0;
     for (i, def) in TABLES.iter().enumerate() {
@@ -166,7 +207,8 @@ fn main() {
             .unwrap()
             .parse()
             .unwrap();
-        child(Path::new(&path), run, seed);
+        let counting = std::env::var_os("BLOOMSLED_REDB_POWER_CUT_COUNTING").is_some();
+        child(Path::new(&path), run, seed, counting);
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--list") {
@@ -216,6 +258,8 @@ fn main() {
             generation += 1;
         }
         let file = format!("db-{generation}.redb");
+        // Every other file in counting mode, opened so by the child and the check alike.
+        let counting = generation % 2 == 1;
         let model = if rng.below(2) == 1 {
             Model::Posix
         } else {
@@ -239,6 +283,9 @@ fn main() {
                         "BLOOMSLED_REDB_POWER_CUT_CHILD_SEED",
                         child_seed.to_string(),
                     );
+                if counting {
+                    c.env("BLOOMSLED_REDB_POWER_CUT_COUNTING", "1");
+                }
                 c
             },
             "open",
@@ -260,7 +307,7 @@ fn main() {
         }
         let keys = durable.entry(file.clone()).or_default();
         durable_keys(run, &ended.lines, keys);
-        match verify(&base.join("data").join(&file), keys) {
+        match verify(&base.join("data").join(&file), keys, counting) {
             Ok(n) => checked += n,
             Err(e) => {
                 failures += 1;
