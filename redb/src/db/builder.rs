@@ -138,13 +138,7 @@ impl Builder {
         super::taint::heal(path)?;
         let inner = self.inner.create(path)?;
         sync_folder_of(path)?;
-        Ok(Database::wrap(
-            inner,
-            self.mode,
-            self.counting,
-            true,
-            Some(path),
-        ))
+        Ok(self.wrap(inner, true, Some(path)))
     }
 
     /// Opens an existing database, then fsyncs the folder that names it (a file made by a
@@ -164,13 +158,7 @@ impl Builder {
         super::taint::heal(path)?;
         let inner = self.inner.open(path)?;
         sync_folder_of(path)?;
-        Ok(Database::wrap(
-            inner,
-            self.mode,
-            self.counting,
-            true,
-            Some(path),
-        ))
+        Ok(self.wrap(inner, true, Some(path)))
     }
 
     /// Opens an existing database read-only.
@@ -187,11 +175,7 @@ impl Builder {
         &self,
         path: impl AsRef<Path>,
     ) -> Result<ReadOnlyDatabase, DatabaseError> {
-        Ok(ReadOnlyDatabase::wrap(
-            self.inner.open_read_only(path)?,
-            self.mode,
-            self.counting,
-        ))
+        Ok(self.wrap_read_only(self.inner.open_read_only(path)?))
     }
 
     /// [`Builder::open_read_only`] over a storage backend.
@@ -211,11 +195,7 @@ impl Builder {
         &self,
         backend: impl StorageBackend,
     ) -> Result<ReadOnlyDatabase, DatabaseError> {
-        Ok(ReadOnlyDatabase::wrap(
-            self.inner.open_read_only_with_backend(backend)?,
-            self.mode,
-            self.counting,
-        ))
+        Ok(self.wrap_read_only(self.inner.open_read_only_with_backend(backend)?))
     }
 
     /// Opens or creates a database in an open file.
@@ -229,13 +209,7 @@ impl Builder {
     /// ```
     pub fn create_file(&self, file: File) -> Result<Database, DatabaseError> {
         #[allow(deprecated)]
-        Ok(Database::wrap(
-            self.inner.create_file(file)?,
-            self.mode,
-            self.counting,
-            true,
-            None,
-        ))
+        Ok(self.wrap(self.inner.create_file(file)?, true, None))
     }
 
     /// Opens or creates a database over a storage backend.
@@ -250,13 +224,7 @@ impl Builder {
         &self,
         backend: impl StorageBackend,
     ) -> Result<Database, DatabaseError> {
-        Ok(Database::wrap(
-            self.inner.create_with_backend(backend)?,
-            self.mode,
-            self.counting,
-            false,
-            None,
-        ))
+        Ok(self.wrap(self.inner.create_with_backend(backend)?, false, None))
     }
 }
 
@@ -284,4 +252,17 @@ fn sync_folder_of(path: &Path) -> Result<(), DatabaseError> {
     #[cfg(not(unix))]
     let _ = path;
     Ok(())
+}
+
+impl Builder {
+    /// A handle over `inner` with this builder's settings (`close_writes`: a clean close
+    /// stores the filters; `path`: the file, for the crash journals beside it).
+    fn wrap(&self, inner: redb::Database, close_writes: bool, path: Option<&Path>) -> Database {
+        Database::wrap(inner, self.mode, self.counting, close_writes, path)
+    }
+
+    /// A read-only handle over `inner` with this builder's settings.
+    fn wrap_read_only(&self, inner: redb::ReadOnlyDatabase) -> ReadOnlyDatabase {
+        ReadOnlyDatabase::wrap(inner, self.mode, self.counting)
+    }
 }
