@@ -40,7 +40,7 @@ use std::sync::{Arc, Weak};
 
 use bloomsled::JournalFault;
 use bloomsled::persist::JournalWriter;
-use bloomsled::reuse::Pending;
+use bloomsled::reuse::{Hashed, Pending};
 
 use crate::persist::{self, OnDisk};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard, RwLock, RwLockReadGuard};
@@ -227,10 +227,11 @@ impl TableFilter {
         }
     }
 
-    /// `Some(false)` if the filter proves `key` absent from the view of a write transaction
+    /// `Some(None)` if the filter proves `key` absent from the view of a write transaction
     /// whose state is `seq` and that first opened the table at build generation `gen_seen`
-    /// (`settled`: it restored or renamed nothing), `Some(true)` if it may hold it, `None` if
-    /// the transaction may not trust the filter. Its own keys are in `current` (rule 1), but
+    /// (`settled`: it restored or renamed nothing), `Some(Some(hash))` if it may hold it
+    /// (the key's hash, for the memory, which then does not hash it again), `None` if the
+    /// transaction may not trust the filter. Its own keys are in `current` (rule 1), but
     /// those it wrote before a build installed `pending` are in no scan: after a build
     /// began, it trusts no filter (rules 2, 3).
     pub(crate) fn probe_written(
@@ -240,12 +241,12 @@ impl TableFilter {
         shared: &Shared,
         seq: u64,
         key: &[u8],
-    ) -> Option<bool> {
+    ) -> Option<Option<Hashed>> {
         let slots = self.read();
         (slots.build_gen == gen_seen
             && settled()
             && slots.current.trusted_for(shared.epoch_of(self), seq))
-        .then(|| slots.current.may_contain(key))
+        .then(|| slots.current.probe(key))
     }
 
     /// The build generation, read when a write transaction first opens the table (rule 2).

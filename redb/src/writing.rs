@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
-use bloomsled::reuse::Pending;
+use bloomsled::reuse::{Hashed, Pending};
 
 use crate::filters::{Builder, Kind, Out, TableFilter};
 use crate::transactions::WriteTransaction;
@@ -167,7 +167,7 @@ impl<'txn> Writing<'txn> {
         }
     }
 
-    fn probe(&self, key: &[u8]) -> Option<bool> {
+    fn probe(&self, key: &[u8]) -> Option<Option<Hashed>> {
         let tf = self.filter.as_ref()?;
         tf.probe_written(
             self.gen_seen,
@@ -192,16 +192,20 @@ impl<'txn> Writing<'txn> {
         };
         tf.lookups.lookup();
         let probe = self.probe(key);
-        if probe == Some(false) {
-            return Ok(None);
-        }
-        if probe == Some(true) && (self.missed(key) || tf.remembered_absent(key)) {
-            tf.lookups.remembered();
-            return Ok(None);
-        }
+        let passed = match probe {
+            Some(None) => return Ok(None),
+            Some(Some(hashed)) => {
+                if self.missed(key) || tf.remembered_absent(key, hashed) {
+                    tf.lookups.remembered();
+                    return Ok(None);
+                }
+                true
+            }
+            None => false,
+        };
         let v = get()?;
-        tf.lookups.stored(probe.is_some() && v.is_none());
-        if probe == Some(true) && v.is_none() {
+        tf.lookups.stored(passed && v.is_none());
+        if passed && v.is_none() {
             let mut misses = self.misses.lock().unwrap_or_else(|e| e.into_inner());
             if misses.len() < MISSES {
                 misses.push(key.into());

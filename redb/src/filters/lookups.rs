@@ -107,8 +107,8 @@ impl TableFilter {
     /// latest committed state, for a write transaction, whose state is that one plus its own
     /// writes (rule 6 of `docs/redb.md`, "The false-positive memory": a key it wrote is in
     /// a set it keeps a writer in, which answers nothing).
-    pub(crate) fn remembered_absent(&self, key: &[u8]) -> bool {
-        matches!(self.memory.recall(key), Recall::Absent)
+    pub(crate) fn remembered_absent(&self, key: &[u8], hashed: Hashed) -> bool {
+        matches!(self.memory.recall_hashed(key, hashed), Recall::Absent)
     }
 
     /// Forgets the key of hash `h` (a write that may create it, before redb stores it),
