@@ -12,7 +12,7 @@ use redb::{
 };
 
 use crate::Error;
-use crate::filters::{Kind, Shared, Source};
+use crate::filters::{Kind, Shared, Source, Tuning};
 use crate::persist;
 use crate::sync::RwLock;
 use crate::transactions::{ReadTransaction, WriteTransaction};
@@ -88,7 +88,7 @@ impl Database {
     fn wrap(
         inner: redb::Database,
         mode: ConcurrencyMode,
-        counting: bool,
+        tuning: Tuning,
         close_writes: bool,
         path: Option<&Path>,
     ) -> Database {
@@ -102,9 +102,7 @@ impl Database {
             .map(crate::filters::journals::dir_of);
         let path = path.map(Path::to_path_buf);
         Database {
-            shared: Arc::new(
-                Shared::new(enabled, source, on_disk, path, journals).counting(counting),
-            ),
+            shared: Arc::new(Shared::new(enabled, source, on_disk, path, journals).tuned(tuning)),
             close_writes,
         }
     }
@@ -479,14 +477,14 @@ impl ReadOnlyDatabase {
     fn wrap(
         inner: redb::ReadOnlyDatabase,
         mode: ConcurrencyMode,
-        counting: bool,
+        tuning: Tuning,
     ) -> ReadOnlyDatabase {
         let on_disk = persist::read_on_disk_of(&inner);
         let source = Source::ReadOnly(RwLock::new(Some(inner)));
         let enabled = mode == ConcurrencyMode::ExclusiveWriter;
         ReadOnlyDatabase {
             // No journal is made or replayed by a read-only handle.
-            shared: Arc::new(Shared::new(enabled, source, on_disk, None, None).counting(counting)),
+            shared: Arc::new(Shared::new(enabled, source, on_disk, None, None).tuned(tuning)),
         }
     }
 

@@ -272,6 +272,14 @@ impl Source {
     }
 }
 
+/// The builder's settings that reach the filters: `Builder::set_counting` and
+/// `Builder::set_bypass_after_hits`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tuning {
+    pub(crate) counting: bool,
+    pub(crate) bypass_after_hits: u32,
+}
+
 /// What one database's handles share: the tables' filters and the counters of the protocol.
 pub(crate) struct Shared {
     /// False when another process may write the file: nothing it writes reaches our
@@ -279,6 +287,7 @@ pub(crate) struct Shared {
     pub(crate) enabled: bool,
     /// Counting mode (`Builder::set_counting`): every table's filter counts its keys.
     pub(crate) counting: bool,
+    pub(crate) bypass_after_hits: u32, // `Builder::set_bypass_after_hits` (0: off)
     tables: RwLock<Names>,
     multimap_tables: RwLock<Names>,
     /// Bumped when a restore begins and when its transaction ends (a rename bumps its two
@@ -371,6 +380,7 @@ impl Shared {
         Shared {
             enabled,
             counting: false,
+            bypass_after_hits: crate::DEFAULT_BYPASS_AFTER_HITS,
             tables: RwLock::default(),
             multimap_tables: RwLock::default(),
             epoch: AtomicU64::new(0),
@@ -392,9 +402,10 @@ impl Shared {
         }
     }
 
-    /// This database in counting mode if `counting` (before any table is made).
-    pub(crate) fn counting(mut self, counting: bool) -> Shared {
-        self.counting = counting;
+    /// This database with a builder's settings (before any table is made).
+    pub(crate) fn tuned(mut self, tuning: Tuning) -> Shared {
+        self.counting = tuning.counting;
+        self.bypass_after_hits = tuning.bypass_after_hits;
         self
     }
 

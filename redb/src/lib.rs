@@ -52,6 +52,14 @@ pub use persist::RESERVED_PREFIX;
 pub use table::{CursorMut, Entry, ExtractIf, OccupiedEntry, ReadOnlyTable, Table, VacantEntry};
 pub use transactions::{ReadTransaction, WriteTransaction};
 
+/// The default of [`Builder::set_bypass_after_hits`]: after 64 lookups in a row through one
+/// read table handle found their keys, it skips the filter until a lookup finds nothing.
+///
+/// ```
+/// assert_eq!(bloomsled_redb::DEFAULT_BYPASS_AFTER_HITS, 64);
+/// ```
+pub const DEFAULT_BYPASS_AFTER_HITS: u32 = 64;
+
 /// The core's filter mode and counter ceiling, as [`FilterStats`] and [`TableFilterStats`]
 /// report them (counting mode: `Builder::set_counting`).
 pub use bloomsled::{COUNTER_MAX, FilterMode};

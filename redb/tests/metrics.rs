@@ -89,6 +89,9 @@ fn record_metrics_reports_each_tables_filter() {
     );
     // The lookup counters: as `TableFilterStats` has them.
     assert_eq!(stats.lookups, 1_100);
+    // The 1,000 present keys in a row: from the 65th the handle skips the filter, until
+    // the first absent key (redb's answer) ends the bypass.
+    assert_eq!(stats.bypassed, 1_000 - 64 + 1);
     for (name, v) in [
         ("bloomsled_redb_lookups_total", stats.lookups),
         ("bloomsled_redb_ruled_out_total", stats.ruled_out),
@@ -97,6 +100,7 @@ fn record_metrics_reports_each_tables_filter() {
             "bloomsled_redb_false_positives_total",
             stats.false_positives,
         ),
+        ("bloomsled_redb_bypassed_total", stats.bypassed),
     ] {
         assert_eq!(t.get(name), Some(&&DebugValue::Counter(v)), "{name}");
     }

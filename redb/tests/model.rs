@@ -5,12 +5,15 @@
 //! commits. Every lookup path must answer what the model holds: a false negative fails.
 //! Run twice: with plain filters, and in counting mode (`Builder::set_counting`), where
 //! committed removals count their keys out of the filter that held readers also read.
+//! And a third time, in either mode, with read handles that skip the filter after each
+//! single hit (`Builder::set_bypass_after_hits(1)`), so that lookups alternate between
+//! the filter and the bypass.
 
 use std::collections::BTreeMap;
 
 use bloomsled_redb::{
-    Builder, Database, Durability, ReadOnlyTable, ReadableDatabase, ReadableTable, Savepoint,
-    TableDefinition,
+    Builder, DEFAULT_BYPASS_AFTER_HITS, Database, Durability, ReadOnlyTable, ReadableDatabase,
+    ReadableTable, Savepoint, TableDefinition,
 };
 use proptest::prelude::*;
 
@@ -172,12 +175,13 @@ fn apply(t: &mut bloomsled_redb::Table<'_, u64, u64>, w: &Write, m: &mut Model) 
     }
 }
 
-fn run(steps: Vec<Step>, counting: bool) {
+fn run(steps: Vec<Step>, counting: bool, bypass_after_hits: u32) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.redb");
     let builder = {
         let mut b = Builder::new();
-        b.set_counting(counting);
+        b.set_counting(counting)
+            .set_bypass_after_hits(bypass_after_hits);
         b
     };
     let mut db = Some(builder.create(&path).unwrap());
@@ -274,11 +278,19 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
     #[test]
     fn answers_equal_the_model(steps in proptest::collection::vec(step(), 1..24)) {
-        run(steps, false);
+        run(steps, false, DEFAULT_BYPASS_AFTER_HITS);
     }
 
     #[test]
     fn answers_equal_the_model_in_counting_mode(steps in proptest::collection::vec(step(), 1..24)) {
-        run(steps, true);
+        run(steps, true, DEFAULT_BYPASS_AFTER_HITS);
+    }
+
+    #[test]
+    fn answers_equal_the_model_when_hits_bypass_the_filter(
+        steps in proptest::collection::vec(step(), 1..24),
+        counting in any::<bool>(),
+    ) {
+        run(steps, counting, 1);
     }
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use redb::{ConcurrencyMode, DatabaseError, RepairSession, StorageBackend};
 
 use super::{Database, ReadOnlyDatabase};
+use crate::filters::Tuning;
 
 /// Configuration of a database (redb's `Builder`, same setters).
 ///
@@ -20,7 +21,17 @@ use super::{Database, ReadOnlyDatabase};
 pub struct Builder {
     inner: redb::Builder,
     mode: ConcurrencyMode,
-    counting: bool,
+    tuning: Tuning,
+}
+
+/// redb's defaults, and this crate's: plain filters, hits bypass after 64.
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            counting: false,
+            bypass_after_hits: crate::DEFAULT_BYPASS_AFTER_HITS,
+        }
+    }
 }
 
 impl Default for Builder {
@@ -40,7 +51,7 @@ impl Builder {
         Builder {
             inner: redb::Builder::new(),
             mode: ConcurrencyMode::default(),
-            counting: false,
+            tuning: Tuning::default(),
         }
     }
 
@@ -72,7 +83,47 @@ impl Builder {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn set_counting(&mut self, enabled: bool) -> &mut Self {
-        self.counting = enabled;
+        self.tuning.counting = enabled;
+        self
+    }
+
+    /// After `hits` lookups in a row through one table handle found their keys (the filter
+    /// asked each time), that handle stops asking the filter and goes straight to redb, until
+    /// a lookup finds nothing; then it asks the filter again. `0`: always ask the filter.
+    /// Default [`crate::DEFAULT_BYPASS_AFTER_HITS`] (64).
+    ///
+    /// A key the filter passes costs its probe on top of redb's `get`: a cache miss in a
+    /// filter far larger than the caches, about a tenth of a present `get` at 1M keys. A
+    /// stream of lookups that find their keys (a cache that hits) pays it for nothing;
+    /// RocksDB offers the same trade as `optimize_filters_for_hits`. Answers do not change:
+    /// redb answers every bypassed lookup. What it costs: a lookup of an absent key that
+    /// arrives during a bypass reads redb once (and ends the bypass), so redb sees at most
+    /// one absent key per `hits` lookups that found theirs, whatever order an adversary
+    /// picks: a flood of absent keys is still ruled out by the filter. Bypassed lookups count
+    /// as store lookups and in [`crate::TableFilterStats::bypassed`]. Each read table handle
+    /// keeps its own streak (a handle opened per request starts with the filter); write
+    /// transactions and [`Database::get_latest`] always ask the filter.
+    ///
+    /// ```
+    /// use bloomsled_redb::{Builder, ReadableDatabase, TableDefinition};
+    /// const T: TableDefinition<u64, u64> = TableDefinition::new("t");
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Builder::new().set_bypass_after_hits(2).create(dir.path().join("a.redb"))?;
+    /// let w = db.begin_write()?;
+    /// w.open_table(T)?.insert(1, 1)?;
+    /// w.commit()?;
+    /// let t = db.begin_read()?.open_table(T)?;
+    /// for _ in 0..3 {
+    ///     assert!(t.get(1)?.is_some()); // the third skips the filter
+    /// }
+    /// assert!(t.get(2)?.is_none()); // redb answers, and the filter is asked again
+    /// assert!(t.get(3)?.is_none()); // the filter alone
+    /// let s = db.table_filter_stats(T).unwrap();
+    /// assert_eq!((s.bypassed, s.store_lookups, s.ruled_out), (2, 4, 1));
+    /// # Ok::<(), bloomsled_redb::Error>(())
+    /// ```
+    pub fn set_bypass_after_hits(&mut self, hits: u32) -> &mut Self {
+        self.tuning.bypass_after_hits = hits;
         self
     }
 
@@ -258,11 +309,11 @@ impl Builder {
     /// A handle over `inner` with this builder's settings (`close_writes`: a clean close
     /// stores the filters; `path`: the file, for the crash journals beside it).
     fn wrap(&self, inner: redb::Database, close_writes: bool, path: Option<&Path>) -> Database {
-        Database::wrap(inner, self.mode, self.counting, close_writes, path)
+        Database::wrap(inner, self.mode, self.tuning, close_writes, path)
     }
 
     /// A read-only handle over `inner` with this builder's settings.
     fn wrap_read_only(&self, inner: redb::ReadOnlyDatabase) -> ReadOnlyDatabase {
-        ReadOnlyDatabase::wrap(inner, self.mode, self.counting)
+        ReadOnlyDatabase::wrap(inner, self.mode, self.tuning)
     }
 }

@@ -64,6 +64,9 @@ pub struct TableFilterStats {
     /// without redb: false positives found before, not paid again (see `docs/redb.md`, "The
     /// false-positive memory"). Lookups = ruled out + store lookups + remembered.
     pub false_positives_remembered: u64,
+    /// Store lookups that skipped the filter: a read table handle whose lookups kept
+    /// finding their keys stopped asking it (`Builder::set_bypass_after_hits`).
+    pub bypassed: u64,
 }
 
 fn source_of(shared: &Shared, kind: Kind, name: &str) -> Option<FilterSource> {
@@ -98,6 +101,7 @@ fn stats_of(shared: &Shared, kind: Kind, name: &str) -> Option<TableFilterStats>
         store_lookups,
         false_positives,
         false_positives_remembered,
+        bypassed: tf.lookups.bypassed_total(),
     })
 }
 
@@ -216,7 +220,7 @@ impl ReadOnlyDatabase {
 /// assert!(bloomsled_redb::TABLE_SERIES.contains(&"bloomsled_redb_items"));
 /// ```
 #[cfg(feature = "metrics")]
-pub const TABLE_SERIES: [&str; 13] = [
+pub const TABLE_SERIES: [&str; 14] = [
     "bloomsled_redb_items",
     "bloomsled_redb_capacity",
     "bloomsled_redb_filter_bytes",
@@ -230,6 +234,7 @@ pub const TABLE_SERIES: [&str; 13] = [
     "bloomsled_redb_store_lookups_total",
     "bloomsled_redb_false_positives_total",
     "bloomsled_redb_false_positives_remembered_total",
+    "bloomsled_redb_bypassed_total",
 ];
 
 #[cfg(feature = "metrics")]
@@ -265,6 +270,7 @@ fn record(shared: &Shared) {
                 (TABLE_SERIES[10], s.store_lookups),
                 (TABLE_SERIES[11], s.false_positives),
                 (TABLE_SERIES[12], s.false_positives_remembered),
+                (TABLE_SERIES[13], s.bypassed),
             ],
         );
     }

@@ -40,7 +40,8 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 use bloomsled::reuse::{Counters, FpMemory, Hashed, Pending, Recall};
 
@@ -50,6 +51,7 @@ const LOOKUPS: usize = 0;
 const STORE: usize = 1;
 const FALSE_POSITIVES: usize = 2;
 const REMEMBERED: usize = 3;
+const BYPASSED: usize = 4;
 
 /// False positives one table remembers (about 21 bytes each, 21 KiB a table).
 #[cfg(not(bloomsled_loom))]
@@ -60,7 +62,7 @@ pub(crate) const MEMORY_ENTRIES: usize = 1;
 
 /// A table's lookup counters (see the module docs).
 #[derive(Default)]
-pub(crate) struct Lookups(Counters<4>);
+pub(crate) struct Lookups(Counters<5>);
 
 impl Lookups {
     /// One lookup, before the filter answers.
@@ -76,6 +78,18 @@ impl Lookups {
         if false_positive {
             self.0.add(FALSE_POSITIVES, 1);
         }
+    }
+
+    /// One lookup that read redb without asking the filter (a handle's bypass).
+    #[inline]
+    pub(crate) fn bypassed(&self) {
+        self.0.add(STORE, 1);
+        self.0.add(BYPASSED, 1);
+    }
+
+    /// Lookups that skipped the filter (counted in the store lookups too).
+    pub(crate) fn bypassed_total(&self) -> u64 {
+        self.0.sum(BYPASSED)
     }
 
     /// One lookup the memory answered.
@@ -225,6 +239,14 @@ pub(crate) struct ReadSide {
     /// The table's filter counts (counting mode): its "absent" is checked against the
     /// count-outs (`commits.rs`). Kept here, beside `built`, for the lookup path.
     counting: bool,
+    /// Lookups in a row that the filter passed and redb found, up to `bypass_after`;
+    /// at `bypass_after` the filter is skipped until a lookup finds nothing (see
+    /// [`ReadSide::get`]). A heuristic only: every answer is redb's or the filter's "absent"
+    /// under the rules above, whatever this holds, so plain loads and stores (a handle shared
+    /// by threads may lose a count) serve.
+    hits: AtomicU32,
+    /// `Builder::set_bypass_after_hits`; `u32::MAX` for 0 (off: `hits` is never raised).
+    bypass_after: u32,
 }
 
 impl ReadSide {
@@ -245,14 +267,51 @@ impl ReadSide {
         get: impl FnOnce() -> Result<Option<G>, E>,
     ) -> Result<Option<G>, E> {
         self.tf.lookups.lookup();
+        let hits = self.hits.load(Relaxed);
+        if hits >= self.bypass_after {
+            return self.bypassed(get);
+        }
         match &self.built {
             Some(b) => match b.probe(key) {
                 // Counting mode: unless a count-out the snapshot may not hold cleared it.
-                None if !self.counting || self.tf.absent_holds_for(self.seq) => Ok(None),
-                Some(hashed) => self.passed(key, hashed, get),
+                None if !self.counting || self.tf.absent_holds_for(self.seq) => {
+                    self.streak_ends(hits);
+                    Ok(None)
+                }
+                Some(hashed) => {
+                    let v = self.passed(key, hashed, get)?;
+                    match v {
+                        // Off (`u32::MAX`): nothing stored, `hits` stays 0.
+                        Some(_) if self.bypass_after != u32::MAX => {
+                            self.hits.store(hits + 1, Relaxed);
+                        }
+                        Some(_) => {}
+                        None => self.streak_ends(hits),
+                    }
+                    Ok(v)
+                }
                 None => self.unfiltered(get),
             },
             None => self.unfiltered(get),
+        }
+    }
+
+    /// A lookup during a bypass: redb's answer; one that finds nothing ends the bypass.
+    fn bypassed<G, E>(&self, get: impl FnOnce() -> Result<Option<G>, E>) -> Result<Option<G>, E> {
+        let v = get()?;
+        self.tf.lookups.bypassed();
+        if v.is_none() {
+            self.hits.store(0, Relaxed);
+        }
+        Ok(v)
+    }
+
+    /// A lookup found nothing: the streak starts again (a store only if it had begun, so
+    /// a stream of absent keys writes nothing to a handle threads share).
+    #[inline]
+    fn streak_ends(&self, hits: u32) {
+        if hits != 0 {
+            self.hits.store(0, Relaxed);
         }
     }
 
@@ -300,6 +359,11 @@ impl ReadSide {
         ReadSide {
             built: shared.trusted_current(&tf, seq),
             counting: tf.counting,
+            hits: AtomicU32::new(0),
+            bypass_after: match shared.bypass_after_hits {
+                0 => u32::MAX,
+                n => n,
+            },
             tf,
             shared: shared.clone(),
             seq,

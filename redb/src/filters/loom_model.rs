@@ -95,7 +95,10 @@ fn database_in(counting: bool) -> (Arc<Shared>, Arc<TableFilter>) {
             None,
             None,
         )
-        .counting(counting),
+        .tuned(crate::filters::Tuning {
+            counting,
+            ..Default::default()
+        }),
     );
     let tf = shared.table(Kind::Table, TABLE).expect("filters are on");
     (shared, tf)
