@@ -12,7 +12,14 @@
 //! * absent `get` on an open table (`ReadOnlyTable::get` of keys never inserted);
 //! * the per-request path: bloomsled-redb's `Database::get_latest` against redb's
 //!   `begin_read` + `open_table` + `get`, absent keys;
-//! * present `get` on an open table.
+//! * present `get` on an open table;
+//! * the same handle, keys in the order that costs the hit bypass most
+//!   (`Builder::set_bypass_after_hits`): runs of 64 present keys, each followed by an absent
+//!   one, which arrives during a bypass and reads redb.
+//!
+//! Last, after the reopen, the present `get` once more with the bypass off
+//! (`set_bypass_after_hits(0)`: the filter asked for every key), so the bypass's share of
+//! the present row shows.
 //!
 //! The lookups run twice: right after the load (a filter grown from empty by rebuilds)
 //! and after both files are reopened (the filter loaded at first use from what the clean
@@ -233,7 +240,58 @@ fn lookups(
             || get_theirs(present),
         ),
     );
+    let worst = worst_order(present, absent);
+    row(
+        "64 present, 1 absent, repeated (the bypass's worst order)",
+        interleaved(
+            rounds,
+            worst.len(),
+            || get_ours(&worst),
+            || get_theirs(&worst),
+        ),
+    );
     rows
+}
+
+/// Runs of [`bloomsled_redb::DEFAULT_BYPASS_AFTER_HITS`] present keys, each followed by an
+/// absent one: every absent key arrives when the handle has just begun to skip the filter,
+/// so each reads redb; as many keys as `present`.
+fn worst_order(present: &[Vec<u8>], absent: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let run = bloomsled_redb::DEFAULT_BYPASS_AFTER_HITS as usize;
+    let mut absent = absent.iter().cycle();
+    present
+        .chunks(run)
+        .flat_map(|c| c.iter().chain(absent.next()).cloned().collect::<Vec<_>>())
+        .take(present.len())
+        .collect()
+}
+
+/// The present `get` of bloomsled-redb opened with `set_bypass_after_hits(0)` against redb's.
+fn present_without_bypass(
+    rounds: usize,
+    ours: &bloomsled_redb::Database,
+    theirs: &redb::Database,
+    present: &[Vec<u8>],
+) -> (String, f64, f64, f64) {
+    use bloomsled_redb::ReadableDatabase as _;
+    use redb::ReadableDatabase as _;
+    let t_ours = ours.begin_read().unwrap().open_table(B).unwrap();
+    let t_theirs = theirs.begin_read().unwrap().open_table(T).unwrap();
+    assert!(t_ours.filter_in_use());
+    let get = |f: &dyn Fn(&[u8]) -> bool| timed(|| present.iter().filter(|k| f(k)).count());
+    let [a, b] = interleaved(
+        rounds,
+        present.len(),
+        || get(&|k| t_ours.get(k).unwrap().is_some()),
+        || get(&|k| t_theirs.get(k).unwrap().is_some()),
+    );
+    let ratios: Vec<f64> = a.iter().zip(&b).map(|(x, y)| y / x).collect();
+    (
+        "present `get`, bypass off (`set_bypass_after_hits(0)`)".to_string(),
+        median(a),
+        median(b),
+        median(ratios),
+    )
 }
 
 /// The core's filter alone, sized as a build sizes a table's (twice the keys), probed with
@@ -338,6 +396,13 @@ fn main() {
         }
     );
     print(&lookups(rounds, &ours, &theirs, &absent, &present));
+    drop(ours);
+    let ours = bloomsled_redb::Builder::new()
+        .set_bypass_after_hits(0)
+        .open(&p_ours)
+        .unwrap();
+    println!("\n### reopened with the bypass off\n");
+    print(&[present_without_bypass(rounds, &ours, &theirs, &present)]);
     println!(
         "\nthe filter alone (`Filter::contains`, {} keys, absent keys): {:.0} ns",
         size_label(n),
