@@ -24,12 +24,20 @@ pub struct Builder {
     tuning: Tuning,
 }
 
-/// redb's defaults, and this crate's: plain filters, hits bypass after 64.
+/// This crate's defaults: plain filters, hits bypass after 64. Built with
+/// `--cfg bloomsled_redb_variant` (only `.ci/redb-suite --variant` does), counting mode and a
+/// bypass after every hit, so that redb's own tests, which open databases with these
+/// defaults, run through both.
 impl Default for Tuning {
     fn default() -> Self {
+        let variant = cfg!(bloomsled_redb_variant);
         Tuning {
-            counting: false,
-            bypass_after_hits: crate::DEFAULT_BYPASS_AFTER_HITS,
+            counting: variant,
+            bypass_after_hits: if variant {
+                1
+            } else {
+                crate::DEFAULT_BYPASS_AFTER_HITS
+            },
         }
     }
 }
