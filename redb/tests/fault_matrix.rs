@@ -1,7 +1,8 @@
 //! A disk that errs while the program goes on (issue 57's matrix, for `bloomsled-redb`): the
 //! redb file and its folder × every operation on them × a fault at the first, a middle and
 //! the last such operation of a run (EIO once or from then on, ENOSPC from then on for
-//! writes and length changes), for writers of four kinds, on
+//! writes and length changes), for writers of five kinds (one in counting mode, removing
+//! keys as it goes), on
 //! the power-cut file system (`bloomsled-powercut`). redb itself refuses every transaction
 //! after an I/O error (`StorageError::PreviousIo`) until the file is reopened; this checks
 //! that the filters add no way around it and lose nothing.
@@ -27,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use bloomsled_powercut::{Failure, Mounted, Op, PowerCutFs};
 use bloomsled_redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableError,
+    Builder, Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableError,
 };
 
 const T: TableDefinition<u64, u64> = TableDefinition::new("t");
@@ -51,14 +52,26 @@ enum Writer {
     Closes,
     /// Commits of 3,000 keys: the filter grows by background builds.
     Growth,
+    /// Counting mode (`Builder::set_counting`): durable commits of 50 keys that also remove
+    /// every other key of the round before (counted out of the filter after the commit),
+    /// with a clean close (counting filters stored) every few rounds.
+    Counting,
 }
 
-const WRITERS: [Writer; 4] = [
+const WRITERS: [Writer; 5] = [
     Writer::Durable,
     Writer::Mixed,
     Writer::Closes,
     Writer::Growth,
+    Writer::Counting,
 ];
+
+/// Opens the database at `path` as `writer` does (and as the check after it does).
+fn open(writer: Writer, path: &Path) -> Result<Database, bloomsled_redb::DatabaseError> {
+    Builder::new()
+        .set_counting(writer == Writer::Counting)
+        .open(path)
+}
 const ROUNDS: u64 = 12;
 
 #[derive(Clone, Copy, Debug)]
@@ -72,6 +85,9 @@ enum End {
 struct Run {
     /// Keys of durable commits that returned `Ok`.
     acked: BTreeSet<u64>,
+    /// Keys a durable commit that returned `Ok` removed, or a failed commit tried to remove
+    /// (it may have reached the disk or not): not required afterwards.
+    removed: BTreeSet<u64>,
     /// A commit (or begin) returned `Ok` after an earlier one failed.
     ok_after_error: bool,
     failed: bool,
@@ -82,7 +98,7 @@ struct Run {
 /// caller's crash or cut comes before any close.
 fn write(writer: Writer, path: &Path, from: u64) -> (Run, Option<Database>) {
     let mut run = Run::default();
-    let mut db = match Database::open(path) {
+    let mut db = match open(writer, path) {
         Ok(db) => db,
         Err(_) => {
             run.failed = true;
@@ -91,9 +107,9 @@ fn write(writer: Writer, path: &Path, from: u64) -> (Run, Option<Database>) {
     };
     let mut next = from;
     for round in 0..ROUNDS {
-        if writer == Writer::Closes && round % 4 == 3 {
+        if matches!(writer, Writer::Closes | Writer::Counting) && round % 4 == 3 {
             drop(db);
-            db = match Database::open(path) {
+            db = match open(writer, path) {
                 Ok(db) => db,
                 Err(_) => {
                     run.failed = true;
@@ -104,6 +120,11 @@ fn write(writer: Writer, path: &Path, from: u64) -> (Run, Option<Database>) {
         let durable = !(writer == Writer::Mixed && round % 2 == 1);
         let count = if writer == Writer::Growth { 3_000 } else { 50 };
         let keys = next..next + count;
+        // Counting: every other key of the round before (the base's last 50 first).
+        let removes: Vec<u64> = match writer {
+            Writer::Counting => (next - 50..next).step_by(2).collect(),
+            _ => Vec::new(),
+        };
         next += count;
         let result = (|| -> Result<(), bloomsled_redb::Error> {
             let mut w = db.begin_write()?;
@@ -115,10 +136,15 @@ fn write(writer: Writer, path: &Path, from: u64) -> (Run, Option<Database>) {
                 for k in keys.clone() {
                     t.insert(k, k)?;
                 }
+                for &k in &removes {
+                    t.remove(k)?;
+                }
             }
             w.commit()?;
             Ok(())
         })();
+        // Failed or not, a commit's removals are no longer required.
+        run.removed.extend(&removes);
         match result {
             Ok(()) if run.failed => run.ok_after_error = true,
             Ok(()) if durable => run.acked.extend(keys),
@@ -144,13 +170,16 @@ fn write(writer: Writer, path: &Path, from: u64) -> (Run, Option<Database>) {
 /// A mount with a clean-closed database of `BASE` keys in `store/a.redb`.
 const BASE: u64 = 500;
 
-fn prepare(base: &Path) -> (Mounted, PathBuf) {
+fn prepare(base: &Path, writer: Writer) -> (Mounted, PathBuf) {
     let _ = std::fs::remove_dir_all(base);
     let m = PowerCutFs::mount(base).expect("mount the power-cut file system");
     let dir = m.mountpoint().join("store");
     std::fs::create_dir(&dir).unwrap();
     let path = dir.join("a.redb");
-    let db = Database::create(&path).unwrap();
+    let db = Builder::new()
+        .set_counting(writer == Writer::Counting)
+        .create(&path)
+        .unwrap();
     let w = db.begin_write().unwrap();
     {
         let mut t = w.open_table(T).unwrap();
@@ -165,8 +194,8 @@ fn prepare(base: &Path) -> (Mounted, PathBuf) {
 
 /// Reopens the file a reboot (or a restart) finds and checks both rules; `Err` says what
 /// failed.
-fn verify(path: &Path, acked: &BTreeSet<u64>) -> Result<(), String> {
-    let db = Database::open(path).map_err(|e| format!("reopen: {e:?}"))?;
+fn verify(path: &Path, writer: Writer, acked: &BTreeSet<u64>) -> Result<(), String> {
+    let db = open(writer, path).map_err(|e| format!("reopen: {e:?}"))?;
     let r = db.begin_read().map_err(|e| format!("{e:?}"))?;
     let t = match r.open_table(T) {
         Ok(t) => t,
@@ -215,7 +244,7 @@ fn no_fault_loses_an_acknowledged_key_or_makes_a_false_negative() {
     for writer in WRITERS {
         // The counting run: how many operations of each kind the writer makes.
         let base = root.join("count");
-        let (m, path) = prepare(&base);
+        let (m, path) = prepare(&base, writer);
         let before: Vec<(&str, Op, u64)> = FILES
             .iter()
             .flat_map(|(name, ops)| ops.iter().map(move |&op| (*name, op)))
@@ -248,7 +277,7 @@ fn no_fault_loses_an_acknowledged_key_or_makes_a_false_negative() {
                         }
                         cases += 1;
                         let base = root.join("case");
-                        let (m, path) = prepare(&base);
+                        let (m, path) = prepare(&base, writer);
                         let mut rule = Failure::new(op, name).nth(nth).errno(errno);
                         if sticky {
                             rule = rule.sticky();
@@ -270,6 +299,7 @@ fn no_fault_loses_an_acknowledged_key_or_makes_a_false_negative() {
                         let backing = base.join("data/store/a.redb");
                         let mut acked: BTreeSet<u64> = (0..BASE).collect();
                         acked.extend(&run.acked);
+                        acked.retain(|k| !run.removed.contains(k));
                         let what = format!(
                             "{writer:?}, {op:?} #{nth} of {n} on {name}, errno {errno}, \
                              sticky {sticky}, {end:?}"
@@ -278,7 +308,7 @@ fn no_fault_loses_an_acknowledged_key_or_makes_a_false_negative() {
                             failures
                                 .push(format!("{what}: a commit returned Ok after a failed one"));
                         }
-                        if let Err(e) = verify(&backing, &acked) {
+                        if let Err(e) = verify(&backing, writer, &acked) {
                             failures.push(format!("{what}: {e}"));
                         }
                     }
