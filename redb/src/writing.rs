@@ -2,7 +2,7 @@
 //! `MultimapTable`: every key a write may create goes through [`Writing::admit`] before
 //! redb stores it, and a lookup asks [`Writing::get`] before redb.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -71,9 +71,19 @@ pub(crate) struct Writing<'txn> {
     /// to the transaction when the handle drops, which records them in the table's memory
     /// after its commit (rule 6 of `docs/redb.md`, "The false-positive memory").
     /// (A lock, not a `RefCell`: redb's tables are `Sync`; taken only when `missed` says
-    /// it holds a key.)
+    /// it may hold the key.)
     misses: Mutex<Vec<Box<[u8]>>>,
-    missed: AtomicBool,
+    /// One bit per kept miss, chosen by the top 6 bits of the hash its lookup probed with
+    /// ([`miss_bit`]); cleared only with the whole list. A lookup whose bit is clear is not in the list: it takes no
+    /// lock, so a handle that has missed once does not make every later lookup of a key
+    /// it holds lock and compare up to [`MISSES`] keys.
+    missed: AtomicU64,
+}
+
+/// The bit of hash `h` in [`Writing::missed`].
+#[inline]
+fn miss_bit(h: u64) -> u64 {
+    1 << (h >> 58)
 }
 
 /// At most this many misses a table handle keeps (only keys the filter passed get here).
@@ -101,7 +111,7 @@ impl<'txn> Writing<'txn> {
             outs: Vec::new(),
             pending: Pending::default(),
             misses: Mutex::default(),
-            missed: AtomicBool::new(false),
+            missed: AtomicU64::new(0),
         }
     }
 
@@ -117,7 +127,10 @@ impl<'txn> Writing<'txn> {
         let tf = self.filter.as_ref()?;
         let h = tf.insert(key, &mut self.pending);
         self.log.push(h);
-        if *self.missed.get_mut() {
+        // Any bit, not the key's: the list must lose the key whatever hash a lookup kept
+        // it under (a clear bit at a lookup only sends it to redb; a stale entry here would
+        // answer "absent" for a key this handle wrote).
+        if *self.missed.get_mut() != 0 {
             let misses = self.misses.get_mut().unwrap_or_else(|e| e.into_inner());
             misses.retain(|k| **k != *key);
         }
@@ -195,7 +208,7 @@ impl<'txn> Writing<'txn> {
         let passed = match probe {
             Some(None) => return Ok(None),
             Some(Some(hashed)) => {
-                if self.missed(key) || tf.remembered_absent(key, hashed) {
+                if self.missed(key, hashed.h) || tf.remembered_absent(key, hashed) {
                     tf.lookups.remembered();
                     return Ok(None);
                 }
@@ -205,19 +218,19 @@ impl<'txn> Writing<'txn> {
         };
         let v = get()?;
         tf.lookups.stored(passed && v.is_none());
-        if passed && v.is_none() {
+        if let (Some(Some(hashed)), None) = (probe, &v) {
             let mut misses = self.misses.lock().unwrap_or_else(|e| e.into_inner());
             if misses.len() < MISSES {
                 misses.push(key.into());
-                self.missed.store(true, Relaxed);
+                self.missed.fetch_or(miss_bit(hashed.h), Relaxed);
             }
         }
         Ok(v)
     }
 
-    /// True if this handle found `key` absent (and has not written it since).
-    fn missed(&self, key: &[u8]) -> bool {
-        self.missed.load(Relaxed)
+    /// True if this handle found `key` (of hash `h`) absent and has not written it since.
+    fn missed(&self, key: &[u8], h: u64) -> bool {
+        self.missed.load(Relaxed) & miss_bit(h) != 0
             && (self.misses.lock().unwrap_or_else(|e| e.into_inner()))
                 .iter()
                 .any(|k| **k == *key)
@@ -232,6 +245,7 @@ impl<'txn> Writing<'txn> {
     /// through [`Writing::admit`]).
     pub(crate) fn for_cursor(&mut self) -> ForCursor<'_> {
         self.misses_mut().clear();
+        *self.missed.get_mut() = 0;
         (
             self.filter.as_deref(),
             &mut self.log,
