@@ -13,9 +13,13 @@
 //! * the per-request path: bloomsled-redb's `Database::get_latest` against redb's
 //!   `begin_read` + `open_table` + `get`, absent keys;
 //! * present `get` on an open table;
+//! * absent and present `get` in a write transaction (one per pass, aborted after it);
 //! * the same handle, keys in the order that costs the hit bypass most
 //!   (`Builder::set_bypass_after_hits`): runs of 64 present keys, each followed by an absent
 //!   one, which arrives during a bypass and reads redb.
+//!
+//! `BLOOMSLED_REDB_COUNTING=1` opens bloomsled-redb in counting mode
+//! (`Builder::set_counting`) throughout; redb is unchanged.
 //!
 //! Last, after the reopen, the present `get` once more with the bypass off
 //! (`set_bypass_after_hits(0)`: the filter asked for every key), so the bypass's share of
@@ -240,6 +244,50 @@ fn lookups(
             || get_theirs(present),
         ),
     );
+    let in_write = |keys: &[Vec<u8>], ours_side: bool| {
+        use bloomsled_redb::ReadableTable as _;
+        timed(|| {
+            if ours_side {
+                let w = ours.begin_write().unwrap();
+                let n = {
+                    let t = w.open_table(B).unwrap();
+                    keys.iter()
+                        .filter(|k| t.get(k.as_slice()).unwrap().is_some())
+                        .count()
+                };
+                w.abort().unwrap();
+                n
+            } else {
+                let w = theirs.begin_write().unwrap();
+                let n = {
+                    let t = w.open_table(T).unwrap();
+                    keys.iter()
+                        .filter(|k| t.get(k.as_slice()).unwrap().is_some())
+                        .count()
+                };
+                w.abort().unwrap();
+                n
+            }
+        })
+    };
+    row(
+        "absent `get` in a write transaction",
+        interleaved(
+            rounds,
+            n,
+            || in_write(absent, true),
+            || in_write(absent, false),
+        ),
+    );
+    row(
+        "present `get` in a write transaction",
+        interleaved(
+            rounds,
+            present.len(),
+            || in_write(present, true),
+            || in_write(present, false),
+        ),
+    );
     let worst = worst_order(present, absent);
     row(
         "64 present, 1 absent, repeated (the bypass's worst order)",
@@ -352,13 +400,24 @@ fn main() {
         dir.path().join("bloomsled.redb"),
         dir.path().join("redb.redb"),
     );
-    let ours = bloomsled_redb::Database::create(&p_ours).unwrap();
+    let counting = std::env::var_os("BLOOMSLED_REDB_COUNTING").is_some_and(|v| v == "1");
+    let builder = || {
+        let mut b = bloomsled_redb::Builder::new();
+        b.set_counting(counting);
+        b
+    };
+    let ours = builder().create(&p_ours).unwrap();
     let theirs = redb::Database::create(&p_theirs).unwrap();
     let (k_ours, k_theirs) = load(n, &ours, &theirs);
     println!(
-        "## {} keys, transactions of {TXN}, {rounds} rounds of {} lookups\n",
+        "## {} keys, transactions of {TXN}, {rounds} rounds of {} lookups{}\n",
         size_label(n),
-        size_label(sample)
+        size_label(sample),
+        if counting {
+            ", bloomsled-redb in counting mode"
+        } else {
+            ""
+        }
     );
     println!(
         "load: bloomsled-redb {:.0} keys/s, redb {:.0} keys/s, ratio {:.3}\n",
@@ -372,7 +431,7 @@ fn main() {
     drop(ours);
     let close = t0.elapsed();
     drop(theirs);
-    let ours = bloomsled_redb::Database::open(&p_ours).unwrap();
+    let ours = builder().open(&p_ours).unwrap();
     let theirs = redb::Database::open(&p_theirs).unwrap();
     let t0 = Instant::now();
     {
@@ -397,10 +456,7 @@ fn main() {
     );
     print(&lookups(rounds, &ours, &theirs, &absent, &present));
     drop(ours);
-    let ours = bloomsled_redb::Builder::new()
-        .set_bypass_after_hits(0)
-        .open(&p_ours)
-        .unwrap();
+    let ours = builder().set_bypass_after_hits(0).open(&p_ours).unwrap();
     println!("\n### reopened with the bypass off\n");
     print(&[present_without_bypass(rounds, &ours, &theirs, &present)]);
     println!(
