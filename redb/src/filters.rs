@@ -59,7 +59,7 @@ use commits::Commits;
 pub(crate) use commits::{Out, Touched, Written};
 
 use journals::Journals;
-pub(crate) use lookups::{Forgets, Lookups, ReadSide};
+pub(crate) use lookups::{Forgets, Lookups, ReadSide, Streak};
 use names::Names;
 pub(crate) use renames::{Unsettle, UnsettleTable};
 

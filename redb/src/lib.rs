@@ -53,7 +53,7 @@ pub use table::{CursorMut, Entry, ExtractIf, OccupiedEntry, ReadOnlyTable, Table
 pub use transactions::{ReadTransaction, WriteTransaction};
 
 /// The default of [`Builder::set_bypass_after_hits`]: after 64 lookups in a row through one
-/// read table handle found their keys, it skips the filter until a lookup finds nothing.
+/// table handle found their keys, it skips the filter until a lookup finds nothing.
 ///
 /// ```
 /// assert_eq!(bloomsled_redb::DEFAULT_BYPASS_AFTER_HITS, 64);

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use bloomsled::reuse::{Hashed, Pending};
 
-use crate::filters::{Builder, Kind, Out, TableFilter};
+use crate::filters::{Builder, Kind, Out, Streak, TableFilter};
 use crate::transactions::WriteTransaction;
 
 /// What a cursor writes through (see [`Writing::for_cursor`]).
@@ -78,6 +78,8 @@ pub(crate) struct Writing<'txn> {
     /// lock, so a handle that has missed once does not make every later lookup of a key
     /// it holds lock and compare up to [`MISSES`] keys.
     missed: AtomicU64,
+    /// This handle's hits in a row (`Builder::set_bypass_after_hits`).
+    streak: Streak,
 }
 
 /// The bit of hash `h` in [`Writing::missed`].
@@ -112,6 +114,7 @@ impl<'txn> Writing<'txn> {
             pending: Pending::default(),
             misses: Mutex::default(),
             missed: AtomicU64::new(0),
+            streak: Streak::new(txn.shared().bypass_after_hits),
         }
     }
 
@@ -193,7 +196,9 @@ impl<'txn> Writing<'txn> {
 
     /// A lookup of `key` in this transaction's view: the filter, the false-positive
     /// memory (this handle's misses, then the table's), then `get` (redb), counted in the
-    /// table's lookups. A miss the trusted filter passed is kept (rule 6).
+    /// table's lookups. A miss the trusted filter passed is kept (rule 6). After a streak of
+    /// hits the handle skips all of it and asks redb until a lookup finds nothing
+    /// ([`Streak`]).
     #[inline]
     pub(crate) fn get<G, E>(
         &self,
@@ -204,12 +209,20 @@ impl<'txn> Writing<'txn> {
             return get();
         };
         tf.lookups.lookup();
+        let hits = self.streak.hits();
+        if self.streak.bypasses(hits) {
+            return self.streak.bypassed(hits, &tf.lookups, get);
+        }
         let probe = self.probe(key);
         let passed = match probe {
-            Some(None) => return Ok(None),
+            Some(None) => {
+                self.streak.missed(hits);
+                return Ok(None);
+            }
             Some(Some(hashed)) => {
                 if self.missed(key, hashed.h) || tf.remembered_absent(key, hashed) {
                     tf.lookups.remembered();
+                    self.streak.missed(hits);
                     return Ok(None);
                 }
                 true
@@ -218,6 +231,11 @@ impl<'txn> Writing<'txn> {
         };
         let v = get()?;
         tf.lookups.stored(passed && v.is_none());
+        match (passed, &v) {
+            (true, Some(_)) => self.streak.found(hits),
+            (_, None) => self.streak.missed(hits),
+            (false, Some(_)) => {}
+        }
         if let (Some(Some(hashed)), None) = (probe, &v) {
             let mut misses = self.misses.lock().unwrap_or_else(|e| e.into_inner());
             if misses.len() < MISSES {

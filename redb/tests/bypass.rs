@@ -1,4 +1,4 @@
-//! `Builder::set_bypass_after_hits`: a read table handle whose lookups keep finding their
+//! `Builder::set_bypass_after_hits`: a table handle whose lookups keep finding their
 //! keys stops asking the filter, and the first lookup that finds nothing brings it back.
 //! Every answer stays redb's (checked against the keys written); the cost to the filter's
 //! promise is bounded: redb sees at most one absent key per streak of hits, in any order an
@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bloomsled_redb::{
     Builder, DEFAULT_BYPASS_AFTER_HITS, Database, MultimapTableDefinition, ReadableDatabase,
-    TableDefinition, TableFilterStats,
+    ReadableTable, TableDefinition, TableFilterStats,
 };
 
 const T: TableDefinition<u64, u64> = TableDefinition::new("t");
@@ -232,4 +232,42 @@ fn a_bypassing_reader_keeps_its_snapshot() {
         }
         assert!(later.get(ABSENT).unwrap().is_some());
     }
+}
+
+/// A write transaction's handle: the same streak, over its own view. Its writes during a
+/// bypass are found (redb's), a key it removes is absent, and a miss ends the bypass.
+#[test]
+fn a_write_transactions_handle_skips_the_filter_after_a_streak() {
+    let (_dir, db) = loaded(&Builder::new());
+    let absent = ruled_out_keys(&db, 2);
+    let w = db.begin_write().unwrap();
+    {
+        let mut t = w.open_table(T).unwrap();
+        let hits = u64::from(DEFAULT_BYPASS_AFTER_HITS);
+        let s0 = stats(&db);
+        for i in 0..=hits {
+            assert_eq!(t.get(i).unwrap().unwrap().value(), i);
+        }
+        assert_eq!(stats(&db).bypassed, s0.bypassed + 1, "the 65th skipped it");
+        // During the bypass: its own insert is found, its own removal is absent (and ends
+        // the bypass, as any miss does).
+        t.insert(ABSENT - 1, 7).unwrap();
+        assert_eq!(t.get(ABSENT - 1).unwrap().unwrap().value(), 7);
+        t.remove(3).unwrap();
+        assert!(t.get(3).unwrap().is_none());
+        let s1 = stats(&db);
+        assert_eq!(s1.bypassed, s0.bypassed + 3);
+        // The filter again: a ruled-out key costs redb nothing.
+        assert!(t.get(absent[0]).unwrap().is_none());
+        let s2 = stats(&db);
+        assert_eq!(
+            (s2.ruled_out, s2.store_lookups, s2.bypassed),
+            (s1.ruled_out + 1, s1.store_lookups, s1.bypassed)
+        );
+        assert!(t.get(absent[1]).unwrap().is_none());
+    }
+    w.commit().unwrap();
+    let t = db.begin_read().unwrap().open_table(T).unwrap();
+    assert_eq!(t.get(ABSENT - 1).unwrap().unwrap().value(), 7);
+    assert!(t.get(3).unwrap().is_none());
 }

@@ -108,9 +108,9 @@ impl Builder {
     /// arrives during a bypass reads redb once (and ends the bypass), so redb sees at most
     /// one absent key per `hits` lookups that found theirs, whatever order an adversary
     /// picks: a flood of absent keys is still ruled out by the filter. Bypassed lookups count
-    /// as store lookups and in [`crate::TableFilterStats::bypassed`]. Each read table handle
-    /// keeps its own streak (a handle opened per request starts with the filter); write
-    /// transactions and [`Database::get_latest`] always ask the filter.
+    /// as store lookups and in [`crate::TableFilterStats::bypassed`]. Each table handle, in a
+    /// read or a write transaction, keeps its own streak (a handle opened per request starts
+    /// with the filter); [`Database::get_latest`] always asks the filter.
     ///
     /// ```
     /// use bloomsled_redb::{Builder, ReadableDatabase, TableDefinition};

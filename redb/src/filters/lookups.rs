@@ -239,14 +239,77 @@ pub(crate) struct ReadSide {
     /// The table's filter counts (counting mode): its "absent" is checked against the
     /// count-outs (`commits.rs`). Kept here, beside `built`, for the lookup path.
     counting: bool,
-    /// Lookups in a row that the filter passed and redb found, up to `bypass_after`;
-    /// at `bypass_after` the filter is skipped until a lookup finds nothing (see
-    /// [`ReadSide::get`]). A heuristic only: every answer is redb's or the filter's "absent"
-    /// under the rules above, whatever this holds, so plain loads and stores (a handle shared
-    /// by threads may lose a count) serve.
+    /// This handle's hits in a row (`Builder::set_bypass_after_hits`).
+    streak: Streak,
+}
+
+/// A table handle's lookups in a row that the filter passed and redb found, up to
+/// `after` (`Builder::set_bypass_after_hits`); from `after` on, the handle skips the filter
+/// until a lookup finds nothing. A heuristic only: every answer is redb's, or the filter's
+/// "absent" under the rules above, whatever this holds; so plain loads and stores serve (a
+/// handle shared by threads may lose a count), and a stream of misses writes nothing.
+pub(crate) struct Streak {
     hits: AtomicU32,
-    /// `Builder::set_bypass_after_hits`; `u32::MAX` for 0 (off: `hits` is never raised).
-    bypass_after: u32,
+    /// `u32::MAX` for a setting of 0 (off: `hits` is never raised).
+    after: u32,
+}
+
+impl Streak {
+    /// The streak of a handle of a database whose setting is `after_hits` (0: off).
+    pub(crate) fn new(after_hits: u32) -> Streak {
+        Streak {
+            hits: AtomicU32::new(0),
+            after: match after_hits {
+                0 => u32::MAX,
+                n => n,
+            },
+        }
+    }
+
+    /// The hits so far, read once per lookup and handed back to [`Streak::found`] or
+    /// [`Streak::missed`].
+    #[inline]
+    pub(crate) fn hits(&self) -> u32 {
+        self.hits.load(Relaxed)
+    }
+
+    /// True if a lookup with `hits` so far skips the filter.
+    #[inline]
+    pub(crate) fn bypasses(&self, hits: u32) -> bool {
+        hits >= self.after
+    }
+
+    /// The lookup found its key.
+    #[inline]
+    pub(crate) fn found(&self, hits: u32) {
+        if self.after != u32::MAX && hits < self.after {
+            self.hits.store(hits + 1, Relaxed);
+        }
+    }
+
+    /// The lookup found nothing: the streak starts over (and a bypass ends).
+    #[inline]
+    pub(crate) fn missed(&self, hits: u32) {
+        if hits != 0 {
+            self.hits.store(0, Relaxed);
+        }
+    }
+
+    /// A lookup during a bypass, counted in `lookups`: redb's answer.
+    #[inline]
+    pub(crate) fn bypassed<G, E>(
+        &self,
+        hits: u32,
+        lookups: &Lookups,
+        get: impl FnOnce() -> Result<Option<G>, E>,
+    ) -> Result<Option<G>, E> {
+        let v = get()?;
+        lookups.bypassed();
+        if v.is_none() {
+            self.missed(hits);
+        }
+        Ok(v)
+    }
 }
 
 impl ReadSide {
@@ -267,51 +330,28 @@ impl ReadSide {
         get: impl FnOnce() -> Result<Option<G>, E>,
     ) -> Result<Option<G>, E> {
         self.tf.lookups.lookup();
-        let hits = self.hits.load(Relaxed);
-        if hits >= self.bypass_after {
-            return self.bypassed(get);
+        let hits = self.streak.hits();
+        if self.streak.bypasses(hits) {
+            return self.streak.bypassed(hits, &self.tf.lookups, get);
         }
         match &self.built {
             Some(b) => match b.probe(key) {
                 // Counting mode: unless a count-out the snapshot may not hold cleared it.
                 None if !self.counting || self.tf.absent_holds_for(self.seq) => {
-                    self.streak_ends(hits);
+                    self.streak.missed(hits);
                     Ok(None)
                 }
                 Some(hashed) => {
                     let v = self.passed(key, hashed, get)?;
                     match v {
-                        // Off (`u32::MAX`): nothing stored, `hits` stays 0.
-                        Some(_) if self.bypass_after != u32::MAX => {
-                            self.hits.store(hits + 1, Relaxed);
-                        }
-                        Some(_) => {}
-                        None => self.streak_ends(hits),
+                        Some(_) => self.streak.found(hits),
+                        None => self.streak.missed(hits),
                     }
                     Ok(v)
                 }
                 None => self.unfiltered(get),
             },
             None => self.unfiltered(get),
-        }
-    }
-
-    /// A lookup during a bypass: redb's answer; one that finds nothing ends the bypass.
-    fn bypassed<G, E>(&self, get: impl FnOnce() -> Result<Option<G>, E>) -> Result<Option<G>, E> {
-        let v = get()?;
-        self.tf.lookups.bypassed();
-        if v.is_none() {
-            self.hits.store(0, Relaxed);
-        }
-        Ok(v)
-    }
-
-    /// A lookup found nothing: the streak starts again (a store only if it had begun, so
-    /// a stream of absent keys writes nothing to a handle threads share).
-    #[inline]
-    fn streak_ends(&self, hits: u32) {
-        if hits != 0 {
-            self.hits.store(0, Relaxed);
         }
     }
 
@@ -359,11 +399,7 @@ impl ReadSide {
         ReadSide {
             built: shared.trusted_current(&tf, seq),
             counting: tf.counting,
-            hits: AtomicU32::new(0),
-            bypass_after: match shared.bypass_after_hits {
-                0 => u32::MAX,
-                n => n,
-            },
+            streak: Streak::new(shared.bypass_after_hits),
             tf,
             shared: shared.clone(),
             seq,
