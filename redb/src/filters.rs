@@ -379,8 +379,8 @@ impl Shared {
     ) -> Shared {
         Shared {
             enabled,
-            counting: false,
-            bypass_after_hits: crate::DEFAULT_BYPASS_AFTER_HITS,
+            counting: Tuning::default().counting,
+            bypass_after_hits: Tuning::default().bypass_after_hits,
             tables: RwLock::default(),
             multimap_tables: RwLock::default(),
             epoch: AtomicU64::new(0),

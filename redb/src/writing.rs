@@ -74,9 +74,9 @@ pub(crate) struct Writing<'txn> {
     /// it may hold the key.)
     misses: Mutex<Vec<Box<[u8]>>>,
     /// One bit per kept miss, chosen by the top 6 bits of the hash its lookup probed with
-    /// ([`miss_bit`]); cleared only with the whole list. A lookup whose bit is clear is not in the list: it takes no
-    /// lock, so a handle that has missed once does not make every later lookup of a key
-    /// it holds lock and compare up to [`MISSES`] keys.
+    /// ([`miss_bit`]); cleared only with the whole list. A lookup whose bit is clear is not
+    /// in the list: it takes no lock, so a handle that has missed once does not make every
+    /// later lookup of a key it holds lock and compare up to [`MISSES`] keys.
     missed: AtomicU64,
     /// This handle's hits in a row (`Builder::set_bypass_after_hits`).
     streak: Streak,

@@ -64,8 +64,8 @@ pub struct TableFilterStats {
     /// without redb: false positives found before, not paid again (see `docs/redb.md`, "The
     /// false-positive memory"). Lookups = ruled out + store lookups + remembered.
     pub false_positives_remembered: u64,
-    /// Store lookups that skipped the filter: a read table handle whose lookups kept
-    /// finding their keys stopped asking it (`Builder::set_bypass_after_hits`).
+    /// Store lookups that skipped the filter: a table handle whose lookups kept finding
+    /// their keys stopped asking it (`Builder::set_bypass_after_hits`).
     pub bypassed: u64,
 }
 

@@ -322,7 +322,8 @@ impl ReadSide {
         self.tf.commits.settled_for(self.seq) && self.shared.wide.settled_for(self.seq)
     }
 
-    /// A lookup of `key` through the filter, the memory, then `get` (redb), counted.
+    /// A lookup of `key` through the filter, the memory, then `get` (redb), counted; after a
+    /// streak of hits, redb's alone until a lookup finds nothing ([`Streak`]).
     #[inline]
     pub(crate) fn get<G, E>(
         &self,
