@@ -244,30 +244,27 @@ fn lookups(
             || get_theirs(present),
         ),
     );
+    // One write transaction over `keys`, aborted after: the same code for both stores
+    // (their types differ, so a macro, not a function).
+    macro_rules! gets_in_write {
+        ($db:expr, $def:expr, $keys:expr) => {{
+            use bloomsled_redb::ReadableTable as _;
+            let w = $db.begin_write().unwrap();
+            let n = {
+                let t = w.open_table($def).unwrap();
+                $keys
+                    .iter()
+                    .filter(|k| t.get(k.as_slice()).unwrap().is_some())
+                    .count()
+            };
+            w.abort().unwrap();
+            n
+        }};
+    }
     let in_write = |keys: &[Vec<u8>], ours_side: bool| {
-        use bloomsled_redb::ReadableTable as _;
-        timed(|| {
-            if ours_side {
-                let w = ours.begin_write().unwrap();
-                let n = {
-                    let t = w.open_table(B).unwrap();
-                    keys.iter()
-                        .filter(|k| t.get(k.as_slice()).unwrap().is_some())
-                        .count()
-                };
-                w.abort().unwrap();
-                n
-            } else {
-                let w = theirs.begin_write().unwrap();
-                let n = {
-                    let t = w.open_table(T).unwrap();
-                    keys.iter()
-                        .filter(|k| t.get(k.as_slice()).unwrap().is_some())
-                        .count()
-                };
-                w.abort().unwrap();
-                n
-            }
+        timed(|| match ours_side {
+            true => gets_in_write!(ours, B, keys),
+            false => gets_in_write!(theirs, T, keys),
         })
     };
     row(

@@ -279,10 +279,10 @@ impl Streak {
         hits >= self.after
     }
 
-    /// The lookup found its key.
+    /// The lookup found its key (asked of the filter: `hits` is below `after`).
     #[inline]
     pub(crate) fn found(&self, hits: u32) {
-        if self.after != u32::MAX && hits < self.after {
+        if self.after != u32::MAX {
             self.hits.store(hits + 1, Relaxed);
         }
     }
