@@ -7,6 +7,7 @@ mod db;
 mod filters;
 pub(crate) mod fp_memory;
 mod holds;
+mod lock;
 mod policy;
 mod ready;
 mod rebuild;

@@ -553,16 +553,25 @@ impl Drop for DbState {
         // `persist::poison`) that panics. The panic is caught and logged: the flush that
         // mattered was the one `close` (or the caller) asked for, and it reported.
         let trees = std::mem::take(trees);
+        // Whether these are bloomsled's last handles to sled: no `Tree` of the database
+        // outlives it (a user's `Tree` keeps sled open, as sled's own handles do).
+        let last_trees = trees.values().all(|t| Arc::strong_count(t) == 1);
         let meta = self.meta.take();
         let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
             drop(trees);
+            let last = last_trees && meta.as_ref().is_none_or(|m| Arc::strong_count(m) == 1);
             drop(meta);
+            last
         }));
-        if dropped.is_err() {
-            log::error!(
+        match dropped {
+            Ok(true) if !self.config.temporary => {
+                super::lock::wait_until_free(&self.config.path.join("db"));
+            }
+            Ok(_) => {}
+            Err(_) => log::error!(
                 "bloomsled: sled's final fsync at drop failed (it panics): caught; reopen the \
                  database to recover from what is durable"
-            );
+            ),
         }
     }
 }
