@@ -18,7 +18,7 @@
 //! See [`Header`] for the drawn layout.
 //!
 //! # Records
-//! See [`TreeRecord`] and [`DbRecord`].
+//! See [`TreeRecord`], [`DbRecord`] and [`ChainRecord`].
 
 mod filter_bytes;
 mod record;
@@ -27,8 +27,8 @@ mod snapshot;
 pub use crate::error::DecodeError;
 use crate::filter::FilterMode;
 pub use record::{
-    DbRecord, TreeRecord, DB_RECORD_LEN, DB_RECORD_MAGIC, FLAG_EMPTY, FLAG_GROWS, RECORD_VERSION,
-    TREE_RECORD_LEN, TREE_RECORD_MAGIC,
+    ChainRecord, DbRecord, TreeRecord, CHAIN_RECORD_LEN, CHAIN_RECORD_MAGIC, DB_RECORD_LEN,
+    DB_RECORD_MAGIC, FLAG_EMPTY, FLAG_GROWS, RECORD_VERSION, TREE_RECORD_LEN, TREE_RECORD_MAGIC,
 };
 pub use snapshot::{
     decode, encode, encode_to, expected_len, parse_header, parse_page, Header, PageHeader,

@@ -273,7 +273,9 @@ pub(crate) use scan_pause::{pause_limit, wait_at_pause};
 #[cfg(feature = "failpoints")]
 #[cfg_attr(docsrs, doc(cfg(feature = "failpoints")))]
 pub use scan_pause::{pause_rebuild_scans_after, rebuild_scans_paused};
-pub use store_journal::{remove_journals, replay_journals, JournalBinding, JournalWriter};
+pub use store_journal::{
+    remove_journals, replay_journals, JournalBinding, JournalChain, JournalWriter,
+};
 pub use stored::{
     decode_database, decode_record, encode_counting_record, encode_counting_snapshot,
     encode_database, encode_record, encode_snapshot, judge_named, judge_stored,

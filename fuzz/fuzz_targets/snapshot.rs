@@ -3,7 +3,8 @@
 //! have produced).
 #![no_main]
 
-use bloomsled::format::{self, DbRecord, SnapshotMeta, TreeRecord};
+use bloomsled::format::{self, ChainRecord, DbRecord, SnapshotMeta, TreeRecord};
+use bloomsled::persist::JournalChain;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -12,6 +13,12 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(&r.encode()[..], data);
     }
     let _ = DbRecord::decode(data);
+    if let Ok(mut r) = ChainRecord::decode(data) {
+        assert_eq!(&r.encode()[..], data);
+    }
+    if let Ok(chain) = JournalChain::decode(data) {
+        assert_eq!(chain.encode(), data);
+    }
     if let Ok((h, words)) = format::decode(data) {
         let meta = SnapshotMeta {
             filter_kind: h.filter_kind.get(),

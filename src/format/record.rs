@@ -29,6 +29,20 @@
 //!                          this sizing, and has no file; bit 1 (FLAG_GROWS): no setting
 //!                          sized the tree: its filter starts at `capacity` and grows
 //!    100    4 crc          CRC32 of bytes 0..100
+//!
+//! ChainRecord (96 bytes): a store's record of one tree's chain of crash journals
+//!      0    8 magic        b"BLMSJCHN"
+//!      8    4 version      1
+//!     12    4 flags        bit 0 (FLAG_EMPTY): the journals extend the empty filter of
+//!                          `seed` (no snapshot: base id zeros, base sequence 0)
+//!     16   16 database     the database id every journal of the chain carries
+//!     32   16 tree         the tree's id
+//!     48   16 base         the id of the stored snapshot the journals extend
+//!     64    8 base_sequence  that snapshot's sequence
+//!     72    8 seed         the hashes' seed (the filter's)
+//!     80    8 last         the chain's journals are 1..=last
+//!     88    4 reserved     zero
+//!     92    4 crc          CRC32 of bytes 0..92
 //! ```
 
 use zerocopy::little_endian::{U32, U64};
@@ -40,6 +54,8 @@ use super::{block_bytes, checksum, DecodeError};
 pub const DB_RECORD_MAGIC: [u8; 8] = *b"BLMSDBID";
 /// First bytes of a [`TreeRecord`].
 pub const TREE_RECORD_MAGIC: [u8; 8] = *b"BLMSTREE";
+/// First bytes of a [`ChainRecord`].
+pub const CHAIN_RECORD_MAGIC: [u8; 8] = *b"BLMSJCHN";
 /// The record version this build writes and reads.
 pub const RECORD_VERSION: u32 = 1;
 /// [`TreeRecord::flags`]: the current snapshot is the empty filter, with no file.
@@ -108,6 +124,69 @@ pub struct TreeRecord {
 
 /// Size of [`TreeRecord`].
 pub const TREE_RECORD_LEN: usize = std::mem::size_of::<TreeRecord>();
+
+/// A store's record of one tree's chain of crash journals: journals `1..=last`, each
+/// bound to `database`, `tree`, `base` and `seed`, extend the stored snapshot `base` (of
+/// sequence `base_sequence`), or with [`FLAG_EMPTY`] the empty filter of `seed`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
+#[repr(C)]
+pub struct ChainRecord {
+    /// [`CHAIN_RECORD_MAGIC`].
+    pub magic: [u8; 8],
+    /// [`RECORD_VERSION`].
+    pub version: U32,
+    /// [`FLAG_EMPTY`] or 0.
+    pub flags: U32,
+    /// The database id the chain's journals carry.
+    pub database: [u8; 16],
+    /// The tree's id.
+    pub tree: [u8; 16],
+    /// The id of the stored snapshot the journals extend (zeros with [`FLAG_EMPTY`]).
+    pub base: [u8; 16],
+    /// That snapshot's sequence (0 with [`FLAG_EMPTY`]).
+    pub base_sequence: U64,
+    /// The hashes' seed.
+    pub seed: U64,
+    /// The chain's last journal.
+    pub last: U64,
+    /// Zero.
+    pub reserved: U32,
+    /// CRC32 of the bytes before it.
+    pub crc: U32,
+}
+
+/// Size of [`ChainRecord`].
+pub const CHAIN_RECORD_LEN: usize = std::mem::size_of::<ChainRecord>();
+
+impl ChainRecord {
+    /// Sets the magic, version and checksum after the fields, and returns the bytes.
+    pub fn encode(&mut self) -> [u8; CHAIN_RECORD_LEN] {
+        self.magic = CHAIN_RECORD_MAGIC;
+        self.version = U32::new(RECORD_VERSION);
+        self.crc = U32::new(checksum(&[&self.as_bytes()[..CHAIN_RECORD_LEN - 4]]));
+        let mut out = [0u8; CHAIN_RECORD_LEN];
+        out.copy_from_slice(self.as_bytes());
+        out
+    }
+
+    /// Parses and checks a record: an empty chain names no snapshot.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        check_frame(bytes, &CHAIN_RECORD_MAGIC, CHAIN_RECORD_LEN)?;
+        let r = ChainRecord::read_from_bytes(bytes).expect("length checked");
+        let bad = |what: &str| Err(DecodeError::Inconsistent(what.into()));
+        if r.reserved.get() != 0 {
+            return bad("reserved field not zero");
+        }
+        match r.flags.get() {
+            0 => Ok(r),
+            FLAG_EMPTY if r.base == [0; 16] && r.base_sequence.get() == 0 => Ok(r),
+            FLAG_EMPTY => bad("an empty chain names a snapshot"),
+            f => Err(DecodeError::Inconsistent(format!("unknown flags {f:#x}"))),
+        }
+    }
+}
 
 fn check_frame(bytes: &[u8], magic: &[u8; 8], len: usize) -> Result<(), DecodeError> {
     if bytes.len() < magic.len() || &bytes[..magic.len()] != magic {
@@ -219,6 +298,9 @@ mod tests {
         assert_eq!(std::mem::offset_of!(TreeRecord, dirty_sequence), 56);
         assert_eq!(std::mem::offset_of!(TreeRecord, flags), 96);
         assert_eq!(std::mem::offset_of!(DbRecord, db_id), 16);
+        assert_eq!(CHAIN_RECORD_LEN, 96);
+        assert_eq!(std::mem::offset_of!(ChainRecord, base), 48);
+        assert_eq!(std::mem::offset_of!(ChainRecord, last), 80);
     }
 
     #[test]
@@ -241,7 +323,29 @@ mod tests {
             c[i / 8] ^= 1 << (i % 8);
             assert!(DbRecord::decode(&c).is_err(), "flip {i} accepted");
         }
+        let mut chain = ChainRecord::new_zeroed();
+        chain.database = [1; 16];
+        chain.tree = [2; 16];
+        chain.base = [3; 16];
+        chain.base_sequence = U64::new(4);
+        chain.seed = U64::new(5);
+        chain.last = U64::new(6);
+        let bytes = chain.encode();
+        assert_eq!(ChainRecord::decode(&bytes).unwrap(), chain);
+        for i in 0..bytes.len() * 8 {
+            let mut c = bytes;
+            c[i / 8] ^= 1 << (i % 8);
+            assert!(ChainRecord::decode(&c).is_err(), "flip {i} accepted");
+        }
+        // An empty chain names no snapshot, even under a valid checksum.
+        chain.flags = U32::new(FLAG_EMPTY);
+        assert!(ChainRecord::decode(&chain.encode()).is_err());
+        chain.base = [0; 16];
+        chain.base_sequence = U64::new(0);
+        assert_eq!(ChainRecord::decode(&chain.encode()).unwrap(), chain);
         // One record kind is never read as the other.
+        assert!(ChainRecord::decode(db.as_bytes()).is_err());
+        assert!(DbRecord::decode(&chain.encode()).is_err());
         assert!(matches!(
             TreeRecord::decode(db.as_bytes()),
             Err(DecodeError::BadMagic { .. })

@@ -12,7 +12,8 @@
 //! 2. before the first write of a session to that tree, creates the session's journal
 //!    ([`JournalWriter::create`], sequence 1 for the first session after the filter was
 //!    stored, then 2, 3, …) and makes the highest sequence durable **with its data** (in
-//!    the same commit as the first write of the session: the store's "dirty mark");
+//!    the same commit as the first write of the session: the store's "dirty mark", in the
+//!    core's format: a [`JournalChain`]);
 //! 3. appends each key's hash ([`JournalWriter::append`]) before the store stores the key;
 //! 4. at open, if its mark names sequences `1..=n` of the binding it stored, asks
 //!    [`replay_journals`] for their hashes, and inserts them into the stored filter; on
@@ -30,8 +31,8 @@ use std::ops::RangeInclusive;
 use std::path::Path;
 use std::sync::Arc;
 
-use zerocopy::little_endian::U64;
-use zerocopy::FromBytes;
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, FromZeros};
 
 use super::boot::boot_id;
 use super::journal::{JournalHeader, MAGIC, OP_INSERT, VERSION};
@@ -39,7 +40,8 @@ use super::journal_map::{counter_dir, counter_prefix, Journals, CAPACITY};
 use super::journal_names::{remove, remove_if_unlocked, FoundFiles};
 use super::meta::random_id;
 use super::trust::{judge_chain, JournalIdentity};
-use crate::error::JournalFault;
+use crate::error::{DecodeError, JournalFault};
+use crate::format::{ChainRecord, FLAG_EMPTY};
 
 /// What a crash journal belongs to and extends: the ids a store gives its database and
 /// tree, the **base** (an id of the exact stored filter the journal's hashes are added
@@ -65,6 +67,70 @@ pub struct JournalBinding {
     pub base: [u8; 16],
     /// The seed of the hashes (the filter's).
     pub seed: u64,
+}
+
+/// A store's record of one tree's chain of crash journals, the core's bytes (a chain
+/// record: 96 bytes, CRC'd, versioned as the tree and database records are): journals `1..=last`, each created
+/// with `binding`, extend the stored snapshot `binding.base` of sequence `base_sequence`,
+/// or, if `empty`, the empty filter of `binding.seed` (the tree was made after the filter
+/// was stored: every key it holds was written since, so its hashes are all in the chain).
+///
+/// A store writes it in the commit of the first write of each session to the tree, and
+/// removes it in any commit that makes the chain not cover the tree's keys (see the module
+/// doc).
+///
+/// ```
+/// use bloomsled::persist::{JournalBinding, JournalChain};
+/// let binding = JournalBinding { database: [1; 16], tree: [2; 16], base: [3; 16], seed: 42 };
+/// let chain = JournalChain { binding, base_sequence: 7, empty: false, last: 2 };
+/// assert_eq!(JournalChain::decode(&chain.encode())?, chain);
+/// // An empty chain names no snapshot.
+/// assert!(JournalChain::decode(&JournalChain { empty: true, ..chain }.encode()).is_err());
+/// # Ok::<(), bloomsled::DecodeError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalChain {
+    /// What every journal of the chain was created with.
+    pub binding: JournalBinding,
+    /// The sequence of the stored snapshot the journals extend (0 if `empty`).
+    pub base_sequence: u64,
+    /// The journals extend the empty filter of the binding's seed, and the binding's base
+    /// is zeros.
+    pub empty: bool,
+    /// The chain's last journal: its journals are `1..=last`.
+    pub last: u64,
+}
+
+impl JournalChain {
+    /// The record's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut r = ChainRecord::new_zeroed();
+        r.flags = U32::new(if self.empty { FLAG_EMPTY } else { 0 });
+        r.database = self.binding.database;
+        r.tree = self.binding.tree;
+        r.base = self.binding.base;
+        r.base_sequence = U64::new(self.base_sequence);
+        r.seed = U64::new(self.binding.seed);
+        r.last = U64::new(self.last);
+        r.encode().to_vec()
+    }
+
+    /// The chain [`JournalChain::encode`] wrote; a [`DecodeError`] for any other bytes (a
+    /// flipped bit, another record, an empty chain that names a snapshot), never a panic.
+    pub fn decode(bytes: &[u8]) -> Result<JournalChain, DecodeError> {
+        let r = ChainRecord::decode(bytes)?;
+        Ok(JournalChain {
+            binding: JournalBinding {
+                database: r.database,
+                tree: r.tree,
+                base: r.base,
+                seed: r.seed.get(),
+            },
+            base_sequence: r.base_sequence.get(),
+            empty: r.flags.get() == FLAG_EMPTY,
+            last: r.last.get(),
+        })
+    }
 }
 
 impl JournalBinding {
