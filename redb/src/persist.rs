@@ -244,7 +244,7 @@ fn read_marks(txn: &redb::ReadTransaction, on_disk: &mut OnDisk) {
         };
         let k = k.value().to_string();
         on_disk.marked.insert(k.clone());
-        let valid = Mark::decode(v.value())
+        let valid = Mark::decode(v.value(), &k)
             .filter(|m| Some(m.close) == on_disk.close && !on_disk.keys.contains(&k));
         if let Some(m) = valid {
             on_disk.seeds.insert(k.clone(), m.base.seed);

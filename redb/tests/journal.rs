@@ -3,7 +3,8 @@
 //! (`Database::table_filter_source`) and that every committed key is found. Tampered
 //! journals (another table's or database's copied in, an earlier copy, a flipped byte, a
 //! counter file gone as after a reboot) are refused with the core's reason, and the table
-//! is scanned: still no false negative.
+//! is scanned: still no false negative. So are damaged marks (a flipped bit, another table's
+//! mark, a mark of an earlier build).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -627,6 +628,62 @@ fn open_after_kill_journal_against_scan() {
              after {filter:.1?} ({:?})",
             n / 10,
             source(&db, A)
+        );
+    }
+}
+
+/// The marks of a crashed database, damaged through plain redb: a flipped bit, another
+/// table's mark copied over the table's, a mark of an earlier build. Each is refused (the
+/// table scans, every key found), and the untouched table still replays.
+#[test]
+fn tampered_marks_are_refused_and_the_table_scanned() {
+    maybe_child();
+    let test = "tampered_marks_are_refused_and_the_table_scanned";
+    const MARKS: redb::TableDefinition<&str, &[u8]> =
+        redb::TableDefinition::new("__bloomsled_journals");
+    type Tampering = fn(&mut Vec<u8>, &[u8]);
+    let cases: [(&str, Tampering); 4] = [
+        ("a bit flipped in its chain's last journal", |a, _| {
+            a[80] ^= 1
+        }),
+        ("a bit flipped in its flags", |a, _| a[12] ^= 1),
+        ("b's mark copied over it", |a, b| *a = b.to_vec()),
+        ("a mark of an earlier build", |a, _| {
+            a.truncate(68);
+            a[..4].copy_from_slice(b"BSJ2");
+        }),
+    ];
+    for (what, damage) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = base(dir.path());
+        crash(test, &path, "w a 2000 2200;w b 2000 2300", &[]);
+        {
+            let db = redb::Database::open(&path).unwrap();
+            let w = db.begin_write().unwrap();
+            {
+                use redb::ReadableTable as _;
+                let mut marks = w.open_table(MARKS).unwrap();
+                let b = marks.get("t/b").unwrap().unwrap().value().to_vec();
+                let mut a = marks.get("t/a").unwrap().unwrap().value().to_vec();
+                assert_eq!(a.len(), 96, "{what}: the core's chain record");
+                damage(&mut a, &b);
+                marks.insert("t/a", a.as_slice()).unwrap();
+            }
+            w.commit().unwrap();
+        }
+        let db = reopen_and_check(&path, &[("a", 0..2_200), ("b", 0..2_300)]);
+        assert!(
+            matches!(source(&db, A), FilterSource::Scanned { .. }),
+            "{what}: {:?}",
+            source(&db, A)
+        );
+        assert_eq!(
+            source(&db, B),
+            FilterSource::Replayed {
+                sessions: 1,
+                hashes: 300
+            },
+            "{what}"
         );
     }
 }

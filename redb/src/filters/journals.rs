@@ -105,12 +105,7 @@ pub(crate) fn database_id(close: Close) -> [u8; 16] {
 
 /// What the journals of table `key` marked by `mark` extend (see the module doc).
 pub(crate) fn binding(key: &str, mark: &Mark) -> JournalBinding {
-    JournalBinding {
-        database: database_id(mark.close),
-        tree: persist::table_tree(key, mark.base.seed),
-        base: mark.base.snapshot,
-        seed: mark.base.seed,
-    }
+    mark.chain(key).binding
 }
 
 /// True if `mark` is an empty mark naming no snapshot: its journals' hashes are then all

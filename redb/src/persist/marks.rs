@@ -3,23 +3,16 @@
 //! close left stored for this table" (named by the core's snapshot id and sequence, as its
 //! record named it), or, an **empty mark**, "extend the empty filter of this seed".
 //!
-//! A mark is this crate's value (magic, seven words, a check word): the core has no record
-//! of a journal chain bound to a store's commits. What it names is judged by the core's
-//! rule (`bloomsled::persist::judge_named`), as a record is.
+//! A mark is the core's record of a journal chain ([`JournalChain`], its 96 bytes and CRC):
+//! its binding is the one the chain's journals carry (the close as the database id, the
+//! table's tree id, the snapshot id, the seed), with the snapshot's sequence and the
+//! chain's last journal. What it names is judged by the core's rule
+//! (`bloomsled::persist::judge_named`), as a record is; this crate binds it to redb's
+//! commits.
 
-use bloomsled::persist::StoredIds;
+use bloomsled::persist::{JournalBinding, JournalChain, StoredIds};
 
-use super::{Close, FILTERS, MARKS, RECORDS, Record, head, table_tree};
-
-const MARK_MAGIC: &[u8; 4] = b"BSJ2";
-/// A mark whose journals extend the empty filter (the table was made after the close); no
-/// flipped bit makes one magic the other.
-const EMPTY_MARK_MAGIC: &[u8; 4] = b"BSJF";
-/// Words of a mark before its check word.
-const WORDS: usize = 7;
-/// Bytes of a mark (magic, the words, check word).
-#[cfg(test)]
-const MARK_LEN: usize = 4 + 8 * (WORDS + 1);
+use super::{Close, FILTERS, MARKS, RECORDS, Record, head, join, split, table_tree};
 
 /// A table's journal mark: written since clean close `close`, its crash journals
 /// `1..=last` extend the filter `base` names (the snapshot that close left stored for the
@@ -34,65 +27,44 @@ pub(crate) struct Mark {
     pub(crate) last: u64,
 }
 
-fn check(words: &[u64]) -> u64 {
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    bloomsled::hash::hash_key(&bytes, 0x6273_7265_6362)
-}
-
-fn word(bytes: &[u8], i: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&bytes[4 + 8 * i..12 + 8 * i]);
-    u64::from_le_bytes(w)
-}
-
 impl Mark {
-    fn words(&self) -> [u64; WORDS] {
-        let (lo, hi) = super::split(self.base.snapshot);
-        let c = self.close;
-        let b = self.base;
-        [c.sequence, c.nonce, b.seed, lo, hi, b.sequence, self.last]
+    /// The core's record of this chain for table `key`; its binding is its journals'.
+    pub(crate) fn chain(&self, key: &str) -> JournalChain {
+        JournalChain {
+            binding: JournalBinding {
+                database: join(self.close.sequence, self.close.nonce),
+                tree: table_tree(key, self.base.seed),
+                base: self.base.snapshot,
+                seed: self.base.seed,
+            },
+            base_sequence: self.base.sequence,
+            empty: self.empty,
+            last: self.last,
+        }
     }
 
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = if self.empty {
-            EMPTY_MARK_MAGIC
-        } else {
-            MARK_MAGIC
-        }
-        .to_vec();
-        let w = self.words();
-        for x in w.iter().chain([check(&w)].iter()) {
-            out.extend_from_slice(&x.to_le_bytes());
-        }
-        out
+    pub(crate) fn encode(&self, key: &str) -> Vec<u8> {
+        self.chain(key).encode()
     }
 
-    /// `None` for anything that is not a mark this version wrote, intact.
-    pub(crate) fn decode(bytes: &[u8]) -> Option<Mark> {
-        if bytes.len() != 4 + 8 * (WORDS + 1) {
+    /// `None` for anything that is not an intact chain record of table `key` (a mark moved
+    /// under another table's key names another tree).
+    pub(crate) fn decode(bytes: &[u8], key: &str) -> Option<Mark> {
+        let c = JournalChain::decode(bytes).ok()?;
+        let b = c.binding;
+        if b.tree != table_tree(key, b.seed) {
             return None;
         }
-        let empty = match &bytes[..4] {
-            m if m == MARK_MAGIC => false,
-            m if m == EMPTY_MARK_MAGIC => true,
-            _ => return None,
-        };
-        let w: Vec<u64> = (0..=WORDS).map(|i| word(bytes, i)).collect();
-        if check(&w[..WORDS]) != w[WORDS] {
-            return None;
-        }
+        let (sequence, nonce) = split(b.database);
         Some(Mark {
-            close: Close {
-                sequence: w[0],
-                nonce: w[1],
-            },
+            close: Close { sequence, nonce },
             base: Record {
-                seed: w[2],
-                snapshot: super::join(w[3], w[4]),
-                sequence: w[5],
+                seed: b.seed,
+                snapshot: b.base,
+                sequence: c.base_sequence,
             },
-            empty,
-            last: w[6],
+            empty: c.empty,
+            last: c.last,
         })
     }
 }
@@ -125,7 +97,7 @@ pub(crate) fn marked_filter(
     let records = txn.open_table(RECORDS).ok()?;
     let (close, database, _) = head(&records)?;
     let raw = raw_mark(txn, key)?;
-    let mark = Mark::decode(&raw.1)?;
+    let mark = Mark::decode(&raw.1, key)?;
     if mark.close != close || mark.base.seed != seed {
         return None;
     }
@@ -151,7 +123,7 @@ pub(crate) fn write_mark(
     mark: &Mark,
 ) -> Result<(), redb::TableError> {
     let mut marks = txn.open_table(MARKS)?;
-    marks.insert(key, mark.encode().as_slice())?;
+    marks.insert(key, mark.encode(key).as_slice())?;
     Ok(())
 }
 
@@ -196,34 +168,50 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Bytes of the core's chain record.
+    const CHAIN_LEN: usize = 96;
+
     proptest! {
         /// Any bytes: a mark or `None`, never a panic. A mark read back is the one written,
-        /// a flipped bit anywhere makes it unreadable, and no mark reads as the close or
-        /// database record (the core's) or the other way round.
+        /// a flipped bit anywhere makes it unreadable, a mark read under another table's key
+        /// is refused, and no mark reads as the close or database record or the other way
+        /// round.
         #[test]
         fn marks_decode_only_what_was_encoded(
-            bytes in proptest::collection::vec(any::<u8>(), 0..80),
+            bytes in proptest::collection::vec(any::<u8>(), 0..120),
             w in any::<[u64; 6]>(),
             id in any::<[u8; 16]>(),
-            flip in 0usize..(MARK_LEN * 8),
+            flip in 0usize..(CHAIN_LEN * 8),
         ) {
-            let _ = Mark::decode(&bytes);
+            let _ = Mark::decode(&bytes, "t/a");
             let m = Mark {
                 close: Close { sequence: w[0], nonce: w[1] },
                 base: Record { seed: w[2], snapshot: id, sequence: w[3] },
                 empty: false,
                 last: w[4],
             };
-            for m in [m, Mark { empty: true, ..m }] {
-                let mut enc = m.encode();
-                prop_assert_eq!(Mark::decode(&enc), Some(m));
+            let empty = Mark {
+                empty: true,
+                base: Record { snapshot: [0; 16], sequence: 0, ..m.base },
+                ..m
+            };
+            for m in [m, empty] {
+                let mut enc = m.encode("t/a");
+                prop_assert_eq!(enc.len(), CHAIN_LEN);
+                prop_assert_eq!(Mark::decode(&enc, "t/a"), Some(m));
+                prop_assert_eq!(Mark::decode(&enc, "t/b"), None);
                 prop_assert!(bloomsled::persist::decode_database(&enc).is_err());
                 enc[flip / 8] ^= 1 << (flip % 8);
-                prop_assert_eq!(Mark::decode(&enc), None);
+                prop_assert_eq!(Mark::decode(&enc, "t/a"), None);
+            }
+            // An empty mark that names a snapshot is never written, and never read.
+            if id != [0; 16] {
+                let named = Mark { empty: true, ..m };
+                prop_assert_eq!(Mark::decode(&named.encode("t/a"), "t/a"), None);
             }
             let close = m.close.encode();
             prop_assert_eq!(Close::decode(&close), Some(m.close));
-            prop_assert_eq!(Mark::decode(&close), None);
+            prop_assert_eq!(Mark::decode(&close, "t/a"), None);
         }
     }
 }
