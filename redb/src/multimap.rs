@@ -209,10 +209,10 @@ impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
     ) -> Result<bool> {
         // Counting mode: a key with values already is counted in once; this admit would
         // be one count too many (one redb lookup more per insert, in counting mode only).
-        let had = match self.writing.counting() {
-            true => !redb::ReadableMultimapTable::get(&self.inner, key.borrow())?.is_empty(),
-            false => false,
-        };
+        let had = self.writing.counting()
+            && self.writing.before_write(|| {
+                redb::ReadableMultimapTable::get(&self.inner, key.borrow()).map(|v| !v.is_empty())
+            })?;
         let h = self.writing.admit(K::as_bytes(key.borrow()).as_ref());
         let present = self.inner.insert(key, value)?;
         if had {
@@ -240,12 +240,14 @@ impl<'txn, K: Key + 'static, V: Key + 'static> MultimapTable<'txn, K, V> {
         value: impl Borrow<V::SelfType<'v>>,
     ) -> Result<bool> {
         // Counting mode: the key is gone once its last value is. Asked before redb's remove
-        // (a key with one value loses it if anything is removed), so that redb's remove is
-        // this call's last use of the key's `compare`: a panic there poisons the
-        // transaction as redb's own does (redb's `a_panic_in_insert_or_remove_poisons_the_
-        // transaction`, run in counting mode by `.ci/redb-suite --variant`).
+        // (a key with one value loses it if anything is removed); a panic in it (the key's
+        // `compare`) poisons the transaction, as one in redb's remove does (redb's
+        // `a_panic_in_insert_or_remove_poisons_the_transaction`, run in counting mode by
+        // `.ci/redb-suite --variant`).
         let last = self.writing.counting()
-            && redb::ReadableMultimapTable::get(&self.inner, key.borrow())?.len() == 1;
+            && self.writing.before_write(|| {
+                redb::ReadableMultimapTable::get(&self.inner, key.borrow()).map(|v| v.len() == 1)
+            })?;
         let removed = self.inner.remove(key.borrow(), value)?;
         if removed && last {
             self.writing.count_out(K::as_bytes(key.borrow()).as_ref());

@@ -467,6 +467,7 @@ impl<K: Key + 'static, V: MutInPlaceValue + 'static> Table<'_, K, V> {
         key: impl Borrow<K::SelfType<'a>>,
         value_length: usize,
     ) -> Result<AccessGuardMutInPlace<'_, V>> {
+        // Not poisoning on a panic, as redb's `insert_reserve` does not either.
         let existed = self.writing.counting() && self.inner.get(key.borrow())?.is_some();
         let h = self.writing.admit(K::as_bytes(key.borrow()).as_ref());
         let reserved = self.inner.insert_reserve(key, value_length)?;

@@ -17,6 +17,7 @@ use crate::filters::{
 use crate::multimap::{MultimapKeys, MultimapTable};
 use crate::persist;
 use crate::table::{Table, TableKeys};
+use crate::writing::Poison;
 use crate::{MultimapTableHandle, TableHandle};
 
 mod read;
@@ -78,6 +79,8 @@ pub struct WriteTransaction {
     /// The tables this transaction may change, whose commit counts its commit moves
     /// (`filters/commits.rs`).
     touched: Touched,
+    /// Set by a panic in a lookup this crate added to a mutation: the commit is refused.
+    pub(crate) poison: Poison,
     _alive: Alive,
 }
 
@@ -108,6 +111,7 @@ impl WriteTransaction {
             marks: Mutex::default(),
             forgets: Forgets::default(),
             touched: Touched::default(),
+            poison: Poison::default(),
         }
     }
 
@@ -493,6 +497,10 @@ impl WriteTransaction {
     /// # Ok::<(), bloomsled_redb::Error>(())
     /// ```
     pub fn commit(self) -> Result<(), CommitError> {
+        if self.poison.is_set() {
+            self.abort()?;
+            return Err(CommitError::TransactionPoisoned);
+        }
         let WriteTransaction {
             inner,
             shared,
@@ -521,7 +529,7 @@ impl WriteTransaction {
                 crate::db::taint::mark(path);
             }
             if result.is_ok() {
-                Self::committed(&shared, unmarked, marks);
+                shared.committed_marks(unmarked, marks);
             }
             result
         });
@@ -543,41 +551,6 @@ impl WriteTransaction {
             }
         }
         result
-    }
-
-    /// After redb's commit returned `Ok`, under the commit's guards: the records of clean
-    /// closes and the journal marks it removed or wrote are no longer or now on disk.
-    fn committed(
-        shared: &Shared,
-        unmarked: Mutex<(Vec<String>, bool)>,
-        marks: Mutex<HashMap<String, Option<persist::Mark>>>,
-    ) {
-        let (keys, all) = unmarked.into_inner().unwrap_or_else(|e| e.into_inner());
-        let mut on_disk = shared.on_disk();
-        if all {
-            on_disk.keys.clear();
-            on_disk.records.clear();
-            on_disk.marks.clear();
-            on_disk.marked.clear();
-        }
-        for k in keys {
-            on_disk.keys.remove(&k);
-            on_disk.records.remove(&k);
-        }
-        // After a restore the transaction committed no mark (it removed them all).
-        let marks = marks.into_inner().unwrap_or_else(|e| e.into_inner());
-        for (k, m) in marks.into_iter().filter(|_| !all) {
-            match m {
-                Some(m) => {
-                    on_disk.marked.insert(k.clone());
-                    on_disk.marks.insert(k, m);
-                }
-                None => {
-                    on_disk.marked.remove(&k);
-                    on_disk.marks.remove(&k);
-                }
-            }
-        }
     }
 
     /// Aborts: nothing is stored; keys already in filters are false positives only.

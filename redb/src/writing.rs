@@ -2,8 +2,8 @@
 //! `MultimapTable`: every key a write may create goes through [`Writing::admit`] before
 //! redb stores it, and a lookup asks [`Writing::get`] before redb.
 
-use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use bloomsled::reuse::{Hashed, Pending};
@@ -88,6 +88,34 @@ fn miss_bit(h: u64) -> u64 {
     1 << (h >> 58)
 }
 
+/// Set when a lookup this crate added to a mutation panicked ([`Writing::before_write`]):
+/// redb refuses the commit of a transaction in which a mutation panicked
+/// (`CommitError::TransactionPoisoned`), and the mutation the user called did panic, so
+/// this transaction's commit is refused too, though redb's state was not changed.
+#[derive(Default)]
+pub(crate) struct Poison(AtomicBool);
+
+impl Poison {
+    /// Runs `f`; poisons if it panics.
+    pub(crate) fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Armed<'a>(&'a AtomicBool);
+        impl Drop for Armed<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    self.0.store(true, Release);
+                }
+            }
+        }
+        let _armed = Armed(&self.0);
+        f()
+    }
+
+    /// True once a guarded lookup panicked.
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.load(Acquire)
+    }
+}
+
 /// At most this many misses a table handle keeps (only keys the filter passed get here).
 const MISSES: usize = 64;
 
@@ -168,6 +196,12 @@ impl<'txn> Writing<'txn> {
     /// True in counting mode: removals and overwrites are counted out.
     pub(crate) fn counting(&self) -> bool {
         self.filter.as_ref().is_some_and(|tf| tf.counting)
+    }
+
+    /// Runs `lookup`, a lookup of redb this crate adds before a mutation (counting mode);
+    /// a panic in it (the user's `compare`) poisons the transaction ([`Poison`]).
+    pub(crate) fn before_write<R>(&self, lookup: impl FnOnce() -> R) -> R {
+        self.txn.poison.run(lookup)
     }
 
     /// Where a removal that outlives one call notes its count-outs ([`CountOuts`]).

@@ -276,4 +276,39 @@ impl Shared {
         // Only if empty: a folder with files this crate did not make stays.
         let _ = std::fs::remove_dir(dir);
     }
+
+    /// After redb's commit returned `Ok`, under the commit's guards: the records of clean
+    /// closes and the journal marks it removed or wrote are no longer or now on disk.
+    pub(crate) fn committed_marks(
+        &self,
+        unmarked: Mutex<(Vec<String>, bool)>,
+        marks: Mutex<HashMap<String, Option<Mark>>>,
+    ) {
+        let (keys, all) = unmarked.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut on_disk = self.on_disk();
+        if all {
+            on_disk.keys.clear();
+            on_disk.records.clear();
+            on_disk.marks.clear();
+            on_disk.marked.clear();
+        }
+        for k in keys {
+            on_disk.keys.remove(&k);
+            on_disk.records.remove(&k);
+        }
+        // After a restore the transaction committed no mark (it removed them all).
+        let marks = marks.into_inner().unwrap_or_else(|e| e.into_inner());
+        for (k, m) in marks.into_iter().filter(|_| !all) {
+            match m {
+                Some(m) => {
+                    on_disk.marked.insert(k.clone());
+                    on_disk.marks.insert(k, m);
+                }
+                None => {
+                    on_disk.marked.remove(&k);
+                    on_disk.marks.remove(&k);
+                }
+            }
+        }
+    }
 }
