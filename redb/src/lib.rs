@@ -47,7 +47,10 @@ pub use db::{
     Builder, Database, FilterSource, FilterStats, ReadOnlyDatabase, ReadableDatabase,
     TableFilterStats,
 };
-pub use multimap::{MultimapTable, MultimapValue, ReadOnlyMultimapTable, ReadableMultimapTable};
+pub use multimap::{
+    MultimapRange, MultimapTable, MultimapValue, OwnedMultimapRange, OwnedMultimapValue,
+    ReadOnlyMultimapTable, ReadableMultimapTable,
+};
 pub use persist::RESERVED_PREFIX;
 pub use table::{CursorMut, Entry, ExtractIf, OccupiedEntry, ReadOnlyTable, Table, VacantEntry};
 pub use transactions::{ReadTransaction, WriteTransaction};
@@ -68,12 +71,11 @@ pub use redb::backends;
 pub use redb::{
     AccessGuard, AccessGuardMut, AccessGuardMutInPlace, BackendError, CacheStats, CommitError,
     CompactionError, ConcurrencyMode, Cursor, CursorError, DatabaseError, DatabaseStats,
-    Durability, Error, Key, MultimapRange, MultimapTableDefinition, MutInPlaceValue,
-    OwnedAccessGuard, OwnedMultimapRange, OwnedMultimapValue, OwnedRange, Range,
-    ReadOnlyUntypedMultimapTable, ReadOnlyUntypedTable, ReadableTable, ReadableTableMetadata,
-    RepairSession, Result, Savepoint, SavepointError, SetDurabilityError, StorageBackend,
-    StorageError, TableDefinition, TableError, TableStats, TransactionError, TypeName,
-    UntypedMultimapTableHandle, UntypedTableHandle, Value,
+    Durability, Error, Key, MultimapTableDefinition, MutInPlaceValue, OwnedAccessGuard, OwnedRange,
+    Range, ReadOnlyUntypedMultimapTable, ReadOnlyUntypedTable, ReadableTable,
+    ReadableTableMetadata, RepairSession, Result, Savepoint, SavepointError, SetDurabilityError,
+    StorageBackend, StorageError, TableDefinition, TableError, TableStats, TransactionError,
+    TypeName, UntypedMultimapTableHandle, UntypedTableHandle, Value,
 };
 
 /// A table's name (redb's `TableHandle`): a definition, an open table or a listed name.

@@ -5,93 +5,16 @@ use std::marker::PhantomData;
 use std::ops::RangeBounds;
 use std::sync::Arc;
 
-use redb::{
-    AccessGuard, Key, MultimapRange, MultimapTableDefinition, OwnedMultimapRange,
-    OwnedMultimapValue, ReadableTableMetadata, StorageError, TableStats,
-};
+use redb::{Key, MultimapTableDefinition, ReadableTableMetadata, StorageError, TableStats};
 
 use crate::filters::{Builder, Keys, Kind, ReadSide};
 use crate::transactions::{ReadTransaction, WriteTransaction};
 use crate::writing::Writing;
 
+mod values;
+pub use values::{MultimapRange, MultimapValue, OwnedMultimapRange, OwnedMultimapValue};
+
 type Result<T = (), E = StorageError> = std::result::Result<T, E>;
-
-/// The values of one key (redb's `MultimapValue`), or none when the filter ruled it out.
-///
-/// ```
-/// use bloomsled_redb::{Database, MultimapTableDefinition, ReadableMultimapTable};
-/// const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
-/// # let dir = tempfile::tempdir().unwrap();
-/// # let db = Database::create(dir.path().join("a.redb"))?;
-/// let w = db.begin_write()?;
-/// let mut m = w.open_multimap_table(M)?;
-/// m.insert(1, 10)?;
-/// m.insert(1, 11)?;
-/// let v = m.get(1)?;
-/// assert_eq!(v.len(), 2);
-/// assert_eq!(v.map(|g| g.unwrap().value()).collect::<Vec<_>>(), [10, 11]);
-/// assert!(m.get(2)?.is_empty());
-/// # Ok::<(), bloomsled_redb::Error>(())
-/// ```
-pub struct MultimapValue<'a, V: Key + 'static> {
-    inner: Option<redb::MultimapValue<'a, V>>,
-}
-
-impl<'a, V: Key + 'static> MultimapValue<'a, V> {
-    fn empty() -> Self {
-        MultimapValue { inner: None }
-    }
-
-    fn of(inner: redb::MultimapValue<'a, V>) -> Self {
-        MultimapValue { inner: Some(inner) }
-    }
-
-    /// How many values remain.
-    ///
-    /// ```
-    /// # use bloomsled_redb::{Database, MultimapTableDefinition, ReadableMultimapTable};
-    /// # const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// # let db = Database::create(dir.path().join("a.redb"))?;
-    /// # let w = db.begin_write()?;
-    /// # let m = w.open_multimap_table(M)?;
-    /// assert_eq!(m.get(1)?.len(), 0);
-    /// # Ok::<(), bloomsled_redb::Error>(())
-    /// ```
-    pub fn len(&self) -> u64 {
-        self.inner.as_ref().map_or(0, |v| v.len())
-    }
-
-    /// True if no value remains.
-    ///
-    /// ```
-    /// # use bloomsled_redb::{Database, MultimapTableDefinition, ReadableMultimapTable};
-    /// # const M: MultimapTableDefinition<u64, u64> = MultimapTableDefinition::new("m");
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// # let db = Database::create(dir.path().join("a.redb"))?;
-    /// # let w = db.begin_write()?;
-    /// # let m = w.open_multimap_table(M)?;
-    /// assert!(m.get(1)?.is_empty());
-    /// # Ok::<(), bloomsled_redb::Error>(())
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl<'a, V: Key + 'static> Iterator for MultimapValue<'a, V> {
-    type Item = Result<AccessGuard<'a, V>>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.inner.as_mut()?.next()
-    }
-}
-
-impl<V: Key + 'static> DoubleEndedIterator for MultimapValue<'_, V> {
-    fn next_back(&mut self) -> Option<Self::Item> {
-        self.inner.as_mut()?.next_back()
-    }
-}
 
 /// What redb's `ReadableMultimapTable` is, with [`MultimapValue`] as `get`'s answer.
 ///
@@ -304,7 +227,10 @@ impl<K: Key + 'static, V: Key + 'static> ReadableMultimapTable<K, V> for Multima
     where
         KR: Borrow<K::SelfType<'a>> + 'a,
     {
-        redb::ReadableMultimapTable::range(&self.inner, range)
+        Ok(MultimapRange::of(redb::ReadableMultimapTable::range(
+            &self.inner,
+            range,
+        )?))
     }
 }
 
@@ -378,7 +304,8 @@ impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
         Ok(found.map_or_else(MultimapValue::empty, MultimapValue::of))
     }
 
-    /// The values of `key`, keeping the transaction alive (redb answers; no filter).
+    /// The values of `key`, keeping the transaction alive (empty from the filter alone if
+    /// it rules the key out).
     ///
     /// ```
     /// # use bloomsled_redb::{Database, MultimapTableDefinition, ReadableDatabase};
@@ -393,7 +320,14 @@ impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
         &self,
         key: impl Borrow<K::SelfType<'a>>,
     ) -> Result<OwnedMultimapValue<V>> {
-        self.inner.get_owned(key)
+        let Some(side) = &self.filter else {
+            return Ok(OwnedMultimapValue::of(self.inner.get_owned(key)?));
+        };
+        let found = side.get(K::as_bytes(key.borrow()).as_ref(), || {
+            let v = self.inner.get_owned(key.borrow())?;
+            Ok::<_, redb::StorageError>((!v.is_empty()).then_some(v))
+        })?;
+        Ok(found.map_or_else(OwnedMultimapValue::empty, OwnedMultimapValue::of))
     }
 
     /// The keys in `range` with their values.
@@ -411,7 +345,7 @@ impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
     where
         KR: Borrow<K::SelfType<'a>>,
     {
-        self.inner.range(range)
+        Ok(MultimapRange::of(self.inner.range(range)?))
     }
 
     /// [`ReadOnlyMultimapTable::range`], keeping the transaction alive.
@@ -432,7 +366,7 @@ impl<K: Key + 'static, V: Key + 'static> ReadOnlyMultimapTable<K, V> {
     where
         KR: Borrow<K::SelfType<'a>>,
     {
-        self.inner.range_owned(range)
+        Ok(OwnedMultimapRange::of(self.inner.range_owned(range)?))
     }
 }
 
@@ -457,7 +391,7 @@ impl<K: Key + 'static, V: Key + 'static> ReadableMultimapTable<K, V>
     where
         KR: Borrow<K::SelfType<'a>> + 'a,
     {
-        self.inner.range(range)
+        Ok(MultimapRange::of(self.inner.range(range)?))
     }
 }
 

@@ -134,6 +134,25 @@ fn multimap_lookups_are_counted() {
     assert_eq!(s.lookups, 101);
     assert_eq!(s.store_lookups, 1 + s.false_positives);
     assert_eq!(s.ruled_out, 100 - s.false_positives);
+    // `get_owned` goes through the filter too, and its values outlive the table handle.
+    let owned = m.get_owned("a").unwrap();
+    for i in 100..200 {
+        assert!(m.get_owned(key(i).as_str()).unwrap().is_empty());
+    }
+    drop(m);
+    drop(r);
+    assert_eq!(owned.map(|v| v.unwrap().value()).collect::<Vec<_>>(), [1]);
+    let t = db.multimap_table_filter_stats(M).unwrap();
+    assert_eq!(t.lookups - s.lookups, 101);
+    assert_eq!(
+        t.store_lookups - s.store_lookups,
+        1 + t.false_positives - s.false_positives
+    );
+    assert_eq!(
+        t.ruled_out - s.ruled_out,
+        100 - (t.false_positives - s.false_positives)
+    );
+    assert!(t.ruled_out - s.ruled_out >= 90, "{t:?}");
 }
 
 /// Removes `k` in one commit: its bits stay, so each lookup of it is a false positive.
