@@ -529,7 +529,10 @@ impl WriteTransaction {
                 crate::db::taint::mark(path);
             }
             if result.is_ok() {
-                shared.committed_marks(unmarked, marks);
+                shared.committed_marks(
+                    unmarked.into_inner().unwrap_or_else(|e| e.into_inner()),
+                    marks.into_inner().unwrap_or_else(|e| e.into_inner()),
+                );
             }
             result
         });

@@ -278,13 +278,13 @@ impl Shared {
     }
 
     /// After redb's commit returned `Ok`, under the commit's guards: the records of clean
-    /// closes and the journal marks it removed or wrote are no longer or now on disk.
+    /// closes it removed (`keys`, or every one if `all`: a restore) and the journal marks it
+    /// removed or wrote are no longer or now on disk.
     pub(crate) fn committed_marks(
         &self,
-        unmarked: Mutex<(Vec<String>, bool)>,
-        marks: Mutex<HashMap<String, Option<Mark>>>,
+        (keys, all): (Vec<String>, bool),
+        marks: HashMap<String, Option<Mark>>,
     ) {
-        let (keys, all) = unmarked.into_inner().unwrap_or_else(|e| e.into_inner());
         let mut on_disk = self.on_disk();
         if all {
             on_disk.keys.clear();
@@ -297,7 +297,6 @@ impl Shared {
             on_disk.records.remove(&k);
         }
         // After a restore the transaction committed no mark (it removed them all).
-        let marks = marks.into_inner().unwrap_or_else(|e| e.into_inner());
         for (k, m) in marks.into_iter().filter(|_| !all) {
             match m {
                 Some(m) => {
