@@ -312,6 +312,51 @@ fn a_multimap_key_is_present_while_it_has_a_value() {
     assert_eq!(db.multimap_table_filter_stats(M).unwrap().items, 0);
 }
 
+/// A read multimap table's `get_owned` keeps its snapshot as `get` does: keys counted out
+/// by a commit after the reader began are still found (with their values), a key committed
+/// after it is not, and a new reader's `get_owned` rules the removed keys out without redb.
+#[test]
+fn get_owned_of_an_older_multimap_reader_keeps_its_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = counting(&dir.path().join("a.redb"));
+    let w = db.begin_write().unwrap();
+    {
+        let mut m = w.open_multimap_table(M).unwrap();
+        for k in 0..50 {
+            m.insert(k, k).unwrap();
+        }
+    }
+    w.commit().unwrap();
+    let old = db.begin_read().unwrap();
+    let old_m = old.open_multimap_table(M).unwrap();
+    let w = db.begin_write().unwrap();
+    {
+        let mut m = w.open_multimap_table(M).unwrap();
+        for k in 0..50 {
+            assert!(m.remove(k, k).unwrap());
+        }
+        m.insert(1_000, 1).unwrap();
+    }
+    w.commit().unwrap();
+    for k in 0..50 {
+        let v: Vec<u64> = old_m
+            .get_owned(k)
+            .unwrap()
+            .map(|g| g.unwrap().value())
+            .collect();
+        assert_eq!(v, [k], "the older reader lost key {k}");
+    }
+    assert!(old_m.get_owned(1_000).unwrap().is_empty());
+    let before = db.multimap_table_filter_stats(M).unwrap();
+    let new_m = db.begin_read().unwrap().open_multimap_table(M).unwrap();
+    for k in 0..50 {
+        assert!(new_m.get_owned(k).unwrap().is_empty(), "key {k}");
+    }
+    assert_eq!(new_m.get_owned(1_000).unwrap().len(), 1);
+    let after = db.multimap_table_filter_stats(M).unwrap();
+    assert_eq!(after.store_lookups - before.store_lookups, 1, "{after:?}");
+}
+
 #[test]
 fn a_clean_close_stores_the_counts() {
     let dir = tempfile::tempdir().unwrap();

@@ -70,6 +70,21 @@ mod tests {
         File::open(&path).unwrap().try_lock().unwrap();
     }
 
+    /// Another holder that never lets go (a second process that opened the database the
+    /// moment the drop let go of it): the wait ends at its limit, it does not hang.
+    #[test]
+    fn a_lock_held_for_good_is_waited_for_only_up_to_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let holder = File::create(&path).unwrap();
+        holder.lock().unwrap();
+        let start = Instant::now();
+        wait_until_free(&path);
+        let took = start.elapsed();
+        assert!(took >= LIMIT, "gave up before its limit: {took:?}");
+        drop(holder);
+    }
+
     #[test]
     fn a_missing_file_has_nothing_to_wait_for() {
         let dir = tempfile::tempdir().unwrap();
