@@ -112,15 +112,25 @@ impl Rebuild<'_> {
             .saturating_sub(removes.saturating_sub(removes_then))
     }
 
-    /// Starts an automatic rebuild in the background if the filter needs one.
-    pub(crate) fn check(&self) {
+    /// Starts an automatic rebuild in the background if the filter needs one. Returns true
+    /// if a rebuild is running or pending now (started here or before).
+    ///
+    /// A writer checks after its write, and a rebuild that ends checks again after it has
+    /// said it is done (see [`Self::run`] and the thread below): one of the two sees the
+    /// other, so a write that a rebuild in flight did not size for is never left past the
+    /// capacity until the next 256 keys. The fence orders each side's store before its
+    /// load (a writer's keys, then the rebuild flags; the flags, then the filter's count).
+    pub(crate) fn check(&self) -> bool {
+        std::sync::atomic::fence(Ordering::SeqCst);
         let r = &self.rebuild;
+        if r.in_progress() {
+            return true;
+        }
         if !r.policy.auto
-            || r.in_progress()
             || r.auto_failed.load(Ordering::Relaxed)
             || self.closing.load(Ordering::Relaxed)
         {
-            return;
+            return false;
         }
         let (live, items, capacity) = {
             let gate = self.filters.enter();
@@ -129,10 +139,10 @@ impl Rebuild<'_> {
         };
         let limit = r.limit.load(Ordering::Relaxed);
         if live <= capacity && items <= limit {
-            return;
+            return false;
         }
         if r.pending.swap(true, Ordering::AcqRel) {
-            return;
+            return true;
         }
         log::info!(
             "bloomsled: tree {:?}: {live} live keys, {items} in the filter, capacity \
@@ -158,23 +168,35 @@ impl Rebuild<'_> {
                         s.rebuild.auto_failed.store(true, Ordering::Relaxed);
                     }
                 }
-                s.rebuild.pending.store(false, Ordering::Release);
+                Rebuild(&s).automatic_done();
                 // The tree first, then the hold: a waiting drop resumes with the thread's
                 // `Arc` gone.
                 drop(s);
                 drop(hold);
             });
-        if let Err(e) = spawned {
-            log::warn!("bloomsled: cannot start a rebuild thread: {e}");
-            r.pending.store(false, Ordering::Release);
+        match spawned {
+            Ok(_) => true,
+            Err(e) => {
+                log::warn!("bloomsled: cannot start a rebuild thread: {e}");
+                r.pending.store(false, Ordering::Release);
+                false
+            }
         }
     }
 
-    /// Blocks until no rebuild is running or pending.
+    /// An automatic rebuild's thread is done with it. Writes that came while it ran, and
+    /// saw it pending, left the check to it: the next rebuild, if due, starts now.
+    fn automatic_done(&self) {
+        self.rebuild.pending.store(false, Ordering::Release);
+        self.check();
+    }
+
+    /// Blocks until no rebuild is running or pending, and none is due: a rebuild the
+    /// writes so far call for, not yet started, is started and waited for too.
     pub(crate) fn wait(&self) {
         loop {
             drop(self.rebuild.lock.lock().unwrap_or_else(|p| p.into_inner()));
-            if !self.rebuild.in_progress() {
+            if !self.rebuild.in_progress() && !self.check() {
                 return;
             }
             thread::sleep(Duration::from_millis(1));
@@ -197,11 +219,17 @@ impl Rebuild<'_> {
     }
 
     fn run(&self, automatic: bool, known: Option<u64>) -> Result<RebuildReport> {
-        let _one = self.rebuild.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let one = self.rebuild.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.rebuild.running.store(true, Ordering::Release);
         self.rebuild.start_progress(known);
         let r = self.locked(automatic, known);
         self.rebuild.running.store(false, Ordering::Release);
+        drop(one);
+        if !automatic {
+            // As after an automatic rebuild (see `check`): writes during this one may have
+            // left a resize due.
+            self.check();
+        }
         r
     }
 
@@ -405,6 +433,58 @@ impl Rebuild<'_> {
             while self.filters.writers_waiting() && yielded.elapsed() < MAX_YIELD {
                 thread::yield_now();
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+
+    /// The interleaving behind a flake of `tests/growth.rs`: a batch lands while an
+    /// automatic rebuild is finishing (its filter already sized and swapped in), so the
+    /// batch's own check sees the rebuild pending and leaves the resize to it. Once the
+    /// rebuild has said it is done, waiting for rebuilds must still leave the tree sized
+    /// for its keys, and so must the check the rebuild itself makes on the way out.
+    #[test]
+    fn a_batch_that_lands_as_a_rebuild_ends_is_not_left_past_the_capacity() {
+        for thread_rechecks in [false, true] {
+            let db = Config::new()
+                .temporary(true)
+                .expected_items(1_000)
+                .open()
+                .unwrap();
+            let tree: &crate::Tree = &db;
+            let s = &tree.state;
+            let capacity = db.stats().capacity;
+            // The rebuild in flight, as far as writers can tell.
+            s.rebuild.pending.store(true, Ordering::Release);
+            let mut b = crate::Batch::default();
+            for i in 0..capacity * 3 {
+                b.insert(&i.to_be_bytes(), &b""[..]);
+            }
+            db.apply_batch(b).unwrap();
+            assert_eq!(db.stats().capacity, capacity, "the batch left the resize");
+            if thread_rechecks {
+                // The rebuild's thread ends; then a plain wait for what it left running.
+                Rebuild(s).automatic_done();
+                while s.rebuild.in_progress() {
+                    thread::sleep(Duration::from_millis(1));
+                }
+            } else {
+                // It ends, and a user waits for rebuilds.
+                s.rebuild.pending.store(false, Ordering::Release);
+                db.wait_for_rebuild();
+            }
+            let stats = db.stats();
+            assert!(
+                stats.capacity >= capacity * 3,
+                "{} keys in a filter for {} (thread rechecks: {thread_rechecks})",
+                capacity * 3,
+                stats.capacity
+            );
+            assert!((0..capacity * 3).all(|i| db.may_contain(i.to_be_bytes())));
         }
     }
 }
