@@ -105,10 +105,16 @@ pub(crate) struct Close {
 }
 
 impl Close {
-    /// The close as the core's database record of id `sequence ‖ nonce` (its CRC, no
-    /// format of this crate).
+    /// The close's id, `sequence ‖ nonce`: its database record's, and the database id of
+    /// the journals (and their marks) that extend it.
+    pub(crate) fn id(self) -> [u8; 16] {
+        join(self.sequence, self.nonce)
+    }
+
+    /// The close as the core's database record of id [`Close::id`] (its CRC, no format of
+    /// this crate).
     fn encode(self) -> Vec<u8> {
-        core::encode_database(join(self.sequence, self.nonce))
+        core::encode_database(self.id())
     }
 
     fn decode(bytes: &[u8]) -> Option<Close> {

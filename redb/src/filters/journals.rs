@@ -98,11 +98,6 @@ pub(crate) fn dir_of(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The database id of the journals that extend close `close`.
-pub(crate) fn database_id(close: Close) -> [u8; 16] {
-    persist::join(close.sequence, close.nonce)
-}
-
 /// What the journals of table `key` marked by `mark` extend (see the module doc).
 pub(crate) fn binding(key: &str, mark: &Mark) -> JournalBinding {
     mark.chain(key).binding
@@ -271,7 +266,7 @@ impl Shared {
         };
         self.drop_journals();
         if let Some(close) = old {
-            bloomsled::persist::remove_journals(dir, &database_id(close));
+            bloomsled::persist::remove_journals(dir, &close.id());
         }
         // Only if empty: a folder with files this crate did not make stays.
         let _ = std::fs::remove_dir(dir);

@@ -12,7 +12,7 @@
 
 use bloomsled::persist::{JournalBinding, JournalChain, StoredIds};
 
-use super::{Close, FILTERS, MARKS, RECORDS, Record, head, join, split, table_tree};
+use super::{Close, FILTERS, MARKS, RECORDS, Record, head, split, table_tree};
 
 /// A table's journal mark: written since clean close `close`, its crash journals
 /// `1..=last` extend the filter `base` names (the snapshot that close left stored for the
@@ -32,7 +32,7 @@ impl Mark {
     pub(crate) fn chain(&self, key: &str) -> JournalChain {
         JournalChain {
             binding: JournalBinding {
-                database: join(self.close.sequence, self.close.nonce),
+                database: self.close.id(),
                 tree: table_tree(key, self.base.seed),
                 base: self.base.snapshot,
                 seed: self.base.seed,
