@@ -176,6 +176,9 @@ pub(crate) struct RebuildState {
     /// started: with the counts since, an upper bound of the live keys that an overfull
     /// filter's own count (bits newly set) cannot give.
     pub(crate) at_last_scan: Mutex<(u64, u64, u64)>,
+    /// The tree's written keys (`TreeState::written`) when the last scan's filter became
+    /// current: a rebuild is started again after one ends only for writes since.
+    pub(crate) written_at_swap: AtomicU64,
     /// When the running rebuild started, and the keys it expects to read.
     started: Mutex<(Instant, Option<u64>)>,
 }
@@ -194,6 +197,7 @@ impl RebuildState {
             limit: AtomicU64::new(limit),
             scanned: AtomicU64::new(0),
             at_last_scan: Mutex::new((0, 0, 0)),
+            written_at_swap: AtomicU64::new(0),
             started: Mutex::new((Instant::now(), None)),
         }
     }

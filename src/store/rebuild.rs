@@ -116,10 +116,10 @@ impl Rebuild<'_> {
     /// if a rebuild is running or pending now (started here or before).
     ///
     /// A writer checks after its write, and a rebuild that ends checks again after it has
-    /// said it is done (see [`Self::run`] and the thread below): one of the two sees the
-    /// other, so a write that a rebuild in flight did not size for is never left past the
-    /// capacity until the next 256 keys. The fence orders each side's store before its
-    /// load (a writer's keys, then the rebuild flags; the flags, then the filter's count).
+    /// said it is done ([`Self::recheck`]): one of the two sees the other, so a write that
+    /// a rebuild in flight did not size for is never left past the capacity until the
+    /// next 256 keys. The fence orders each side's store before its load (a writer's keys,
+    /// then the rebuild flags; the flags, then the filter's count and the written keys).
     pub(crate) fn check(&self) -> bool {
         std::sync::atomic::fence(Ordering::SeqCst);
         let r = &self.rebuild;
@@ -188,7 +188,22 @@ impl Rebuild<'_> {
     /// saw it pending, left the check to it: the next rebuild, if due, starts now.
     fn automatic_done(&self) {
         self.rebuild.pending.store(false, Ordering::Release);
-        self.check();
+        self.recheck();
+    }
+
+    /// [`Self::check`] after a rebuild ended, or for a waiter: only if keys were written
+    /// since the last scan's filter became current. A filter a scan just sized can still
+    /// be "due" with no write since (a `rebuild_false_positive_rate` below what the sizing
+    /// gives, a scan that settled under a load): rebuilding it again would read the whole
+    /// tree to the same end, over and over, on a tree no one writes.
+    fn recheck(&self) -> bool {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if !self.rebuild.in_progress()
+            && self.written() == self.rebuild.written_at_swap.load(Ordering::Relaxed)
+        {
+            return false;
+        }
+        self.check()
     }
 
     /// Blocks until no rebuild is running or pending, and none is due: a rebuild the
@@ -196,7 +211,7 @@ impl Rebuild<'_> {
     pub(crate) fn wait(&self) {
         loop {
             drop(self.rebuild.lock.lock().unwrap_or_else(|p| p.into_inner()));
-            if !self.rebuild.in_progress() && !self.check() {
+            if !self.rebuild.in_progress() && !self.recheck() {
                 return;
             }
             thread::sleep(Duration::from_millis(1));
@@ -226,9 +241,9 @@ impl Rebuild<'_> {
         self.rebuild.running.store(false, Ordering::Release);
         drop(one);
         if !automatic {
-            // As after an automatic rebuild (see `check`): writes during this one may have
-            // left a resize due.
-            self.check();
+            // As after an automatic rebuild: writes during this one may have left a resize
+            // due.
+            self.recheck();
         }
         r
     }
@@ -415,6 +430,9 @@ impl Rebuild<'_> {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner()) =
                     (scanned, inserts_at_start, removes_at_start);
+                self.rebuild
+                    .written_at_swap
+                    .store(self.written(), Ordering::Relaxed);
                 self.filters.swap(&mut gate, slot);
                 gate.building = None;
                 gate.cursor = Cursor::default();
@@ -486,5 +504,42 @@ mod tests {
             );
             assert!((0..capacity * 3).all(|i| db.may_contain(i.to_be_bytes())));
         }
+    }
+
+    /// A bound below what a rebuilt filter's sizing gives leaves every new filter "due".
+    /// The check a rebuild makes as it ends, and `wait_for_rebuild`, start another only
+    /// for writes since: on a tree no one writes, the rebuilds stop and the wait returns.
+    #[test]
+    fn a_filter_due_right_after_its_rebuild_is_not_rebuilt_again_without_writes() {
+        let db = Config::new()
+            .temporary(true)
+            .expected_items(1_000)
+            .rebuild_false_positive_rate(1e-12)
+            .open()
+            .unwrap();
+        let mut b = crate::Batch::default();
+        for i in 0..600u64 {
+            b.insert(&i.to_be_bytes(), &b""[..]);
+        }
+        db.apply_batch(b).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = db.clone();
+        thread::spawn(move || {
+            waiter.wait_for_rebuild();
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("wait_for_rebuild did not return on a tree no one writes");
+        let rebuilds = db.stats().rebuilds;
+        assert!(rebuilds >= 1, "the batch's check started no rebuild");
+        thread::sleep(Duration::from_millis(300));
+        let after = db.stats();
+        assert!(
+            after.rebuilds == rebuilds && !after.rebuild_in_progress,
+            "rebuilds went on with no write: {rebuilds} then {} (in progress: {})",
+            after.rebuilds,
+            after.rebuild_in_progress
+        );
+        assert!((0..600u64).all(|i| db.may_contain(i.to_be_bytes())));
     }
 }

@@ -101,6 +101,13 @@ impl TreeState {
         }
     }
 
+    /// Keys written through this handle's tree in this process (the count `after_write`
+    /// keeps).
+    #[inline]
+    pub(crate) fn written(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
     /// Called after a write reached sled: takes the automatic snapshot when one is due.
     /// Returns true every 256 keys: time to check whether the filter needs a rebuild.
     #[inline]
