@@ -34,9 +34,10 @@ impl Tree {
         Rebuild(&self.state).now(false)
     }
 
-    /// Blocks until no rebuild of this tree is running or pending, and none is due: if the
-    /// writes so far call for an automatic resize that has not started yet (a batch that
-    /// landed as a rebuild was ending), it starts it and waits for it too.
+    /// Blocks until no rebuild of this tree is running or pending, and none is due: if keys
+    /// written since the last rebuild call for an automatic resize that has not started
+    /// yet (a batch that landed as a rebuild was ending), it starts it and waits for it
+    /// too.
     ///
     /// # Examples
     ///
