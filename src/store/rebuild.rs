@@ -149,6 +149,12 @@ impl Rebuild<'_> {
              {capacity}, limit {limit}: rebuilding in the background",
             self.report.tree
         );
+        self.start_automatic()
+    }
+
+    /// Starts the automatic rebuild [`Self::check`] marked pending, in a thread of its own;
+    /// false (and no longer pending) if the thread cannot be made.
+    fn start_automatic(&self) -> bool {
         let me = self.me.clone();
         // Taken here, so that a database dropped before the thread runs waits for it.
         let hold = self.holds.take();
@@ -178,7 +184,7 @@ impl Rebuild<'_> {
             Ok(_) => true,
             Err(e) => {
                 log::warn!("bloomsled: cannot start a rebuild thread: {e}");
-                r.pending.store(false, Ordering::Release);
+                self.rebuild.pending.store(false, Ordering::Release);
                 false
             }
         }
@@ -387,6 +393,19 @@ impl Rebuild<'_> {
         Ok(())
     }
 
+    /// A scan read `at_last_scan.0` keys to the end, under the gate, its filter about to
+    /// become current: what later estimates and rechecks start from.
+    fn scan_ended(&self, at_last_scan: (u64, u64, u64)) {
+        *self
+            .rebuild
+            .at_last_scan
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = at_last_scan;
+        self.rebuild
+            .written_at_swap
+            .store(self.written(), Ordering::Relaxed);
+    }
+
     /// Reads every key into the filter of `slot`, a round per hold of the gate, and makes
     /// it current once every range is read to its end; gives up if the filter outgrows its
     /// capacity first, unless this is the last try.
@@ -424,15 +443,7 @@ impl Rebuild<'_> {
             scanned += n;
             self.rebuild.scanned.store(scanned, Ordering::Relaxed);
             if gate.cursor.done() {
-                *self
-                    .rebuild
-                    .at_last_scan
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) =
-                    (scanned, inserts_at_start, removes_at_start);
-                self.rebuild
-                    .written_at_swap
-                    .store(self.written(), Ordering::Relaxed);
+                self.scan_ended((scanned, inserts_at_start, removes_at_start));
                 self.filters.swap(&mut gate, slot);
                 gate.building = None;
                 gate.cursor = Cursor::default();
