@@ -184,7 +184,7 @@ fn a_bad_sector_in_sleds_log_fails_the_open_and_loses_nothing() {
         .flat_map(|i| [i * seg, i * seg + seg / 2])
         .collect();
     sectors.push((len - 1) / 4096 * 4096);
-    let (mut refused, mut refused_by_sled, mut later) = (0, 0, 0);
+    let (mut refused, mut refused_by_sled, mut later, mut read_ahead) = (0, 0, 0, 0);
     for &at in &sectors {
         fs.fail(
             Failure::new(Op::Read, "db")
@@ -216,8 +216,13 @@ fn a_bad_sector_in_sleds_log_fails_the_open_and_loses_nothing() {
                 }
             }
             Ok(db) => {
-                // The open never read the sector (sled reads a page before its last
-                // snapshot only when a lookup needs it): lookups that read it fail.
+                // The open never read the sector itself (sled reads a page before its last
+                // snapshot only when a lookup needs it): lookups that read it fail. The
+                // file system may still have been asked for it during the open: the
+                // kernel's readahead after a read of a page just before it (seen once in
+                // about 60 runs, with strace showing no failed read in the process), an
+                // error no one receives. So what is asserted is what a user could see: no
+                // key reads as absent, now or after the disk reads again.
                 let (mut failed, mut lost) = (0, 0);
                 for i in 0..keys {
                     match db.get(key(i)) {
@@ -227,10 +232,11 @@ fn a_bad_sector_in_sleds_log_fails_the_open_and_loses_nothing() {
                     }
                 }
                 assert!(
-                    lost == 0 && !read_at_open,
+                    lost == 0,
                     "sector {at}: read at the open: {read_at_open}; the open succeeded and \
                      {lost} of {keys} keys read as absent"
                 );
+                read_ahead += usize::from(read_at_open);
                 // A sector of superseded pages or padding holds nothing sled reads.
                 later += usize::from(failed > 0);
                 drop(db);
@@ -246,7 +252,8 @@ fn a_bad_sector_in_sleds_log_fails_the_open_and_loses_nothing() {
     }
     println!(
         "{} bad sectors: {refused} opens refused by the read check, {refused_by_sled} by \
-         sled's own read of a page, {later} failed lookups later",
+         sled's own read of a page, {later} failed lookups later ({read_ahead} opens asked \
+         the file system for the sector and succeeded)",
         sectors.len()
     );
     // Every segment header is read at the open.
