@@ -44,6 +44,18 @@ fn insert(db: &Database, keys: impl IntoIterator<Item = u64>) {
     w.commit().unwrap();
 }
 
+/// Each key with itself as its one value, in multimap table `M`, in one commit.
+fn insert_multimap(db: &Database, keys: impl IntoIterator<Item = u64>) {
+    let w = db.begin_write().unwrap();
+    {
+        let mut m = w.open_multimap_table(M).unwrap();
+        for k in keys {
+            m.insert(k, k).unwrap();
+        }
+    }
+    w.commit().unwrap();
+}
+
 fn remove(db: &Database, keys: impl IntoIterator<Item = u64>) {
     let w = db.begin_write().unwrap();
     {
@@ -319,14 +331,7 @@ fn a_multimap_key_is_present_while_it_has_a_value() {
 fn get_owned_of_an_older_multimap_reader_keeps_its_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let db = counting(&dir.path().join("a.redb"));
-    let w = db.begin_write().unwrap();
-    {
-        let mut m = w.open_multimap_table(M).unwrap();
-        for k in 0..50 {
-            m.insert(k, k).unwrap();
-        }
-    }
-    w.commit().unwrap();
+    insert_multimap(&db, 0..50);
     let old = db.begin_read().unwrap();
     let old_m = old.open_multimap_table(M).unwrap();
     let w = db.begin_write().unwrap();
@@ -810,14 +815,7 @@ fn a_deleted_table_forgets_its_keys_and_an_older_reader_keeps_them() {
     let dir = tempfile::tempdir().unwrap();
     let db = counting(&dir.path().join("a.redb"));
     insert(&db, 0..50);
-    let w = db.begin_write().unwrap();
-    {
-        let mut m = w.open_multimap_table(M).unwrap();
-        for k in 0..50 {
-            m.insert(k, k).unwrap();
-        }
-    }
-    w.commit().unwrap();
+    insert_multimap(&db, 0..50);
     let w = db.begin_write().unwrap();
     assert!(w.delete_table(T).unwrap());
     assert!(w.delete_multimap_table(M).unwrap());
